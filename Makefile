@@ -1,0 +1,31 @@
+# The README's two commands are `make run` and `make test`; everything else is a helper.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1:8000
+
+.PHONY: run test demo-new bench clean
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py load_demo
+	$(PY) manage.py runserver $(HOST)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+# Moves the demo sections to the FAQ at v3.11.0, so recalls show hints and misses.
+demo-new: $(VENV)/.installed
+	$(PY) manage.py load_demo --revision new --no-credentials
+
+bench: $(VENV)/.installed
+	$(PY) manage.py ragtrail_bench
+
+clean:
+	rm -rf $(VENV) db.sqlite3

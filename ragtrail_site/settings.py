@@ -1,0 +1,92 @@
+"""ragtrail settings: one file, every deployment choice read from the environment.
+
+The defaults run on a fresh laptop: SQLite and Celery's in-memory broker.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .env import database_from_url, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("RAGTRAIL_DEBUG", True)
+# The fallback key is for a laptop only; production sets RAGTRAIL_SECRET_KEY.
+SECRET_KEY = env_str("RAGTRAIL_SECRET_KEY", "ragtrail-insecure-development-key-change-me")
+ALLOWED_HOSTS = env_list("RAGTRAIL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "scopes",
+    "trails",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "ragtrail_site.urls"
+WSGI_APPLICATION = "ragtrail_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL", "sqlite:///db.sqlite3"), str(BASE_DIR))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGIN_URL = "admin:login"
+
+# Request bodies past this size answer 413; section upserts are the largest callers.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024)
+
+# Matching parameters shared by every scope. Changing them needs a reindex of
+# stored trails, since signatures carry the parameters they were made with.
+RAGTRAIL_MINHASH_PERMUTATIONS = env_int("RAGTRAIL_MINHASH_PERMUTATIONS", 128)
+RAGTRAIL_MINHASH_SEED = env_int("RAGTRAIL_MINHASH_SEED", 1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("RAGTRAIL_LOG_LEVEL", "WARNING")},
+}

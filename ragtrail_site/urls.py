@@ -1,0 +1,12 @@
+from django.contrib import admin
+from django.urls import path
+from django.views.generic import RedirectView
+
+from .api import api
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/api/docs", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
+]

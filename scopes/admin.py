@@ -1,0 +1,55 @@
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from scopes.models import ApiKey, Scope, Section
+
+
+@admin.register(Scope)
+class ScopeAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "lexical_threshold", "token_budget", "active_ttl_days", "pending_ttl_days", "keep_raw_queries"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["band_layout_in_use"]
+    fieldsets = [
+        (None, {"fields": ["slug", "name"]}),
+        ("Matching", {"fields": ["lexical_threshold", "band_count", "band_rows", "band_layout_in_use"]}),
+        ("Prefetch", {"fields": ["token_budget"]}),
+        ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
+    ]
+
+    @admin.display(description="Band layout in use (bands x rows)")
+    def band_layout_in_use(self, scope: Scope) -> str:
+        return scope.band_layout.label if scope.pk else "-"
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "name", "created_at", "revoked_at"]
+    filter_horizontal = ["scopes"]
+    readonly_fields = ["lookup", "created_at"]
+    fields = ["name", "scopes", "lookup", "created_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # A new key gets its secret here and it is shown once; only its hash is kept.
+        issued, full_key = ApiKey.issue([], name=obj.name)
+        obj.pk, obj.lookup, obj.secret_hash, obj.created_at = issued.pk, issued.lookup, issued.secret_hash, issued.created_at
+        obj._state.adding = False
+        messages.warning(request, f"New API key (shown only now, copy it): {full_key}")
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request: HttpRequest, queryset) -> None:
+        from django.utils import timezone
+
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        messages.info(request, f"Revoked {count} key(s).")
+
+
+@admin.register(Section)
+class SectionAdmin(admin.ModelAdmin):
+    list_display = ["section_id", "scope", "hash", "updated_at"]
+    list_filter = ["scope"]
+    search_fields = ["section_id"]
+    readonly_fields = ["hash", "updated_at"]

@@ -1,0 +1,36 @@
+"""Section store endpoints: bulk upsert, read, delete."""
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Router, Status
+
+from scopes.auth import granted_scope
+from scopes.models import Section
+from scopes.schemas import SectionOut, SectionsIn, SectionsOut
+from trails.errors import RequestRefused
+
+router = Router(tags=["sections"])
+
+
+@router.put("/{scope}/sections", response=SectionsOut)
+def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
+    return Section.upsert(granted_scope(request, scope), {s.id: s.text for s in payload.sections})
+
+
+def _section(request: HttpRequest, scope: str, section_id: str) -> Section:
+    section = Section.objects.filter(scope=granted_scope(request, scope), section_id=section_id).first()
+    if section is None:
+        raise RequestRefused(404, "not_found", "no such section", field="section_id")
+    return section
+
+
+@router.get("/{scope}/sections/{path:section_id}", response=SectionOut)
+def get_section(request: HttpRequest, scope: str, section_id: str):
+    section = _section(request, scope, section_id)
+    return {"id": section.section_id, "text": section.text, "hash": section.hash, "updated_at": section.updated_at.isoformat()}
+
+
+@router.delete("/{scope}/sections/{path:section_id}", response={204: None})
+def delete_section(request: HttpRequest, scope: str, section_id: str):
+    _section(request, scope, section_id).delete()
+    return Status(204, None)

@@ -1,0 +1,26 @@
+"""Bearer-key authentication for the API, and the scope a key may use."""
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+
+from scopes.models import ApiKey, Scope
+from trails.errors import RequestRefused
+
+
+class ApiKeyAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        return ApiKey.objects.authenticate(token)
+
+
+def granted_scope(request: HttpRequest, slug: str) -> Scope:
+    """Returns the scope if the request's key grants it.
+
+    Raises:
+        RequestRefused: 404 whether the scope is missing or merely not granted, so
+        a key cannot learn which scopes exist elsewhere.
+    """
+    scope = request.auth.grants(slug)
+    if scope is None:
+        raise RequestRefused(404, "not_found", "no such scope", field="scope")
+    return scope

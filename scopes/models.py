@@ -1,0 +1,180 @@
+"""Scopes (the unit of isolation), their API keys and their section stores."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+from typing import Iterable
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models, transaction
+from django.utils import timezone
+
+from trails.core.banding import BandLayout, layout_for_threshold
+from trails.core.minhash import MinHashParams
+from trails.core.sections import section_hash
+
+
+class Scope(models.Model):
+    """A tenant, permission group or document set: nothing is matched across scopes."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    lexical_threshold = models.FloatField(
+        default=0.5,
+        validators=[MinValueValidator(0.05), MaxValueValidator(0.99)],
+        help_text="Estimated Jaccard similarity of word shingles a stored question needs to match.",
+    )
+    band_count = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Override of the LSH bands derived from the threshold."
+    )
+    band_rows = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Override of the rows per band derived from the threshold."
+    )
+    token_budget = models.PositiveIntegerField(
+        default=2000, validators=[MinValueValidator(1)], help_text="Default token budget of a prefetch."
+    )
+    active_ttl_days = models.PositiveIntegerField(default=30, validators=[MinValueValidator(1)])
+    pending_ttl_days = models.PositiveIntegerField(default=7, validators=[MinValueValidator(1)])
+    event_retention_days = models.PositiveIntegerField(default=90, validators=[MinValueValidator(1)])
+    keep_raw_queries = models.BooleanField(
+        default=False, help_text="Keep the query text of recall events (otherwise only outcomes and scores)."
+    )
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def minhash_params(self) -> MinHashParams:
+        return MinHashParams(settings.RAGTRAIL_MINHASH_PERMUTATIONS, settings.RAGTRAIL_MINHASH_SEED)
+
+    @property
+    def band_layout(self) -> BandLayout:
+        """The LSH layout: the admin's override, or the one derived from the threshold."""
+        if self.band_count and self.band_rows:
+            return BandLayout(self.band_count, self.band_rows)
+        return layout_for_threshold(round(self.lexical_threshold, 4), self.minhash_params.num_perm)
+
+    def expiry_for(self, active: bool, now=None) -> "timezone.datetime":
+        now = now or timezone.now()
+        return now + timedelta(days=self.active_ttl_days if active else self.pending_ttl_days)
+
+
+class SectionQuerySet(models.QuerySet):
+    def current(self, scope: Scope, section_ids: Iterable[str]) -> dict[str, "Section"]:
+        """Returns the scope's sections with these ids, by id; absent ids are not in the store."""
+        return {s.section_id: s for s in self.filter(scope=scope, section_id__in=list(section_ids))}
+
+
+class Section(models.Model):
+    """One section of a scope's documents, as the store holds it now."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="sections")
+    section_id = models.CharField(max_length=512)
+    text = models.TextField()
+    hash = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = SectionQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "section_id"], name="section_unique_in_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.scope.slug}:{self.section_id}"
+
+    @classmethod
+    def upsert(cls, scope: Scope, texts: dict[str, str], now=None) -> dict:
+        """Writes sections by id, hashing each text; unchanged texts are left untouched.
+
+        Returns:
+            {"created", "updated", "unchanged": counts, "changed_ids": ids created or
+            updated, in request order, "hashes": {id: hash} for every id sent}.
+        """
+        now = now or timezone.now()
+        hashes = {section_id: section_hash(text) for section_id, text in texts.items()}
+        with transaction.atomic():
+            existing = {
+                s.section_id: s
+                for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
+            }
+            created, updated = [], []
+            for section_id, text in texts.items():
+                current = existing.get(section_id)
+                if current is None:
+                    created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now))
+                elif current.hash != hashes[section_id]:
+                    current.text, current.hash, current.updated_at = text, hashes[section_id], now
+                    updated.append(current)
+            cls.objects.bulk_create(created, batch_size=500)
+            cls.objects.bulk_update(updated, ["text", "hash", "updated_at"], batch_size=500)
+        changed = {s.section_id for s in created} | {s.section_id for s in updated}
+        return {
+            "created": len(created),
+            "updated": len(updated),
+            "unchanged": len(texts) - len(changed),
+            "changed_ids": [section_id for section_id in texts if section_id in changed],
+            "hashes": hashes,
+        }
+
+
+KEY_PREFIX = "rt_"
+
+
+def _hash_secret(secret: str) -> str:
+    # Keys are 190 random bits, so one fast salted hash is enough; the secret key
+    # as salt keeps a leaked table from being checked against guessed keys.
+    return hmac.new(settings.SECRET_KEY.encode(), secret.encode(), hashlib.sha256).hexdigest()
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def authenticate(self, presented: str) -> "ApiKey | None":
+        """Returns the live key matching a presented `rt_<lookup>_<secret>` string, or None."""
+        if not presented.startswith(KEY_PREFIX):
+            return None
+        lookup, _, secret = presented[len(KEY_PREFIX):].partition("_")
+        if not lookup or not secret:
+            return None
+        key = self.filter(lookup=lookup, revoked_at__isnull=True).first()
+        if key is None or not hmac.compare_digest(key.secret_hash, _hash_secret(secret)):
+            return None
+        return key
+
+
+class ApiKey(models.Model):
+    """A bearer key for agents; it grants a list of scopes and is stored only as a hash."""
+
+    name = models.CharField(max_length=200, blank=True)
+    lookup = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    scopes = models.ManyToManyField(Scope, related_name="api_keys")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{KEY_PREFIX}{self.lookup}_… {self.name}".strip()
+
+    @classmethod
+    def issue(cls, scopes: Iterable[Scope], name: str = "") -> tuple["ApiKey", str]:
+        """Creates a key for these scopes; returns it with the full key text, shown only now."""
+        lookup = secrets.token_hex(6)
+        secret = secrets.token_urlsafe(24)
+        key = cls.objects.create(name=name, lookup=lookup, secret_hash=_hash_secret(secret))
+        key.scopes.set(list(scopes))
+        return key, f"{KEY_PREFIX}{lookup}_{secret}"
+
+    def grants(self, scope_slug: str) -> Scope | None:
+        """Returns the scope with this slug if the key grants it, else None (never telling which)."""
+        return self.scopes.filter(slug=scope_slug).first()

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, field_validator
+
+SectionId = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class StrictSchema(Schema):
+    # Unknown fields are refused so a misspelt field is an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SectionIn(StrictSchema):
+    id: SectionId
+    text: Annotated[str, Field(max_length=1_000_000)]
+
+
+class SectionsIn(StrictSchema):
+    sections: Annotated[list[SectionIn], Field(min_length=1, max_length=1000)]
+
+    @field_validator("sections")
+    @classmethod
+    def ids_are_unique(cls, sections: list[SectionIn]) -> list[SectionIn]:
+        seen: set[str] = set()
+        for section in sections:
+            if section.id in seen:
+                raise ValueError(f"section id {section.id!r} appears more than once")
+            seen.add(section.id)
+        return sections
+
+
+class SectionsOut(Schema):
+    created: int
+    updated: int
+    unchanged: int
+    changed_ids: list[str]
+    hashes: dict[str, str]
+
+
+class SectionOut(Schema):
+    id: str
+    text: str
+    hash: str
+    updated_at: str

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from scopes.models import ApiKey, Scope, Section
+
+
+class ApiClient:
+    """A JSON client for one API key."""
+
+    def __init__(self, key: str) -> None:
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {key}"}
+
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None):
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        kwargs = {"content_type": "application/json", "headers": self.headers}
+        if data is not None:
+            kwargs["data"] = data
+        return getattr(self.client, method)(f"/api/v1{path}", **kwargs)
+
+    def put_sections(self, scope: str, sections: dict[str, str]):
+        return self.call("put", f"/scopes/{scope}/sections", {"sections": [{"id": k, "text": v} for k, v in sections.items()]})
+
+    def record(self, scope: str, **body):
+        body.setdefault("signal", "accepted")
+        return self.call("post", f"/scopes/{scope}/trails", body)
+
+    def recall(self, scope: str, **body):
+        return self.call("post", f"/scopes/{scope}/recall", body)
+
+
+@pytest.fixture
+def scope(db) -> Scope:
+    return Scope.objects.create(slug="hospital", name="Hospital")
+
+
+@pytest.fixture
+def other_scope(db) -> Scope:
+    return Scope.objects.create(slug="other", name="Other")
+
+
+@pytest.fixture
+def api(scope: Scope) -> ApiClient:
+    _, key = ApiKey.issue([scope], name="test")
+    return ApiClient(key)
+
+
+@pytest.fixture
+def other_api(other_scope: Scope) -> ApiClient:
+    _, key = ApiKey.issue([other_scope], name="other")
+    return ApiClient(key)
+
+
+VISITING = {
+    "visiting/icu": "Intensive care visiting hours are 14:00 to 16:00, two visitors at a time.",
+    "visiting/ward": "General ward visiting hours are 10:00 to 20:00.",
+    "parking": "Visitors park in car park B; the first hour is free.",
+}
+
+
+@pytest.fixture
+def sections(scope: Scope) -> dict[str, str]:
+    Section.upsert(scope, VISITING)
+    return dict(VISITING)

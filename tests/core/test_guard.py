@@ -1,0 +1,45 @@
+import pytest
+
+from trails.core.guard import Lexicon, check_pair, question_terms
+
+
+def allowed(a: str, b: str, lexicon: Lexicon = Lexicon()) -> bool:
+    return check_pair(question_terms(a, lexicon), question_terms(b, lexicon)).allowed
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ("What are the ICU visiting hours?", "What are the general ward visiting hours?"),
+        ("How do I install Python 3.11?", "How do I install Python 3.12?"),
+        ("Can I park in car park B?", "Can't I park in car park B?"),
+        ("Why is my list not sorted?", "Why is my list sorted?"),
+    ],
+)
+def test_look_alikes_are_refused(a, b):
+    assert not allowed(a, b)
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ("How do I copy an object in Python?", "How can I copy an object in Python?"),
+        ("What are the visiting hours?", "what are the visiting hour"),
+    ],
+)
+def test_rewordings_in_function_words_pass(a, b):
+    assert allowed(a, b)
+
+
+def test_lexicon_makes_synonyms_one_term_and_keeps_others_apart():
+    lexicon = Lexicon.from_groups([["ICU", "intensive care", "critical care"]])
+    assert allowed("What are the ICU visiting hours?", "What are the intensive care visiting hours?", lexicon)
+    assert not allowed("What are the ICU visiting hours?", "What are the general ward visiting hours?", lexicon)
+
+
+def test_swapped_entities_are_refused():
+    assert not allowed("How do I convert a string to a number?", "How do I convert a number to a string?")
+
+
+def test_a_question_and_its_narrower_version_are_refused():
+    assert not allowed("What is Python?", "What is Python good for?")

@@ -1,0 +1,96 @@
+"""The section store API, API keys and the commands scripts use."""
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.utils import timezone
+
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import ApiClient
+from trails.core.sections import section_hash
+
+
+def test_upsert_reports_created_updated_unchanged_and_hashes(api, scope):
+    first = api.put_sections("hospital", {"a": "alpha", "b": "beta"}).json()
+    assert first == {"created": 2, "updated": 0, "unchanged": 0, "changed_ids": ["a", "b"], "hashes": {"a": section_hash("alpha"), "b": section_hash("beta")}}
+    second = api.put_sections("hospital", {"a": "alpha", "b": "beta 2", "c": "gamma"}).json()
+    assert (second["created"], second["updated"], second["unchanged"], second["changed_ids"]) == (1, 1, 1, ["b", "c"])
+
+
+def test_section_read_and_delete_with_ids_containing_slashes_and_hashes(api, scope):
+    api.put_sections("hospital", {"Doc/faq/general.rst#what-is-python": "Python is a language."})
+    path = "/scopes/hospital/sections/Doc/faq/general.rst%23what-is-python"
+    body = api.call("get", path).json()
+    assert body["id"] == "Doc/faq/general.rst#what-is-python" and body["hash"] == section_hash("Python is a language.")
+    assert api.call("delete", path).status_code == 204
+    assert api.call("get", path).status_code == 404
+    assert not Section.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"sections": []}, "sections"),
+        ({"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, "sections"),
+        ({"sections": [{"id": "", "text": "x"}]}, "sections.0.id"),
+        ({"sections": [{"id": "a", "text": 5}]}, "sections.0.text"),
+        ({"sections": [{"id": "a"}]}, "sections.0.text"),
+        ({}, "sections"),
+    ],
+)
+def test_bad_section_input_is_refused_and_changes_nothing(api, scope, body, field):
+    response = api.call("put", "/scopes/hospital/sections", body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == field
+    assert not Section.objects.exists()
+
+
+def test_requests_without_a_valid_key_are_refused(api, scope):
+    client = Client()
+    assert client.post("/api/v1/scopes/hospital/recall", {"query": "x"}, content_type="application/json").status_code == 401
+    bad = client.post("/api/v1/scopes/hospital/recall", {"query": "x"}, content_type="application/json", headers={"Authorization": "Bearer rt_nope_nope"})
+    assert bad.status_code == 401 and bad.json()["error"]["field"] == "Authorization"
+
+
+def test_revoked_key_is_refused(scope):
+    key, text = ApiKey.issue([scope])
+    client = ApiClient(text)
+    assert client.recall("hospital", query="hello there").status_code == 200
+    key.revoked_at = timezone.now()
+    key.save()
+    assert client.recall("hospital", query="hello there").status_code == 401
+
+
+def test_a_scope_the_key_does_not_grant_looks_exactly_like_a_missing_one(api, other_scope):
+    granted_elsewhere = api.recall("other", query="hello there")
+    missing = api.recall("does-not-exist", query="hello there")
+    assert granted_elsewhere.status_code == missing.status_code == 404
+    assert granted_elsewhere.json() == missing.json()
+
+
+def test_only_a_hash_of_the_key_is_stored(scope):
+    key, text = ApiKey.issue([scope])
+    secret = text.split("_", 2)[2]
+    assert secret not in key.secret_hash and text.startswith(f"rt_{key.lookup}_")
+    assert ApiKey.objects.authenticate(text) == key
+    assert ApiKey.objects.authenticate(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
+
+
+def test_create_scope_and_create_api_key_commands(db):
+    out = StringIO()
+    call_command("create_scope", "docs", stdout=out)
+    call_command("create_scope", "wiki", stdout=StringIO())
+    assert out.getvalue().strip() == "docs"
+    assert Scope.objects.get(slug="docs").token_budget == 2000
+    with pytest.raises(CommandError):
+        call_command("create_scope", "docs", stdout=StringIO())
+    out = StringIO()
+    call_command("create_api_key", "--scope", "docs", "--scope", "wiki", stdout=out)
+    printed = out.getvalue().strip()
+    assert printed.startswith("rt_") and "\n" not in printed
+    key = ApiKey.objects.authenticate(printed)
+    assert sorted(key.scopes.values_list("slug", flat=True)) == ["docs", "wiki"]
+    with pytest.raises(CommandError):
+        call_command("create_api_key", "--scope", "missing", stdout=StringIO())

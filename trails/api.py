@@ -1,0 +1,92 @@
+"""Recall, record and trail endpoints."""
+from __future__ import annotations
+
+import uuid
+
+from django.http import HttpRequest
+from ninja import Router, Status
+
+from scopes.auth import granted_scope
+from trails.errors import RequestRefused
+from trails.models import Trail
+from trails.recall import recall
+from trails.record import RecordInput, StepInput, record
+from trails.schemas import FeedbackIn, RecallIn, RecallOut, RecordIn, RecordOut, TrailOut
+
+router = Router(tags=["trails"])
+
+
+@router.post("/{scope}/recall", response=RecallOut)
+def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
+    result = recall(
+        granted_scope(request, scope),
+        payload.query,
+        partition=payload.partition,
+        token_budget=payload.token_budget,
+        dry_run=payload.dry_run,
+    )
+    return result.as_json()
+
+
+@router.post("/{scope}/trails", response={200: RecordOut, 201: RecordOut})
+def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
+    result = record(
+        granted_scope(request, scope),
+        RecordInput(
+            query=payload.query,
+            partition=payload.partition,
+            steps=[StepInput(s.tool, s.args, list(s.section_ids)) for s in payload.steps],
+            cited=list(payload.cited),
+            hashes=dict(payload.hashes),
+            signal=payload.signal,
+            answer=payload.answer,
+            idempotency_key=payload.idempotency_key,
+        ),
+    )
+    trail = result.trail
+    body = {"trail_id": str(trail.public_id), "status": trail.status, "reason": trail.reason or None}
+    # A replayed idempotency key answers 200 with the first result: nothing new was created.
+    return Status(201 if result.created else 200, body)
+
+
+def _trail(request: HttpRequest, scope: str, trail_id: str) -> Trail:
+    try:
+        public_id = uuid.UUID(trail_id)
+    except ValueError:
+        raise RequestRefused(404, "not_found", "no such trail", field="trail_id") from None
+    trail = Trail.objects.filter(scope=granted_scope(request, scope), public_id=public_id).first()
+    if trail is None:
+        raise RequestRefused(404, "not_found", "no such trail", field="trail_id")
+    return trail
+
+
+def _trail_json(trail: Trail) -> dict:
+    return {
+        "trail_id": str(trail.public_id),
+        "query": trail.query,
+        "partition": trail.partition,
+        "status": trail.display_status,
+        "signal": trail.signal,
+        "reason": trail.reason,
+        "steps": [{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in trail.recorded_steps()],
+        "cited": [{"id": c.section_id, "hash": c.recorded_hash} for c in trail.core_citations()],
+        "created_at": trail.created_at.isoformat(),
+        "expires_at": trail.expires_at.isoformat(),
+        "hit_count": trail.hit_count,
+        "last_hit_at": trail.last_hit_at.isoformat() if trail.last_hit_at else None,
+    }
+
+
+@router.get("/{scope}/trails/{trail_id}", response=TrailOut)
+def get_trail(request: HttpRequest, scope: str, trail_id: str):
+    return _trail_json(_trail(request, scope, trail_id))
+
+
+@router.post("/{scope}/trails/{trail_id}/feedback", response=TrailOut)
+def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackIn):
+    trail = _trail(request, scope, trail_id)
+    try:
+        trail.vote(payload.vote)
+    except ValueError as refusal:
+        raise RequestRefused(409, "conflict", str(refusal), field="vote") from None
+    return _trail_json(trail)

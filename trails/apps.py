@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TrailsConfig(AppConfig):
+    name = "trails"
+    verbose_name = "Trails"

@@ -1,0 +1,109 @@
+"""LSH banding: band layout from a threshold, and band keys for indexed lookup."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BandLayout:
+    """How a signature of `bands * rows` values is cut into bands."""
+
+    bands: int
+    rows: int
+
+    def __post_init__(self) -> None:
+        if self.bands < 1 or self.rows < 1:
+            raise ValueError(f"bands and rows must be positive, got {self.bands}x{self.rows}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.bands}x{self.rows}"
+
+    @classmethod
+    def from_label(cls, label: str) -> "BandLayout":
+        bands, _, rows = label.partition("x")
+        if not bands.isdigit() or not rows.isdigit():
+            raise ValueError(f"not a band layout label: {label!r}")
+        return cls(int(bands), int(rows))
+
+    def collision_probability(self, similarity: float) -> float:
+        """Probability that two items of this similarity share at least one band."""
+        return 1.0 - (1.0 - similarity**self.rows) ** self.bands
+
+
+def _integrate(values: np.ndarray, xs: np.ndarray) -> float:
+    return float(np.sum((values[1:] + values[:-1]) * np.diff(xs)) / 2.0)
+
+
+@lru_cache(maxsize=256)
+def layout_for_threshold(
+    threshold: float, num_values: int, false_positive_weight: float = 0.5
+) -> BandLayout:
+    """Chooses bands and rows for a similarity threshold.
+
+    Minimises the weighted area of false positives (similarity below the
+    threshold that still collides) and false negatives (above it that does not),
+    as datasketch's MinHashLSH does.
+
+    Args:
+        threshold: the similarity at which items should start to collide, in (0, 1).
+        num_values: the signature length; bands * rows never exceeds it.
+        false_positive_weight: weight of false positives; false negatives get the rest.
+
+    Returns:
+        The best layout.
+
+    Raises:
+        ValueError: the threshold is outside (0, 1).
+    """
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    below = np.linspace(0.0, threshold, 200)
+    above = np.linspace(threshold, 1.0, 200)
+    best: tuple[float, BandLayout] | None = None
+    for bands in range(1, num_values + 1):
+        for rows in range(1, num_values // bands + 1):
+            fp = _integrate(1.0 - (1.0 - below**rows) ** bands, below)
+            fn = _integrate((1.0 - above**rows) ** bands, above)
+            error = false_positive_weight * fp + (1.0 - false_positive_weight) * fn
+            if best is None or error < best[0]:
+                best = (error, BandLayout(bands, rows))
+    assert best is not None
+    return best[1]
+
+
+def band_keys(values: np.ndarray, layout: BandLayout, namespace: str = "") -> list[int]:
+    """Cuts a signature into bands and hashes each band to a signed 64-bit key.
+
+    The namespace (a partition, say) and the layout are part of every key, so
+    keys made in different partitions or with different layouts never meet.
+
+    Args:
+        values: the signature values; at least `layout.bands * layout.rows`.
+        layout: the band layout.
+        namespace: text folded into every key.
+
+    Returns:
+        One key per band, in band order, each fitting a database BIGINT.
+
+    Raises:
+        ValueError: the signature is shorter than the layout needs.
+    """
+    needed = layout.bands * layout.rows
+    if values.shape[0] < needed:
+        raise ValueError(f"layout {layout.label} needs {needed} values, signature has {values.shape[0]}")
+    prefix = f"{namespace}\x00{layout.label}\x00".encode("utf-8")
+    raw = np.ascontiguousarray(values[:needed]).tobytes()
+    width = len(raw) // needed * layout.rows
+    keys = []
+    for band in range(layout.bands):
+        digest = hashlib.blake2b(
+            prefix + band.to_bytes(2, "big") + raw[band * width : (band + 1) * width],
+            digest_size=8,
+        ).digest()
+        keys.append(int.from_bytes(digest, "big", signed=True))
+    return keys

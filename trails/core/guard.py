@@ -1,0 +1,142 @@
+"""The look-alike guard: two questions must agree on what makes each one specific.
+
+"What are the ICU visiting hours?" and "What are the general ward visiting
+hours?" share most of their words and embed close together, yet serving one's
+path for the other is wrong. Before a candidate can win, its question and the
+query must name the same numbers, agree on negation, leave no content term of
+either one unaccounted for (after mapping synonyms to one term), and put their
+shared terms in the same order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .normalise import words
+
+# Function words and question scaffolding: they carry no topic, so differing in
+# them ("how do I" / "how can I") never makes two questions different.
+STOPWORDS = frozenset(
+    """
+    a an the and or but if then than so as of at by for with about into onto from to in on
+    up down out over under off again further once here there when where why how what which
+    who whom whose this that these those is are was were be been being am do does did doing
+    done have has had having i me my mine myself we us our ours you your yours he him his she
+    her hers it its they them their theirs one ones some any each every all both few more
+    most other such own same very s t can could will would shall should may might must just
+    also too only ever really much many get got getting make way ways thing things
+    possible please someone something anyone anything people person use using used
+    tell know need want like go going
+    """.split()
+)
+
+NEGATIONS = frozenset("not no never none nobody nothing neither nor without cannot cant dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt".split())
+# "don't" normalises to "don t": the "t" after these stems is the negation.
+_NEGATED_STEMS = frozenset("don doesn didn isn aren wasn weren won wouldn shouldn couldn can haven hasn hadn ain".split())
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Synonyms of a scope: each term maps to the one canonical term it stands for.
+
+    Multi-word terms ("intensive care") are matched as phrases before single words.
+    """
+
+    canonical: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_groups(cls, groups: Iterable[Iterable[str]]) -> "Lexicon":
+        """Builds a lexicon from groups of equivalent terms; the first of each group is canonical."""
+        canonical: dict[str, str] = {}
+        for group in groups:
+            terms = [" ".join(words(t)) for t in group]
+            terms = [t for t in terms if t]
+            for term in terms:
+                canonical[term] = terms[0]
+        return cls(canonical)
+
+    @property
+    def longest_phrase(self) -> int:
+        return max((len(t.split()) for t in self.canonical), default=1)
+
+
+EMPTY_LEXICON = Lexicon()
+
+
+@dataclass(frozen=True)
+class QuestionTerms:
+    """What the guard compares: numbers, negation and content terms of one question."""
+
+    numbers: frozenset[str]
+    negated: bool
+    terms: frozenset[str]
+    order: tuple[str, ...] = ()  # content terms in order of first appearance
+
+
+def _singular(word: str) -> str:
+    # Crude plural folding so "hours"/"hour" and "queries"/"query" agree; a
+    # wrong fold only merges two forms of one word, never two topics.
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def question_terms(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> QuestionTerms:
+    """Extracts the terms the guard compares from a question."""
+    tokens = words(text)
+    numbers = frozenset(t for t in tokens if any(ch.isdigit() for ch in t))
+    negated = False
+    for i, token in enumerate(tokens):
+        if token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS):
+            negated = True
+    order: list[str] = []
+    longest = lexicon.longest_phrase
+    i = 0
+    while i < len(tokens):
+        for size in range(min(longest, len(tokens) - i), 0, -1):
+            phrase = " ".join(tokens[i : i + size])
+            if phrase in lexicon.canonical:
+                order.append(lexicon.canonical[phrase])
+                i += size
+                break
+        else:
+            token = tokens[i]
+            if token not in STOPWORDS and token not in NEGATIONS and token not in _NEGATED_STEMS and token not in numbers:
+                order.append(lexicon.canonical.get(_singular(token), _singular(token)))
+            i += 1
+    order = list(dict.fromkeys(order))
+    return QuestionTerms(numbers, negated, frozenset(order), tuple(order))
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    allowed: bool
+    reason: str = ""
+
+
+def check_pair(query: QuestionTerms, candidate: QuestionTerms, max_unshared_terms: int = 0) -> GuardVerdict:
+    """Decides whether a candidate question may answer for the query.
+
+    Args:
+        query: terms of the incoming question.
+        candidate: terms of the stored question.
+        max_unshared_terms: how many content terms may stand in one question and
+            not the other; 0 demands the same content terms.
+
+    Returns:
+        allowed, or refused with the reason (numbers, negation or terms).
+    """
+    if query.numbers != candidate.numbers:
+        return GuardVerdict(False, "numbers differ")
+    if query.negated != candidate.negated:
+        return GuardVerdict(False, "negation differs")
+    unshared = query.terms ^ candidate.terms
+    if len(unshared) > max_unshared_terms:
+        return GuardVerdict(False, "terms differ: " + ", ".join(sorted(unshared)))
+    shared = query.terms & candidate.terms
+    if [t for t in query.order if t in shared] != [t for t in candidate.order if t in shared]:
+        # "convert a string to a number" is not "convert a number to a string".
+        return GuardVerdict(False, "terms in another order")
+    return GuardVerdict(True)

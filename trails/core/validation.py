@@ -1,0 +1,84 @@
+"""The read-time check: are a trail's cited sections still what they were?"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping, Sequence
+
+
+class Outcome(str, Enum):
+    PREFETCH = "prefetch"
+    HINT = "hint"
+    MISS = "miss"
+
+
+class SectionStatus(str, Enum):
+    VALID = "valid"
+    CHANGED = "changed"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A section an answer cited, with its hash when the trail was recorded."""
+
+    section_id: str
+    recorded_hash: str
+
+
+@dataclass(frozen=True)
+class CurrentSection:
+    """A section as the store holds it now."""
+
+    hash: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SectionCheck:
+    """One cited section's state now; `text` is set only when the section is valid."""
+
+    section_id: str
+    status: SectionStatus
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Validation:
+    outcome: Outcome
+    sections: tuple[SectionCheck, ...]
+
+    def with_status(self, status: SectionStatus) -> list[str]:
+        """Returns the ids of the sections in the given state, in citation order."""
+        return [s.section_id for s in self.sections if s.status is status]
+
+
+def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection]) -> Validation:
+    """Compares each citation's recorded hash with the section's current one.
+
+    Args:
+        citations: the trail's citations, in the order the answer cited them.
+        current: the scope's current sections by id; a missing id was deleted.
+
+    Returns:
+        PREFETCH when every cited section is unchanged, HINT when some are, MISS
+        when none are (or nothing was cited). Text is carried only for unchanged
+        sections, so a changed section's text can never be served from here.
+    """
+    checks = []
+    for citation in citations:
+        section = current.get(citation.section_id)
+        if section is None:
+            checks.append(SectionCheck(citation.section_id, SectionStatus.DELETED))
+        elif section.hash != citation.recorded_hash:
+            checks.append(SectionCheck(citation.section_id, SectionStatus.CHANGED))
+        else:
+            checks.append(SectionCheck(citation.section_id, SectionStatus.VALID, section.text))
+    valid = sum(1 for c in checks if c.status is SectionStatus.VALID)
+    if checks and valid == len(checks):
+        outcome = Outcome.PREFETCH
+    elif valid:
+        outcome = Outcome.HINT
+    else:
+        outcome = Outcome.MISS
+    return Validation(outcome, tuple(checks))

@@ -1,0 +1,75 @@
+"""Loads the demo scope: the Python FAQ sections and a few recorded trails."""
+from __future__ import annotations
+
+import json
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from scopes.demo import faq_questions, faq_sections
+from scopes.models import ApiKey, Scope, Section
+from trails.models import Trail
+from trails.record import RecordInput, StepInput, record
+
+DEMO_SCOPE = "python-faq"
+DEMO_TRAILS = 25
+
+
+class Command(BaseCommand):
+    help = (
+        "Creates the python-faq demo scope with the FAQ at v3.6.0 and a few accepted trails, "
+        "a fresh demo API key and an admin login. --revision new moves the sections to v3.11.0 "
+        "so recalls show hints and misses."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--revision", choices=["old", "new"], default="old")
+        parser.add_argument("--no-credentials", action="store_true", help="do not issue a key or set the admin password")
+
+    def handle(self, *args, revision: str, no_credentials: bool, **options) -> None:
+        scope, _ = Scope.objects.get_or_create(slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True})
+        texts = faq_sections(revision)
+        with transaction.atomic():
+            summary = Section.upsert(scope, texts)
+            Section.objects.filter(scope=scope).exclude(section_id__in=list(texts)).delete()
+        self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
+
+        if revision == "old" and not Trail.objects.filter(scope=scope).exists():
+            questions = [q for q in faq_questions() if q["present_in"] == ["old", "new"]]
+            for q in questions[:: max(1, len(questions) // DEMO_TRAILS)][:DEMO_TRAILS]:
+                record(
+                    scope,
+                    RecordInput(
+                        query=q["question"],
+                        steps=[
+                            StepInput("search", {"query": q["question"]}, [q["section_id"]]),
+                            StepInput("read", {"id": q["section_id"]}, [q["section_id"]]),
+                        ],
+                        cited=[q["section_id"]],
+                        signal="accepted",
+                        idempotency_key=f"demo:{q['section_id']}",
+                    ),
+                )
+            self.stdout.write(f"trails recorded: {Trail.objects.filter(scope=scope).count()}")
+
+        if no_credentials:
+            return
+        ApiKey.objects.filter(name="demo").delete()
+        _, key = ApiKey.issue([scope], name="demo")
+        password = secrets.token_urlsafe(9)
+        user, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        recorded = list(Trail.objects.filter(scope=scope).order_by("id").values_list("query", flat=True)[:9])
+        example = recorded[-1] if recorded else "How do I convert between tuples and lists?"
+        body = json.dumps({"query": example}).replace("'", "'\\''")
+        self.stdout.write(
+            "\n"
+            f"  API key for scope {DEMO_SCOPE}: {key}\n"
+            f"  Admin login at /admin/: admin / {password}\n"
+            f"  Try: curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
+            f"         -d '{body}' http://127.0.0.1:8000/api/v1/scopes/{DEMO_SCOPE}/recall\n"
+        )

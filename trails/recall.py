@@ -1,0 +1,187 @@
+"""The recall pipeline: candidates by band keys, guard, validation on read, answer, event."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from scopes.models import Scope, Section
+from trails.core.banding import band_keys
+from trails.core.budget import count_tokens, cut_to_budget
+from trails.core.guard import check_pair, question_terms
+from trails.core.hint import hint_text
+from trails.core.minhash import MinHashSignature, minhash_query
+from trails.core.validation import CurrentSection, Outcome, SectionStatus, Validation, validate
+from trails.errors import RequestRefused
+from trails.models import RecallEvent, Trail
+
+# A trail whose sections all changed is marked stale and the next candidate is
+# tried; this bounds how many such trails one recall may step over.
+MAX_VALIDATED_CANDIDATES = 3
+
+
+@dataclass
+class Candidate:
+    trail: Trail
+    similarity: float
+
+
+@dataclass
+class RecallResult:
+    outcome: Outcome
+    matcher: str = "lexical"
+    recall_id: str | None = None
+    trail: Trail | None = None
+    similarity: float | None = None
+    matched_query: str | None = None
+    sections: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    hint: str | None = None
+    tokens: int = 0
+    truncated: bool = False
+    stale_trail_ids: list[str] = field(default_factory=list)
+    candidates: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "recall_id": self.recall_id,
+            "trail_id": str(self.trail.public_id) if self.trail else None,
+            "matcher": self.matcher,
+            "similarity": self.similarity,
+            "matched_query": self.matched_query,
+            "sections": self.sections,
+            "steps": self.steps,
+            "hint": self.hint,
+            "tokens": self.tokens,
+            "truncated": self.truncated,
+        }
+
+
+def rank_candidates(scope: Scope, query: str, signature: MinHashSignature, partition: str, now: datetime) -> tuple[list[Candidate], int]:
+    """Returns the candidates that pass the threshold and the guard, best first, and how many were read."""
+    keys = band_keys(signature.values, scope.band_layout, namespace=partition)
+    trails = list(
+        Trail.objects.candidates(scope, partition, keys, now).only(
+            "id", "public_id", "query", "lexical_params", "lexical_signature", "created_at", "scope_id", "partition"
+        )
+    )
+    query_terms = question_terms(query)
+    passing = []
+    for trail in trails:
+        similarity = signature.jaccard(trail.signature())
+        if similarity < scope.lexical_threshold:
+            continue
+        if not check_pair(query_terms, question_terms(trail.query)).allowed:
+            continue
+        passing.append(Candidate(trail, similarity))
+    passing.sort(key=lambda c: (c.similarity, c.trail.created_at), reverse=True)
+    return passing, len(trails)
+
+
+def recall(
+    scope: Scope,
+    query: str,
+    partition: str = "",
+    token_budget: int | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> RecallResult:
+    """Finds the most similar recorded question in the scope and checks its sections now.
+
+    Args:
+        scope: the scope to look in; nothing outside it is read.
+        query: the agent's question.
+        partition: narrows matching to trails recorded with the same partition.
+        token_budget: the most tokens of section text to return (default: the scope's).
+        dry_run: answer as recall would, but mark nothing stale, count no hit, log no event.
+
+    Returns:
+        prefetch with the sections' current text, hint with the valid and changed
+        sections and where to start, or miss.
+
+    Raises:
+        RequestRefused: the query has no words.
+    """
+    started = time.perf_counter()
+    now = now or timezone.now()
+    budget = scope.token_budget if token_budget is None else token_budget
+    try:
+        signature = minhash_query(query, scope.minhash_params)
+    except ValueError:
+        raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
+
+    candidates, read = rank_candidates(scope, query, signature, partition, now)
+    result = RecallResult(Outcome.MISS, candidates=read)
+    stale: list[Trail] = []
+    for candidate in candidates[:MAX_VALIDATED_CANDIDATES]:
+        citations = candidate.trail.core_citations()
+        current = {
+            s.section_id: CurrentSection(s.hash, s.text)
+            for s in Section.objects.current(scope, [c.section_id for c in citations]).values()
+        }
+        validation = validate(citations, current)
+        if validation.outcome is Outcome.MISS:
+            stale.append(candidate.trail)
+            continue
+        result = _answer(candidate, validation, budget)
+        result.candidates = read
+        break
+    else:
+        if stale:
+            result.trail, result.similarity = stale[0], candidates[0].similarity
+            result.matched_query = stale[0].query
+    result.stale_trail_ids = [str(t.public_id) for t in stale]
+
+    if not dry_run:
+        if stale:
+            Trail.mark_stale([t.id for t in stale], now)
+        if result.outcome is not Outcome.MISS and result.trail is not None:
+            Trail.count_hit(result.trail.id, now)
+        event = RecallEvent.objects.create(
+            scope=scope,
+            created_at=now,
+            outcome=result.outcome.value,
+            similarity=result.similarity,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            trail=result.trail,
+            matcher=result.matcher,
+            stale_marked=len(stale),
+            query=query if scope.keep_raw_queries else "",
+        )
+        result.recall_id = str(event.public_id)
+    return result
+
+
+def _answer(candidate: Candidate, validation: Validation, budget: int) -> RecallResult:
+    trail = candidate.trail
+    steps = trail.recorded_steps()
+    result = RecallResult(
+        validation.outcome,
+        trail=trail,
+        similarity=round(candidate.similarity, 4),
+        matched_query=trail.query,
+        steps=[{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in steps],
+    )
+    if validation.outcome is Outcome.PREFETCH:
+        cut = cut_to_budget([(s.section_id, s.text or "") for s in validation.sections], budget)
+        result.sections = [
+            {"id": part.section_id, "status": SectionStatus.VALID.value, "text": part.text, "tokens": part.tokens, "truncated": part.truncated}
+            for part in cut.parts
+        ]
+        result.tokens, result.truncated = cut.tokens, cut.truncated
+    else:
+        result.sections = [{"id": s.section_id, "status": s.status.value} for s in validation.sections]
+        result.hint = hint_text(
+            trail.query,
+            candidate.similarity,
+            validation.with_status(SectionStatus.VALID),
+            validation.with_status(SectionStatus.CHANGED),
+            validation.with_status(SectionStatus.DELETED),
+            steps,
+        )
+        result.tokens = count_tokens(result.hint)
+    return result

@@ -1,0 +1,159 @@
+"""Admission of a trail: validate, check the signal and the answer, sign, index."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scopes.models import Scope, Section
+from trails.core.banding import band_keys
+from trails.core.minhash import minhash_query
+from trails.core.normalise import normalise_query
+from trails.core.refusal import says_sources_do_not_answer
+from trails.errors import RequestRefused
+from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Signal, Step, Trail, TrailSignal, TrailStatus
+
+
+@dataclass(frozen=True)
+class StepInput:
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    section_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RecordInput:
+    query: str
+    cited: list[str]
+    steps: list[StepInput] = field(default_factory=list)
+    partition: str = ""
+    hashes: dict[str, str] = field(default_factory=dict)
+    signal: str | None = None
+    answer: str | None = None
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        """A hash of everything that defines the request, to spot a reused idempotency key."""
+        payload = {
+            "query": self.query,
+            "cited": self.cited,
+            "steps": [[s.tool, s.args, s.section_ids] for s in self.steps],
+            "partition": self.partition,
+            "hashes": self.hashes,
+            "signal": self.signal,
+            "answer": hashlib.sha256((self.answer or "").encode()).hexdigest(),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    trail: Trail
+    created: bool
+
+
+def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> RecordResult:
+    """Stores a trail in a scope, or refuses it.
+
+    Returns:
+        The trail and whether it was created now (False when an idempotency key
+        returned the first result).
+
+    Raises:
+        RequestRefused: 422 for input that cannot be a trail, 409 when a sent hash
+        differs from the store's current one or an idempotency key is reused with
+        other input. Nothing is written when it raises.
+    """
+    now = now or timezone.now()
+    fingerprint = request.fingerprint()
+    if request.idempotency_key:
+        earlier = _earlier_result(scope, request.idempotency_key, fingerprint)
+        if earlier is not None:
+            return RecordResult(earlier, created=False)
+
+    normalised = normalise_query(request.query)
+    if not normalised:
+        raise RequestRefused(422, "invalid", "query has no words to match on", field="query")
+    cited = list(dict.fromkeys(request.cited))
+    current = Section.objects.current(scope, cited)
+    missing = [section_id for section_id in cited if section_id not in current]
+    if missing:
+        raise RequestRefused(
+            422, "unknown_section", "cited sections are not in the scope's section store", field="cited", section_ids=missing
+        )
+    not_cited = [section_id for section_id in request.hashes if section_id not in current]
+    if not_cited:
+        raise RequestRefused(422, "invalid", "hashes name sections that are not cited", field="hashes", section_ids=not_cited)
+    changed = [section_id for section_id, sent in request.hashes.items() if current[section_id].hash != sent]
+    if changed:
+        raise RequestRefused(
+            409, "section_changed", "the agent read a version of these sections that has since changed",
+            field="hashes", section_ids=changed,
+        )
+
+    if request.answer is not None and says_sources_do_not_answer(request.answer):
+        status, reason = TrailStatus.REJECTED, "the answer says its sources do not answer the question"
+    elif request.signal in POSITIVE_SIGNALS:
+        status, reason = TrailStatus.ACTIVE, ""
+    else:
+        status, reason = TrailStatus.PENDING, "no positive signal: waiting for approval"
+
+    signature = minhash_query(request.query, scope.minhash_params)
+    layout = scope.band_layout
+    trail = Trail(
+        scope=scope,
+        partition=request.partition,
+        query=request.query,
+        normalised_query=normalised,
+        status=status,
+        signal=request.signal or "",
+        reason=reason,
+        lexical_params=signature.params.label,
+        lexical_signature=signature.to_bytes(),
+        band_layout=layout.label,
+        created_at=now,
+        expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
+        idempotency_key=request.idempotency_key,
+        request_fingerprint=fingerprint,
+    )
+    try:
+        with transaction.atomic():
+            trail.save()
+            Step.objects.bulk_create(
+                Step(trail=trail, position=i, tool=s.tool, args=s.args, section_ids=s.section_ids)
+                for i, s in enumerate(request.steps)
+            )
+            Citation.objects.bulk_create(
+                Citation(trail=trail, scope=scope, position=i, section_id=section_id, hash=current[section_id].hash)
+                for i, section_id in enumerate(cited)
+            )
+            # A rejected trail can never be served, so it gets no band keys.
+            if status != TrailStatus.REJECTED:
+                BandKey.objects.bulk_create(
+                    BandKey(trail=trail, scope=scope, key=key)
+                    for key in band_keys(signature.values, layout, namespace=request.partition)
+                )
+            if request.signal:
+                TrailSignal.objects.create(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)
+    except IntegrityError:
+        # Two requests with one idempotency key raced; the other one won.
+        if request.idempotency_key:
+            earlier = _earlier_result(scope, request.idempotency_key, fingerprint)
+            if earlier is not None:
+                return RecordResult(earlier, created=False)
+        raise
+    return RecordResult(trail, created=True)
+
+
+def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:
+    earlier = Trail.objects.filter(scope=scope, idempotency_key=idempotency_key).first()
+    if earlier is not None and earlier.request_fingerprint != fingerprint:
+        raise RequestRefused(
+            409, "idempotency_key_reused", "this idempotency key was used for a different trail", field="idempotency_key"
+        )
+    return earlier

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from ninja import Schema
+from pydantic import Field
+
+from scopes.schemas import SectionId, StrictSchema
+
+Query = Annotated[str, Field(min_length=1, max_length=2000)]
+Partition = Annotated[str, Field(max_length=200)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class RecallIn(StrictSchema):
+    query: Query
+    partition: Partition = ""
+    token_budget: Optional[Annotated[int, Field(ge=0, le=200_000)]] = None
+    dry_run: bool = False
+
+
+class SectionResult(Schema):
+    id: str
+    status: Literal["valid", "changed", "deleted"]
+    text: Optional[str] = None
+    tokens: Optional[int] = None
+    truncated: Optional[bool] = None
+
+
+class StepOut(Schema):
+    tool: str
+    args: dict[str, Any]
+    section_ids: list[str]
+
+
+class RecallOut(Schema):
+    outcome: Literal["prefetch", "hint", "miss"]
+    recall_id: Optional[str]
+    trail_id: Optional[str]
+    matcher: str
+    similarity: Optional[float]
+    matched_query: Optional[str]
+    sections: list[SectionResult]
+    steps: list[StepOut]
+    hint: Optional[str]
+    tokens: int
+    truncated: bool
+
+
+class StepIn(StrictSchema):
+    tool: Annotated[str, Field(min_length=1, max_length=200)]
+    args: dict[str, Any] = {}
+    section_ids: Annotated[list[SectionId], Field(max_length=100)] = []
+
+
+class RecordIn(StrictSchema):
+    query: Query
+    partition: Partition = ""
+    steps: Annotated[list[StepIn], Field(max_length=50)] = []
+    cited: Annotated[list[SectionId], Field(min_length=1, max_length=100)]
+    hashes: dict[SectionId, Sha256] = {}
+    signal: Optional[Literal["accepted", "user", "verifier"]] = None
+    answer: Optional[Annotated[str, Field(max_length=100_000)]] = None
+    idempotency_key: Optional[Annotated[str, Field(min_length=1, max_length=200)]] = None
+
+
+class RecordOut(Schema):
+    trail_id: str
+    status: str
+    reason: Optional[str] = None
+
+
+class CitationOut(Schema):
+    id: str
+    hash: str
+
+
+class TrailOut(Schema):
+    trail_id: str
+    query: str
+    partition: str
+    status: str
+    signal: str
+    reason: str
+    steps: list[StepOut]
+    cited: list[CitationOut]
+    created_at: str
+    expires_at: str
+    hit_count: int
+    last_hit_at: Optional[str]
+
+
+class FeedbackIn(StrictSchema):
+    vote: Literal["up", "down"]
