@@ -1,18 +1,21 @@
 """Trails (recorded paths to an answer), their steps, citations, band keys and recall events."""
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from scopes.models import Scope
+from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.core.minhash import MinHashParams, MinHashSignature
 from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import CurrentSection
 
 
 class TrailStatus(models.TextChoices):
@@ -38,13 +41,36 @@ class TrailQuerySet(models.QuerySet):
         """Trails recall may return: this scope and partition, active, not expired."""
         return self.filter(scope=scope, partition=partition, status=TrailStatus.ACTIVE, expires_at__gt=now)
 
-    def candidates(self, scope: Scope, partition: str, keys: Sequence[int], now: datetime) -> "TrailQuerySet":
-        """Servable trails that share at least one band key with the query.
+    def candidate_rows(self, scope: Scope, partition: str, keys: Sequence[int], now: datetime) -> list[CandidateRow]:
+        """Servable trails sharing at least one band key with the query.
 
         A key read on the (scope, key) index, never a scan over the scope's trails.
+        Written as SQL because the ORM spent longer compiling this query than the
+        database spent answering it, on every recall.
         """
-        sharing = BandKey.objects.filter(scope=scope, key__in=list(keys)).values("trail_id")
-        return self.servable(scope, partition, now).filter(id__in=sharing)
+        if not keys:
+            return []
+        trail, band = Trail._meta.db_table, BandKey._meta.db_table
+        placeholders = ", ".join(["%s"] * len(keys))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT t.id, t.public_id, t.query, t.lexical_params, t.lexical_signature FROM {trail} t "
+                f"WHERE t.id IN (SELECT b.trail_id FROM {band} b WHERE b.scope_id = %s AND b.key IN ({placeholders})) "
+                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s",
+                [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now],
+            )
+            return [
+                CandidateRow(row[0], uuid.UUID(str(row[1])), row[2], row[3], bytes(row[4])) for row in cursor.fetchall()
+            ]
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    id: int
+    public_id: uuid.UUID
+    query: str
+    lexical_params: str
+    lexical_signature: bytes
 
 
 class Trail(models.Model):
@@ -93,8 +119,30 @@ class Trail(models.Model):
     def core_citations(self) -> list[CoreCitation]:
         return [CoreCitation(c.section_id, c.hash) for c in self.citations.order_by("position")]
 
+    def path_now(self) -> tuple[list[CoreCitation], dict[str, CurrentSection], list[RecordedStep]]:
+        """Returns the citations, the cited sections as the store holds them now, and the steps.
+
+        One query (recall's hot path): citations joined to the section store, and the
+        steps, as one result.
+        """
+        section, citation, step = Section._meta.db_table, Citation._meta.db_table, Step._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 0, c.position, c.section_id, c.hash, s.hash, s.text FROM {citation} c "
+                f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id WHERE c.trail_id = %s "
+                f"UNION ALL SELECT 1, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), NULL "
+                f"FROM {step} p WHERE p.trail_id = %s ORDER BY 1, 2",
+                [self.id, self.id],
+            )
+            rows = cursor.fetchall()
+        citations = [CoreCitation(r[2], r[3]) for r in rows if r[0] == 0]
+        current = {r[2]: CurrentSection(r[4], r[5]) for r in rows if r[0] == 0 and r[4] is not None}
+        steps = [RecordedStep(r[2], json.loads(r[3]), tuple(json.loads(r[4]))) for r in rows if r[0] == 1]
+        return citations, current, steps
+
     def recorded_steps(self) -> list[RecordedStep]:
-        return [RecordedStep(s.tool, s.args, tuple(s.section_ids)) for s in self.steps.order_by("position")]
+        rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")
+        return [RecordedStep(tool, args, tuple(section_ids)) for tool, args, section_ids in rows]
 
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
@@ -129,20 +177,6 @@ class Trail(models.Model):
             raise ValueError(f"unknown vote {vote!r}")
         self.save(update_fields=["status", "expires_at", "reason"])
         TrailSignal.objects.create(trail=self, signal=vote, source=TrailSignal.Source.FEEDBACK, created_at=now)
-
-    @classmethod
-    def mark_stale(cls, trail_ids: Sequence[int], now: datetime) -> int:
-        """Marks active trails stale; returns how many changed (already stale ones are left)."""
-        if not trail_ids:
-            return 0
-        return cls.objects.filter(id__in=list(trail_ids), status=TrailStatus.ACTIVE).update(
-            status=TrailStatus.STALE, stale_at=now, reason="every cited section changed"
-        )
-
-    @classmethod
-    def count_hit(cls, trail_id: int, now: datetime) -> None:
-        cls.objects.filter(id=trail_id).update(hit_count=F("hit_count") + 1, last_hit_at=now)
-
 
 class Step(models.Model):
     """One tool call on a trail's path."""
@@ -223,3 +257,62 @@ class RecallEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["scope", "created_at"], name="recallevent_scope_time")]
+
+
+def _prep(model: type[models.Model], field: str, value):
+    return model._meta.get_field(field).get_db_prep_value(value, connection)
+
+
+def write_recall_effects(
+    *,
+    scope: Scope,
+    outcome: str,
+    similarity: float | None,
+    latency_ms: float,
+    trail_id: int | None,
+    hit: bool,
+    stale_ids: Sequence[int],
+    matcher: str,
+    query: str,
+    now: datetime,
+) -> uuid.UUID:
+    """Marks trails stale, counts the hit and logs the recall event, in one transaction.
+
+    Returns:
+        The event's public id (the recall id).
+    """
+    public_id = uuid.uuid4()
+    trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
+    statements: list[tuple[str, list]] = []
+    if stale_ids:
+        statements.append((
+            f"UPDATE {trail} SET status = %s, stale_at = %s, reason = %s WHERE id IN ({', '.join(['%s'] * len(stale_ids))}) AND status = %s",
+            [TrailStatus.STALE.value, _prep(Trail, "stale_at", now), "every cited section changed", *stale_ids, TrailStatus.ACTIVE.value],
+        ))
+    if hit and trail_id is not None:
+        statements.append((
+            f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s",
+            [_prep(Trail, "last_hit_at", now), trail_id],
+        ))
+    statements.append((
+        f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, stale_marked, query) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
+         similarity, latency_ms, trail_id, matcher, len(stale_ids), query],
+    ))
+    if connection.vendor == "postgresql":
+        # One round trip: psycopg's client-side binding (Django's default) sends the
+        # statements as one query string, which PostgreSQL runs as one transaction.
+        # These writes are bookkeeping: a crash may lose the last few hits and events,
+        # and a lost stale mark is found again by the next recall, which validates on
+        # read; so the commit need not wait for the WAL flush.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SET LOCAL synchronous_commit TO OFF; " + "; ".join(sql for sql, _ in statements),
+                [p for _, params in statements for p in params],
+            )
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+    return public_id

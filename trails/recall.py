@@ -8,15 +8,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from scopes.models import Scope, Section
-from trails.core.banding import band_keys
+from scopes.models import Scope
+from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.guard import check_pair, question_terms
-from trails.core.hint import hint_text
+from trails.core.hint import RecordedStep, hint_text
 from trails.core.minhash import MinHashSignature, minhash_query
-from trails.core.validation import CurrentSection, Outcome, SectionStatus, Validation, validate
+from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from trails.errors import RequestRefused
-from trails.models import RecallEvent, Trail
+from trails.models import Trail, write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
@@ -63,23 +63,19 @@ class RecallResult:
 
 def rank_candidates(scope: Scope, query: str, signature: MinHashSignature, partition: str, now: datetime) -> tuple[list[Candidate], int]:
     """Returns the candidates that pass the threshold and the guard, best first, and how many were read."""
-    keys = band_keys(signature.values, scope.band_layout, namespace=partition)
-    trails = list(
-        Trail.objects.candidates(scope, partition, keys, now).only(
-            "id", "public_id", "query", "lexical_params", "lexical_signature", "created_at", "scope_id", "partition"
-        )
-    )
+    keys = lexical_band_keys(query, signature.params, scope.band_layout, namespace=partition)
+    rows = Trail.objects.candidate_rows(scope, partition, keys, now)
+    similarities = jaccard_many(signature, [r.lexical_signature for r in rows], [r.lexical_params for r in rows])
     query_terms = question_terms(query)
     passing = []
-    for trail in trails:
-        similarity = signature.jaccard(trail.signature())
-        if similarity < scope.lexical_threshold:
+    for row, similarity in zip(rows, similarities):
+        if similarity < scope.lexical_threshold or not check_pair(query_terms, question_terms(row.query)).allowed:
             continue
-        if not check_pair(query_terms, question_terms(trail.query)).allowed:
-            continue
-        passing.append(Candidate(trail, similarity))
-    passing.sort(key=lambda c: (c.similarity, c.trail.created_at), reverse=True)
-    return passing, len(trails)
+        trail = Trail(id=row.id, public_id=row.public_id, query=row.query, scope=scope, partition=partition)
+        passing.append(Candidate(trail, float(similarity)))
+    # Equal similarity: the newest trail (highest id) first.
+    passing.sort(key=lambda c: (c.similarity, c.trail.id), reverse=True)
+    return passing, len(rows)
 
 
 def recall(
@@ -118,16 +114,12 @@ def recall(
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Trail] = []
     for candidate in candidates[:MAX_VALIDATED_CANDIDATES]:
-        citations = candidate.trail.core_citations()
-        current = {
-            s.section_id: CurrentSection(s.hash, s.text)
-            for s in Section.objects.current(scope, [c.section_id for c in citations]).values()
-        }
+        citations, current, steps = candidate.trail.path_now()
         validation = validate(citations, current)
         if validation.outcome is Outcome.MISS:
             stale.append(candidate.trail)
             continue
-        result = _answer(candidate, validation, budget)
+        result = _answer(candidate, validation, steps, budget)
         result.candidates = read
         break
     else:
@@ -137,28 +129,24 @@ def recall(
     result.stale_trail_ids = [str(t.public_id) for t in stale]
 
     if not dry_run:
-        if stale:
-            Trail.mark_stale([t.id for t in stale], now)
-        if result.outcome is not Outcome.MISS and result.trail is not None:
-            Trail.count_hit(result.trail.id, now)
-        event = RecallEvent.objects.create(
+        recall_id = write_recall_effects(
             scope=scope,
-            created_at=now,
             outcome=result.outcome.value,
             similarity=result.similarity,
             latency_ms=(time.perf_counter() - started) * 1000.0,
-            trail=result.trail,
+            trail_id=result.trail.id if result.trail else None,
+            hit=result.outcome is not Outcome.MISS,
+            stale_ids=[t.id for t in stale],
             matcher=result.matcher,
-            stale_marked=len(stale),
             query=query if scope.keep_raw_queries else "",
+            now=now,
         )
-        result.recall_id = str(event.public_id)
+        result.recall_id = str(recall_id)
     return result
 
 
-def _answer(candidate: Candidate, validation: Validation, budget: int) -> RecallResult:
+def _answer(candidate: Candidate, validation: Validation, steps: list[RecordedStep], budget: int) -> RecallResult:
     trail = candidate.trail
-    steps = trail.recorded_steps()
     result = RecallResult(
         validation.outcome,
         trail=trail,

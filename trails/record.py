@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.core.banding import band_keys
+from trails.core.lexical import lexical_band_keys
 from trails.core.minhash import minhash_query
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
@@ -76,8 +76,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
         if earlier is not None:
             return RecordResult(earlier, created=False)
 
-    normalised = normalise_query(request.query)
-    if not normalised:
+    if not normalise_query(request.query):
         raise RequestRefused(422, "invalid", "query has no words to match on", field="query")
     cited = list(dict.fromkeys(request.cited))
     current = Section.objects.current(scope, cited)
@@ -103,43 +102,9 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
     else:
         status, reason = TrailStatus.PENDING, "no positive signal: waiting for approval"
 
-    signature = minhash_query(request.query, scope.minhash_params)
-    layout = scope.band_layout
-    trail = Trail(
-        scope=scope,
-        partition=request.partition,
-        query=request.query,
-        normalised_query=normalised,
-        status=status,
-        signal=request.signal or "",
-        reason=reason,
-        lexical_params=signature.params.label,
-        lexical_signature=signature.to_bytes(),
-        band_layout=layout.label,
-        created_at=now,
-        expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
-        idempotency_key=request.idempotency_key,
-        request_fingerprint=fingerprint,
-    )
+    rows = TrailRows.build(scope, request, current, status, reason, now, fingerprint)
     try:
-        with transaction.atomic():
-            trail.save()
-            Step.objects.bulk_create(
-                Step(trail=trail, position=i, tool=s.tool, args=s.args, section_ids=s.section_ids)
-                for i, s in enumerate(request.steps)
-            )
-            Citation.objects.bulk_create(
-                Citation(trail=trail, scope=scope, position=i, section_id=section_id, hash=current[section_id].hash)
-                for i, section_id in enumerate(cited)
-            )
-            # A rejected trail can never be served, so it gets no band keys.
-            if status != TrailStatus.REJECTED:
-                BandKey.objects.bulk_create(
-                    BandKey(trail=trail, scope=scope, key=key)
-                    for key in band_keys(signature.values, layout, namespace=request.partition)
-                )
-            if request.signal:
-                TrailSignal.objects.create(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)
+        TrailRows.save_all([rows])
     except IntegrityError:
         # Two requests with one idempotency key raced; the other one won.
         if request.idempotency_key:
@@ -147,7 +112,83 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             if earlier is not None:
                 return RecordResult(earlier, created=False)
         raise
-    return RecordResult(trail, created=True)
+    return RecordResult(rows.trail, created=True)
+
+
+@dataclass
+class TrailRows:
+    """The rows one trail is stored as, built before any is written."""
+
+    trail: Trail
+    steps: list[Step]
+    citations: list[Citation]
+    band_keys: list[BandKey]
+    signals: list[TrailSignal]
+
+    @classmethod
+    def build(
+        cls,
+        scope: Scope,
+        request: RecordInput,
+        current: dict[str, Section],
+        status: str,
+        reason: str,
+        now: datetime,
+        fingerprint: str = "",
+    ) -> "TrailRows":
+        """Signs the query and lays out every row; `current` holds each cited section."""
+        signature = minhash_query(request.query, scope.minhash_params)
+        layout = scope.band_layout
+        trail = Trail(
+            scope=scope,
+            partition=request.partition,
+            query=request.query,
+            normalised_query=normalise_query(request.query),
+            status=status,
+            signal=request.signal or "",
+            reason=reason,
+            lexical_params=signature.params.label,
+            lexical_signature=signature.to_bytes(),
+            band_layout=layout.label,
+            created_at=now,
+            expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
+            idempotency_key=request.idempotency_key,
+            request_fingerprint=fingerprint,
+        )
+        cited = list(dict.fromkeys(request.cited))
+        return cls(
+            trail=trail,
+            steps=[
+                Step(trail=trail, position=i, tool=s.tool, args=s.args, section_ids=s.section_ids)
+                for i, s in enumerate(request.steps)
+            ],
+            citations=[
+                Citation(trail=trail, scope=scope, position=i, section_id=section_id, hash=current[section_id].hash)
+                for i, section_id in enumerate(cited)
+            ],
+            # A rejected trail can never be served, so it gets no band keys.
+            band_keys=[]
+            if status == TrailStatus.REJECTED
+            else [
+                BandKey(trail=trail, scope=scope, key=key)
+                for key in lexical_band_keys(request.query, signature.params, layout, namespace=request.partition)
+            ],
+            signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
+            if request.signal
+            else [],
+        )
+
+    @staticmethod
+    def save_all(all_rows: list["TrailRows"]) -> None:
+        """Writes the trails and their rows in one transaction, a few statements in all."""
+        with transaction.atomic():
+            Trail.objects.bulk_create([rows.trail for rows in all_rows])
+            for model, attribute in ((Step, "steps"), (Citation, "citations"), (BandKey, "band_keys"), (TrailSignal, "signals")):
+                children = [child for rows in all_rows for child in getattr(rows, attribute)]
+                for child in children:
+                    # bulk_create filled in the trail ids after the children were built.
+                    child.trail_id = child.trail.id
+                model.objects.bulk_create(children, batch_size=2000)
 
 
 def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from .normalise import words
+from .normalise import shingles, words
 
 # Function words and question scaffolding: they carry no topic, so differing in
 # them ("how do I" / "how can I") never makes two questions different.
@@ -140,3 +140,19 @@ def check_pair(query: QuestionTerms, candidate: QuestionTerms, max_unshared_term
         # "convert a string to a number" is not "convert a number to a string".
         return GuardVerdict(False, "terms in another order")
     return GuardVerdict(True)
+
+
+def content_shingles(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> set[str]:
+    """Returns the content terms of a question and their adjacent pairs.
+
+    Candidates are found by these rather than by all shingles: two questions that
+    share only "how do I" should not meet at all, while any pair the guard lets
+    through has the same content terms in the same order, so the same set here.
+    A question made only of function words falls back to all its shingles.
+    """
+    order = question_terms(text, lexicon).order
+    if not order:
+        return shingles(text)
+    result = set(order)
+    result.update(f"{a} {b}" for a, b in zip(order, order[1:]))
+    return result

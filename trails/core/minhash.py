@@ -113,10 +113,19 @@ def minhash_of_hashes(hashes: Iterable[int], params: MinHashParams) -> MinHashSi
     return MinHashSignature(params, permuted.min(axis=1).astype(np.uint32))
 
 
+def minhash_of_shingles(items: Iterable[str], params: MinHashParams) -> MinHashSignature:
+    """Signs a set of shingles.
+
+    Raises:
+        ValueError: the set is empty.
+    """
+    return minhash_of_hashes((stable_hash32(s) for s in items), params)
+
+
 def minhash_query(text: str, params: MinHashParams) -> MinHashSignature:
     """Signs a query's shingle set (see `normalise.shingles`).
 
     Raises:
         ValueError: the query has no words.
     """
-    return minhash_of_hashes((stable_hash32(s) for s in shingles(text)), params)
+    return minhash_of_shingles(shingles(text), params)

@@ -1,0 +1,40 @@
+"""The lexical matcher's two signatures: one to find candidates, one to score them."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .banding import BandLayout, band_keys
+from .guard import EMPTY_LEXICON, Lexicon, content_shingles
+from .minhash import MinHashParams, MinHashSignature, minhash_of_shingles
+
+
+def lexical_band_keys(
+    text: str, params: MinHashParams, layout: BandLayout, namespace: str = "", lexicon: Lexicon = EMPTY_LEXICON
+) -> list[int]:
+    """Band keys of the MinHash of a question's content shingles (see `guard.content_shingles`)."""
+    return band_keys(minhash_of_shingles(content_shingles(text, lexicon), params).values, layout, namespace)
+
+
+def jaccard_many(query: MinHashSignature, stored: Sequence[bytes], stored_params: Sequence[str]) -> np.ndarray:
+    """Estimates the Jaccard similarity of a query against many stored signatures at once.
+
+    Args:
+        query: the query's signature (of all its shingles).
+        stored: stored signatures, as `MinHashSignature.to_bytes` wrote them.
+        stored_params: the parameter label stored with each.
+
+    Returns:
+        One similarity per stored signature, in order.
+
+    Raises:
+        ValueError: a stored signature was made with other parameters than the query's.
+    """
+    if not stored:
+        return np.zeros(0)
+    for label in set(stored_params):
+        if label != query.params.label:
+            raise ValueError(f"cannot compare MinHash signatures made with {query.params.label} and {label}")
+    matrix = np.frombuffer(b"".join(stored), dtype="<u4").reshape(len(stored), query.params.num_perm)
+    return np.count_nonzero(matrix == query.values, axis=1) / query.params.num_perm

@@ -1,0 +1,141 @@
+"""Recall latency and record throughput at 10,000 and 100,000 trails, on the configured database."""
+from __future__ import annotations
+
+import random
+import re
+import statistics
+import time
+import uuid
+
+from django.core.management.base import BaseCommand
+from django.db import connection
+from django.utils import timezone
+
+from scopes.demo import faq_sections
+from scopes.models import Scope, Section
+from trails.models import BandKey, Citation, RecallEvent, Step, Trail, TrailSignal, TrailStatus
+from trails.recall import recall
+from trails.record import RecordInput, StepInput, TrailRows, record
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+class QuestionMaker:
+    """Deterministic synthetic questions: question openings plus FAQ vocabulary."""
+
+    OPENINGS = ["how do i", "how can i", "what is the", "why does", "where can i find", "is it possible to", "what are the", "when should i"]
+
+    def __init__(self, seed: int) -> None:
+        self.random = random.Random(seed)
+        words = set(re.findall(r"[a-z]{3,}", " ".join(faq_sections("old").values()).lower()))
+        self.vocabulary = sorted(words)
+
+    def question(self) -> str:
+        body = " ".join(self.random.choice(self.vocabulary) for _ in range(self.random.randint(4, 9)))
+        return f"{self.random.choice(self.OPENINGS)} {body}?"
+
+
+class Command(BaseCommand):
+    help = "Prints recall p50/p99 latency and record throughput at growing trail counts (in-process, real database)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+        parser.add_argument("--recalls", type=int, default=2000, help="recalls timed at each size (half hits, half misses)")
+        parser.add_argument("--records", type=int, default=1000, help="records timed for throughput")
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
+
+    def handle(self, *args, sizes, recalls, records, seed, keep, **options) -> None:
+        vendor = connection.vendor
+        scope = Scope.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark")
+        try:
+            self._run(scope, sorted(sizes), recalls, records, seed, vendor)
+        finally:
+            if not keep:
+                self._drop(scope)
+
+    def _run(self, scope: Scope, sizes: list[int], recalls: int, records: int, seed: int, vendor: str) -> None:
+        maker = QuestionMaker(seed)
+        texts = dict(list(faq_sections("old").items())[:200])
+        Section.upsert(scope, texts)
+        current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+        section_ids = list(texts)
+        stored: list[str] = []
+        self.stdout.write(f"database: {vendor}; band layout {scope.band_layout.label}; threshold {scope.lexical_threshold}")
+        self.stdout.write(f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}")
+
+        results = {}
+        for size in sizes:
+            started = time.perf_counter()
+            now = timezone.now()
+            while len(stored) < size:
+                batch = []
+                for _ in range(min(5000, size - len(stored))):
+                    query = maker.question()
+                    cited = maker.random.sample(section_ids, 2)
+                    batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
+                                 steps=[StepInput("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
+                    stored.append(query)
+                TrailRows.save_all(batch)
+            fill = time.perf_counter() - started
+            if vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("ANALYZE")
+
+            hits, misses, candidates, query_counts = [], [], [], []
+            found = 0
+            for i in range(recalls + 50):
+                is_hit = i % 2 == 0
+                query = maker.random.choice(stored) if is_hit else maker.question()
+                statements = [0]
+
+                def count(execute, sql, params, many, context):
+                    statements[0] += 1
+                    return execute(sql, params, many, context)
+
+                with connection.execute_wrapper(count):
+                    t0 = time.perf_counter()
+                    result = recall(scope, query)
+                    elapsed = (time.perf_counter() - t0) * 1000.0
+                if i < 50:
+                    continue  # warm-up: connections, caches, permutations
+                (hits if is_hit else misses).append(elapsed)
+                candidates.append(result.candidates)
+                found += is_hit and result.outcome.value == "prefetch"
+                query_counts.append(statements[0])
+            both = hits + misses
+            results[size] = statistics.median(both)
+            self.stdout.write(
+                f"{size:>8} {statistics.median(both):7.2f} {percentile(both, 0.99):7.2f} {statistics.median(hits):8.2f} "
+                f"{statistics.median(misses):9.2f} {statistics.mean(query_counts):8.1f} {statistics.mean(candidates):6.2f} {fill:7.1f}"
+                f"  (stored questions answered prefetch: {found}/{len(hits)})"
+            )
+        if len(results) > 1:
+            low, high = results[min(results)], results[max(results)]
+            self.stdout.write(f"recall p50 ratio {max(results)}/{min(results)} trails: {high / low:.2f}x")
+
+        started = time.perf_counter()
+        for _ in range(records):
+            query = maker.question()
+            cited = maker.random.sample(section_ids, 2)
+            record(scope, RecordInput(query=query, cited=cited, signal="accepted", steps=[StepInput("search", {"query": query}, cited)]))
+        elapsed = time.perf_counter() - started
+        self.stdout.write(f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)")
+
+    def _drop(self, scope: Scope) -> None:
+        # Row-by-row cascades over millions of band keys would take minutes; delete by scope in bulk.
+        trails = Trail.objects.filter(scope=scope)
+        for queryset in (
+            RecallEvent.objects.filter(scope=scope),
+            BandKey.objects.filter(scope=scope),
+            Citation.objects.filter(scope=scope),
+            Step.objects.filter(trail__in=trails),
+            TrailSignal.objects.filter(trail__in=trails),
+            trails,
+            Section.objects.filter(scope=scope),
+        ):
+            queryset._raw_delete(queryset.db)
+        scope.delete()
