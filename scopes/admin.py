@@ -34,9 +34,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)
             return
         # A new key gets its secret here and it is shown once; only its hash is kept.
-        issued, full_key = ApiKey.issue([], name=obj.name)
-        obj.pk, obj.lookup, obj.secret_hash, obj.created_at = issued.pk, issued.lookup, issued.secret_hash, issued.created_at
-        obj._state.adding = False
+        full_key = obj.assign_secret()
+        super().save_model(request, obj, form, change)
         messages.warning(request, f"New API key (shown only now, copy it): {full_key}")
 
     @admin.action(description="Revoke the selected keys")

@@ -166,14 +166,21 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{KEY_PREFIX}{self.lookup}_… {self.name}".strip()
 
+    def assign_secret(self) -> str:
+        """Gives an unsaved key its lookup and secret; returns the full key text, to show once."""
+        secret = secrets.token_urlsafe(24)
+        self.lookup = secrets.token_hex(6)
+        self.secret_hash = _hash_secret(secret)
+        return f"{KEY_PREFIX}{self.lookup}_{secret}"
+
     @classmethod
     def issue(cls, scopes: Iterable[Scope], name: str = "") -> tuple["ApiKey", str]:
         """Creates a key for these scopes; returns it with the full key text, shown only now."""
-        lookup = secrets.token_hex(6)
-        secret = secrets.token_urlsafe(24)
-        key = cls.objects.create(name=name, lookup=lookup, secret_hash=_hash_secret(secret))
+        key = cls(name=name)
+        full_key = key.assign_secret()
+        key.save()
         key.scopes.set(list(scopes))
-        return key, f"{KEY_PREFIX}{lookup}_{secret}"
+        return key, full_key
 
     def grants(self, scope_slug: str) -> Scope | None:
         """Returns the scope with this slug if the key grants it, else None (never telling which)."""

@@ -53,15 +53,17 @@ class TrailQuerySet(models.QuerySet):
         trail, band = Trail._meta.db_table, BandKey._meta.db_table
         placeholders = ", ".join(["%s"] * len(keys))
         with connection.cursor() as cursor:
+            # Driven from the band keys (CROSS JOIN fixes that order in SQLite, whose
+            # planner otherwise walks every active trail of the scope).
             cursor.execute(
-                f"SELECT t.id, t.public_id, t.query, t.lexical_params, t.lexical_signature FROM {trail} t "
-                f"WHERE t.id IN (SELECT b.trail_id FROM {band} b WHERE b.scope_id = %s AND b.key IN ({placeholders})) "
+                f"SELECT t.id, t.public_id, t.query, t.lexical_params, t.lexical_signature FROM {band} b CROSS JOIN {trail} t "
+                f"WHERE b.scope_id = %s AND b.key IN ({placeholders}) AND t.id = b.trail_id "
                 "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s",
                 [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now],
             )
-            return [
-                CandidateRow(row[0], uuid.UUID(str(row[1])), row[2], row[3], bytes(row[4])) for row in cursor.fetchall()
-            ]
+            # A trail sharing several bands comes once per band.
+            unique = {row[0]: row for row in cursor.fetchall()}
+        return [CandidateRow(row[0], uuid.UUID(str(row[1])), row[2], row[3], bytes(row[4])) for row in unique.values()]
 
 
 @dataclass(frozen=True)
