@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Sequence
 
@@ -41,38 +41,68 @@ class TrailQuerySet(models.QuerySet):
         """Trails recall may return: this scope and partition, active, not expired."""
         return self.filter(scope=scope, partition=partition, status=TrailStatus.ACTIVE, expires_at__gt=now)
 
-    def candidate_rows(self, scope: Scope, partition: str, keys: Sequence[int], now: datetime) -> list[CandidateRow]:
-        """Servable trails sharing at least one band key with the query.
+    def candidates(self, scope: Scope, partition: str, keys: Sequence[int], now: datetime) -> list[Candidate]:
+        """Servable trails sharing at least one band key with the query, with their paths.
 
-        A key read on the (scope, key) index, never a scan over the scope's trails.
-        Written as SQL because the ORM spent longer compiling this query than the
-        database spent answering it, on every recall.
+        One statement: the band-key read on the (scope, key) index (never a scan over
+        the scope's trails), then each candidate's signatures, its citations joined to
+        the section store as it is now, and its steps. Written as SQL because the ORM
+        spent longer compiling queries than the database spent answering them, and
+        because every round trip counts on recall's hot path.
         """
         if not keys:
             return []
-        trail, band = Trail._meta.db_table, BandKey._meta.db_table
+        trail, band, citation, step, section = (
+            m._meta.db_table for m in (Trail, BandKey, Citation, Step, Section)
+        )
         placeholders = ", ".join(["%s"] * len(keys))
         with connection.cursor() as cursor:
-            # Driven from the band keys (CROSS JOIN fixes that order in SQLite, whose
-            # planner otherwise walks every active trail of the scope).
+            # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
+            # walks every active trail of the scope.
             cursor.execute(
-                f"SELECT t.id, t.public_id, t.query, t.lexical_params, t.lexical_signature FROM {band} b CROSS JOIN {trail} t "
+                f"WITH found AS (SELECT DISTINCT t.id FROM {band} b CROSS JOIN {trail} t "
                 f"WHERE b.scope_id = %s AND b.key IN ({placeholders}) AND t.id = b.trail_id "
-                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s",
+                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s) "
+                "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
+                f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id "
+                "UNION ALL SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
+                f"FROM found JOIN {citation} c ON c.trail_id = found.id "
+                f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id "
+                "UNION ALL SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
+                f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id "
+                "ORDER BY 1, 2, 3",
                 [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now],
             )
-            # A trail sharing several bands comes once per band.
-            unique = {row[0]: row for row in cursor.fetchall()}
-        return [CandidateRow(row[0], uuid.UUID(str(row[1])), row[2], row[3], bytes(row[4])) for row in unique.values()]
+            rows = cursor.fetchall()
+        found: dict[int, Candidate] = {}
+        for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
+            if kind == 0:
+                found[trail_id] = Candidate(
+                    trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None
+                )
+            elif kind == 1:
+                found[trail_id].citations.append(CoreCitation(a, b))
+                if c is not None:
+                    found[trail_id].current[a] = CurrentSection(c, e)
+            else:
+                found[trail_id].steps.append(RecordedStep(a, json.loads(b), tuple(json.loads(c))))
+        return list(found.values())
 
 
-@dataclass(frozen=True)
-class CandidateRow:
+@dataclass
+class Candidate:
+    """A trail recall may answer with: its question, signatures, and its path as the store holds it now."""
+
     id: int
     public_id: uuid.UUID
     query: str
     lexical_params: str
     lexical_signature: bytes
+    embedding_model: str = ""
+    embedding: bytes | None = None
+    citations: list[CoreCitation] = field(default_factory=list)
+    current: dict[str, CurrentSection] = field(default_factory=dict)
+    steps: list[RecordedStep] = field(default_factory=list)
 
 
 class Trail(models.Model):
@@ -89,6 +119,8 @@ class Trail(models.Model):
     lexical_params = models.CharField(max_length=40)
     lexical_signature = models.BinaryField()
     band_layout = models.CharField(max_length=16)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    embedding = models.BinaryField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     stale_at = models.DateTimeField(null=True, blank=True)
@@ -120,27 +152,6 @@ class Trail(models.Model):
 
     def core_citations(self) -> list[CoreCitation]:
         return [CoreCitation(c.section_id, c.hash) for c in self.citations.order_by("position")]
-
-    def path_now(self) -> tuple[list[CoreCitation], dict[str, CurrentSection], list[RecordedStep]]:
-        """Returns the citations, the cited sections as the store holds them now, and the steps.
-
-        One query (recall's hot path): citations joined to the section store, and the
-        steps, as one result.
-        """
-        section, citation, step = Section._meta.db_table, Citation._meta.db_table, Step._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT 0, c.position, c.section_id, c.hash, s.hash, s.text FROM {citation} c "
-                f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id WHERE c.trail_id = %s "
-                f"UNION ALL SELECT 1, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), NULL "
-                f"FROM {step} p WHERE p.trail_id = %s ORDER BY 1, 2",
-                [self.id, self.id],
-            )
-            rows = cursor.fetchall()
-        citations = [CoreCitation(r[2], r[3]) for r in rows if r[0] == 0]
-        current = {r[2]: CurrentSection(r[4], r[5]) for r in rows if r[0] == 0 and r[4] is not None}
-        steps = [RecordedStep(r[2], json.loads(r[3]), tuple(json.loads(r[4]))) for r in rows if r[0] == 1]
-        return citations, current, steps
 
     def recorded_steps(self) -> list[RecordedStep]:
         rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")

@@ -12,11 +12,11 @@ from scopes.models import Scope
 from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.guard import check_pair, question_terms
-from trails.core.hint import RecordedStep, hint_text
+from trails.core.hint import hint_text
 from trails.core.minhash import MinHashSignature, minhash_query
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from trails.errors import RequestRefused
-from trails.models import Trail, write_recall_effects
+from trails.models import Candidate, Trail, write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
@@ -24,8 +24,10 @@ MAX_VALIDATED_CANDIDATES = 3
 
 
 @dataclass
-class Candidate:
-    trail: Trail
+class Scored:
+    """A candidate that passed the threshold and the guard, with its similarity."""
+
+    trail: Candidate
     similarity: float
 
 
@@ -34,7 +36,7 @@ class RecallResult:
     outcome: Outcome
     matcher: str = "lexical"
     recall_id: str | None = None
-    trail: Trail | None = None
+    trail: Candidate | None = None
     similarity: float | None = None
     matched_query: str | None = None
     sections: list[dict[str, Any]] = field(default_factory=list)
@@ -61,21 +63,20 @@ class RecallResult:
         }
 
 
-def rank_candidates(scope: Scope, query: str, signature: MinHashSignature, partition: str, now: datetime) -> tuple[list[Candidate], int]:
+def rank_candidates(scope: Scope, query: str, signature: MinHashSignature, partition: str, now: datetime) -> tuple[list[Scored], int]:
     """Returns the candidates that pass the threshold and the guard, best first, and how many were read."""
     keys = lexical_band_keys(query, signature.params, scope.band_layout, namespace=partition)
-    rows = Trail.objects.candidate_rows(scope, partition, keys, now)
-    similarities = jaccard_many(signature, [r.lexical_signature for r in rows], [r.lexical_params for r in rows])
+    candidates = Trail.objects.candidates(scope, partition, keys, now)
+    similarities = jaccard_many(signature, [c.lexical_signature for c in candidates], [c.lexical_params for c in candidates])
     query_terms = question_terms(query)
-    passing = []
-    for row, similarity in zip(rows, similarities):
-        if similarity < scope.lexical_threshold or not check_pair(query_terms, question_terms(row.query)).allowed:
-            continue
-        trail = Trail(id=row.id, public_id=row.public_id, query=row.query, scope=scope, partition=partition)
-        passing.append(Candidate(trail, float(similarity)))
+    passing = [
+        Scored(candidate, float(similarity))
+        for candidate, similarity in zip(candidates, similarities)
+        if similarity >= scope.lexical_threshold and check_pair(query_terms, question_terms(candidate.query)).allowed
+    ]
     # Equal similarity: the newest trail (highest id) first.
     passing.sort(key=lambda c: (c.similarity, c.trail.id), reverse=True)
-    return passing, len(rows)
+    return passing, len(candidates)
 
 
 def recall(
@@ -112,14 +113,13 @@ def recall(
 
     candidates, read = rank_candidates(scope, query, signature, partition, now)
     result = RecallResult(Outcome.MISS, candidates=read)
-    stale: list[Trail] = []
-    for candidate in candidates[:MAX_VALIDATED_CANDIDATES]:
-        citations, current, steps = candidate.trail.path_now()
-        validation = validate(citations, current)
+    stale: list[Candidate] = []
+    for scored in candidates[:MAX_VALIDATED_CANDIDATES]:
+        validation = validate(scored.trail.citations, scored.trail.current)
         if validation.outcome is Outcome.MISS:
-            stale.append(candidate.trail)
+            stale.append(scored.trail)
             continue
-        result = _answer(candidate, validation, steps, budget)
+        result = _answer(scored, validation, budget)
         result.candidates = read
         break
     else:
@@ -145,12 +145,12 @@ def recall(
     return result
 
 
-def _answer(candidate: Candidate, validation: Validation, steps: list[RecordedStep], budget: int) -> RecallResult:
-    trail = candidate.trail
+def _answer(scored: Scored, validation: Validation, budget: int) -> RecallResult:
+    trail, steps = scored.trail, scored.trail.steps
     result = RecallResult(
         validation.outcome,
         trail=trail,
-        similarity=round(candidate.similarity, 4),
+        similarity=round(scored.similarity, 4),
         matched_query=trail.query,
         steps=[{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in steps],
     )
@@ -165,7 +165,7 @@ def _answer(candidate: Candidate, validation: Validation, steps: list[RecordedSt
         result.sections = [{"id": s.section_id, "status": s.status.value} for s in validation.sections]
         result.hint = hint_text(
             trail.query,
-            candidate.similarity,
+            scored.similarity,
             validation.with_status(SectionStatus.VALID),
             validation.with_status(SectionStatus.CHANGED),
             validation.with_status(SectionStatus.DELETED),
