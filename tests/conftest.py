@@ -34,14 +34,16 @@ class ApiClient:
         return self.call("post", f"/scopes/{scope}/recall", body)
 
 
+# The recall/record behaviours are matcher-independent; these scopes match lexically
+# so those tests run without a model. tests/trails/test_semantic.py covers embeddings.
 @pytest.fixture
 def scope(db) -> Scope:
-    return Scope.objects.create(slug="hospital", name="Hospital")
+    return Scope.objects.create(slug="hospital", name="Hospital", matcher="lexical")
 
 
 @pytest.fixture
 def other_scope(db) -> Scope:
-    return Scope.objects.create(slug="other", name="Other")
+    return Scope.objects.create(slug="other", name="Other", matcher="lexical")
 
 
 @pytest.fixture

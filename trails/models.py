@@ -264,7 +264,7 @@ class RecallEvent(models.Model):
     similarity = models.FloatField(null=True, blank=True)
     latency_ms = models.FloatField()
     trail = models.ForeignKey(Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="recall_events")
-    matcher = models.CharField(max_length=16, default="lexical")
+    matcher = models.CharField(max_length=16, blank=True)
     stale_marked = models.PositiveSmallIntegerField(default=0)
     query = models.TextField(blank=True)
 
@@ -285,7 +285,7 @@ def write_recall_effects(
     trail_id: int | None,
     hit: bool,
     stale_ids: Sequence[int],
-    matcher: str,
+    matcher: str | None,
     query: str,
     now: datetime,
 ) -> uuid.UUID:
@@ -311,7 +311,7 @@ def write_recall_effects(
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, stale_marked, query) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher, len(stale_ids), query],
+         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), query],
     ))
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the

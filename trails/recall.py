@@ -9,13 +9,11 @@ from typing import Any
 from django.utils import timezone
 
 from scopes.models import Scope
-from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.budget import count_tokens, cut_to_budget
-from trails.core.guard import check_pair, question_terms
 from trails.core.hint import hint_text
-from trails.core.minhash import MinHashSignature, minhash_query
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from trails.errors import RequestRefused
+from trails.matching import QuestionSignature, score_candidates, sign
 from trails.models import Candidate, Trail, write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
@@ -25,16 +23,17 @@ MAX_VALIDATED_CANDIDATES = 3
 
 @dataclass
 class Scored:
-    """A candidate that passed the threshold and the guard, with its similarity."""
+    """A candidate that passed a matcher's threshold and the guard."""
 
     trail: Candidate
     similarity: float
+    matcher: str
 
 
 @dataclass
 class RecallResult:
     outcome: Outcome
-    matcher: str = "lexical"
+    matcher: str | None = None
     recall_id: str | None = None
     trail: Candidate | None = None
     similarity: float | None = None
@@ -63,17 +62,19 @@ class RecallResult:
         }
 
 
-def rank_candidates(scope: Scope, query: str, signature: MinHashSignature, partition: str, now: datetime) -> tuple[list[Scored], int]:
-    """Returns the candidates that pass the threshold and the guard, best first, and how many were read."""
-    keys = lexical_band_keys(query, signature.params, scope.band_layout, namespace=partition)
-    candidates = Trail.objects.candidates(scope, partition, keys, now)
-    similarities = jaccard_many(signature, [c.lexical_signature for c in candidates], [c.lexical_params for c in candidates])
-    query_terms = question_terms(query)
-    passing = [
-        Scored(candidate, float(similarity))
-        for candidate, similarity in zip(candidates, similarities)
-        if similarity >= scope.lexical_threshold and check_pair(query_terms, question_terms(candidate.query)).allowed
-    ]
+def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Scored], int]:
+    """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
+    candidates = Trail.objects.candidates(scope, partition, question.keys, now)
+    matches = score_candidates(
+        scope,
+        question,
+        [c.query for c in candidates],
+        [c.lexical_signature for c in candidates],
+        [c.lexical_params for c in candidates],
+        [c.embedding for c in candidates],
+        [c.embedding_model for c in candidates],
+    )
+    passing = [Scored(candidates[m.index], m.score, m.matcher) for m in matches]
     # Equal similarity: the newest trail (highest id) first.
     passing.sort(key=lambda c: (c.similarity, c.trail.id), reverse=True)
     return passing, len(candidates)
@@ -107,11 +108,11 @@ def recall(
     now = now or timezone.now()
     budget = scope.token_budget if token_budget is None else token_budget
     try:
-        signature = minhash_query(query, scope.minhash_params)
+        question = sign(scope, query, partition)
     except ValueError:
         raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
 
-    candidates, read = rank_candidates(scope, query, signature, partition, now)
+    candidates, read = rank_candidates(scope, question, partition, now)
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
     for scored in candidates[:MAX_VALIDATED_CANDIDATES]:
@@ -124,7 +125,7 @@ def recall(
         break
     else:
         if stale:
-            result.trail, result.similarity = stale[0], candidates[0].similarity
+            result.trail, result.similarity, result.matcher = stale[0], candidates[0].similarity, candidates[0].matcher
             result.matched_query = stale[0].query
     result.stale_trail_ids = [str(t.public_id) for t in stale]
 
@@ -149,6 +150,7 @@ def _answer(scored: Scored, validation: Validation, budget: int) -> RecallResult
     trail, steps = scored.trail, scored.trail.steps
     result = RecallResult(
         validation.outcome,
+        matcher=scored.matcher,
         trail=trail,
         similarity=round(scored.similarity, 4),
         matched_query=trail.query,

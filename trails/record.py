@@ -11,11 +11,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.core.lexical import lexical_band_keys
-from trails.core.minhash import minhash_query
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.errors import RequestRefused
+from trails.matching import sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Signal, Step, Trail, TrailSignal, TrailStatus
 
 
@@ -137,8 +136,7 @@ class TrailRows:
         fingerprint: str = "",
     ) -> "TrailRows":
         """Signs the query and lays out every row; `current` holds each cited section."""
-        signature = minhash_query(request.query, scope.minhash_params)
-        layout = scope.band_layout
+        question = sign(scope, request.query, request.partition)
         trail = Trail(
             scope=scope,
             partition=request.partition,
@@ -147,9 +145,11 @@ class TrailRows:
             status=status,
             signal=request.signal or "",
             reason=reason,
-            lexical_params=signature.params.label,
-            lexical_signature=signature.to_bytes(),
-            band_layout=layout.label,
+            lexical_params=question.lexical.params.label,
+            lexical_signature=question.lexical.to_bytes(),
+            band_layout=scope.band_layout.label,
+            embedding_model=question.embedding.model if question.embedding else "",
+            embedding=question.embedding.to_bytes() if question.embedding else None,
             created_at=now,
             expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
             idempotency_key=request.idempotency_key,
@@ -169,10 +169,7 @@ class TrailRows:
             # A rejected trail can never be served, so it gets no band keys.
             band_keys=[]
             if status == TrailStatus.REJECTED
-            else [
-                BandKey(trail=trail, scope=scope, key=key)
-                for key in lexical_band_keys(request.query, signature.params, layout, namespace=request.partition)
-            ],
+            else [BandKey(trail=trail, scope=scope, key=key) for key in question.keys],
             signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
             if request.signal
             else [],

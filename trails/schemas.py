@@ -37,7 +37,7 @@ class RecallOut(Schema):
     outcome: Literal["prefetch", "hint", "miss"]
     recall_id: Optional[str]
     trail_id: Optional[str]
-    matcher: str
+    matcher: Optional[Literal["lexical", "embedding"]]
     similarity: Optional[float]
     matched_query: Optional[str]
     sections: list[SectionResult]

@@ -59,15 +59,81 @@ class Lexicon:
     def longest_phrase(self) -> int:
         return max((len(t.split()) for t in self.canonical), default=1)
 
+    def rewrite(self, text: str) -> str:
+        """Writes every synonym as its canonical term, so matchers see one term.
+
+        Returns the text unchanged when it holds no synonym (the matchers were
+        measured on raw text), else its normalised words with synonyms replaced.
+        """
+        if not self.canonical:
+            return text
+        tokens = words(text)
+        out: list[str] = []
+        changed = False
+        i = 0
+        while i < len(tokens):
+            for size in range(min(self.longest_phrase, len(tokens) - i), 0, -1):
+                phrase = " ".join(tokens[i : i + size])
+                canonical = self.canonical.get(phrase)
+                if canonical is not None:
+                    changed = changed or canonical != phrase
+                    out.append(canonical)
+                    i += size
+                    break
+            else:
+                out.append(tokens[i])
+                i += 1
+        return " ".join(out) if changed else text
+
 
 EMPTY_LEXICON = Lexicon()
+
+# Counted like digits: "the second Congo war" is not "the first Congo war".
+NUMBER_WORDS = frozenset(
+    """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred
+    thousand million billion trillion first second third fourth fifth sixth seventh eighth ninth tenth
+    eleventh twelfth twentieth hundredth last single double triple half quarter
+    """.split()
+)
+
+# Pairs that embed close together yet ask opposite things.
+OPPOSITES = frozenset(
+    frozenset(pair)
+    for pair in (
+        ("minimize", "maximize"), ("minimum", "maximum"), ("min", "max"), ("increase", "decrease"),
+        ("public", "private"), ("north", "south"), ("east", "west"), ("before", "after"), ("buy", "sell"),
+        ("best", "worst"), ("pro", "con"), ("male", "female"), ("men", "women"), ("man", "woman"),
+        ("boy", "girl"), ("old", "new"), ("oldest", "newest"), ("young", "old"), ("high", "low"),
+        ("higher", "lower"), ("highest", "lowest"), ("up", "down"), ("import", "export"), ("input", "output"),
+        ("inside", "outside"), ("internal", "external"), ("upper", "lower"), ("cheap", "expensive"),
+        ("gain", "lose"), ("win", "lose"), ("good", "bad"), ("positive", "negative"), ("start", "stop"),
+        ("begin", "end"), ("open", "close"), ("enable", "disable"), ("add", "remove"), ("encrypt", "decrypt"),
+        ("encode", "decode"), ("compress", "decompress"), ("install", "uninstall"), ("hot", "cold"),
+        ("fast", "slow"), ("faster", "slower"), ("big", "small"), ("bigger", "smaller"), ("large", "small"),
+        ("long", "short"), ("more", "less"), ("most", "least"), ("over", "under"), ("day", "night"),
+        ("husband", "wife"), ("mother", "father"), ("son", "daughter"), ("brother", "sister"),
+        ("teacher", "student"), ("employer", "employee"), ("buyer", "seller"), ("client", "server"),
+        ("read", "write"), ("send", "receive"), ("push", "pull"), ("legal", "illegal"),
+    )
+)
+_OPPOSITE_PREFIXES = ("dis", "un", "in", "im", "il", "ir", "non", "anti", "de")
+
+
+def are_opposites(a: str, b: str) -> bool:
+    """Tells whether two terms ask opposite things ("advantage"/"disadvantage", "min"/"max")."""
+    if frozenset((a, b)) in OPPOSITES:
+        return True
+    short, long_ = sorted((a, b), key=len)
+    return any(long_ == prefix + short for prefix in _OPPOSITE_PREFIXES)
 
 
 @dataclass(frozen=True)
 class QuestionTerms:
     """What the guard compares: numbers, negation and content terms of one question."""
 
-    numbers: frozenset[str]
+    numbers: frozenset[str]  # digits, number words, ordinals and one-letter names ("measure E")
     negated: bool
     terms: frozenset[str]
     order: tuple[str, ...] = ()  # content terms in order of first appearance
@@ -86,7 +152,9 @@ def _singular(word: str) -> str:
 def question_terms(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> QuestionTerms:
     """Extracts the terms the guard compares from a question."""
     tokens = words(text)
-    numbers = frozenset(t for t in tokens if any(ch.isdigit() for ch in t))
+    numbers = frozenset(
+        t for t in tokens if any(ch.isdigit() for ch in t) or t in NUMBER_WORDS or (len(t) == 1 and t not in STOPWORDS)
+    )
     negated = False
     for i, token in enumerate(tokens):
         if token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS):
@@ -116,27 +184,41 @@ class GuardVerdict:
     reason: str = ""
 
 
-def check_pair(query: QuestionTerms, candidate: QuestionTerms, max_unshared_terms: int = 0) -> GuardVerdict:
+def check_pair(
+    query: QuestionTerms, candidate: QuestionTerms, max_unshared_terms: int | None = 0, check_order: bool = True
+) -> GuardVerdict:
     """Decides whether a candidate question may answer for the query.
 
     Args:
         query: terms of the incoming question.
         candidate: terms of the stored question.
         max_unshared_terms: how many content terms may stand in one question and
-            not the other; 0 demands the same content terms.
+            not the other; 0 demands the same content terms, None sets no limit
+            (paraphrases found by embedding reword freely).
+        check_order: refuse when shared terms stand in another order.
 
     Returns:
-        allowed, or refused with the reason (numbers, negation or terms).
+        allowed, or refused with the reason: numbers, negation, opposite terms,
+        unshared terms, or shared terms in another order.
     """
     if query.numbers != candidate.numbers:
         return GuardVerdict(False, "numbers differ")
     if query.negated != candidate.negated:
         return GuardVerdict(False, "negation differs")
-    unshared = query.terms ^ candidate.terms
-    if len(unshared) > max_unshared_terms:
+    only_query, only_candidate = query.terms - candidate.terms, candidate.terms - query.terms
+    for term in only_query:
+        for other in candidate.terms:
+            if are_opposites(term, other):
+                return GuardVerdict(False, f"opposite terms: {term} / {other}")
+    for term in only_candidate:
+        for other in query.terms:
+            if are_opposites(term, other):
+                return GuardVerdict(False, f"opposite terms: {other} / {term}")
+    unshared = only_query | only_candidate
+    if max_unshared_terms is not None and len(unshared) > max_unshared_terms:
         return GuardVerdict(False, "terms differ: " + ", ".join(sorted(unshared)))
     shared = query.terms & candidate.terms
-    if [t for t in query.order if t in shared] != [t for t in candidate.order if t in shared]:
+    if check_order and [t for t in query.order if t in shared] != [t for t in candidate.order if t in shared]:
         # "convert a string to a number" is not "convert a number to a string".
         return GuardVerdict(False, "terms in another order")
     return GuardVerdict(True)

@@ -1,0 +1,53 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trails.core.banding import BandLayout, band_keys
+from trails.core.simhash import EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits
+from trails.embedders.hashing import Embedder as HashingEmbedder
+
+P = SimHashParams(dim=384, bits=512, seed=1)
+
+
+def test_close_vectors_share_most_bits_and_far_ones_about_half():
+    embedder = HashingEmbedder()
+    a, b, c = embedder.embed_many(["visiting hours in the icu", "visiting hours in the icu today", "renew a staff parking permit"])
+    agree_close = np.mean(simhash_bits(a, P) == simhash_bits(b, P))
+    agree_far = np.mean(simhash_bits(a, P) == simhash_bits(c, P))
+    assert agree_close > 0.8 > agree_far
+    assert abs(agree_close - bit_agreement(float(a @ b))) < 0.06
+
+
+def test_simhash_band_keys_are_the_same_in_another_process():
+    code = (
+        "import numpy as np\n"
+        "from trails.core.simhash import SimHashParams, simhash_bits\n"
+        "from trails.core.banding import BandLayout, band_keys\n"
+        "from trails.embedders.hashing import Embedder\n"
+        "v = Embedder().embed('what are the icu visiting hours')\n"
+        "print(band_keys(simhash_bits(v, SimHashParams(384, 512, 1)), BandLayout(32, 16), 'ns'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "99", "PATH": ""}).stdout.strip()
+    v = HashingEmbedder().embed("what are the icu visiting hours")
+    assert out == str(band_keys(simhash_bits(v, P), BandLayout(32, 16), "ns"))
+
+
+def test_vectors_of_different_models_are_never_compared():
+    a = EmbeddingVector("all-MiniLM-L6-v2", np.ones(4, dtype=np.float32) / 2)
+    b = EmbeddingVector("other-model", np.ones(4, dtype=np.float32) / 2)
+    with pytest.raises(ValueError, match="'all-MiniLM-L6-v2' and model 'other-model'"):
+        a.cosine(b)
+    with pytest.raises(ValueError, match="other-model"):
+        cosine_many(a, [b.to_bytes()], ["other-model"])
+
+
+def test_wrong_dimension_is_refused():
+    with pytest.raises(ValueError, match="expect"):
+        simhash_bits(np.ones(10, dtype=np.float32), P)
+
+
+def test_hashing_embedder_is_deterministic_and_unit_length():
+    one, two = HashingEmbedder().embed("ICU visiting hours"), HashingEmbedder().embed("ICU visiting hours")
+    assert np.array_equal(one, two) and abs(float(np.linalg.norm(one)) - 1.0) < 1e-5

