@@ -4,17 +4,33 @@ from django.http import HttpRequest
 from scopes.models import ApiKey, Scope, Section
 
 
+# Fields whose change alters how questions are signed or banded.
+SIGNING_FIELDS = {"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows"}
+
+
 @admin.register(Scope)
 class ScopeAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "lexical_threshold", "token_budget", "active_ttl_days", "pending_ttl_days", "keep_raw_queries"]
+    list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget", "active_ttl_days", "keep_raw_queries"]
     search_fields = ["slug", "name"]
     readonly_fields = ["band_layout_in_use"]
     fieldsets = [
         (None, {"fields": ["slug", "name"]}),
-        ("Matching", {"fields": ["lexical_threshold", "band_count", "band_rows", "band_layout_in_use"]}),
+        ("Matching", {
+            "fields": ["matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows", "band_layout_in_use"],
+            "description": "Saving a change here re-signs the scope's trails, so they stay findable. "
+            "After a change of embedding model, run `manage.py ragtrail_reindex --scope SLUG`.",
+        }),
         ("Prefetch", {"fields": ["token_budget"]}),
         ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
     ]
+
+    def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and set(form.changed_data) & SIGNING_FIELDS:
+            from trails.reindex import reindex_scope
+
+            count = reindex_scope(obj)
+            messages.info(request, f"Re-signed {count} trail(s) for the new matching settings.")
 
     @admin.display(description="Band layout in use (bands x rows)")
     def band_layout_in_use(self, scope: Scope) -> str:

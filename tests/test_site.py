@@ -56,3 +56,47 @@ def test_demo_loader_is_repeatable(db):
     assert ApiKey.objects.filter(name="demo").count() == 1
     call_command("load_demo", "--revision", "new", "--no-credentials", stdout=StringIO())
     assert Section.objects.filter(scope=scope).count() == 178
+
+
+def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
+    from tests.conftest import ApiClient
+    from trails.models import BandKey
+
+    scope = Scope.objects.create(slug="docs", matcher="lexical")
+    Section.upsert(scope, {"s": "text"})
+    api = ApiClient(ApiKey.issue([scope])[1])
+    api.record("docs", query="How do I reset the device?", cited=["s"])
+    before = set(BandKey.objects.values_list("key", flat=True))
+    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days", "pending_ttl_days", "event_retention_days")}
+    form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
+    response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
+    assert any("Re-signed 1 trail" in str(m) for m in response.context["messages"])
+    assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
+    assert api.recall("docs", query="How do I reset the device?").json()["outcome"] == "prefetch"
+
+
+def test_speed_benchmark_runs_and_finds_every_stored_question(db):
+    out = StringIO()
+    call_command("ragtrail_bench", "--sizes", "60", "--recalls", "20", "--records", "5", stdout=out)
+    text = out.getvalue()
+    assert "stored questions answered prefetch: 10/10" in text and "record: 5 trails" in text
+    assert not Scope.objects.filter(slug__startswith="bench-").exists()
+
+
+def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
+    import json
+
+    pairs = [
+        {"a": "How do I copy an object in Python?", "b": "How can I copy an object in Python?", "duplicate": True},
+        {"a": "What are the ICU visiting hours?", "b": "What are the general ward visiting hours?", "duplicate": False},
+        {"a": "How do I install Python 3.11?", "b": "How do I install Python 3.11?", "duplicate": False},
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in pairs))
+    out = StringIO()
+    call_command("ragtrail_match_bench", "--pairs", str(path), stdout=out)
+    lines = out.getvalue().splitlines()
+    embedding_default = next(line for line in lines if line.startswith("embedding default"))
+    # The paraphrase is found (1 of 1 duplicates), the look-alike is not, and the
+    # identical question labelled "not duplicate" is a false hit (1 of 2).
+    assert embedding_default.split("|")[0].split(":", 1)[1].split() == ["correct", "100.00%", "wrong", "0.00%", "false", "50.00%", "other", "0.00%"]

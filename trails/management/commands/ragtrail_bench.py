@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 import re
 import statistics
 import time
@@ -14,6 +15,7 @@ from django.utils import timezone
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.models import BandKey, Citation, RecallEvent, Step, Trail, TrailSignal, TrailStatus
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, TrailRows, record
 
@@ -46,16 +48,45 @@ class Command(BaseCommand):
         parser.add_argument("--recalls", type=int, default=2000, help="recalls timed at each size (half hits, half misses)")
         parser.add_argument("--records", type=int, default=1000, help="records timed for throughput")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--matcher", choices=["lexical", "embedding"], default="lexical")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
 
-    def handle(self, *args, sizes, recalls, records, seed, keep, **options) -> None:
+    def handle(self, *args, sizes, recalls, records, seed, keep, matcher, **options) -> None:
         vendor = connection.vendor
-        scope = Scope.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark")
+        scope = Scope.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
         try:
             self._run(scope, sorted(sizes), recalls, records, seed, vendor)
         finally:
             if not keep:
-                self._drop(scope)
+                drop_scope(scope)
+
+    @staticmethod
+    def _precomputed(texts: list[str], embedding: bool):
+        """Embeds the texts in one batch for the block (embedding matcher only)."""
+        return serving(PrecomputedEmbedder(get_embedder(), texts)) if embedding else nullcontext()
+
+    def _time_recalls(self, scope: Scope, asked: list[tuple[bool, str]]):
+        """Times recall of each (is a stored question, query); the first 50 warm up."""
+        hits, misses, candidates, query_counts = [], [], [], []
+        found = 0
+        for i, (is_hit, query) in enumerate(asked):
+            statements = [0]
+
+            def count(execute, sql, params, many, context):
+                statements[0] += 1
+                return execute(sql, params, many, context)
+
+            with connection.execute_wrapper(count):
+                t0 = time.perf_counter()
+                result = recall(scope, query)
+                elapsed = (time.perf_counter() - t0) * 1000.0
+            if i < 50:
+                continue  # warm-up: connections, caches, permutations, the model
+            (hits if is_hit else misses).append(elapsed)
+            candidates.append(result.candidates)
+            found += is_hit and result.outcome.value == "prefetch"
+            query_counts.append(statements[0])
+        return hits, misses, candidates, query_counts, found
 
     def _run(self, scope: Scope, sizes: list[int], recalls: int, records: int, seed: int, vendor: str) -> None:
         maker = QuestionMaker(seed)
@@ -64,22 +95,28 @@ class Command(BaseCommand):
         current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
         section_ids = list(texts)
         stored: list[str] = []
-        self.stdout.write(f"database: {vendor}; band layout {scope.band_layout.label}; threshold {scope.lexical_threshold}")
-        self.stdout.write(f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}")
+        embedding = scope.uses_embedding
+        layout = scope.embedding_layout.label if embedding else scope.band_layout.label
+        self.stdout.write(f"database: {vendor}; matcher {scope.matcher}; band layout {layout}")
+        if embedding:
+            self.stdout.write("embedding: p50/p99 and hit/miss exclude embedding the query; 'incl.' is p50 with it")
+        self.stdout.write(f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}"
+                          + (f" {'incl. p50':>10} {'incl. p99':>10}" if embedding else ""))
 
         results = {}
         for size in sizes:
             started = time.perf_counter()
             now = timezone.now()
             while len(stored) < size:
-                batch = []
-                for _ in range(min(5000, size - len(stored))):
-                    query = maker.question()
-                    cited = maker.random.sample(section_ids, 2)
-                    batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
-                                 steps=[StepInput("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
-                    stored.append(query)
+                questions = [maker.question() for _ in range(min(5000, size - len(stored)))]
+                with self._precomputed(questions, embedding):
+                    batch = []
+                    for query in questions:
+                        cited = maker.random.sample(section_ids, 2)
+                        batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
+                                     steps=[StepInput("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
                 TrailRows.save_all(batch)
+                stored.extend(questions)
             fill = time.perf_counter() - started
             if vendor == "postgresql":
                 # What autovacuum would do after a bulk load; measuring while it runs
@@ -88,34 +125,21 @@ class Command(BaseCommand):
                     for model in (Trail, BandKey, Citation, Step, TrailSignal):
                         cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
 
-            hits, misses, candidates, query_counts = [], [], [], []
-            found = 0
-            for i in range(recalls + 50):
-                is_hit = i % 2 == 0
-                query = maker.random.choice(stored) if is_hit else maker.question()
-                statements = [0]
-
-                def count(execute, sql, params, many, context):
-                    statements[0] += 1
-                    return execute(sql, params, many, context)
-
-                with connection.execute_wrapper(count):
-                    t0 = time.perf_counter()
-                    result = recall(scope, query)
-                    elapsed = (time.perf_counter() - t0) * 1000.0
-                if i < 50:
-                    continue  # warm-up: connections, caches, permutations
-                (hits if is_hit else misses).append(elapsed)
-                candidates.append(result.candidates)
-                found += is_hit and result.outcome.value == "prefetch"
-                query_counts.append(statements[0])
+            asked = [(i % 2 == 0, maker.random.choice(stored) if i % 2 == 0 else maker.question()) for i in range(recalls + 50)]
+            with self._precomputed([q for _, q in asked], embedding):
+                timing = self._time_recalls(scope, asked)
+            hits, misses, candidates, query_counts, found = timing
             both = hits + misses
             results[size] = statistics.median(both)
-            self.stdout.write(
+            line = (
                 f"{size:>8} {statistics.median(both):7.2f} {percentile(both, 0.99):7.2f} {statistics.median(hits):8.2f} "
                 f"{statistics.median(misses):9.2f} {statistics.mean(query_counts):8.1f} {statistics.mean(candidates):6.2f} {fill:7.1f}"
-                f"  (stored questions answered prefetch: {found}/{len(hits)})"
             )
+            if embedding:
+                with_model = self._time_recalls(scope, asked[: min(len(asked), 550)])
+                total = with_model[0] + with_model[1]
+                line += f" {statistics.median(total):10.2f} {percentile(total, 0.99):10.2f}"
+            self.stdout.write(line + f"  (stored questions answered prefetch: {found}/{len(hits)})")
         if len(results) > 1:
             low, high = results[min(results)], results[max(results)]
             self.stdout.write(f"recall p50 ratio {max(results)}/{min(results)} trails: {high / low:.2f}x")
@@ -128,17 +152,19 @@ class Command(BaseCommand):
         elapsed = time.perf_counter() - started
         self.stdout.write(f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)")
 
-    def _drop(self, scope: Scope) -> None:
-        # Row-by-row cascades over millions of band keys would take minutes; delete by scope in bulk.
-        trails = Trail.objects.filter(scope=scope)
-        for queryset in (
-            RecallEvent.objects.filter(scope=scope),
-            BandKey.objects.filter(scope=scope),
-            Citation.objects.filter(scope=scope),
-            Step.objects.filter(trail__in=trails),
-            TrailSignal.objects.filter(trail__in=trails),
-            trails,
-            Section.objects.filter(scope=scope),
-        ):
-            queryset._raw_delete(queryset.db)
-        scope.delete()
+
+def drop_scope(scope: Scope) -> None:
+    """Deletes a benchmark scope with its rows, by scope, in bulk."""
+    # Row-by-row cascades over millions of band keys would take minutes.
+    trails = Trail.objects.filter(scope=scope)
+    for queryset in (
+        RecallEvent.objects.filter(scope=scope),
+        BandKey.objects.filter(scope=scope),
+        Citation.objects.filter(scope=scope),
+        Step.objects.filter(trail__in=trails),
+        TrailSignal.objects.filter(trail__in=trails),
+        trails,
+        Section.objects.filter(scope=scope),
+    ):
+        queryset._raw_delete(queryset.db)
+    scope.delete()
