@@ -91,6 +91,16 @@ RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-Mini
 RAGTRAIL_SIMHASH_BITS = env_int("RAGTRAIL_SIMHASH_BITS", 512)
 RAGTRAIL_SIMHASH_SEED = env_int("RAGTRAIL_SIMHASH_SEED", 1)
 
+# Tool results live in Django's cache: Redis in production (RAGTRAIL_CACHE_URL=redis://…),
+# this process's memory on a laptop.
+_cache_url = env_str("RAGTRAIL_CACHE_URL", "")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url, "KEY_PREFIX": "ragtrail"}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}}
+}
+RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

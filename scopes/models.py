@@ -24,6 +24,10 @@ from trails.core.sections import section_hash
 EMBEDDING_BAND_MARGIN = 0.04
 
 
+def new_policy_version() -> str:
+    return secrets.token_hex(16)
+
+
 class Matcher(models.TextChoices):
     LEXICAL = "lexical", "Lexical (MinHash of words)"
     EMBEDDING = "embedding", "Embedding (sentence model)"
@@ -66,6 +70,9 @@ class Scope(models.Model):
     active_ttl_days = models.PositiveIntegerField(default=30, validators=[MinValueValidator(1)])
     pending_ttl_days = models.PositiveIntegerField(default=7, validators=[MinValueValidator(1)])
     event_retention_days = models.PositiveIntegerField(default=90, validators=[MinValueValidator(1)])
+    # A fresh random token on every policy change: processes cache policies under it,
+    # and a token (unlike a counter) never repeats for a recreated scope.
+    tool_policy_version = models.CharField(max_length=32, default=new_policy_version, editable=False)
     keep_raw_queries = models.BooleanField(
         default=False, help_text="Keep the query text of recall events (otherwise only outcomes and scores)."
     )

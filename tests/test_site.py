@@ -100,3 +100,9 @@ def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
     # The paraphrase is found (1 of 1 duplicates), the look-alike is not, and the
     # identical question labelled "not duplicate" is a false hit (1 of 2).
     assert embedding_default.split("|")[0].split(":", 1)[1].split() == ["correct", "100.00%", "wrong", "0.00%", "false", "50.00%", "other", "0.00%"]
+
+
+def test_tool_cache_benchmark_runs(db):
+    out = StringIO()
+    call_command("ragtrail_tool_bench", "--entries", "40", "--lookups", "60", stdout=out)
+    assert "60 lookups" in out.getvalue() and "lookups/s" in out.getvalue()

@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from trails.models import Citation, Step, Trail
+from scopes.models import Scope, new_policy_version
+from trails.models import Citation, Step, ToolPolicy, Trail
 
 
 class StepInline(admin.TabularInline):
@@ -25,3 +26,19 @@ class TrailAdmin(admin.ModelAdmin):
     search_fields = ["query"]
     readonly_fields = [f.name for f in Trail._meta.fields if f.name not in {"status"}]
     inlines = [StepInline, CitationInline]
+
+
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(admin.ModelAdmin):
+    list_display = ["tool", "scope", "cacheable", "ttl_s", "per_caller"]
+    list_filter = ["scope", "cacheable"]
+    search_fields = ["tool"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        # Processes cache policies by the scope's version; a bump makes them reload.
+        Scope.objects.filter(pk=obj.scope_id).update(tool_policy_version=new_policy_version())
+
+    def delete_model(self, request, obj) -> None:
+        super().delete_model(request, obj)
+        Scope.objects.filter(pk=obj.scope_id).update(tool_policy_version=new_policy_version())

@@ -8,10 +8,24 @@ from ninja import Router, Status
 
 from scopes.auth import granted_scope
 from trails.errors import RequestRefused
-from trails.models import Trail
+from trails import tool_results
+from trails.models import ToolPolicy, Trail
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
-from trails.schemas import FeedbackIn, RecallIn, RecallOut, RecordIn, RecordOut, TrailOut
+from trails.schemas import (
+    FeedbackIn,
+    RecallIn,
+    RecallOut,
+    RecordIn,
+    RecordOut,
+    ToolLookupIn,
+    ToolLookupOut,
+    ToolPoliciesIn,
+    ToolPoliciesOut,
+    ToolStoreIn,
+    ToolStoreOut,
+    TrailOut,
+)
 
 router = Router(tags=["trails"])
 
@@ -90,3 +104,32 @@ def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackI
     except ValueError as refusal:
         raise RequestRefused(409, "conflict", str(refusal), field="vote") from None
     return _trail_json(trail)
+
+
+@router.get("/{scope}/tool-policies", response=ToolPoliciesOut, tags=["tool results"])
+def get_tool_policies(request: HttpRequest, scope: str):
+    policies = ToolPolicy.objects.filter(scope=granted_scope(request, scope)).order_by("tool")
+    return {"policies": list(policies.values("tool", "cacheable", "ttl_s", "ignore_args", "path_args", "per_caller"))}
+
+
+@router.put("/{scope}/tool-policies", response=ToolPoliciesOut, tags=["tool results"])
+def put_tool_policies(request: HttpRequest, scope: str, payload: ToolPoliciesIn):
+    tool_results.replace_policies(granted_scope(request, scope), [p.model_dump() for p in payload.policies])
+    return get_tool_policies(request, scope)
+
+
+@router.post("/{scope}/tool-results/lookup", response=ToolLookupOut, tags=["tool results"])
+def lookup_tool_result(request: HttpRequest, scope: str, payload: ToolLookupIn):
+    return tool_results.lookup(granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.caller)
+
+
+@router.put("/{scope}/tool-results", response=ToolStoreOut, tags=["tool results"])
+def store_tool_result(request: HttpRequest, scope: str, payload: ToolStoreIn):
+    return tool_results.store(
+        granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.result, payload.caller, list(payload.section_ids)
+    )
+
+
+@router.get("/{scope}/tool-results/stats", response=dict[str, dict[str, int]], tags=["tool results"])
+def tool_result_stats(request: HttpRequest, scope: str):
+    return tool_results.lookup_counts(granted_scope(request, scope))

@@ -12,6 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from scopes.models import Scope, Section
+from trails.core import toolkey
 from trails.core.hint import RecordedStep
 from trails.core.minhash import MinHashParams, MinHashSignature
 from trails.core.validation import Citation as CoreCitation
@@ -246,6 +247,30 @@ class TrailSignal(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+
+
+class ToolPolicy(models.Model):
+    """Whether and how long one tool's results may be cached in a scope."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="tool_policies")
+    tool = models.CharField(max_length=200)
+    cacheable = models.BooleanField(default=False)
+    ttl_s = models.PositiveIntegerField(default=300, help_text="Staleness budget in seconds (1 to 30 days).")
+    ignore_args = models.JSONField(default=list, blank=True, help_text="Arguments left out of the key, e.g. a free-text reason.")
+    path_args = models.JSONField(default=list, blank=True, help_text="Arguments holding paths, normalised in the key.")
+    per_caller = models.BooleanField(default=False, help_text="Key results by the caller's identity.")
+
+    class Meta:
+        verbose_name_plural = "tool policies"
+        constraints = [models.UniqueConstraint(fields=["scope", "tool"], name="tool_policy_unique_in_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.scope.slug}:{self.tool}"
+
+    def as_rule(self) -> toolkey.ToolPolicy:
+        return toolkey.ToolPolicy(
+            self.tool, self.cacheable, self.ttl_s, frozenset(self.ignore_args), frozenset(self.path_args), self.per_caller
+        )
 
 
 class RecallOutcome(models.TextChoices):

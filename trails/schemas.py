@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from scopes.schemas import SectionId, StrictSchema
 
@@ -92,3 +92,67 @@ class TrailOut(Schema):
 
 class FeedbackIn(StrictSchema):
     vote: Literal["up", "down"]
+
+
+ToolName = Annotated[str, Field(min_length=1, max_length=200)]
+ArgName = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class ToolPolicyIn(StrictSchema):
+    tool: ToolName
+    cacheable: bool
+    ttl_s: Annotated[int, Field(ge=1, le=30 * 24 * 3600)]
+    ignore_args: Annotated[list[ArgName], Field(max_length=50)] = []
+    path_args: Annotated[list[ArgName], Field(max_length=50)] = []
+    per_caller: bool = False
+
+
+class ToolPoliciesIn(StrictSchema):
+    policies: Annotated[list[ToolPolicyIn], Field(max_length=500)]
+
+    @field_validator("policies")
+    @classmethod
+    def tools_are_unique(cls, policies: list[ToolPolicyIn]) -> list[ToolPolicyIn]:
+        tools = [p.tool for p in policies]
+        duplicated = sorted({t for t in tools if tools.count(t) > 1})
+        if duplicated:
+            raise ValueError(f"tools appear more than once: {', '.join(duplicated)}")
+        return policies
+
+
+class ToolPolicyOut(Schema):
+    tool: str
+    cacheable: bool
+    ttl_s: int
+    ignore_args: list[str]
+    path_args: list[str]
+    per_caller: bool
+
+
+class ToolPoliciesOut(Schema):
+    policies: list[ToolPolicyOut]
+
+
+class ToolLookupIn(StrictSchema):
+    tool: ToolName
+    args: dict[str, Any]
+    context: dict[str, Any]
+    caller: Optional[Annotated[str, Field(min_length=1, max_length=200)]] = None
+
+
+class ToolStoreIn(ToolLookupIn):
+    result: Any
+    section_ids: Annotated[list[SectionId], Field(max_length=100)] = []
+
+
+class ToolLookupOut(Schema):
+    hit: bool
+    result: Any = None
+    age_s: Optional[float] = None
+    reason: Optional[str] = None
+
+
+class ToolStoreOut(Schema):
+    stored: bool
+    ttl_s: Optional[int] = None
+    reason: Optional[str] = None

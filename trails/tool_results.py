@@ -1,0 +1,138 @@
+"""The tool-result cache: read-only tool calls reused inside and across trajectories."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+
+from scopes.models import Scope, Section, new_policy_version
+from trails.core import toolkey
+from trails.errors import RequestRefused
+from trails.models import ToolPolicy
+
+OUTCOMES = ("hit", "miss", "refused", "stale")
+UNLISTED = "*"  # the counter bucket of tools without a policy
+
+# Policies by (scope id, policy version): a scope row is read on every request
+# anyway, so a changed version is seen at once without a cache round trip.
+_POLICIES: dict[tuple[int, str], dict[str, toolkey.ToolPolicy]] = {}
+
+
+def policies_for(scope: Scope) -> dict[str, toolkey.ToolPolicy]:
+    """Returns the scope's tool policies by tool name."""
+    cache_key = (scope.id, scope.tool_policy_version)
+    found = _POLICIES.get(cache_key)
+    if found is None:
+        found = {p.tool: p.as_rule() for p in ToolPolicy.objects.filter(scope=scope)}
+        if len(_POLICIES) > 10_000:
+            _POLICIES.clear()
+        _POLICIES[cache_key] = found
+    return found
+
+
+def replace_policies(scope: Scope, policies: list[dict[str, Any]]) -> list[ToolPolicy]:
+    """Replaces the scope's tool policies; entries of tools no longer cacheable become unreachable."""
+    with transaction.atomic():
+        locked = Scope.objects.select_for_update().get(pk=scope.pk)
+        ToolPolicy.objects.filter(scope=locked).delete()
+        created = ToolPolicy.objects.bulk_create(ToolPolicy(scope=locked, **p) for p in policies)
+        locked.tool_policy_version = new_policy_version()
+        locked.save(update_fields=["tool_policy_version"])
+    scope.tool_policy_version = locked.tool_policy_version
+    return created
+
+
+def _count(scope: Scope, tool: str, outcome: str) -> None:
+    bucket = tool if tool in policies_for(scope) else UNLISTED
+    key = f"rt:toolstat:{scope.id}:{bucket}:{outcome}"
+    client = getattr(cache, "_cache", None)
+    if hasattr(client, "get_client"):
+        # One INCR on Redis; Django's generic incr checks existence first (two round trips).
+        made = cache.make_and_validate_key(key)
+        client.get_client(made, write=True).incr(made)
+        return
+    if not cache.add(key, 1, timeout=None):
+        cache.incr(key)
+
+
+def lookup_counts(scope: Scope) -> dict[str, dict[str, int]]:
+    """Returns {tool: {outcome: count}} for the scope's tools and the unlisted bucket."""
+    tools = [*policies_for(scope), UNLISTED]
+    keys = {f"rt:toolstat:{scope.id}:{t}:{o}": (t, o) for t in tools for o in OUTCOMES}
+    values = cache.get_many(list(keys))
+    counts: dict[str, dict[str, int]] = {t: dict.fromkeys(OUTCOMES, 0) for t in tools}
+    for key, value in values.items():
+        tool, outcome = keys[key]
+        counts[tool][outcome] = int(value)
+    return counts
+
+
+def _rule_and_key(scope: Scope, tool: str, args: dict, context: dict, caller: str | None) -> tuple[toolkey.ToolPolicy | None, str | None, str]:
+    rule = policies_for(scope).get(tool)
+    if rule is None:
+        return None, None, "no policy for this tool: it is not cached"
+    if not rule.cacheable:
+        return rule, None, "the tool's policy says it is not cacheable"
+    try:
+        return rule, toolkey.tool_result_key(scope.slug, rule, args, context, caller), ""
+    except ValueError as problem:
+        field = "caller" if "caller" in str(problem) else "args"
+        raise RequestRefused(422, "invalid", str(problem), field=field) from None
+
+
+def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | None = None) -> dict[str, Any]:
+    """Returns a cached result of this call, if one may be served.
+
+    Returns:
+        {"hit": True, "result", "age_s"}, or {"hit": False, "reason"}.
+    """
+    rule, key, reason = _rule_and_key(scope, tool, args, context, caller)
+    if key is None:
+        _count(scope, tool, "refused")
+        return {"hit": False, "reason": reason}
+    entry = cache.get(key)
+    if entry is None:
+        _count(scope, tool, "miss")
+        return {"hit": False, "reason": "not cached"}
+    if entry["sections"]:
+        current = Section.objects.current(scope, entry["sections"])
+        if any(section_id not in current or current[section_id].hash != recorded for section_id, recorded in entry["sections"].items()):
+            cache.delete(key)
+            _count(scope, tool, "stale")
+            return {"hit": False, "reason": "a section the result lists has changed since it was stored"}
+    _count(scope, tool, "hit")
+    return {"hit": True, "result": entry["result"], "age_s": round(time.time() - entry["stored_at"], 3)}
+
+
+def store(
+    scope: Scope, tool: str, args: dict, context: dict, result: Any, caller: str | None = None, section_ids: list[str] | None = None
+) -> dict[str, Any]:
+    """Stores a tool's result if its policy allows.
+
+    Returns:
+        {"stored": True, "ttl_s"} or {"stored": False, "reason"}.
+
+    Raises:
+        RequestRefused: 413 for a result over the size limit, 422 for listed
+        sections missing from the store or a missing caller.
+    """
+    rule, key, reason = _rule_and_key(scope, tool, args, context, caller)
+    if key is None:
+        return {"stored": False, "reason": reason}
+    size = len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    limit = settings.RAGTRAIL_TOOL_RESULT_MAX_BYTES
+    if size > limit:
+        raise RequestRefused(413, "too_large", f"result is {size} bytes; the limit is {limit}", field="result")
+    sections = {}
+    if section_ids:
+        current = Section.objects.current(scope, section_ids)
+        missing = [s for s in section_ids if s not in current]
+        if missing:
+            raise RequestRefused(422, "unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
+        sections = {s: current[s].hash for s in section_ids}
+    cache.set(key, {"result": result, "stored_at": time.time(), "sections": sections}, timeout=rule.ttl_s)
+    return {"stored": True, "ttl_s": rule.ttl_s}
