@@ -60,7 +60,12 @@ def database_from_url(url: str, base_dir: str) -> dict:
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"},
         }
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
-        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        options: dict = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        # Django turns psycopg's statement preparation off; recall's candidate read uses a
+        # server-binding cursor that psycopg prepares after five runs (see trails.models).
+        # Behind a transaction-pooling PgBouncer, set prepare_threshold= (empty) in the URL.
+        threshold = options.pop("prepare_threshold", "5")
+        options["prepare_threshold"] = int(threshold) if threshold else None
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")),

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Sequence
 
 from django.db import connection, models, transaction
+from django.db.backends.utils import CursorWrapper
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -56,24 +57,30 @@ class TrailQuerySet(models.QuerySet):
         trail, band, citation, step, section = (
             m._meta.db_table for m in (Trail, BandKey, Citation, Step, Section)
         )
-        placeholders = ", ".join(["%s"] * len(keys))
-        with connection.cursor() as cursor:
-            # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
-            # walks every active trail of the scope.
-            cursor.execute(
-                f"WITH found AS (SELECT DISTINCT t.id FROM {band} b CROSS JOIN {trail} t "
-                f"WHERE b.scope_id = %s AND b.key IN ({placeholders}) AND t.id = b.trail_id "
-                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s) "
-                "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
-                f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id "
-                "UNION ALL SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
-                f"FROM found JOIN {citation} c ON c.trail_id = found.id "
-                f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id "
-                "UNION ALL SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
-                f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id "
-                "ORDER BY 1, 2, 3",
-                [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now],
-            )
+        postgres = connection.vendor == "postgresql"
+        # PostgreSQL takes the keys as one array parameter, so the statement text is
+        # the same on every recall and can be prepared: planning this query took
+        # several times longer than running it.
+        key_match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(keys))})"
+        key_params = [list(keys)] if postgres else list(keys)
+        sql = (
+            f"WITH found AS (SELECT DISTINCT t.id FROM {band} b CROSS JOIN {trail} t "
+            f"WHERE b.scope_id = %s AND b.key {key_match} AND t.id = b.trail_id "
+            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s) "
+            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
+            f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id "
+            "UNION ALL SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
+            f"FROM found JOIN {citation} c ON c.trail_id = found.id "
+            f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id "
+            "UNION ALL SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
+            f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id "
+            "ORDER BY 1, 2, 3"
+        )
+        # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
+        # walks every active trail of the scope.
+        params = [scope.id, *key_params, scope.id, partition, TrailStatus.ACTIVE.value, now]
+        with _server_bound_cursor() if postgres else connection.cursor() as cursor:
+            cursor.execute(sql, params)
             rows = cursor.fetchall()
         found: dict[int, Candidate] = {}
         for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
@@ -104,6 +111,16 @@ class Candidate:
     citations: list[CoreCitation] = field(default_factory=list)
     current: dict[str, CurrentSection] = field(default_factory=dict)
     steps: list[RecordedStep] = field(default_factory=list)
+
+
+def _server_bound_cursor() -> CursorWrapper:
+    """A cursor on Django's PostgreSQL connection (same transaction) that binds on the
+    server, so psycopg prepares a statement after its fifth run; Django's own cursor
+    binds on the client and never prepares."""
+    import psycopg
+
+    connection.ensure_connection()
+    return CursorWrapper(psycopg.Cursor(connection.connection), connection)
 
 
 class Trail(models.Model):
