@@ -43,58 +43,83 @@ class TrailQuerySet(models.QuerySet):
         """Trails recall may return: this scope and partition, active, not expired."""
         return self.filter(scope=scope, partition=partition, status=TrailStatus.ACTIVE, expires_at__gt=now)
 
-    def candidates(self, scope: Scope, partition: str, keys: Sequence[int], now: datetime) -> list[Candidate]:
-        """Servable trails sharing at least one band key with the query, with their paths.
+    def candidates(
+        self, scope: Scope, partition: str, keys: Sequence[int], now: datetime, with_paths: bool = True
+    ) -> list[Candidate]:
+        """Servable trails sharing at least one band key with the query.
 
         One statement: the band-key read on the (scope, key) index (never a scan over
-        the scope's trails), then each candidate's signatures, its citations joined to
-        the section store as it is now, and its steps. Written as SQL because the ORM
-        spent longer compiling queries than the database spent answering them, and
-        because every round trip counts on recall's hot path.
+        the scope's trails), each candidate's signatures and, with `with_paths`, its
+        citations joined to the section store as it is now and its steps. Without
+        paths (where candidates are many, as with embeddings), `add_paths` reads them
+        for the few that win. Written as SQL because the ORM spent longer compiling
+        queries than the database spent answering them.
         """
         if not keys:
             return []
-        trail, band, citation, step, section = (
-            m._meta.db_table for m in (Trail, BandKey, Citation, Step, Section)
-        )
         postgres = connection.vendor == "postgresql"
         # PostgreSQL takes the keys as one array parameter, so the statement text is
         # the same on every recall and can be prepared: planning this query took
         # several times longer than running it.
         key_match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(keys))})"
-        key_params = [list(keys)] if postgres else list(keys)
-        sql = (
-            f"WITH found AS (SELECT DISTINCT t.id FROM {band} b CROSS JOIN {trail} t "
-            f"WHERE b.scope_id = %s AND b.key {key_match} AND t.id = b.trail_id "
-            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s) "
-            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
-            f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id "
-            "UNION ALL SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
-            f"FROM found JOIN {citation} c ON c.trail_id = found.id "
-            f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id "
-            "UNION ALL SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
-            f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id "
-            "ORDER BY 1, 2, 3"
-        )
         # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
         # walks every active trail of the scope.
-        params = [scope.id, *key_params, scope.id, partition, TrailStatus.ACTIVE.value, now]
-        with _server_bound_cursor() if postgres else connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        found: dict[int, Candidate] = {}
-        for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
-            if kind == 0:
-                found[trail_id] = Candidate(
-                    trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None
-                )
-            elif kind == 1:
-                found[trail_id].citations.append(CoreCitation(a, b))
-                if c is not None:
-                    found[trail_id].current[a] = CurrentSection(c, e)
-            else:
-                found[trail_id].steps.append(RecordedStep(a, json.loads(b), tuple(json.loads(c))))
-        return list(found.values())
+        found = (
+            f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
+            f"WHERE b.scope_id = %s AND b.key {key_match} AND t.id = b.trail_id "
+            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
+        )
+        params = [scope.id, *([list(keys)] if postgres else keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
+        return _read_candidates(found, params, with_trails=True, with_paths=with_paths)
+
+    def add_paths(self, candidates: Sequence["Candidate"]) -> None:
+        """Reads the citations (with the sections as they are now) and steps of these candidates."""
+        if not candidates:
+            return
+        postgres = connection.vendor == "postgresql"
+        ids = [c.id for c in candidates]
+        match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
+        found = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.id {match}"
+        _read_candidates(found, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in candidates})
+
+
+def _read_candidates(
+    found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, "Candidate"] | None = None
+) -> list["Candidate"]:
+    trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
+    parts = []
+    if with_trails:
+        parts.append(
+            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
+            f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id"
+        )
+    if with_paths:
+        parts.append(
+            "SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
+            f"FROM found JOIN {citation} c ON c.trail_id = found.id "
+            f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id"
+        )
+        parts.append(
+            "SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
+            f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id"
+        )
+    sql = f"WITH found AS ({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
+    with _server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    result: dict[int, Candidate] = into if into is not None else {}
+    for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
+        if kind == 0:
+            result[trail_id] = Candidate(
+                trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None
+            )
+        elif kind == 1:
+            result[trail_id].citations.append(CoreCitation(a, b))
+            if c is not None:
+                result[trail_id].current[a] = CurrentSection(c, e)
+        else:
+            result[trail_id].steps.append(RecordedStep(a, json.loads(b), tuple(json.loads(c))))
+    return list(result.values())
 
 
 @dataclass

@@ -64,7 +64,10 @@ class RecallResult:
 
 def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Scored], int]:
     """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
-    candidates = Trail.objects.candidates(scope, partition, question.keys, now)
+    # Lexical lookups find about one candidate, so its path comes in the same read;
+    # embedding lookups find tens, so paths are read for the winners only.
+    with_paths = not scope.uses_embedding
+    candidates = Trail.objects.candidates(scope, partition, question.keys, now, with_paths=with_paths)
     matches = score_candidates(
         scope,
         question,
@@ -77,6 +80,8 @@ def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, n
     passing = [Scored(candidates[m.index], m.score, m.matcher) for m in matches]
     # Equal similarity: the newest trail (highest id) first.
     passing.sort(key=lambda c: (c.similarity, c.trail.id), reverse=True)
+    if not with_paths:
+        Trail.objects.add_paths([c.trail for c in passing[:MAX_VALIDATED_CANDIDATES]])
     return passing, len(candidates)
 
 

@@ -115,7 +115,7 @@ class Command(BaseCommand):
             tallies = {(m, t, half): Tally() for m in SWEEP for t in SWEEP[m] for half in ("all", "even", "odd")}
             for index, pair in enumerate(data):
                 question = sign(scope, pair["b"], "")
-                found = Trail.objects.candidates(scope, "", question.keys, now)
+                found = Trail.objects.candidates(scope, "", question.keys, now, with_paths=False)
                 for matcher in SWEEP:
                     scope.matcher = matcher
                     matches = score_candidates(scope, question, [c.query for c in found], [c.lexical_signature for c in found],
