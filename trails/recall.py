@@ -130,7 +130,7 @@ def recall(
         break
     else:
         if stale:
-            result.trail, result.similarity, result.matcher = stale[0], candidates[0].similarity, candidates[0].matcher
+            result.trail, result.similarity, result.matcher = stale[0], round(candidates[0].similarity, 4), candidates[0].matcher
             result.matched_query = stale[0].query
     result.stale_trail_ids = [str(t.public_id) for t in stale]
 

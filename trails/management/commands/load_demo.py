@@ -38,16 +38,21 @@ class Command(BaseCommand):
 
         if revision == "old" and not Trail.objects.filter(scope=scope).exists():
             questions = [q for q in faq_questions() if q["present_in"] == ["old", "new"]]
-            for q in questions[:: max(1, len(questions) // DEMO_TRAILS)][:DEMO_TRAILS]:
+            step = max(1, len(questions) // DEMO_TRAILS)
+            for index in range(0, min(len(questions), step * DEMO_TRAILS), step):
+                q = questions[index]
+                # Every third trail also cites the next entry, as an answer drawing on two
+                # sections would; after --revision new some of these come back as hints.
+                cited = [q["section_id"]] + ([questions[index + 1]["section_id"]] if index % 3 == 0 and index + 1 < len(questions) else [])
                 record(
                     scope,
                     RecordInput(
                         query=q["question"],
                         steps=[
-                            StepInput("search", {"query": q["question"]}, [q["section_id"]]),
-                            StepInput("read", {"id": q["section_id"]}, [q["section_id"]]),
+                            StepInput("search", {"query": q["question"]}, cited),
+                            *(StepInput("read", {"id": section_id}, [section_id]) for section_id in cited),
                         ],
-                        cited=[q["section_id"]],
+                        cited=cited,
                         signal="accepted",
                         idempotency_key=f"demo:{q['section_id']}",
                     ),
