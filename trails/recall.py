@@ -43,7 +43,6 @@ class RecallResult:
     hint: str | None = None
     tokens: int = 0
     truncated: bool = False
-    stale_trail_ids: list[str] = field(default_factory=list)
     candidates: int = 0
 
     def as_json(self) -> dict[str, Any]:
@@ -132,7 +131,6 @@ def recall(
         if stale:
             result.trail, result.similarity, result.matcher = stale[0], round(candidates[0].similarity, 4), candidates[0].matcher
             result.matched_query = stale[0].query
-    result.stale_trail_ids = [str(t.public_id) for t in stale]
 
     if not dry_run:
         recall_id = write_recall_effects(
