@@ -33,7 +33,7 @@ def embedding_namespace(partition: str, model: str) -> str:
     return f"{partition}\x00embedding:{model}"
 
 
-def sign(scope: Scope, text: str, partition: str, embed: bool | None = None) -> QuestionSignature:
+def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
     """Signs a question for the scope's matchers and computes its band keys.
 
     Raises:
@@ -44,7 +44,7 @@ def sign(scope: Scope, text: str, partition: str, embed: bool | None = None) -> 
     lexical = minhash_query(text, scope.minhash_params)
     keys = lexical_band_keys(text, lexical.params, scope.band_layout, namespace=partition)
     embedding = None
-    if scope.uses_embedding if embed is None else embed:
+    if scope.uses_embedding:
         embedder = get_embedder()
         embedding = EmbeddingVector(embedder.name, embedder.embed(text))
         keys += embedding_keys(scope, embedding, partition)
