@@ -39,10 +39,6 @@ POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
 
 
 class TrailQuerySet(models.QuerySet):
-    def servable(self, scope: Scope, partition: str, now: datetime) -> "TrailQuerySet":
-        """Trails recall may return: this scope and partition, active, not expired."""
-        return self.filter(scope=scope, partition=partition, status=TrailStatus.ACTIVE, expires_at__gt=now)
-
     def candidates(
         self, scope: Scope, partition: str, keys: Sequence[int], now: datetime, with_paths: bool = True
     ) -> list[Candidate]:
