@@ -2,19 +2,24 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Router, Status
 
 from scopes.auth import granted_scope
 from scopes.models import Section
 from scopes.schemas import SectionOut, SectionsIn, SectionsOut
 from trails.errors import RequestRefused
+from trails.models import flag_trails_citing
 
 router = Router(tags=["sections"])
 
 
 @router.put("/{scope}/sections", response=SectionsOut)
 def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
-    return Section.upsert(granted_scope(request, scope), {s.id: s.text for s in payload.sections})
+    found = granted_scope(request, scope)
+    summary = Section.upsert(found, {s.id: s.text for s in payload.sections})
+    flag_trails_citing(found, summary["changed_ids"], timezone.now())
+    return summary
 
 
 def _section(request: HttpRequest, scope: str, section_id: str) -> Section:
@@ -32,5 +37,7 @@ def get_section(request: HttpRequest, scope: str, section_id: str):
 
 @router.delete("/{scope}/sections/{path:section_id}", response={204: None})
 def delete_section(request: HttpRequest, scope: str, section_id: str):
-    _section(request, scope, section_id).delete()
+    section = _section(request, scope, section_id)
+    section.delete()
+    flag_trails_citing(section.scope, [section_id], timezone.now())
     return Status(204, None)

@@ -88,6 +88,7 @@ def _trail_json(trail: Trail) -> dict:
         "expires_at": trail.expires_at.isoformat(),
         "hit_count": trail.hit_count,
         "last_hit_at": trail.last_hit_at.isoformat() if trail.last_hit_at else None,
+        "section_changed_at": trail.section_changed_at.isoformat() if trail.section_changed_at else None,
     }
 
 

@@ -163,6 +163,10 @@ class Trail(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     stale_at = models.DateTimeField(null=True, blank=True)
+    # Set when a cited section changes after recording, so operators see trails that
+    # will come back as hints or misses before an agent meets them. Recall still
+    # validates on read; this flag never decides what is served.
+    section_changed_at = models.DateTimeField(null=True, blank=True)
     hit_count = models.PositiveIntegerField(default=0)
     last_hit_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
@@ -229,6 +233,22 @@ class Trail(models.Model):
             raise ValueError(f"unknown vote {vote!r}")
         self.save(update_fields=["status", "expires_at", "reason"])
         TrailSignal.objects.create(trail=self, signal=vote, source=TrailSignal.Source.FEEDBACK, created_at=now)
+
+def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) -> int:
+    """Flags the active trails of a scope that cite any of these sections.
+
+    Reads the (scope, section_id) index of citations, never the scope's trails.
+
+    Returns:
+        How many trails were newly flagged.
+    """
+    if not section_ids:
+        return 0
+    citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
+    return Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True).update(
+        section_changed_at=now
+    )
+
 
 class Step(models.Model):
     """One tool call on a trail's path."""

@@ -88,6 +88,7 @@ class TrailOut(Schema):
     expires_at: str
     hit_count: int
     last_hit_at: Optional[str]
+    section_changed_at: Optional[str]
 
 
 class FeedbackIn(StrictSchema):

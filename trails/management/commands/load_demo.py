@@ -7,10 +7,11 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section
-from trails.models import Trail
+from trails.models import Trail, flag_trails_citing
 from trails.record import RecordInput, StepInput, record
 
 DEMO_SCOPE = "python-faq"
@@ -33,7 +34,10 @@ class Command(BaseCommand):
         texts = faq_sections(revision)
         with transaction.atomic():
             summary = Section.upsert(scope, texts)
-            Section.objects.filter(scope=scope).exclude(section_id__in=list(texts)).delete()
+            removed = Section.objects.filter(scope=scope).exclude(section_id__in=list(texts))
+            removed_ids = list(removed.values_list("section_id", flat=True))
+            removed.delete()
+            flag_trails_citing(scope, summary["changed_ids"] + removed_ids, timezone.now())
         self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
 
         if revision == "old" and not Trail.objects.filter(scope=scope).exists():
