@@ -412,3 +412,20 @@ def write_recall_effects(
             for sql, params in statements:
                 cursor.execute(sql, params)
     return public_id
+
+
+class RecallStat(models.Model):
+    """Recalls per scope, hour, outcome and matcher: what the charts read instead of raw events."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=RecallOutcome.choices)
+    matcher = models.CharField(max_length=16, blank=True)
+    count = models.PositiveIntegerField()
+    similarity_sum = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "hour", "outcome", "matcher"], name="recallstat_unique_bucket")
+        ]
+        indexes = [models.Index(fields=["scope", "hour"], name="recallstat_scope_hour")]

@@ -1,0 +1,50 @@
+"""Retention sweep and hourly roll-up: exact rows, and the same result when rerun."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as dt_timezone
+
+from django.db.models import Count
+
+from trails.models import BandKey, Citation, RecallEvent, RecallStat, Step, Trail
+from trails.upkeep import roll_up, sweep_expired
+
+NOW = datetime(2026, 11, 30, 12, 30, tzinfo=dt_timezone.utc)
+
+
+def record(api, query: str, **extra) -> Trail:
+    body = api.record("hospital", query=query, cited=["parking"], steps=[{"tool": "read", "args": {}, "section_ids": ["parking"]}], **extra).json()
+    return Trail.objects.get(public_id=body["trail_id"])
+
+
+def test_sweep_deletes_exactly_the_expired_trails_and_old_events(api, scope, sections):
+    keep = record(api, "Where do visitors park?")
+    expired = record(api, "Is parking free for visitors?")
+    pending_expired = record(api, "Can staff park in car park B?", signal=None)
+    Trail.objects.filter(id__in=[expired.id, pending_expired.id]).update(expires_at=NOW - timedelta(seconds=1))
+    Trail.objects.filter(id=keep.id).update(expires_at=NOW + timedelta(days=1))
+    api.recall("hospital", query="Is parking free for visitors?")
+    old, recent = RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=91), outcome="miss", latency_ms=1), RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=89), outcome="miss", latency_ms=1)
+
+    assert sweep_expired(NOW, batch_size=1) == {"trails": 2, "events": 1}
+    assert list(Trail.objects.values_list("id", flat=True)) == [keep.id]
+    assert set(BandKey.objects.values_list("trail_id", flat=True)) == {keep.id}
+    assert set(Citation.objects.values_list("trail_id", flat=True)) == set(Step.objects.values_list("trail_id", flat=True)) == {keep.id}
+    assert not RecallEvent.objects.filter(id=old.id).exists() and RecallEvent.objects.filter(id=recent.id).exists()
+    assert sweep_expired(NOW) == {"trails": 0, "events": 0}
+
+
+def test_roll_up_matches_a_direct_count_and_reruns_the_same(scope):
+    for minutes, outcome, similarity in [(0, "prefetch", 0.9), (5, "prefetch", 0.7), (59, "miss", None), (61, "hint", 0.95), (130, "miss", None)]:
+        RecallEvent.objects.create(scope=scope, created_at=NOW.replace(minute=0) + timedelta(minutes=minutes), outcome=outcome,
+                                   similarity=similarity, latency_ms=1, matcher="lexical" if similarity else "")
+    start, end = NOW - timedelta(hours=1), NOW + timedelta(hours=2)
+    assert roll_up(start, end) == 4
+    first = sorted(RecallStat.objects.values_list("hour", "outcome", "count"))
+    assert roll_up(start, end) == 4
+    assert sorted(RecallStat.objects.values_list("hour", "outcome", "count")) == first
+    twelve = NOW.replace(minute=0)
+    assert first == [(twelve, "miss", 1), (twelve, "prefetch", 2), (twelve + timedelta(hours=1), "hint", 1), (twelve + timedelta(hours=2), "miss", 1)]
+    direct = RecallEvent.objects.values("outcome").annotate(n=Count("id"))
+    rolled = {o: sum(c for _, oo, c in first if oo == o) for o in ("prefetch", "hint", "miss")}
+    assert rolled == {row["outcome"]: row["n"] for row in direct}
+    assert abs(sum(RecallStat.objects.filter(outcome="prefetch").values_list("similarity_sum", flat=True)) - 1.6) < 1e-9

@@ -1,0 +1,76 @@
+"""Upkeep jobs: idempotent functions, each with a management command (and later a Celery task)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncHour
+
+from scopes.models import Scope
+from trails.models import BandKey, Citation, RecallEvent, RecallStat, Step, Trail, TrailSignal
+
+
+def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
+    """Deletes trails past their expiry and recall events past their scope's retention.
+
+    Pending trails expire sooner (their TTL is set at record time), so one rule
+    covers both. Works in batches of ids, each its own transaction, so a sweep of
+    millions of rows neither holds long locks nor much memory; running it again
+    deletes nothing more.
+
+    Returns:
+        {"trails": deleted trails, "events": deleted recall events}.
+    """
+    deleted = {"trails": 0, "events": 0}
+    while True:
+        ids = list(Trail.objects.filter(expires_at__lte=now).order_by("id").values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic():
+            RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
+            for model in (BandKey, Citation, Step, TrailSignal):
+                rows = model.objects.filter(trail_id__in=ids)
+                rows._raw_delete(rows.db)  # no per-row cascade collection: these rows have no dependants
+            trails = Trail.objects.filter(id__in=ids)
+            deleted["trails"] += trails._raw_delete(trails.db)
+    for scope in Scope.objects.only("id", "event_retention_days"):
+        cutoff = now - timedelta(days=scope.event_retention_days)
+        while True:
+            ids = list(
+                RecallEvent.objects.filter(scope=scope, created_at__lt=cutoff).order_by("id").values_list("id", flat=True)[:batch_size]
+            )
+            if not ids:
+                break
+            events = RecallEvent.objects.filter(id__in=ids)
+            deleted["events"] += events._raw_delete(events.db)
+    return deleted
+
+
+def roll_up(start: datetime, end: datetime) -> int:
+    """Recounts recall events into hourly buckets for the hours touching [start, end).
+
+    The window is widened to whole hours and its buckets replaced in one
+    transaction, so running it twice gives the same counts.
+
+    Returns:
+        How many buckets the window now holds.
+    """
+    first = start.replace(minute=0, second=0, microsecond=0)
+    last = end.replace(minute=0, second=0, microsecond=0)
+    if last < end:
+        last += timedelta(hours=1)
+    rows = (
+        RecallEvent.objects.filter(created_at__gte=first, created_at__lt=last)
+        .annotate(bucket=TruncHour("created_at"))
+        .values("scope_id", "bucket", "outcome", "matcher")
+        .annotate(n=Count("id"), similarity=Sum("similarity"))
+    )
+    buckets = [
+        RecallStat(scope_id=r["scope_id"], hour=r["bucket"], outcome=r["outcome"], matcher=r["matcher"], count=r["n"], similarity_sum=r["similarity"] or 0.0)
+        for r in rows
+    ]
+    with transaction.atomic():
+        RecallStat.objects.filter(hour__gte=first, hour__lt=last).delete()
+        RecallStat.objects.bulk_create(buckets, batch_size=2000)
+    return len(buckets)
