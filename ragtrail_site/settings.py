@@ -101,6 +101,18 @@ CACHES = {
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
 
+# Background jobs. With no broker configured (a laptop) tasks run in the calling
+# process; production sets CELERY_BROKER_URL=redis://… and runs a worker and beat.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", CELERY_BROKER_URL == "memory://")
+CELERY_TASK_ACKS_LATE = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "sweep-expired": {"task": "trails.tasks.sweep_expired_task", "schedule": 3600.0},
+    "roll-up-recalls": {"task": "trails.tasks.roll_up_task", "schedule": 600.0},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,0 +1,28 @@
+"""Thin Celery wrappers over the upkeep functions; each also has a management command."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from scopes.models import Scope
+from trails.reindex import reindex_scope
+from trails.upkeep import roll_up, sweep_expired
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=30)
+def sweep_expired_task(self, batch_size: int = 5000) -> dict[str, int]:
+    return sweep_expired(timezone.now(), batch_size)
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=30)
+def roll_up_task(self, hours: int = 2) -> int:
+    end = timezone.now()
+    return roll_up(end - timedelta(hours=hours), end)
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=30)
+def reindex_scope_task(self, scope_id: int, after_id: int = 0) -> int:
+    scope = Scope.objects.filter(pk=scope_id).first()
+    return reindex_scope(scope, after_id=after_id) if scope else 0
