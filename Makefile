@@ -12,9 +12,12 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
+# The worker (with beat) runs beside the web server on the filesystem broker and stops with it.
 run: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo
+	$(PY) -m celery -A ragtrail_site worker --beat --pool solo --loglevel warning --schedule .celery/beat-schedule & \
+	worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	$(PY) manage.py runserver $(HOST)
 
 test: $(VENV)/.installed

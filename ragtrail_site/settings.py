@@ -101,11 +101,16 @@ CACHES = {
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
 
-# Background jobs. With no broker configured (a laptop) tasks run in the calling
-# process; production sets CELERY_BROKER_URL=redis://… and runs a worker and beat.
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+# Background jobs. Production sets CELERY_BROKER_URL=redis://… and runs a worker and
+# beat. A laptop needs no server: kombu's filesystem transport queues tasks as files
+# in .celery/, and `make run` starts a worker with beat beside the web server.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _queue = BASE_DIR / ".celery" / "queue"
+    _queue.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder_in": str(_queue), "data_folder_out": str(_queue), "store_processed": False}
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", CELERY_BROKER_URL == "memory://")
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
