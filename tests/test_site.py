@@ -113,3 +113,10 @@ def test_demo_move_to_the_new_revision_flags_the_trails_it_touches(db):
     call_command("load_demo", "--revision", "new", "--no-credentials", stdout=StringIO())
     flagged = Trail.objects.filter(scope__slug="python-faq", section_changed_at__isnull=False).count()
     assert flagged == 18  # 13 come back as hints and 5 as misses; 7 are untouched
+
+
+def test_upkeep_benchmark_runs_and_checks_its_counts(db):
+    out = StringIO()
+    call_command("ragtrail_upkeep_bench", "--events", "300", "--trails", "20", "--batch-size", "7", stdout=out)
+    text = out.getvalue()
+    assert "counts sum 300 of 300" in text and "sweep: 10 trails" in text
