@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from scopes.models import Scope, new_policy_version
-from trails.models import Citation, Step, ToolPolicy, Trail
+from trails.models import Citation, PiiPattern, PurgeRun, Step, ToolPolicy, Trail
 
 
 class StepInline(admin.TabularInline):
@@ -42,3 +42,24 @@ class ToolPolicyAdmin(admin.ModelAdmin):
     def delete_model(self, request, obj) -> None:
         super().delete_model(request, obj)
         Scope.objects.filter(pk=obj.scope_id).update(tool_policy_version=new_policy_version())
+
+
+@admin.register(PiiPattern)
+class PiiPatternAdmin(admin.ModelAdmin):
+    list_display = ["name", "scope", "pattern"]
+    list_filter = ["scope"]
+
+
+@admin.register(PurgeRun)
+class PurgeRunAdmin(admin.ModelAdmin):
+    """The purge audit log: read-only."""
+
+    list_display = ["created_at", "scope", "rule", "action", "requested_by", "state", "matched", "processed", "finished_at"]
+    list_filter = ["scope", "action", "state"]
+    exclude = ["subject"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -429,3 +429,58 @@ class RecallStat(models.Model):
             models.UniqueConstraint(fields=["scope", "hour", "outcome", "matcher"], name="recallstat_unique_bucket")
         ]
         indexes = [models.Index(fields=["scope", "hour"], name="recallstat_scope_hour")]
+
+
+class PiiPattern(models.Model):
+    """A scope's own pattern of personal data (a patient number, a customer id), checked by purges."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="pii_patterns")
+    name = models.CharField(max_length=100)
+    pattern = models.CharField(max_length=500, help_text="A Python regular expression.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "name"], name="pii_pattern_unique_in_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.scope.slug}:{self.name}"
+
+    def clean(self) -> None:
+        import re
+
+        from django.core.exceptions import ValidationError
+
+        try:
+            re.compile(self.pattern)
+        except re.error as problem:
+            raise ValidationError({"pattern": f"not a valid regular expression: {problem}"}) from None
+
+
+class PurgeRun(models.Model):
+    """One purge of personal data: its progress, and afterwards its audit record.
+
+    The audit keeps who, when, which scope and rule, and how many; never the purged
+    text (an erasure subject is held only while the run is unfinished).
+    """
+
+    class Action(models.TextChoices):
+        REDACT = "redact", "Redact the query text"
+        DELETE = "delete", "Delete the trails"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="purge_runs")
+    rule = models.CharField(max_length=200, help_text="What was looked for: built-in rules, scope patterns, or an erasure subject.")
+    subject = models.TextField(blank=True)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    requested_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    matched = models.PositiveIntegerField(default=0)
+    last_trail_id = models.BigIntegerField(default=0)

@@ -26,3 +26,10 @@ def roll_up_task(self, hours: int = 2) -> int:
 def reindex_scope_task(self, scope_id: int, after_id: int = 0) -> int:
     scope = Scope.objects.filter(pk=scope_id).first()
     return reindex_scope(scope, after_id=after_id) if scope else 0
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=30)
+def purge_task(self, run_id: int) -> int:
+    from trails.purge import run_purge
+
+    return run_purge(run_id).matched

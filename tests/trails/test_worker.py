@@ -120,3 +120,15 @@ def test_the_laptop_default_runs_jobs_without_a_server(laptop_worker, api, secti
     while not RecallStat.objects.exists() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert {s.outcome: s.count for s in RecallStat.objects.all()} == {"prefetch": 1}
+
+
+def test_a_real_worker_runs_a_purge_and_a_retry_changes_nothing(worker, api, sections):
+    from trails.models import PurgeRun
+    from trails.tasks import purge_task
+
+    for query in ["Where do visitors park?", "Can jane@example.org visit?"]:
+        api.record("hospital", query=query, cited=["parking"])
+    run = PurgeRun.objects.create(scope=Trail.objects.first().scope, rule="built-in", action="redact", requested_by="test")
+    assert purge_task.delay(run.id).get(timeout=90) == 1
+    assert purge_task.delay(run.id).get(timeout=90) == 1  # a retried task finds the run done
+    assert sorted(Trail.objects.values_list("query", flat=True)) == ["Can [redacted] visit?", "Where do visitors park?"]

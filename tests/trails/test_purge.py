@@ -1,0 +1,93 @@
+"""Purging personal data: redaction re-signs, erasure by subject, deletion, and crash-safe reruns."""
+from __future__ import annotations
+
+import pytest
+
+from trails import purge
+from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
+
+QUERIES = [
+    "Where do visitors park?",
+    "Can jane.roe@example.org visit the ICU?",
+    "Is patient PT-123456 on the general ward?",
+    "What did Jane Roe ask about parking?",
+    "Call me on +44 20 7946 0958 about visiting hours",
+]
+
+
+@pytest.fixture
+def stored(api, scope, sections):
+    scope.keep_raw_queries = True
+    scope.save()
+    PiiPattern.objects.create(scope=scope, name="patient id", pattern=r"\bPT-\d{6}\b")
+    for query in QUERIES:
+        assert api.record("hospital", query=query, cited=["parking"]).status_code == 201
+    api.recall("hospital", query="Can jane.roe@example.org visit the ICU?")
+    return scope
+
+
+def queries() -> list[str]:
+    return list(Trail.objects.order_by("id").values_list("query", flat=True))
+
+
+def test_redaction_removes_personal_data_and_the_trail_matches_its_new_text(api, stored):
+    run = PurgeRun.objects.create(scope=stored, rule="built-in and scope patterns", action="redact", requested_by="op")
+    assert purge.preview(run)[0] == 3
+    done = purge.run_purge(run.id, batch_size=2)
+    assert (done.state, done.total, done.processed, done.matched) == ("done", 5, 5, 3)
+    assert queries() == [
+        "Where do visitors park?",
+        "Can [redacted] visit the ICU?",
+        "Is patient [redacted] on the general ward?",
+        "What did Jane Roe ask about parking?",
+        "Call me on [redacted] about visiting hours",
+    ]
+    assert RecallEvent.objects.get().query == "Can [redacted] visit the ICU?"
+    assert api.recall("hospital", query="Can [redacted] visit the ICU?").json()["outcome"] == "prefetch"
+    assert api.recall("hospital", query="Can jane.roe@example.org visit the ICU?").json()["outcome"] == "miss"
+
+
+def test_an_erasure_request_deletes_the_subjects_trails_and_keeps_no_copy(stored):
+    run = PurgeRun.objects.create(scope=stored, rule="erasure request", subject="Jane Roe", action="delete", requested_by="op")
+    done = purge.run_purge(run.id)
+    assert done.matched == 1 and "What did Jane Roe ask about parking?" not in queries() and len(queries()) == 4
+    assert done.subject == "" and "Jane Roe" not in str(PurgeRun.objects.values().get())
+
+
+def test_a_purge_that_crashed_halfway_ends_the_same_when_rerun(stored, monkeypatch):
+    run = PurgeRun.objects.create(scope=stored, rule="built-in and scope patterns", action="redact", requested_by="op")
+    real = purge._redact_trails
+    calls = {"n": 0}
+
+    def crash_on_second_batch(*args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("worker killed")
+        return real(*args)
+
+    monkeypatch.setattr(purge, "_redact_trails", crash_on_second_batch)
+    with pytest.raises(RuntimeError):
+        purge.run_purge(run.id, batch_size=2)
+    halfway = PurgeRun.objects.get(id=run.id)
+    assert halfway.state == "running" and halfway.processed == 2
+    monkeypatch.setattr(purge, "_redact_trails", real)
+    done = purge.run_purge(run.id, batch_size=2)
+    assert (done.state, done.processed, done.matched) == ("done", 5, 3)
+    crashed_result = queries()
+    # Running it again changes nothing, and equals a run that never crashed.
+    assert purge.run_purge(run.id).matched == 3 and queries() == crashed_result
+    assert crashed_result[1:3] == ["Can [redacted] visit the ICU?", "Is patient [redacted] on the general ward?"]
+
+
+def test_purge_command_previews_then_redacts(stored):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("ragtrail_purge", "--scope", "hospital", "--preview", stdout=out)
+    assert out.getvalue().startswith("3 trails would be redacted") and not PurgeRun.objects.exists()
+    out = StringIO()
+    call_command("ragtrail_purge", "--scope", "hospital", "--by", "alice", stdout=out)
+    assert "3 of 5 trails redacted" in out.getvalue()
+    assert PurgeRun.objects.get().requested_by == "alice"

@@ -1,0 +1,87 @@
+"""Finding and redacting personal data in stored query text."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+REDACTED = "[redacted]"
+
+
+def _luhn_ok(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for i, ch in enumerate(digits):
+        d = int(ch)
+        if i % 2 == parity:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _iban_ok(candidate: str) -> bool:
+    compact = candidate.replace(" ", "").upper()
+    rearranged = compact[4:] + compact[:4]
+    return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named pattern, optionally with a check that rules out look-alike numbers."""
+
+    name: str
+    pattern: re.Pattern[str]
+    check: object = None  # a callable on the matched text, or None
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        found = []
+        for match in self.pattern.finditer(text):
+            value = match.group(0)
+            if self.check is not None and not self.check(re.sub(r"[ -]", "", value)):
+                continue
+            found.append(match.span())
+        return found
+
+
+BUILTIN_RULES: tuple[Rule, ...] = (
+    Rule("email", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
+    Rule("card number", re.compile(r"\b(?:\d[ -]?){12,18}\d\b"), _luhn_ok),
+    Rule("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b"), _iban_ok),
+    Rule("ip address", re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b|\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b")),
+    Rule("phone number", re.compile(r"(?<![\w])\+?\d[\d ()-]{7,}\d(?![\w])")),
+)
+
+
+def rules_for(extra: Iterable[tuple[str, str]] = (), subject: str | None = None, builtin: bool = True) -> list[Rule]:
+    """Builds the rule list: the built-in rules, a scope's patterns, and an erasure subject.
+
+    Raises:
+        re.error: an extra pattern does not compile.
+    """
+    rules = list(BUILTIN_RULES) if builtin else []
+    rules.extend(Rule(name, re.compile(pattern)) for name, pattern in extra)
+    if subject:
+        rules.append(Rule("subject", re.compile(re.escape(subject), re.IGNORECASE)))
+    return rules
+
+
+def find(text: str, rules: Sequence[Rule]) -> list[tuple[str, int, int]]:
+    """Returns (rule name, start, end) for every match, in text order."""
+    return sorted(((rule.name, a, b) for rule in rules for a, b in rule.spans(text)), key=lambda m: m[1])
+
+
+def redact(text: str, rules: Sequence[Rule]) -> str:
+    """Replaces every match (overlaps merged) with [redacted]."""
+    spans = sorted((a, b) for _, a, b in find(text, rules))
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out, last = [], 0
+    for a, b in merged:
+        out.append(text[last:a])
+        out.append(REDACTED)
+        last = b
+    out.append(text[last:])
+    return "".join(out)

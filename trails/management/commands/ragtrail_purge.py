@@ -1,0 +1,35 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from scopes.models import Scope
+from trails.models import PurgeRun
+from trails import purge
+
+
+class Command(BaseCommand):
+    help = (
+        "Purges personal data (built-in rules and the scope's patterns, or --subject for an erasure "
+        "request) from stored queries: redacts them, or deletes the trails with --delete. --preview only counts."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--scope", required=True)
+        parser.add_argument("--subject", default="")
+        parser.add_argument("--delete", action="store_true")
+        parser.add_argument("--preview", action="store_true")
+        parser.add_argument("--by", default="command line", help="who asked, for the audit record")
+
+    def handle(self, *args, scope: str, subject: str, delete: bool, preview: bool, by: str, **options) -> None:
+        found = Scope.objects.filter(slug=scope).first()
+        if found is None:
+            raise CommandError(f"no such scope: {scope}")
+        run = PurgeRun(scope=found, subject=subject, rule="erasure request" if subject else "built-in rules and scope patterns",
+                       action=PurgeRun.Action.DELETE if delete else PurgeRun.Action.REDACT, requested_by=by)
+        if preview:
+            count, shown = purge.preview(run)
+            self.stdout.write(f"{count} trails would be {run.action}ed")
+            for public_id, rules in shown:
+                self.stdout.write(f"  {public_id}: {', '.join(rules)}")
+            return
+        run.save()
+        done = purge.run_purge(run.id)
+        self.stdout.write(f"purge {done.public_id}: {done.matched} of {done.processed} trails {done.action}ed")
