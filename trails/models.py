@@ -200,6 +200,22 @@ class Trail(models.Model):
         rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")
         return [RecordedStep(tool, args, tuple(section_ids)) for tool, args, section_ids in rows]
 
+    @classmethod
+    def delete_by_ids(cls, ids: Sequence[int]) -> int:
+        """Deletes trails and their rows in bulk; their recall events keep no link.
+
+        Returns how many trails were deleted. No per-row cascade collection: the
+        child rows have no dependants of their own.
+        """
+        if not ids:
+            return 0
+        RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
+        for model in (BandKey, Citation, Step, TrailSignal):
+            rows = model.objects.filter(trail_id__in=ids)
+            rows._raw_delete(rows.db)
+        trails = cls.objects.filter(id__in=ids)
+        return trails._raw_delete(trails.db)
+
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
 

@@ -6,8 +6,8 @@ from django.utils import timezone
 
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.matching import sign
-from trails.models import BandKey, Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal
+from trails.reindex import resign
+from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
 
 
 def purge_rules(run: PurgeRun) -> list[pii.Rule]:
@@ -57,7 +57,7 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
         hits = [t for t in batch if pii.find(t.query, rules)]
         with transaction.atomic():
             if run.action == PurgeRun.Action.DELETE:
-                _delete_trails([t.id for t in hits])
+                Trail.delete_by_ids([t.id for t in hits])
             else:
                 _redact_trails(run, hits, rules)
             run.last_trail_id, run.processed, run.matched = batch[-1].id, run.processed + len(batch), run.matched + len(hits)
@@ -72,27 +72,9 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     return run
 
 
-def _delete_trails(ids: list[int]) -> None:
-    if not ids:
-        return
-    RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
-    for model in (BandKey, Citation, Step, TrailSignal):
-        rows = model.objects.filter(trail_id__in=ids)
-        rows._raw_delete(rows.db)
-    trails = Trail.objects.filter(id__in=ids)
-    trails._raw_delete(trails.db)
-
-
 def _redact_trails(run: PurgeRun, trails: list[Trail], rules: list[pii.Rule]) -> None:
-    BandKey.objects.filter(trail__in=trails).delete()
-    keys = []
     for trail in trails:
         trail.query = pii.redact(trail.query, rules)
         trail.normalised_query = normalise_query(trail.query)
-        question = sign(run.scope, trail.query, trail.partition)
-        trail.lexical_signature = question.lexical.to_bytes()
-        trail.embedding = question.embedding.to_bytes() if question.embedding else None
-        trail.embedding_model = question.embedding.model if question.embedding else ""
-        keys.extend(BandKey(trail=trail, scope=run.scope, key=key) for key in question.keys)
-    Trail.objects.bulk_update(trails, ["query", "normalised_query", "lexical_signature", "embedding", "embedding_model"])
-    BandKey.objects.bulk_create(keys, batch_size=2000)
+    Trail.objects.bulk_update(trails, ["query", "normalised_query"])
+    resign(run.scope, trails)

@@ -10,6 +10,25 @@ from trails.matching import sign
 from trails.models import BandKey, Trail, TrailStatus
 
 
+def resign(scope: Scope, trails: list[Trail]) -> None:
+    """Signs these trails' current query text afresh and replaces their band keys.
+
+    Call inside a transaction; `trails` need id, query and partition loaded.
+    """
+    BandKey.objects.filter(trail__in=trails).delete()
+    keys = []
+    for trail in trails:
+        question = sign(scope, trail.query, trail.partition)
+        trail.lexical_params = question.lexical.params.label
+        trail.lexical_signature = question.lexical.to_bytes()
+        trail.band_layout = scope.band_layout.label
+        trail.embedding_model = question.embedding.model if question.embedding else ""
+        trail.embedding = question.embedding.to_bytes() if question.embedding else None
+        keys.extend(BandKey(trail=trail, scope=scope, key=key) for key in question.keys)
+    Trail.objects.bulk_update(trails, ["lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding"])
+    BandKey.objects.bulk_create(keys, batch_size=2000)
+
+
 def reindex_scope(
     scope: Scope, batch_size: int = 500, after_id: int = 0, progress: Callable[[int, int], None] | None = None
 ) -> int:
@@ -32,18 +51,7 @@ def reindex_scope(
         if not batch:
             return done
         with transaction.atomic():
-            BandKey.objects.filter(trail__in=batch).delete()
-            keys = []
-            for trail in batch:
-                question = sign(scope, trail.query, trail.partition)
-                trail.lexical_params = question.lexical.params.label
-                trail.lexical_signature = question.lexical.to_bytes()
-                trail.band_layout = scope.band_layout.label
-                trail.embedding_model = question.embedding.model if question.embedding else ""
-                trail.embedding = question.embedding.to_bytes() if question.embedding else None
-                keys.extend(BandKey(trail=trail, scope=scope, key=key) for key in question.keys)
-            Trail.objects.bulk_update(batch, ["lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding"])
-            BandKey.objects.bulk_create(keys, batch_size=2000)
+            resign(scope, batch)
         done += len(batch)
         after_id = batch[-1].id
         if progress:

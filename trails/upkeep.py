@@ -8,7 +8,7 @@ from django.db.models import Count, Sum
 from django.db.models.functions import TruncHour
 
 from scopes.models import Scope
-from trails.models import BandKey, Citation, RecallEvent, RecallStat, Step, Trail, TrailSignal
+from trails.models import RecallEvent, RecallStat, Trail
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -28,12 +28,7 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
         if not ids:
             break
         with transaction.atomic():
-            RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
-            for model in (BandKey, Citation, Step, TrailSignal):
-                rows = model.objects.filter(trail_id__in=ids)
-                rows._raw_delete(rows.db)  # no per-row cascade collection: these rows have no dependants
-            trails = Trail.objects.filter(id__in=ids)
-            deleted["trails"] += trails._raw_delete(trails.db)
+            deleted["trails"] += Trail.delete_by_ids(ids)
     for scope in Scope.objects.only("id", "event_retention_days"):
         cutoff = now - timedelta(days=scope.event_retention_days)
         while True:
