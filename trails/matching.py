@@ -6,6 +6,7 @@ which candidate wins) and the reindex job.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashSignature, minhash_query
 from trails.core.simhash import EmbeddingVector, cosine_many, simhash_bits
 from trails.embedders import get_embedder
+from trails.models import Candidate
 
 
 @dataclass(frozen=True)
@@ -60,42 +62,50 @@ def embedding_keys(scope: Scope, embedding: EmbeddingVector, partition: str) -> 
 class Match:
     """A candidate that passed a matcher's threshold and the guard."""
 
-    index: int
+    trail: Candidate
     matcher: str
-    score: float
+    similarity: float
 
 
-def score_candidates(
-    scope: Scope, question: QuestionSignature, texts: list[str], signatures: list[bytes], signature_params: list[str],
-    embeddings: list[bytes | None], embedding_models: list[str],
-) -> list[Match]:
-    """Scores candidates with the scope's matchers; returns those that pass, best first.
+def score_candidates(scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate]) -> list[Match]:
+    """Scores candidates with the scope's matchers; returns those that pass, best first
+    (equal scores: the newest trail first).
 
     Lexical: word-shingle Jaccard at the scope's threshold, and the guard with every
     content term shared. Embedding: cosine at the scope's threshold, and the guard
     (numbers, negation, opposite terms, order of shared terms) with rewording free.
     A candidate embedded by another model is not compared by embedding.
     """
-    jaccards = jaccard_many(question.lexical, signatures, signature_params) if scope.uses_lexical else np.zeros(len(texts))
-    comparable = [i for i, model in enumerate(embedding_models) if question.embedding and embeddings[i] is not None and model == question.embedding.model]
-    cosines = np.full(len(texts), -1.0)
+    count = len(candidates)
+    jaccards = (
+        jaccard_many(question.lexical, [c.lexical_signature for c in candidates], [c.lexical_params for c in candidates])
+        if scope.uses_lexical
+        else np.zeros(count)
+    )
+    cosines = np.full(count, -1.0)
+    comparable = [
+        i for i, c in enumerate(candidates)
+        if question.embedding and c.embedding is not None and c.embedding_model == question.embedding.model
+    ]
     if comparable and scope.uses_embedding:
-        cosines[comparable] = cosine_many(question.embedding, [embeddings[i] for i in comparable], [embedding_models[i] for i in comparable])
+        cosines[comparable] = cosine_many(
+            question.embedding, [candidates[i].embedding for i in comparable], [candidates[i].embedding_model for i in comparable]
+        )
     query_terms = question_terms(question.text, scope.lexicon)
     matches = []
-    for i, text in enumerate(texts):
+    for i, candidate in enumerate(candidates):
         lexical_pass = scope.uses_lexical and jaccards[i] >= scope.lexical_threshold
         embedding_pass = scope.uses_embedding and cosines[i] >= scope.embedding_threshold
         if not (lexical_pass or embedding_pass):
             continue
-        terms = question_terms(text, scope.lexicon)
+        terms = question_terms(candidate.query, scope.lexicon)
         passed = []
         if embedding_pass and check_pair(query_terms, terms, max_unshared_terms=None).allowed:
-            passed.append(Match(i, "embedding", float(cosines[i])))
+            passed.append(Match(candidate, "embedding", float(cosines[i])))
         if lexical_pass and check_pair(query_terms, terms, max_unshared_terms=0).allowed:
-            passed.append(Match(i, "lexical", float(jaccards[i])))
+            passed.append(Match(candidate, "lexical", float(jaccards[i])))
         if passed:
             # Where both pass, the stronger evidence is the one reported.
-            matches.append(max(passed, key=lambda m: m.score))
-    matches.sort(key=lambda m: m.score, reverse=True)
+            matches.append(max(passed, key=lambda m: m.similarity))
+    matches.sort(key=lambda m: (m.similarity, m.trail.id), reverse=True)
     return matches

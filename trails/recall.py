@@ -13,21 +13,12 @@ from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from trails.errors import RequestRefused
-from trails.matching import QuestionSignature, score_candidates, sign
+from trails.matching import Match, QuestionSignature, score_candidates, sign
 from trails.models import Candidate, Trail, write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
 MAX_VALIDATED_CANDIDATES = 3
-
-
-@dataclass
-class Scored:
-    """A candidate that passed a matcher's threshold and the guard."""
-
-    trail: Candidate
-    similarity: float
-    matcher: str
 
 
 @dataclass
@@ -61,26 +52,15 @@ class RecallResult:
         }
 
 
-def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Scored], int]:
+def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Match], int]:
     """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so paths are read for the winners only.
     with_paths = not scope.uses_embedding
     candidates = Trail.objects.candidates(scope, partition, question.keys, now, with_paths=with_paths)
-    matches = score_candidates(
-        scope,
-        question,
-        [c.query for c in candidates],
-        [c.lexical_signature for c in candidates],
-        [c.lexical_params for c in candidates],
-        [c.embedding for c in candidates],
-        [c.embedding_model for c in candidates],
-    )
-    passing = [Scored(candidates[m.index], m.score, m.matcher) for m in matches]
-    # Equal similarity: the newest trail (highest id) first.
-    passing.sort(key=lambda c: (c.similarity, c.trail.id), reverse=True)
+    passing = score_candidates(scope, question, candidates)
     if not with_paths:
-        Trail.objects.add_paths([c.trail for c in passing[:MAX_VALIDATED_CANDIDATES]])
+        Trail.objects.add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])
     return passing, len(candidates)
 
 
@@ -119,12 +99,12 @@ def recall(
     candidates, read = rank_candidates(scope, question, partition, now)
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
-    for scored in candidates[:MAX_VALIDATED_CANDIDATES]:
-        validation = validate(scored.trail.citations, scored.trail.current)
+    for match in candidates[:MAX_VALIDATED_CANDIDATES]:
+        validation = validate(match.trail.citations, match.trail.current)
         if validation.outcome is Outcome.MISS:
-            stale.append(scored.trail)
+            stale.append(match.trail)
             continue
-        result = _answer(scored, validation, budget)
+        result = _answer(match, validation, budget)
         result.candidates = read
         break
     else:
@@ -149,13 +129,13 @@ def recall(
     return result
 
 
-def _answer(scored: Scored, validation: Validation, budget: int) -> RecallResult:
-    trail, steps = scored.trail, scored.trail.steps
+def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
+    trail, steps = match.trail, match.trail.steps
     result = RecallResult(
         validation.outcome,
-        matcher=scored.matcher,
+        matcher=match.matcher,
         trail=trail,
-        similarity=round(scored.similarity, 4),
+        similarity=round(match.similarity, 4),
         matched_query=trail.query,
         steps=[{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in steps],
     )
@@ -170,7 +150,7 @@ def _answer(scored: Scored, validation: Validation, budget: int) -> RecallResult
         result.sections = [{"id": s.section_id, "status": s.status.value} for s in validation.sections]
         result.hint = hint_text(
             trail.query,
-            scored.similarity,
+            match.similarity,
             validation.with_status(SectionStatus.VALID),
             validation.with_status(SectionStatus.CHANGED),
             validation.with_status(SectionStatus.DELETED),

@@ -118,11 +118,10 @@ class Command(BaseCommand):
                 found = Trail.objects.candidates(scope, "", question.keys, now, with_paths=False)
                 for matcher in SWEEP:
                     scope.matcher = matcher
-                    matches = score_candidates(scope, question, [c.query for c in found], [c.lexical_signature for c in found],
-                                               [c.lexical_params for c in found], [c.embedding for c in found], [c.embedding_model for c in found])
+                    matches = score_candidates(scope, question, found)
                     for threshold in SWEEP[matcher]:
-                        best = next((m for m in matches if m.score >= threshold), None)
-                        hit = names[found[best.index].id] if best else None
+                        best = next((m for m in matches if m.similarity >= threshold), None)
+                        hit = names[best.trail.id] if best else None
                         for half in ("all", "even" if index % 2 == 0 else "odd"):
                             tallies[(matcher, threshold, half)].add(pair, hit)
             self.stdout.write("\nSweep (candidates from the band layout of the lowest threshold; all pairs | even half | odd half)")
