@@ -38,6 +38,6 @@ def get_section(request: HttpRequest, scope: str, section_id: str):
 @router.delete("/{scope}/sections/{path:section_id}", response={204: None})
 def delete_section(request: HttpRequest, scope: str, section_id: str):
     section = _section(request, scope, section_id)
-    section.delete()
+    section.remove()
     flag_trails_citing(section.scope, [section_id], timezone.now())
     return Status(204, None)

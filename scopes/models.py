@@ -147,6 +147,12 @@ class Section(models.Model):
     def __str__(self) -> str:
         return f"{self.scope.slug}:{self.section_id}"
 
+    def remove(self) -> None:
+        """Deletes the section, keeping its last text for the trails that cite it."""
+        with transaction.atomic():
+            SectionRevision.keep([self])
+            self.delete()
+
     @classmethod
     def upsert(cls, scope: Scope, texts: dict[str, str], now=None) -> dict:
         """Writes sections by id, hashing each text; unchanged texts are left untouched.
@@ -162,16 +168,18 @@ class Section(models.Model):
                 s.section_id: s
                 for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
             }
-            created, updated = [], []
+            created, updated, replaced = [], [], []
             for section_id, text in texts.items():
                 current = existing.get(section_id)
                 if current is None:
                     created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now))
                 elif current.hash != hashes[section_id]:
+                    replaced.append(Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text))
                     current.text, current.hash, current.updated_at = text, hashes[section_id], now
                     updated.append(current)
             cls.objects.bulk_create(created, batch_size=500)
             cls.objects.bulk_update(updated, ["text", "hash", "updated_at"], batch_size=500)
+            SectionRevision.keep(replaced, now)
         changed = {s.section_id for s in created} | {s.section_id for s in updated}
         return {
             "created": len(created),
@@ -180,6 +188,33 @@ class Section(models.Model):
             "changed_ids": [section_id for section_id in texts if section_id in changed],
             "hashes": hashes,
         }
+
+
+class SectionRevision(models.Model):
+    """A section's text as it was before it changed or was deleted, kept by its hash.
+
+    Trails cite sections by hash; this lets an operator see what a changed section
+    said when the trail was recorded. The sweep drops revisions no trail cites.
+    """
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
+    section_id = models.CharField(max_length=512)
+    hash = models.CharField(max_length=64)
+    text = models.TextField()
+    replaced_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "section_id", "hash"], name="section_revision_unique")]
+
+    @classmethod
+    def keep(cls, sections: Iterable["Section"], now=None) -> None:
+        """Keeps the current text of these sections before they change or go."""
+        now = now or timezone.now()
+        cls.objects.bulk_create(
+            [cls(scope_id=s.scope_id, section_id=s.section_id, hash=s.hash, text=s.text, replaced_at=now) for s in sections],
+            batch_size=500,
+            ignore_conflicts=True,
+        )
 
 
 KEY_PREFIX = "rt_"

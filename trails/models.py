@@ -86,7 +86,7 @@ def _read_candidates(
     parts = []
     if with_trails:
         parts.append(
-            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, NULL, "
+            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, CAST(t.path_tokens AS TEXT), "
             f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id"
         )
     if with_paths:
@@ -107,7 +107,8 @@ def _read_candidates(
     for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
         if kind == 0:
             result[trail_id] = Candidate(
-                trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None
+                trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None,
+                path_tokens=int(e or 0),
             )
         elif kind == 1:
             result[trail_id].citations.append(CoreCitation(a, b))
@@ -129,6 +130,7 @@ class Candidate:
     lexical_signature: bytes
     embedding_model: str = ""
     embedding: bytes | None = None
+    path_tokens: int = 0
     citations: list[CoreCitation] = field(default_factory=list)
     current: dict[str, CurrentSection] = field(default_factory=dict)
     steps: list[RecordedStep] = field(default_factory=list)
@@ -167,6 +169,9 @@ class Trail(models.Model):
     # will come back as hints or misses before an agent meets them. Recall still
     # validates on read; this flag never decides what is served.
     section_changed_at = models.DateTimeField(null=True, blank=True)
+    # Estimated tokens of what the recorded steps returned: what an agent puts into
+    # its context walking the path itself, against which a prefetch is a saving.
+    path_tokens = models.PositiveIntegerField(default=0)
     hit_count = models.PositiveIntegerField(default=0)
     last_hit_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
@@ -365,6 +370,9 @@ class RecallEvent(models.Model):
     trail = models.ForeignKey(Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="recall_events")
     matcher = models.CharField(max_length=16, blank=True)
     stale_marked = models.PositiveSmallIntegerField(default=0)
+    # Estimates of what the answer spared the agent (trails/core/savings.py).
+    calls_saved = models.PositiveSmallIntegerField(default=0)
+    tokens_saved = models.PositiveIntegerField(default=0)
     query = models.TextField(blank=True)
 
     class Meta:
@@ -387,6 +395,8 @@ def write_recall_effects(
     matcher: str | None,
     query: str,
     now: datetime,
+    calls_saved: int = 0,
+    tokens_saved: int = 0,
 ) -> uuid.UUID:
     """Marks trails stale, counts the hit and logs the recall event, in one transaction.
 
@@ -407,10 +417,10 @@ def write_recall_effects(
             [_prep(Trail, "last_hit_at", now), trail_id],
         ))
     statements.append((
-        f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, stale_marked, query) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
+        "stale_marked, calls_saved, tokens_saved, query) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), query],
+         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query],
     ))
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the
@@ -439,12 +449,30 @@ class RecallStat(models.Model):
     matcher = models.CharField(max_length=16, blank=True)
     count = models.PositiveIntegerField()
     similarity_sum = models.FloatField(default=0.0)
+    stale_marked = models.PositiveIntegerField(default=0)
+    calls_saved = models.PositiveBigIntegerField(default=0)
+    tokens_saved = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["scope", "hour", "outcome", "matcher"], name="recallstat_unique_bucket")
         ]
         indexes = [models.Index(fields=["scope", "hour"], name="recallstat_scope_hour")]
+
+
+class SimilarityStat(models.Model):
+    """Hits per scope, hour and similarity bin (of width 1/SIMILARITY_BINS): the histogram's source."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    bin = models.PositiveSmallIntegerField()
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "hour", "bin"], name="similaritystat_unique_bucket")]
+
+
+SIMILARITY_BINS = 100
 
 
 class PiiPattern(models.Model):

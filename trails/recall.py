@@ -9,6 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from scopes.models import Scope
+from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
@@ -35,6 +36,8 @@ class RecallResult:
     tokens: int = 0
     truncated: bool = False
     candidates: int = 0
+    calls_saved: int = 0
+    tokens_saved: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,8 @@ def recall(
             matcher=result.matcher,
             query=query if scope.keep_raw_queries else "",
             now=now,
+            calls_saved=result.calls_saved,
+            tokens_saved=result.tokens_saved,
         )
         result.recall_id = str(recall_id)
     return result
@@ -146,6 +151,8 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
             for part in cut.parts
         ]
         result.tokens, result.truncated = cut.tokens, cut.truncated
+        result.calls_saved = savings.calls_saved(validation.outcome, steps, [])
+        result.tokens_saved = savings.tokens_saved(validation.outcome, trail.path_tokens, result.tokens)
     else:
         result.sections = [{"id": s.section_id, "status": s.status.value} for s in validation.sections]
         result.hint = hint_text(
@@ -157,4 +164,6 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
             steps,
         )
         result.tokens = count_tokens(result.hint)
+        invalid = [s.section_id for s in validation.sections if s.status is not SectionStatus.VALID]
+        result.calls_saved = savings.calls_saved(validation.outcome, steps, invalid)
     return result

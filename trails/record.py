@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scopes.models import Scope, Section
+from trails.core.budget import count_tokens
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.errors import RequestRefused
@@ -102,6 +103,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
         status, reason = TrailStatus.PENDING, "no positive signal: waiting for approval"
 
     rows = TrailRows.build(scope, request, current, status, reason, now, fingerprint)
+    rows.trail.path_tokens = path_tokens(scope, request.steps, current)
     try:
         TrailRows.save_all([rows])
     except IntegrityError:
@@ -186,6 +188,20 @@ class TrailRows:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
+
+
+def path_tokens(scope: Scope, steps: list[StepInput], current: dict[str, Section]) -> int:
+    """Estimates the tokens of what the steps returned: each step's sections, as they read now.
+
+    Ids the store does not hold (a search hit outside it, say) count nothing.
+    """
+    wanted = {section_id for step in steps for section_id in step.section_ids}
+    texts = {section_id: section.text for section_id, section in current.items()}
+    unread = wanted - texts.keys()
+    if unread:
+        texts.update(Section.objects.filter(scope=scope, section_id__in=list(unread)).values_list("section_id", "text"))
+    tokens = {section_id: count_tokens(text) for section_id, text in texts.items()}
+    return sum(tokens.get(section_id, 0) for step in steps for section_id in step.section_ids)
 
 
 def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Count, Exists, F, OuterRef, Sum
+from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope
-from trails.models import RecallEvent, RecallStat, Trail
+from scopes.models import SectionRevision
+from trails.models import SIMILARITY_BINS, Citation, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -20,7 +21,8 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
     deletes nothing more.
 
     Returns:
-        {"trails": deleted trails, "events": deleted recall events}.
+        {"trails": deleted trails, "events": deleted recall events,
+        "revisions": deleted old section texts no trail cites}.
     """
     deleted = {"trails": 0, "events": 0}
     while True:
@@ -39,6 +41,9 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
                 break
             events = RecallEvent.objects.filter(id__in=ids)
             deleted["events"] += events._raw_delete(events.db)
+    # Old section texts are kept only to show operators what a cited section said.
+    cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
+    deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()
     return deleted
 
 
@@ -59,13 +64,33 @@ def roll_up(start: datetime, end: datetime) -> int:
         RecallEvent.objects.filter(created_at__gte=first, created_at__lt=last)
         .annotate(bucket=TruncHour("created_at"))
         .values("scope_id", "bucket", "outcome", "matcher")
-        .annotate(n=Count("id"), similarity=Sum("similarity"))
+        .annotate(
+            n=Count("id"), similarity=Sum("similarity"), stale=Sum("stale_marked"),
+            calls=Sum("calls_saved"), tokens=Sum("tokens_saved"),
+        )
     )
     buckets = [
-        RecallStat(scope_id=r["scope_id"], hour=r["bucket"], outcome=r["outcome"], matcher=r["matcher"], count=r["n"], similarity_sum=r["similarity"] or 0.0)
+        RecallStat(
+            scope_id=r["scope_id"], hour=r["bucket"], outcome=r["outcome"], matcher=r["matcher"], count=r["n"],
+            similarity_sum=r["similarity"] or 0.0, stale_marked=r["stale"] or 0, calls_saved=r["calls"] or 0,
+            tokens_saved=r["tokens"] or 0,
+        )
         for r in rows
+    ]
+    hits = (
+        RecallEvent.objects.filter(created_at__gte=first, created_at__lt=last, similarity__isnull=False)
+        .exclude(outcome=RecallOutcome.MISS)
+        .annotate(bucket=TruncHour("created_at"), bin=Floor(F("similarity") * SIMILARITY_BINS))
+        .values("scope_id", "bucket", "bin")
+        .annotate(n=Count("id"))
+    )
+    histogram = [
+        SimilarityStat(scope_id=r["scope_id"], hour=r["bucket"], bin=min(int(r["bin"]), SIMILARITY_BINS - 1), count=r["n"])
+        for r in hits
     ]
     with transaction.atomic():
         RecallStat.objects.filter(hour__gte=first, hour__lt=last).delete()
         RecallStat.objects.bulk_create(buckets, batch_size=2000)
+        SimilarityStat.objects.filter(hour__gte=first, hour__lt=last).delete()
+        SimilarityStat.objects.bulk_create(histogram, batch_size=2000)
     return len(buckets)

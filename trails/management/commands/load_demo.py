@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
-from scopes.models import ApiKey, Scope, Section
+from scopes.models import ApiKey, Scope, Section, SectionRevision
 from trails.models import Trail, flag_trails_citing
 from trails.record import RecordInput, StepInput, record
 
@@ -36,6 +36,7 @@ class Command(BaseCommand):
             summary = Section.upsert(scope, texts)
             removed = Section.objects.filter(scope=scope).exclude(section_id__in=list(texts))
             removed_ids = list(removed.values_list("section_id", flat=True))
+            SectionRevision.keep(removed)
             removed.delete()
             flag_trails_citing(scope, summary["changed_ids"] + removed_ids, timezone.now())
         self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
