@@ -100,6 +100,11 @@ CACHES = {
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}}
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
+# A purge from the operator pages runs in the request when the scope holds at most
+# this many trails (a second or so); bigger ones go to a worker with a progress bar.
+RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
+# Where `ragtrail_eval` writes reports by default, and where the dashboard lists them.
+RAGTRAIL_REPORTS_DIR = Path(env_str("RAGTRAIL_REPORTS_DIR", str(BASE_DIR / "reports")))
 
 # Background jobs. Production sets CELERY_BROKER_URL=redis://… and runs a worker and
 # beat. A laptop needs no server: kombu's filesystem transport queues tasks as files

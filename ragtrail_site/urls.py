@@ -1,11 +1,12 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from .api import api
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/api/docs", permanent=False)),
+    path("", RedirectView.as_view(pattern_name="ops:index", permanent=False)),
+    path("ops/", include("trails.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),

@@ -459,6 +459,23 @@ class RecallStat(models.Model):
         ]
         indexes = [models.Index(fields=["scope", "hour"], name="recallstat_scope_hour")]
 
+    @classmethod
+    def hourly(cls, scope: Scope, start: datetime) -> list["HourCounts"]:
+        """The scope's counts per hour and outcome from `start` on, summed over matchers."""
+        from trails.charts import HourCounts
+
+        rows = (
+            cls.objects.filter(scope=scope, hour__gte=start)
+            .values_list("hour", "outcome")
+            .annotate(models.Sum("count"), models.Sum("stale_marked"), models.Sum("calls_saved"), models.Sum("tokens_saved"))
+            .order_by()
+        )
+        return [HourCounts(*row) for row in rows]
+
+    @classmethod
+    def last_hour(cls, scope: Scope) -> datetime | None:
+        return cls.objects.filter(scope=scope).aggregate(last=models.Max("hour"))["last"]
+
 
 class SimilarityStat(models.Model):
     """Hits per scope, hour and similarity bin (of width 1/SIMILARITY_BINS): the histogram's source."""
@@ -470,6 +487,12 @@ class SimilarityStat(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["scope", "hour", "bin"], name="similaritystat_unique_bucket")]
+
+    @classmethod
+    def histogram(cls, scope: Scope, start: datetime) -> list[tuple[int, int]]:
+        """(bin, hits) of the scope from `start` on, by bin."""
+        rows = cls.objects.filter(scope=scope, hour__gte=start).values_list("bin").annotate(models.Sum("count")).order_by("bin")
+        return list(rows)
 
 
 SIMILARITY_BINS = 100
@@ -528,3 +551,21 @@ class PurgeRun(models.Model):
     processed = models.PositiveIntegerField(default=0)
     matched = models.PositiveIntegerField(default=0)
     last_trail_id = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    @classmethod
+    def request(cls, scope: Scope, subject: str, delete: bool, requested_by: str) -> "PurgeRun":
+        """An unsaved run: an erasure request for `subject`, or the built-in rules and scope patterns."""
+        return cls(
+            scope=scope,
+            subject=subject,
+            rule="erasure request" if subject else "built-in rules and scope patterns",
+            action=cls.Action.DELETE if delete else cls.Action.REDACT,
+            requested_by=requested_by,
+        )
+
+    @property
+    def percent(self) -> int:
+        return 100 if self.state == self.State.DONE else int(100 * self.processed / self.total) if self.total else 0

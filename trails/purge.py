@@ -17,8 +17,8 @@ def purge_rules(run: PurgeRun) -> list[pii.Rule]:
     return pii.rules_for(PiiPattern.objects.filter(scope=run.scope).values_list("name", "pattern"))
 
 
-def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, list[str]]]]:
-    """Counts the trails a run would touch; returns some trail ids with the rules that matched."""
+def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
+    """Counts the trails a run would touch; returns some (trail id, query, names of the rules that matched)."""
     rules = purge_rules(run)
     matched, shown = 0, []
     for public_id, query in Trail.objects.filter(scope=run.scope).values_list("public_id", "query").iterator():
@@ -26,7 +26,7 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, list[s
         if names:
             matched += 1
             if len(shown) < limit:
-                shown.append((str(public_id), names))
+                shown.append((str(public_id), query, names))
     return matched, shown
 
 

@@ -22,12 +22,11 @@ class Command(BaseCommand):
         found = Scope.objects.filter(slug=scope).first()
         if found is None:
             raise CommandError(f"no such scope: {scope}")
-        run = PurgeRun(scope=found, subject=subject, rule="erasure request" if subject else "built-in rules and scope patterns",
-                       action=PurgeRun.Action.DELETE if delete else PurgeRun.Action.REDACT, requested_by=by)
+        run = PurgeRun.request(found, subject, delete, by)
         if preview:
             count, shown = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
-            for public_id, rules in shown:
+            for public_id, _, rules in shown:
                 self.stdout.write(f"  {public_id}: {', '.join(rules)}")
             return
         run.save()

@@ -1,0 +1,275 @@
+"""Operator pages: what a staff user sees and can do, and that nobody else gets anything."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from scopes.models import Section
+from tests.conftest import VISITING
+from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
+from trails.upkeep import roll_up
+
+
+@pytest.fixture
+def staff(db) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_user("olga", password="x", is_staff=True))
+    return client
+
+
+@pytest.fixture
+def trails(api, sections) -> dict[str, Trail]:
+    api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"],
+               steps=[{"tool": "search", "args": {"q": "icu visiting"}, "section_ids": ["visiting/icu", "visiting/ward"]},
+                      {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
+    api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None)
+    api.record("hospital", query="Is parking free for visitors? mail bob@example.com", cited=["parking"], signal=None)
+    return {t.query.split()[0].lower() + str(i): t for i, t in enumerate(Trail.objects.order_by("id"))}
+
+
+def page_urls(scope: str, trail: Trail) -> list[str]:
+    return [
+        "/ops/", f"/ops/{scope}/", f"/ops/{scope}/trails/", f"/ops/{scope}/trails/{trail.public_id}/",
+        f"/ops/{scope}/replay/?query=parking", f"/ops/{scope}/purge/", "/ops/evaluation/reports/",
+    ]
+
+
+def test_anonymous_users_are_sent_to_log_in_and_change_nothing(trails, scope):
+    anonymous, pending = Client(), Trail.objects.filter(status="pending").first()
+    for url in page_urls("hospital", pending):
+        response = anonymous.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/"), url
+    response = anonymous.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"})
+    assert response.status_code == 302
+    response = anonymous.post("/ops/hospital/purge/", {"step": "run", "action": "delete"})
+    assert response.status_code == 302
+    pending.refresh_from_db()
+    assert pending.status == "pending" and Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+
+
+def test_signed_in_users_who_are_not_staff_get_403_and_change_nothing(trails, scope):
+    client = Client()
+    client.force_login(User.objects.create_user("nick", password="x"))
+    pending = Trail.objects.filter(status="pending").first()
+    for url in page_urls("hospital", pending):
+        assert client.get(url).status_code == 403, url
+    assert client.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}).status_code == 403
+    assert client.post("/ops/hospital/trails/vote/", {"vote": "up", "trail": [str(pending.public_id)]}).status_code == 403
+    assert client.post("/ops/hospital/purge/", {"step": "run", "action": "delete"}).status_code == 403
+    pending.refresh_from_db()
+    assert pending.status == "pending" and Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+
+
+def test_index_opens_the_first_scope_or_says_how_to_create_one(staff, db):
+    response = staff.get("/ops/")
+    assert response.status_code == 200 and b"No scopes yet" in response.content
+
+
+def test_overview_counts_outcomes_from_the_roll_up_and_charts_from_static_plotly(staff, api, trails, scope):
+    api.recall("hospital", query="When are ICU visiting hours?")
+    api.recall("hospital", query="How do I renew a passport?")
+    now = timezone.now()
+    roll_up(now - timedelta(hours=2), now + timedelta(minutes=1))
+
+    response = staff.get("/ops/hospital/?window=7d")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert '<div class="value" id="kpi-recalls">2</div>' in html
+    assert '<div class="value" id="kpi-hit-rate">50.0 %</div>' in html
+    assert "prefetch 1 · hint 0 · miss 1" in html
+    # Tool calls saved: the prefetched trail's two steps.
+    assert '<div class="label">Tool calls saved</div><div class="value">2</div>' in html
+    # Pending approvals: the two trails recorded without a signal.
+    assert '?status=pending">2</a>' in html
+    assert '/static/vendor/plotly-4.1.1.min.js' in html and "cdn" not in html.lower()
+    figures = {c: json.loads(html.split(f'data-chart="chart-{c}">')[1].split("</script>")[0]) for c in ("outcomes", "hit-rate", "similarity")}
+    assert sum(sum(trace["y"]) for trace in figures["outcomes"]["data"]) == 2
+    assert sum(figures["similarity"]["data"][0]["y"]) == 1
+
+
+def test_overview_without_recalls_says_what_to_do(staff, scope):
+    response = staff.get("/ops/hospital/")
+    assert b"No recalls in this window" in response.content
+
+
+def test_plotly_bundle_in_static_is_the_one_the_pinned_package_ships():
+    from pathlib import Path
+
+    import plotly
+    from django.conf import settings
+
+    shipped = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert (settings.BASE_DIR / "static" / "vendor" / "plotly-4.1.1.min.js").read_bytes() == shipped.read_bytes()
+
+
+def test_trail_table_filters_searches_sorts_and_answers_htmx_with_the_fragment(staff, trails, scope):
+    response = staff.get("/ops/hospital/trails/?status=pending")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Where do visitors park?" in html and "ICU visiting" not in html and "<html" in html
+
+    fragment = staff.get("/ops/hospital/trails/?q=icu", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in fragment and fragment.strip().startswith('<div id="trail-table">')
+    assert "ICU visiting hours" in fragment and "visitors park" not in fragment
+
+    Trail.objects.filter(query__startswith="Where").update(hit_count=9)
+    by_hits = staff.get("/ops/hospital/trails/?sort=hits").content.decode()
+    assert by_hits.index("Where do visitors park?") < by_hits.index("ICU visiting")
+
+    empty = staff.get("/ops/hospital/trails/?q=nothing-like-this").content.decode()
+    assert "No trails match" in empty
+
+
+def test_trail_table_pages_through_many_trails(staff, api, scope, sections):
+    for i in range(30):
+        api.record("hospital", query=f"Question number {i} about parking zone {i * 7}", cited=["parking"])
+    first = staff.get("/ops/hospital/trails/").content.decode()
+    assert "1–25 of 30" in first and "Page 1 of 2" in first
+    second = staff.get("/ops/hospital/trails/?page=2", headers={"HX-Request": "true"}).content.decode()
+    assert "26–30 of 30" in second and "<html" not in second
+
+
+def test_approving_a_pending_trail_with_htmx_returns_its_row_now_active(staff, trails, scope):
+    pending = Trail.objects.get(query="Where do visitors park?")
+    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}, headers={"HX-Request": "true"})
+    row = response.content.decode()
+    assert response.status_code == 200 and row.strip().startswith(f'<tr id="trail-{pending.public_id}">')
+    assert 'data-status>active</span>' in row and "Approve" not in row
+    pending.refresh_from_db()
+    assert pending.status == "active" and list(pending.signals.values_list("signal", "source")) == [("up", "feedback")]
+
+
+def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, trails, scope):
+    pending = Trail.objects.get(query="Where do visitors park?")
+    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "down"})
+    assert response.status_code == 302
+    pending.refresh_from_db()
+    assert pending.status == "rejected"
+    assert staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}).status_code == 400
+    assert staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "maybe"}).status_code == 400
+    pending.refresh_from_db()
+    assert pending.status == "rejected" and TrailSignal.objects.filter(trail=pending).count() == 1
+
+
+def test_bulk_approval_activates_only_the_selected_pending_trails(staff, trails, scope):
+    pending = list(Trail.objects.filter(status="pending").order_by("id"))
+    active = Trail.objects.get(status="active")
+    response = staff.post("/ops/hospital/trails/vote/?status=pending",
+                          {"vote": "up", "trail": [str(pending[0].public_id), str(active.public_id), "not-a-uuid"]},
+                          headers={"HX-Request": "true"})
+    assert response.status_code == 200 and "1 trail approved." in response.content.decode()
+    assert sorted(Trail.objects.values_list("status", flat=True)) == ["active", "active", "pending"]
+    assert staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"}).content.decode().count("Select the pending trails") == 1
+
+
+def test_another_scopes_trail_is_not_found_on_this_scopes_pages(staff, trails, scope, other_scope):
+    trail = Trail.objects.first()
+    assert staff.get(f"/ops/other/trails/{trail.public_id}/").status_code == 404
+    assert staff.post(f"/ops/other/trails/{trail.public_id}/vote/", {"vote": "down"}).status_code == 404
+    assert "ICU" not in staff.get("/ops/other/trails/").content.decode()
+
+
+def test_trail_page_compares_stored_and_current_hashes_and_diffs_a_changed_section(staff, api, trails, scope):
+    trail = Trail.objects.get(query="When are ICU visiting hours?")
+    api.put_sections("hospital", {"visiting/icu": "Intensive care visiting hours are 15:00 to 17:00, two visitors at a time."})
+    html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert '<span class="badge changed">changed</span>' in html and 'id="check-outcome">miss' in html
+    assert '<span class="del">- ' + VISITING["visiting/icu"] + "</span>" in html
+    assert '<span class="add">+ Intensive care visiting hours are 15:00 to 17:00' in html
+    assert "<code>search</code>" in html and "icu visiting" in html
+    assert "Caller accepted the answer" in html
+
+    api.call("delete", "/scopes/hospital/sections/visiting/icu")
+    html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert '<span class="badge deleted">deleted</span>' in html
+
+
+def test_replay_shows_hint_after_a_section_edit_and_changes_nothing(staff, api, sections, scope):
+    api.record("hospital", query="When can I visit the ICU and where do I park?", cited=["visiting/icu", "parking"],
+               steps=[{"tool": "read", "args": {"id": "parking"}, "section_ids": ["parking"]},
+                      {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
+    api.put_sections("hospital", {"visiting/icu": "ICU visiting is closed this week."})
+    trail = Trail.objects.get()
+    response = staff.get("/ops/hospital/replay/", {"query": "When can I visit the ICU and where do I park?"})
+    html = response.content.decode()
+    assert 'id="replay-outcome">hint' in html
+    assert "These changed since and must be read again: visiting/icu." in html
+    assert "Start with: read(id=&quot;visiting/icu&quot;)." in html
+    trail.refresh_from_db()
+    assert trail.hit_count == 0 and trail.status == "active" and not RecallEvent.objects.exists()
+
+
+def test_replay_shows_the_prefetch_text_and_errors_next_to_the_field(staff, api, trails, scope):
+    html = staff.get("/ops/hospital/replay/", {"query": "When are ICU visiting hours?"}).content.decode()
+    assert 'id="replay-outcome">prefetch' in html and VISITING["visiting/icu"] in html
+    response = staff.get("/ops/hospital/replay/", {"query": "?!"})
+    assert response.status_code == 422 and "query has no words to match on" in response.content.decode()
+    response = staff.get("/ops/hospital/replay/", {"query": "parking", "token_budget": "0"})
+    assert response.status_code == 422 and 'id="id_token_budget-errors"' in response.content.decode()
+
+
+def test_purge_previews_then_redacts_inline_and_writes_the_audit_log(staff, trails, scope):
+    response = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "redact", "subject": ""})
+    html = response.content.decode()
+    assert '<span data-preview-count>1</span> trail would be redacted' in html and "email" in html
+    assert "bob@example.com" in Trail.objects.get(query__startswith="Is parking").query
+
+    response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "redact", "subject": ""})
+    assert response.status_code == 302
+    html = staff.get(response["Location"]).content.decode()
+    assert "<strong data-purge-count>1</strong> of 3 trails redacted" in html
+    assert "bob@example.com" not in Trail.objects.get(query__startswith="Is parking").query
+    run = PurgeRun.objects.get()
+    assert (run.requested_by, run.matched, run.state, run.subject) == ("olga", 1, "done", "")
+    assert 'id="audit-log"' in html and "olga" in html and "bob@example.com" not in html
+
+
+def test_purge_refuses_a_too_short_subject_next_to_the_field(staff, trails, scope):
+    response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "delete", "subject": "a"})
+    assert response.status_code == 422
+    assert "An erasure subject needs at least 3 characters." in response.content.decode()
+    assert Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+
+
+def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, trails, scope, settings, django_capture_on_commit_callbacks):
+    settings.RAGTRAIL_PURGE_INLINE_LIMIT = 1
+    with mock.patch("trails.tasks.purge_task.delay") as delay, django_capture_on_commit_callbacks(execute=True):
+        response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "delete", "subject": "bob@example.com"})
+    run = PurgeRun.objects.get()
+    delay.assert_called_once_with(run.id)
+    assert run.state == "queued" and Trail.objects.count() == 3
+    html = staff.get(response["Location"]).content.decode()
+    assert f'hx-get="/ops/hospital/purge/{run.public_id}/" hx-trigger="every 1s"' in html
+
+    PurgeRun.objects.filter(id=run.id).update(state="running", total=3, processed=1)
+    fragment = staff.get(f"/ops/hospital/purge/{run.public_id}/").content.decode()
+    assert 'aria-valuenow="33"' in fragment and "1 of 3 trails checked" in fragment and "<html" not in fragment
+
+    from trails.purge import run_purge
+
+    PurgeRun.objects.filter(id=run.id).update(state="queued", total=0, processed=0)
+    run_purge(run.id)
+    fragment = staff.get(f"/ops/hospital/purge/{run.public_id}/").content.decode()
+    assert "<strong data-purge-count>1</strong> of 3 trails deleted" in fragment and "every 1s" not in fragment
+    assert Trail.objects.count() == 2
+
+
+def test_reports_page_lists_the_reports_in_the_reports_folder(staff, settings, tmp_path, db):
+    settings.RAGTRAIL_REPORTS_DIR = tmp_path
+    assert b"No reports yet" in staff.get("/ops/evaluation/reports/").content
+    (tmp_path / "2026-11-30T120000").mkdir()
+    (tmp_path / "2026-11-30T120000" / "report.json").write_text(json.dumps({
+        "git_commit": "abc123", "created_at": "2026-11-30T12:00:00Z", "experiments": ["staleness"],
+        "headline": [["ragtrail stale sections served", "0"]],
+    }))
+    (tmp_path / "2026-11-30T120000" / "report.html").write_text("<html>the report</html>")
+    html = staff.get("/ops/evaluation/reports/").content.decode()
+    assert "ragtrail stale sections served" in html and "abc123" in html
+    assert staff.get("/ops/evaluation/reports/2026-11-30T120000/").content == b"<html>the report</html>"
+    assert staff.get("/ops/evaluation/reports/..%2F..%2Fetc/").status_code == 404

@@ -1,0 +1,129 @@
+"""The overview's figures and totals, from plain rows of hourly counts (no database here).
+
+Figures are plain plotly figure dicts (data and layout), rendered by the bundled
+plotly.js; building them as dicts keeps the page fast and the functions testable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Iterable, Sequence
+
+OUTCOMES = ("prefetch", "hint", "miss")
+COLOURS = {"prefetch": "#2f855a", "hint": "#b7791f", "miss": "#a0aec0"}
+
+
+@dataclass(frozen=True)
+class HourCounts:
+    """One scope's recalls of one outcome in one hour, summed over matchers."""
+
+    hour: datetime
+    outcome: str
+    count: int
+    stale_marked: int = 0
+    calls_saved: int = 0
+    tokens_saved: int = 0
+
+
+@dataclass
+class Totals:
+    recalls: int = 0
+    by_outcome: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    stale_found: int = 0
+    calls_saved: int = 0
+    tokens_saved: int = 0
+
+    @property
+    def hits(self) -> int:
+        return self.by_outcome["prefetch"] + self.by_outcome["hint"]
+
+    def share(self, outcome: str) -> float | None:
+        """The share of recalls with this outcome, or None with no recalls."""
+        return self.by_outcome[outcome] / self.recalls if self.recalls else None
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.recalls if self.recalls else None
+
+
+def totals(rows: Iterable[HourCounts]) -> Totals:
+    result = Totals()
+    for row in rows:
+        result.recalls += row.count
+        result.by_outcome[row.outcome] = result.by_outcome.get(row.outcome, 0) + row.count
+        result.stale_found += row.stale_marked
+        result.calls_saved += row.calls_saved
+        result.tokens_saved += row.tokens_saved
+    return result
+
+
+@dataclass
+class Series:
+    """Counts per time bucket, every bucket of the window present (zero where nothing happened)."""
+
+    starts: list[datetime]
+    counts: dict[str, list[int]]
+
+    def hit_rate(self) -> list[float | None]:
+        rates = []
+        for i in range(len(self.starts)):
+            total = sum(self.counts[o][i] for o in OUTCOMES)
+            rates.append((self.counts["prefetch"][i] + self.counts["hint"][i]) / total if total else None)
+        return rates
+
+
+def series(rows: Iterable[HourCounts], start: datetime, end: datetime, bucket: timedelta) -> Series:
+    """Sums hourly rows into buckets of `bucket` from `start` up to `end`."""
+    size = int((end - start) / bucket) + (1 if (end - start) % bucket else 0)
+    starts = [start + i * bucket for i in range(size)]
+    counts = {o: [0] * size for o in OUTCOMES}
+    for row in rows:
+        i = int((row.hour - start) / bucket)
+        if 0 <= i < size and row.outcome in counts:
+            counts[row.outcome][i] += row.count
+    return Series(starts, counts)
+
+
+def _layout(title: str, **extra) -> dict:
+    return {
+        "title": {"text": title, "font": {"size": 14}},
+        "margin": {"l": 48, "r": 16, "t": 40, "b": 40},
+        "height": 280,
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "legend": {"orientation": "h", "y": -0.2},
+        **extra,
+    }
+
+
+def outcomes_figure(data: Series) -> dict:
+    x = [s.isoformat() for s in data.starts]
+    return {
+        "data": [
+            {"type": "bar", "name": o, "x": x, "y": data.counts[o], "marker": {"color": COLOURS[o]}} for o in OUTCOMES
+        ],
+        "layout": _layout("Recall outcomes", barmode="stack", yaxis={"title": {"text": "recalls"}, "rangemode": "tozero"}),
+    }
+
+
+def hit_rate_figure(data: Series) -> dict:
+    rates = [None if r is None else round(100 * r, 1) for r in data.hit_rate()]
+    return {
+        "data": [{
+            "type": "scatter", "mode": "lines+markers", "name": "hit rate", "connectgaps": False,
+            "x": [s.isoformat() for s in data.starts], "y": rates, "line": {"color": "#2b6cb0"},
+        }],
+        "layout": _layout("Hit rate (prefetch + hint)", yaxis={"title": {"text": "%"}, "range": [0, 100]}),
+    }
+
+
+def similarity_figure(bins: Sequence[tuple[int, int]], bin_count: int) -> dict:
+    """A histogram of hit similarities from (bin, count) pairs; bin i covers [i, i+1) / bin_count."""
+    width = 1.0 / bin_count
+    return {
+        "data": [{
+            "type": "bar", "name": "hits", "x": [round((b + 0.5) * width, 4) for b, _ in bins],
+            "y": [c for _, c in bins], "width": width * 0.9, "marker": {"color": "#2b6cb0"},
+        }],
+        "layout": _layout("Similarity of hits", xaxis={"title": {"text": "similarity"}}, yaxis={"title": {"text": "hits"}}),
+    }

@@ -1,0 +1,37 @@
+"""Forms of the operator pages; their errors are shown next to the field."""
+from __future__ import annotations
+
+from django import forms
+
+from trails.models import PurgeRun
+
+STATUS_CHOICES = [("", "Any status"), ("pending", "Pending"), ("active", "Active"), ("stale", "Stale"), ("rejected", "Rejected"), ("expired", "Expired")]
+SORT_CHOICES = [("age", "Newest first"), ("last_hit", "Last hit"), ("hits", "Most hits")]
+
+
+class TrailFilterForm(forms.Form):
+    status = forms.ChoiceField(choices=STATUS_CHOICES, required=False)
+    q = forms.CharField(required=False, max_length=200, label="Search queries")
+    sort = forms.ChoiceField(choices=SORT_CHOICES, required=False)
+
+
+class ReplayForm(forms.Form):
+    query = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), help_text="The question as an agent would ask it.")
+    partition = forms.CharField(max_length=200, required=False, help_text="Only trails recorded with this partition match.")
+    token_budget = forms.IntegerField(min_value=1, max_value=1_000_000, required=False, help_text="Defaults to the scope's budget.")
+
+
+class PurgeForm(forms.Form):
+    subject = forms.CharField(
+        max_length=500, required=False, label="Erasure subject",
+        help_text="A name, e-mail or id to erase. Leave empty to look for e-mails, phone, card and IBAN numbers, "
+        "IP addresses and the scope's own patterns.",
+    )
+    action = forms.ChoiceField(choices=PurgeRun.Action.choices, initial=PurgeRun.Action.REDACT, widget=forms.RadioSelect)
+
+    def clean_subject(self) -> str:
+        subject = self.cleaned_data["subject"].strip()
+        if subject and len(subject) < 3:
+            # A one- or two-letter subject would match nearly every query.
+            raise forms.ValidationError("An erasure subject needs at least 3 characters.")
+        return subject

@@ -1,0 +1,45 @@
+"""Small filters of the operator pages."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import _json_script_escapes
+from django.utils.safestring import mark_safe
+
+register = template.Library()
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    """0.4567 -> "45.7 %"; no value (nothing to divide) -> "–"."""
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+@register.filter
+def jsonify(value) -> str:
+    """JSON safe inside a <script> element (the escaping json_script uses)."""
+    return mark_safe(json.dumps(value).translate(_json_script_escapes))
+
+
+@register.filter
+def short_hash(value: str | None) -> str:
+    return value[:12] if value else "–"
+
+
+@register.filter
+def age(value: datetime | None) -> str:
+    """How long ago (or, for a future time, how long until), in the largest whole unit."""
+    if value is None:
+        return "never"
+    seconds = (timezone.now() - value).total_seconds()
+    future, seconds = seconds < 0, abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            text = f"{int(seconds // size)} {unit}"
+            break
+    else:
+        text = f"{int(seconds)} s"
+    return f"in {text}" if future else f"{text} ago"

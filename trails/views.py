@@ -1,0 +1,338 @@
+"""Operator pages: function views, each rendering its page or, for htmx, the fragment it swaps."""
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from datetime import timedelta
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import F
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from scopes.models import Scope, Section, SectionRevision
+from trails import charts
+from trails.core.validation import CurrentSection, SectionStatus, validate
+from trails.errors import RequestRefused
+from trails.forms import PurgeForm, ReplayForm, TrailFilterForm
+from trails.models import SIMILARITY_BINS, PurgeRun, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.recall import recall
+
+WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
+TRAILS_PER_PAGE = 25
+SORTS = {"last_hit": F("last_hit_at").desc(nulls_last=True), "hits": F("hit_count").desc(), "age": F("created_at").desc()}
+
+
+def staff_required(view):
+    """Anonymous users go to the login page; signed-in users who are not staff get a 403."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not (request.user.is_active and request.user.is_staff):
+            return HttpResponseForbidden("Operator pages are for staff users.")
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+def _scope_page(request: HttpRequest, template: str, scope: Scope, context: dict, status: int = 200) -> HttpResponse:
+    context = {"scope": scope, "scopes": Scope.objects.only("slug", "name"), **context}
+    return render(request, template, context, status=status)
+
+
+@staff_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    first = Scope.objects.first()
+    if first is None:
+        return render(request, "trails/no_scopes.html")
+    return redirect("ops:overview", scope=first.slug)
+
+
+@staff_required
+@require_GET
+def overview(request: HttpRequest, scope: str) -> HttpResponse:
+    found = get_object_or_404(Scope, slug=scope)
+    window = request.GET.get("window", "24h")
+    if window not in WINDOWS:
+        window = "24h"
+    span, bucket = WINDOWS[window]
+    now = timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - span
+    if bucket >= timedelta(days=1):
+        # Daily buckets start at midnight so a day's bar is that calendar day.
+        start = start.replace(hour=0)
+    rows = RecallStat.hourly(found, start)
+    data = charts.series(rows, start, end, bucket)
+    figures = {
+        "outcomes": charts.outcomes_figure(data),
+        "hit-rate": charts.hit_rate_figure(data),
+        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS),
+    }
+    totals = charts.totals(rows)
+    return _scope_page(request, "trails/overview.html", found, {
+        "window": window,
+        "windows": list(WINDOWS),
+        "totals": totals,
+        **{f"{outcome}_share": totals.share(outcome) for outcome in charts.OUTCOMES},
+        "pending": Trail.objects.filter(scope=found, status=TrailStatus.PENDING, expires_at__gt=now).count(),
+        "last_hour": RecallStat.last_hour(found),
+        "figures": figures,
+        "tab": "overview",
+    })
+
+
+def _filtered_trails(scope: Scope, form: TrailFilterForm):
+    now = timezone.now()
+    trails = Trail.objects.filter(scope=scope).only(
+        "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
+    )
+    status = form.cleaned_data.get("status") if form.is_valid() else ""
+    if status == "expired":
+        trails = trails.filter(status=TrailStatus.ACTIVE, expires_at__lte=now)
+    elif status == TrailStatus.ACTIVE:
+        trails = trails.filter(status=status, expires_at__gt=now)
+    elif status:
+        trails = trails.filter(status=status)
+    text = form.cleaned_data.get("q") if form.is_valid() else ""
+    if text:
+        trails = trails.filter(query__icontains=text)
+    sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
+    return trails.order_by(SORTS[sort], "-id")
+
+
+def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
+    page = Paginator(_filtered_trails(scope, form), TRAILS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return {"page": page, "form": form, "filters": query.urlencode(), "notice": notice}
+
+
+@staff_required
+@require_GET
+def trail_list(request: HttpRequest, scope: str) -> HttpResponse:
+    found = get_object_or_404(Scope, slug=scope)
+    form = TrailFilterForm(request.GET)
+    context = _trail_table(request, found, form)
+    if request.htmx:
+        return render(request, "trails/trail_list.html#table", {"scope": found, **context})
+    return _scope_page(request, "trails/trail_list.html", found, {**context, "tab": "trails"})
+
+
+def _trail(scope: str, trail_id) -> Trail:
+    return get_object_or_404(Trail.objects.select_related("scope"), scope__slug=scope, public_id=trail_id)
+
+
+def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """(kind, line) pairs of a line diff, kind being "+", "-" or " "."""
+    lines = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        if line[:1] in "+- ":
+            lines.append((line[:1], line[2:]))
+    return lines
+
+
+@staff_required
+@require_GET
+def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
+    trail = _trail(scope, trail_id)
+    citations = list(trail.citations.all())
+    current = Section.objects.current(trail.scope, [c.section_id for c in citations])
+    validation = validate(
+        trail.core_citations(), {sid: CurrentSection(s.hash, s.text) for sid, s in current.items()}
+    )
+    old_texts = {
+        (r.section_id, r.hash): r.text
+        for r in SectionRevision.objects.filter(scope=trail.scope, section_id__in=[c.section_id for c in citations])
+    }
+    rows = []
+    for citation, checked in zip(citations, validation.sections):
+        section = current.get(citation.section_id)
+        old = old_texts.get((citation.section_id, citation.hash))
+        rows.append({
+            "section_id": citation.section_id,
+            "stored_hash": citation.hash,
+            "current_hash": section.hash if section else None,
+            "status": checked.status.value,
+            "text": section.text if section else "",
+            "diff": _line_diff(old, section.text if section else "") if checked.status is not SectionStatus.VALID and old is not None else None,
+            "old_missing": checked.status is not SectionStatus.VALID and old is None,
+        })
+    return _scope_page(request, "trails/trail_detail.html", trail.scope, {
+        "trail": trail,
+        "steps": [(step, json.dumps(step.args, ensure_ascii=False)) for step in trail.steps.all()],
+        "citations": rows,
+        "outcome": validation.outcome.value,
+        "signals": trail.signals.all(),
+        "tab": "trails",
+    })
+
+
+@staff_required
+@require_POST
+def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
+    trail = _trail(scope, trail_id)
+    vote = request.POST.get("vote")
+    error = ""
+    if vote not in (Signal.UP, Signal.DOWN):
+        error = "vote must be up or down"
+    else:
+        try:
+            trail.vote(vote)
+        except ValueError as problem:
+            error = str(problem)
+    if request.htmx:
+        response = render(request, "trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
+        return response
+    if error:
+        return HttpResponse(error, status=400)
+    return redirect(request.POST.get("next") or reverse("ops:trail", args=[scope, trail.public_id]))
+
+
+@staff_required
+@require_POST
+def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
+    found = get_object_or_404(Scope, slug=scope)
+    vote = request.POST.get("vote")
+    ids = request.POST.getlist("trail")
+    form = TrailFilterForm(request.GET)
+    if vote not in (Signal.UP, Signal.DOWN):
+        notice = "Choose approve or reject."
+    elif not ids:
+        notice = "Select the pending trails to approve or reject first."
+    else:
+        changed = 0
+        with transaction.atomic():
+            for trail in Trail.objects.select_for_update().select_related("scope").filter(
+                scope=found, public_id__in=_uuids(ids), status=TrailStatus.PENDING
+            ):
+                trail.vote(vote)
+                changed += 1
+        notice = f"{changed} trail{'s' if changed != 1 else ''} {'approved' if vote == Signal.UP else 'rejected'}."
+    if request.htmx:
+        return render(request, "trails/trail_list.html#table", {"scope": found, **_trail_table(request, found, form, notice)})
+    return redirect(reverse("ops:trails", args=[scope]) + ("?" + request.GET.urlencode() if request.GET else ""))
+
+
+def _uuids(values: list[str]) -> list[str]:
+    valid = []
+    for value in values:
+        try:
+            valid.append(str(uuid.UUID(value)))
+        except ValueError:
+            continue
+    return valid
+
+
+@staff_required
+@require_GET
+def replay(request: HttpRequest, scope: str) -> HttpResponse:
+    found = get_object_or_404(Scope, slug=scope)
+    result, status = None, 200
+    form = ReplayForm(request.GET or None, initial={"token_budget": found.token_budget})
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        try:
+            answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True)
+        except RequestRefused as refused:
+            form.add_error(refused.field or None, refused.message)
+            status = 422
+        else:
+            trail = Trail.objects.filter(id=answer.trail.id).first() if answer.trail else None
+            result = {"answer": answer, "trail": trail, "json": json.dumps(answer.as_json(), indent=2, ensure_ascii=False)}
+    elif form.is_bound:
+        status = 422
+    return _scope_page(request, "trails/replay.html", found, {"form": form, "result": result, "tab": "replay"}, status)
+
+
+@staff_required
+def purge(request: HttpRequest, scope: str) -> HttpResponse:
+    found = get_object_or_404(Scope, slug=scope)
+    form = PurgeForm(request.POST or None)
+    preview, status = None, 200
+    if request.method == "POST":
+        if not form.is_valid():
+            status = 422
+        else:
+            data = form.cleaned_data
+            run = PurgeRun.request(found, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
+            if request.POST.get("step") == "run":
+                return _start_purge(run)
+            from trails.purge import preview as preview_purge
+
+            count, shown = preview_purge(run)
+            preview = {"count": count, "shown": shown, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
+    elif request.method != "GET":
+        return HttpResponse(status=405)
+    runs = list(PurgeRun.objects.filter(scope=found)[:50])
+    shown_id = request.GET.get("run")
+    return _scope_page(request, "trails/purge.html", found, {
+        "form": form, "preview": preview, "runs": runs, "tab": "purge",
+        "watched": [r for r in runs if r.state != PurgeRun.State.DONE or str(r.public_id) == shown_id],
+    }, status)
+
+
+def _start_purge(run: PurgeRun) -> HttpResponse:
+    """Small scopes are purged in the request; larger ones go to a worker and the page shows progress."""
+    run.save()
+    if Trail.objects.filter(scope=run.scope).count() <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:
+        from trails.purge import run_purge
+
+        run_purge(run.id)
+    else:
+        from trails.tasks import purge_task
+
+        transaction.on_commit(lambda: purge_task.delay(run.id))
+    return redirect(reverse("ops:purge", args=[run.scope.slug]) + f"?run={run.public_id}")
+
+
+@staff_required
+@require_GET
+def purge_progress(request: HttpRequest, scope: str, run_id) -> HttpResponse:
+    run = get_object_or_404(PurgeRun, scope__slug=scope, public_id=run_id)
+    return render(request, "trails/purge.html#progress", {"run": run, "scope": run.scope})
+
+
+def _report_folders() -> list:
+    root = settings.RAGTRAIL_REPORTS_DIR
+    return sorted((p.parent for p in root.glob("*/report.json")), key=lambda p: p.name, reverse=True) if root.is_dir() else []
+
+
+@staff_required
+@require_GET
+def reports(request: HttpRequest) -> HttpResponse:
+    entries = []
+    for folder in _report_folders()[:50]:
+        try:
+            report = json.loads((folder / "report.json").read_text())
+        except (OSError, ValueError):
+            entries.append({"name": folder.name, "broken": True})
+            continue
+        entries.append({
+            "name": folder.name, "report": report, "has_html": (folder / "report.html").is_file(),
+            "headline": report.get("headline", []),
+        })
+    return render(request, "trails/reports.html", {
+        "entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports", "scope": Scope.objects.first(),
+        "scopes": Scope.objects.only("slug", "name"),
+    })
+
+
+@staff_required
+@require_GET
+def report_html(request: HttpRequest, name: str) -> HttpResponse:
+    folder = next((f for f in _report_folders() if f.name == name), None)
+    if folder is None or not (folder / "report.html").is_file():
+        return HttpResponse("No such report.", status=404)
+    return HttpResponse((folder / "report.html").read_bytes(), content_type="text/html; charset=utf-8")
