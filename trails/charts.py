@@ -120,10 +120,15 @@ def hit_rate_figure(data: Series) -> dict:
 def similarity_figure(bins: Sequence[tuple[int, int]], bin_count: int) -> dict:
     """A histogram of hit similarities from (bin, count) pairs; bin i covers [i, i+1) / bin_count."""
     width = 1.0 / bin_count
+    low = min((b for b, _ in bins), default=bin_count // 2) * width
     return {
         "data": [{
             "type": "bar", "name": "hits", "x": [round((b + 0.5) * width, 4) for b, _ in bins],
             "y": [c for _, c in bins], "width": width * 0.9, "marker": {"color": "#2b6cb0"},
         }],
-        "layout": _layout("Similarity of hits", xaxis={"title": {"text": "similarity"}}, yaxis={"title": {"text": "hits"}}),
+        "layout": _layout(
+            "Similarity of hits",
+            xaxis={"title": {"text": "similarity"}, "range": [max(0.0, low - 0.05), 1.0]},
+            yaxis={"title": {"text": "hits"}},
+        ),
     }

@@ -84,10 +84,12 @@ def roll_up(start: datetime, end: datetime) -> int:
         .values("scope_id", "bucket", "bin")
         .annotate(n=Count("id"))
     )
-    histogram = [
-        SimilarityStat(scope_id=r["scope_id"], hour=r["bucket"], bin=min(int(r["bin"]), SIMILARITY_BINS - 1), count=r["n"])
-        for r in hits
-    ]
+    # A similarity of exactly 1.0 belongs to the top bin, which its floor overshoots.
+    counts: dict[tuple, int] = {}
+    for r in hits:
+        key = (r["scope_id"], r["bucket"], min(int(r["bin"]), SIMILARITY_BINS - 1))
+        counts[key] = counts.get(key, 0) + r["n"]
+    histogram = [SimilarityStat(scope_id=s, hour=h, bin=b, count=n) for (s, h, b), n in counts.items()]
     with transaction.atomic():
         RecallStat.objects.filter(hour__gte=first, hour__lt=last).delete()
         RecallStat.objects.bulk_create(buckets, batch_size=2000)

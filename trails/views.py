@@ -240,7 +240,8 @@ def _uuids(values: list[str]) -> list[str]:
 def replay(request: HttpRequest, scope: str) -> HttpResponse:
     found = get_object_or_404(Scope, slug=scope)
     result, status = None, 200
-    form = ReplayForm(request.GET or None, initial={"token_budget": found.token_budget})
+    form = ReplayForm(request.GET or None)
+    form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         try:

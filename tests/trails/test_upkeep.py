@@ -41,22 +41,23 @@ def test_sweep_deletes_exactly_the_expired_trails_and_old_events(api, scope, sec
 
 
 def test_roll_up_matches_a_direct_count_and_reruns_the_same(scope):
-    for minutes, outcome, similarity in [(0, "prefetch", 0.9), (5, "prefetch", 0.7), (59, "miss", None), (61, "hint", 0.95), (130, "miss", None)]:
+    for minutes, outcome, similarity in [(0, "prefetch", 0.9), (5, "prefetch", 0.7), (59, "miss", None), (61, "hint", 0.995), (62, "prefetch", 1.0), (130, "miss", None)]:
         RecallEvent.objects.create(scope=scope, created_at=NOW.replace(minute=0) + timedelta(minutes=minutes), outcome=outcome,
                                    similarity=similarity, latency_ms=1, matcher="lexical" if similarity else "")
     start, end = NOW - timedelta(hours=1), NOW + timedelta(hours=2)
-    assert roll_up(start, end) == 4
+    assert roll_up(start, end) == 5
     first = sorted(RecallStat.objects.values_list("hour", "outcome", "count"))
-    assert roll_up(start, end) == 4
+    assert roll_up(start, end) == 5
     assert sorted(RecallStat.objects.values_list("hour", "outcome", "count")) == first
     twelve = NOW.replace(minute=0)
-    assert first == [(twelve, "miss", 1), (twelve, "prefetch", 2), (twelve + timedelta(hours=1), "hint", 1), (twelve + timedelta(hours=2), "miss", 1)]
+    assert first == [(twelve, "miss", 1), (twelve, "prefetch", 2), (twelve + timedelta(hours=1), "hint", 1), (twelve + timedelta(hours=1), "prefetch", 1), (twelve + timedelta(hours=2), "miss", 1)]
     direct = RecallEvent.objects.values("outcome").annotate(n=Count("id"))
     rolled = {o: sum(c for _, oo, c in first if oo == o) for o in ("prefetch", "hint", "miss")}
     assert rolled == {row["outcome"]: row["n"] for row in direct}
-    assert abs(sum(RecallStat.objects.filter(outcome="prefetch").values_list("similarity_sum", flat=True)) - 1.6) < 1e-9
+    assert abs(sum(RecallStat.objects.filter(outcome="prefetch").values_list("similarity_sum", flat=True)) - 2.6) < 1e-9
     assert sorted(SimilarityStat.objects.values_list("hour", "bin", "count")) == [
-        (twelve, 70, 1), (twelve, 90, 1), (twelve + timedelta(hours=1), 95, 1)
+        # 0.995 and an exact 1.0 share the top bin.
+        (twelve, 70, 1), (twelve, 90, 1), (twelve + timedelta(hours=1), 99, 2)
     ]
 
 

@@ -19,6 +19,12 @@ def percent(value: float | None) -> str:
 
 
 @register.filter
+def thousands(value: int) -> str:
+    """12345 -> "12,345"."""
+    return f"{value:,}"
+
+
+@register.filter
 def jsonify(value) -> str:
     """JSON safe inside a <script> element (the escaping json_script uses)."""
     return mark_safe(json.dumps(value).translate(_json_script_escapes))

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import random
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -12,10 +14,13 @@ from django.utils import timezone
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section, SectionRevision
 from trails.models import Trail, flag_trails_citing
+from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
+from trails.upkeep import roll_up
 
 DEMO_SCOPE = "python-faq"
 DEMO_TRAILS = 25
+DEMO_RECALLS = 300
 
 
 class Command(BaseCommand):
@@ -42,27 +47,33 @@ class Command(BaseCommand):
         self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
 
         if revision == "old" and not Trail.objects.filter(scope=scope).exists():
-            questions = [q for q in faq_questions() if q["present_in"] == ["old", "new"]]
-            step = max(1, len(questions) // DEMO_TRAILS)
-            for index in range(0, min(len(questions), step * DEMO_TRAILS), step):
-                q = questions[index]
-                # Every third trail also cites the next entry, as an answer drawing on two
-                # sections would; after --revision new some of these come back as hints.
-                cited = [q["section_id"]] + ([questions[index + 1]["section_id"]] if index % 3 == 0 and index + 1 < len(questions) else [])
-                record(
-                    scope,
-                    RecordInput(
-                        query=q["question"],
-                        steps=[
-                            StepInput("search", {"query": q["question"]}, cited),
-                            *(StepInput("read", {"id": section_id}, [section_id]) for section_id in cited),
-                        ],
-                        cited=cited,
-                        signal="accepted",
-                        idempotency_key=f"demo:{q['section_id']}",
-                    ),
-                )
-            self.stdout.write(f"trails recorded: {Trail.objects.filter(scope=scope).count()}")
+            # One transaction: a demo that fails half way leaves nothing for the rerun to skip.
+            with transaction.atomic():
+                # Recorded eight days ago, so the week of demo recalls below comes after them.
+                recorded_at = timezone.now() - timedelta(days=8)
+                questions = [q for q in faq_questions() if q["present_in"] == ["old", "new"]]
+                step = max(1, len(questions) // DEMO_TRAILS)
+                for index in range(0, min(len(questions), step * DEMO_TRAILS), step):
+                    q = questions[index]
+                    # Every third trail also cites the next entry, as an answer drawing on two
+                    # sections would; after --revision new some of these come back as hints.
+                    cited = [q["section_id"]] + ([questions[index + 1]["section_id"]] if index % 3 == 0 and index + 1 < len(questions) else [])
+                    record(
+                        scope,
+                        RecordInput(
+                            query=q["question"],
+                            steps=[
+                                StepInput("search", {"query": q["question"]}, cited),
+                                *(StepInput("read", {"id": section_id}, [section_id]) for section_id in cited),
+                            ],
+                            cited=cited,
+                            signal="accepted",
+                            idempotency_key=f"demo:{q['section_id']}",
+                        ),
+                        now=recorded_at,
+                    )
+                self.stdout.write(f"trails recorded: {Trail.objects.filter(scope=scope).count()}")
+                self._pending_and_traffic(scope, questions)
 
         if no_credentials:
             return
@@ -79,7 +90,28 @@ class Command(BaseCommand):
         self.stdout.write(
             "\n"
             f"  API key for scope {DEMO_SCOPE}: {key}\n"
-            f"  Admin login at /admin/: admin / {password}\n"
+            f"  Operator pages at /ops/ and admin at /admin/: admin / {password}\n"
             f"  Try: curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
             f"         -d '{body}' http://127.0.0.1:8000/api/v1/scopes/{DEMO_SCOPE}/recall\n"
         )
+
+    def _pending_and_traffic(self, scope: Scope, questions: list[dict]) -> None:
+        """A few trails awaiting approval (one with an e-mail address, for the purge page) and a
+        week of recalls, rolled up, so the operator pages have something to show."""
+        rng = random.Random(7)
+        unrecorded = [q for q in questions if not Trail.objects.filter(scope=scope, query=q["question"]).exists()]
+        for q, prefix in zip(unrecorded[1::40], ["", "I'm ana@example.org: ", ""]):
+            record(scope, RecordInput(query=prefix + q["question"], cited=[q["section_id"]],
+                                      steps=[StepInput("read", {"id": q["section_id"]}, [q["section_id"]])]),
+                   now=timezone.now() - timedelta(hours=rng.randrange(1, 48)))
+        recorded = list(Trail.objects.filter(scope=scope, status="active").values_list("query", flat=True))
+        asked = [q["question"] for q in unrecorded]
+        now = timezone.now()
+        # In time order, so each trail's last hit is its latest.
+        for minutes_ago in sorted((rng.randrange(7 * 24 * 60) for _ in range(DEMO_RECALLS)), reverse=True):
+            query = rng.choice(recorded) if rng.random() < 0.6 else rng.choice(asked)
+            # Agents rarely repeat a question word for word.
+            query = rng.choice(["{}", "{} Thanks!", "Quick question: {}", "{} (Python 3)"]).format(query)
+            recall(scope, query, now=now - timedelta(minutes=minutes_ago))
+        roll_up(now - timedelta(days=8), now)
+        self.stdout.write(f"demo traffic: {DEMO_RECALLS} recalls over the last 7 days, rolled up")

@@ -1,0 +1,117 @@
+"""An operator's flows in a real browser: log in, open a trail, replay it after an edit,
+approve with one click, purge personal data."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from scopes.models import Scope, Section
+from trails.models import Trail
+from trails.record import RecordInput, StepInput, record
+
+pytestmark = pytest.mark.slow
+
+SECTIONS = {
+    "visiting/icu": "Intensive care visiting hours are 14:00 to 16:00, two visitors at a time.",
+    "parking": "Visitors park in car park B; the first hour is free.",
+}
+
+
+@pytest.fixture
+def hospital(transactional_db) -> Scope:
+    scope = Scope.objects.create(slug="hospital", name="Hospital", matcher="lexical")
+    Section.upsert(scope, SECTIONS)
+    record(scope, RecordInput(
+        query="When can I visit the ICU and where do I park?", cited=["visiting/icu", "parking"], signal="accepted",
+        steps=[StepInput("read", {"id": "parking"}, ["parking"]), StepInput("read", {"id": "visiting/icu"}, ["visiting/icu"])],
+    ))
+    record(scope, RecordInput(query="Is the car park free for visitors?", cited=["parking"]))
+    record(scope, RecordInput(query="Parking question from ana@example.org about car park B", cited=["parking"]))
+    User.objects.create_user("olga", password="correct horse", is_staff=True)
+    return scope
+
+
+def log_in(page, live_server, next_path: str) -> None:
+    page.goto(f"{live_server.url}{next_path}")
+    # Anonymous: the login page, which returns to where the operator was going.
+    page.fill("#id_username", "olga")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
+def test_operator_logs_in_opens_a_trail_and_replays_it_after_a_section_edit(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/trails/")
+    page.click("text=When can I visit the ICU and where do I park?")
+    expect(page.locator("#trail-query")).to_have_text("When can I visit the ICU and where do I park?")
+    expect(page.locator("#check-outcome")).to_have_text("prefetch")
+
+    Section.upsert(hospital, {"visiting/icu": "ICU visiting is closed this week."})
+    page.reload()
+    expect(page.locator("#check-outcome")).to_have_text("hint")
+    expect(page.locator("tr[data-section='visiting/icu'] .badge")).to_have_text("changed")
+    expect(page.locator("pre.diff .add")).to_contain_text("ICU visiting is closed this week.")
+
+    page.click("text=Replay now")
+    expect(page.locator("#replay-outcome")).to_have_text("hint")
+    expect(page.locator("#replay-hint")).to_contain_text("These changed since and must be read again: visiting/icu.")
+    # A replay is a dry run: the trail gained no hit.
+    assert Trail.objects.get(query__startswith="When can I visit").hit_count == 0
+
+
+def test_operator_approves_a_pending_trail_with_one_click_and_the_row_changes_in_place(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/trails/?status=pending")
+    trail = Trail.objects.get(query="Is the car park free for visitors?")
+    row = page.locator(f"#trail-{trail.public_id}")
+    expect(row.locator("[data-status]")).to_have_text("pending")
+    # A full page load would drop this marker.
+    page.evaluate("window.notReloaded = true")
+
+    row.get_by_role("button", name="Approve").click()
+
+    expect(row.locator("[data-status]")).to_have_text("active")
+    expect(row.get_by_role("button", name="Approve")).to_have_count(0)
+    assert page.evaluate("window.notReloaded") is True
+    trail.refresh_from_db()
+    assert trail.status == "active"
+
+
+def test_operator_filters_the_table_without_a_reload(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/trails/")
+    page.evaluate("window.notReloaded = true")
+    page.fill("#id_q", "ICU")
+    page.press("#id_q", "Enter")
+    expect(page.locator("#trail-table tbody tr")).to_have_count(1)
+    expect(page.locator("#trail-table")).to_contain_text("When can I visit the ICU")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_operator_previews_and_runs_a_purge_and_sees_the_count(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/purge/")
+    page.click("text=Preview matches")
+    expect(page.locator("[data-preview-count]")).to_have_text("1")
+    page.click("text=Redact 1 trail")
+    expect(page.locator("[data-purge-count]")).to_have_text("1")
+    expect(page.locator("#audit-log")).to_contain_text("olga")
+    assert "ana@example.org" not in Trail.objects.get(query__startswith="Parking question").query
+
+
+def test_overview_draws_its_charts_from_the_bundled_plotly(page, live_server, hospital):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trails.recall import recall
+    from trails.upkeep import roll_up
+
+    recall(hospital, "When can I visit the ICU and where do I park?")
+    recall(hospital, "How do I renew my passport?")
+    roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
+    outside = []
+    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None)
+    log_in(page, live_server, "/ops/hospital/")
+    expect(page.locator("#kpi-recalls")).to_have_text("2")
+    expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
+    expect(page.locator("#chart-similarity[data-drawn=true]")).to_have_count(1)
+    assert outside == []
