@@ -67,14 +67,17 @@ class Match:
     similarity: float
 
 
-def score_candidates(scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate]) -> list[Match]:
+def score_candidates(
+    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], guard: bool = True
+) -> list[Match]:
     """Scores candidates with the scope's matchers; returns those that pass, best first
     (equal scores: the newest trail first).
 
     Lexical: word-shingle Jaccard at the scope's threshold, and the guard with every
     content term shared. Embedding: cosine at the scope's threshold, and the guard
     (numbers, negation, opposite terms, order of shared terms) with rewording free.
-    A candidate embedded by another model is not compared by embedding.
+    A candidate embedded by another model is not compared by embedding. `guard=False`
+    skips the guard; only the evaluation does that, to measure what the guard is worth.
     """
     count = len(candidates)
     jaccards = (
@@ -100,9 +103,9 @@ def score_candidates(scope: Scope, question: QuestionSignature, candidates: Sequ
             continue
         terms = question_terms(candidate.query, scope.lexicon)
         passed = []
-        if embedding_pass and check_pair(query_terms, terms, max_unshared_terms=None).allowed:
+        if embedding_pass and (not guard or check_pair(query_terms, terms, max_unshared_terms=None).allowed):
             passed.append(Match(candidate, "embedding", float(cosines[i])))
-        if lexical_pass and check_pair(query_terms, terms, max_unshared_terms=0).allowed:
+        if lexical_pass and (not guard or check_pair(query_terms, terms, max_unshared_terms=0).allowed):
             passed.append(Match(candidate, "lexical", float(jaccards[i])))
         if passed:
             # Where both pass, the stronger evidence is the one reported.

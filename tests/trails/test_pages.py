@@ -10,7 +10,6 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from scopes.models import Section
 from tests.conftest import VISITING
 from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
 from trails.upkeep import roll_up

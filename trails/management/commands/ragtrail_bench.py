@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
-from trails.models import BandKey, Citation, RecallEvent, Step, Trail, TrailSignal, TrailStatus
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, TrailRows, record
@@ -153,20 +153,3 @@ class Command(BaseCommand):
             record(scope, RecordInput(query=query, cited=cited, signal="accepted", steps=[StepInput("search", {"query": query}, cited)]))
         elapsed = time.perf_counter() - started
         self.stdout.write(f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)")
-
-
-def drop_scope(scope: Scope) -> None:
-    """Deletes a benchmark scope with its rows, by scope, in bulk."""
-    # Row-by-row cascades over millions of band keys would take minutes.
-    trails = Trail.objects.filter(scope=scope)
-    for queryset in (
-        RecallEvent.objects.filter(scope=scope),
-        BandKey.objects.filter(scope=scope),
-        Citation.objects.filter(scope=scope),
-        Step.objects.filter(trail__in=trails),
-        TrailSignal.objects.filter(trail__in=trails),
-        trails,
-        Section.objects.filter(scope=scope),
-    ):
-        queryset._raw_delete(queryset.db)
-    scope.delete()

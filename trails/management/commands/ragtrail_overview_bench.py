@@ -14,7 +14,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from scopes.models import Scope
-from trails.management.commands.ragtrail_bench import drop_scope
+from trails.models import drop_scope
 from trails.models import RecallEvent
 from trails.upkeep import roll_up
 

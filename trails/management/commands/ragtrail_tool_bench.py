@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand
 
 from scopes.models import Scope
 from trails import tool_results
-from trails.management.commands.ragtrail_bench import drop_scope, percentile
+from trails.management.commands.ragtrail_bench import percentile
+from trails.models import drop_scope
 
 
 class Command(BaseCommand):

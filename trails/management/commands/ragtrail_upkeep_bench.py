@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.management.commands.ragtrail_bench import QuestionMaker, drop_scope
+from trails.management.commands.ragtrail_bench import QuestionMaker
+from trails.models import drop_scope
 from trails.models import RecallEvent, RecallStat, TrailStatus
 from trails.record import RecordInput, StepInput, TrailRows
 from trails.upkeep import roll_up, sweep_expired

@@ -1,0 +1,184 @@
+"""Experiment 1: matching quality on labelled question pairs, through record's rows and recall.
+
+Protocol: every distinct `a` is stored as an accepted trail, every `b` is recalled.
+For a duplicate pair a hit on its own `a` (or on a stored question whose normalised
+text equals the query's) is correct, a hit on any other stored question wrong. For
+a non-duplicate pair a hit on its own `a` is a false hit; hits on other stored
+questions are counted apart as "other" (some are paraphrases the labels miss).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from django.utils import timezone
+
+from scopes.models import Scope, Section
+from trails.core.normalise import normalise_query
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
+from trails.matching import score_candidates, sign
+from trails.models import Trail, TrailStatus, drop_scope
+from trails.recall import recall
+from trails.record import RecordInput, TrailRows
+
+# Each arm: the scope's matcher, whether the guard runs, and the threshold field swept.
+ARMS = {
+    "lexical": ("lexical", True),
+    "embedding (no guard)": ("embedding", False),
+    "embedding + guard": ("embedding", True),
+}
+SWEEP = {
+    "lexical": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+    "embedding": [0.85, 0.88, 0.90, 0.92, 0.93, 0.935, 0.9375, 0.94, 0.945, 0.95, 0.96, 0.97],
+}
+
+
+@dataclass
+class Tally:
+    correct: int = 0
+    wrong: int = 0
+    false: int = 0
+    other: int = 0
+    duplicates: int = 0
+    distinct: int = 0
+
+    def add(self, pair: dict, hit: str | None) -> None:
+        asked, own = normalise_query(pair["b"]), normalise_query(pair["a"])
+        if pair["duplicate"]:
+            self.duplicates += 1
+            if hit is not None and hit in (own, asked):
+                self.correct += 1
+            elif hit is not None:
+                self.wrong += 1
+        else:
+            self.distinct += 1
+            if hit == own:
+                self.false += 1
+            elif hit is not None and hit != asked:
+                self.other += 1
+
+    def rates(self) -> dict:
+        d, n = max(1, self.duplicates), max(1, self.distinct)
+        return {
+            **asdict(self),
+            "correct_rate": round(self.correct / d, 5), "wrong_rate": round(self.wrong / d, 5),
+            "false_rate": round(self.false / n, 5), "other_rate": round(self.other / n, 5),
+        }
+
+
+def load_pairs(path: Path, limit: int = 0) -> list[dict]:
+    with open(path, encoding="utf-8") as rows:
+        data = [json.loads(line) for line in rows]
+    return [p for p in data[: limit or None] if normalise_query(p["a"]) and normalise_query(p["b"])]
+
+
+def _scope(**fields) -> Scope:
+    scope = Scope.objects.create(slug=f"eval-match-{uuid.uuid4().hex[:8]}", **fields)
+    Section.upsert(scope, {"s": "a section"})
+    return scope
+
+
+def store(scope: Scope, data: list[dict]) -> dict[int, str]:
+    """Stores every distinct `a` (by normalised text) through the record pipeline's rows;
+    returns {trail id: normalised query}."""
+    current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+    seen, batch, now = set(), [], timezone.now()
+    for pair in data:
+        key = normalise_query(pair["a"])
+        if key in seen:
+            continue
+        seen.add(key)
+        batch.append(TrailRows.build(scope, RecordInput(query=pair["a"], cited=["s"], signal="accepted"), current, TrailStatus.ACTIVE, "", now))
+    for start in range(0, len(batch), 2000):
+        TrailRows.save_all(batch[start:start + 2000])
+    return {t.id: t.normalised_query for t in Trail.objects.filter(scope=scope).only("id", "normalised_query")}
+
+
+def halves(index: int) -> tuple[str, str]:
+    return ("all", "even" if index % 2 == 0 else "odd")
+
+
+def sweep(data: list[dict], progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Correct and false hit rates per arm and threshold.
+
+    One store signed with the band layouts of the lowest thresholds; each threshold is
+    then applied to the same candidates, so a stricter threshold's own (tighter) band
+    layout could only find fewer candidates: the curves are an upper bound there, and
+    `defaults` gives the exact operating point of each default.
+    """
+    scope = _scope(matcher="both", lexical_threshold=min(SWEEP["lexical"]), embedding_threshold=min(SWEEP["embedding"]))
+    try:
+        names = store(scope, data)
+        now = timezone.now()
+        tallies = {(arm, t, h): Tally() for arm, (m, _) in ARMS.items() for t in SWEEP[m] for h in ("all", "even", "odd")}
+        for index, pair in enumerate(data):
+            question = sign(scope, pair["b"], "")
+            found = Trail.objects.candidates(scope, "", question.keys, now, with_paths=False)
+            for arm, (matcher, guard) in ARMS.items():
+                scope.matcher = matcher
+                matches = score_candidates(scope, question, found, guard=guard)
+                for threshold in SWEEP[matcher]:
+                    best = next((m for m in matches if m.similarity >= threshold), None)
+                    for half in halves(index):
+                        tallies[(arm, threshold, half)].add(pair, names[best.trail.id] if best else None)
+            if (index + 1) % 1000 == 0:
+                progress(f"matching sweep: {index + 1:,}/{len(data):,} pairs")
+        return {
+            arm: [{"threshold": t, **{h: tallies[(arm, t, h)].rates() for h in ("all", "even", "odd")}} for t in SWEEP[m]]
+            for arm, (m, _) in ARMS.items()
+        }
+    finally:
+        drop_scope(scope)
+
+
+def defaults(data: list[dict], matcher: str, progress: Callable[[str], None] = lambda _: None) -> dict:
+    """The operating point a new scope with this matcher gets: stored, then recalled (dry run)."""
+    scope = _scope(matcher=matcher)
+    try:
+        names = store(scope, data)
+        tallies = {h: Tally() for h in ("all", "even", "odd")}
+        latencies, candidates = [], []
+        for index, pair in enumerate(data):
+            started = time.perf_counter()
+            result = recall(scope, pair["b"], dry_run=True)
+            latencies.append((time.perf_counter() - started) * 1000)
+            candidates.append(result.candidates)
+            hit = names[result.trail.id] if result.trail and result.outcome.value != "miss" else None
+            for half in halves(index):
+                tallies[half].add(pair, hit)
+            if (index + 1) % 2000 == 0:
+                progress(f"matching default {matcher}: {index + 1:,}/{len(data):,} pairs")
+        return {
+            "matcher": matcher,
+            "lexical_threshold": scope.lexical_threshold if scope.uses_lexical else None,
+            "embedding_threshold": scope.embedding_threshold if scope.uses_embedding else None,
+            **{h: tallies[h].rates() for h in ("all", "even", "odd")},
+            "candidates_per_lookup": round(statistics.mean(candidates), 3) if candidates else 0,
+            "timing": {"recall_p50_ms": round(statistics.median(latencies), 3) if latencies else None},
+        }
+    finally:
+        drop_scope(scope)
+
+
+def run(pairs: Path, limit: int = 0, progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Experiment 1 in full: the sweep per arm and each matcher's default operating point."""
+    data = load_pairs(pairs, limit)
+    texts = sorted({p["a"] for p in data} | {p["b"] for p in data})
+    started = time.perf_counter()
+    with serving(PrecomputedEmbedder(get_embedder(), texts)) as embedder:
+        progress(f"matching: {len(data):,} pairs, {len(texts):,} questions embedded in {time.perf_counter() - started:.0f} s ({embedder.name})")
+        curves = sweep(data, progress)
+        points = {m: defaults(data, m, progress) for m in ("lexical", "embedding", "both")}
+    return {
+        "pairs": len(data),
+        "duplicates": sum(1 for p in data if p["duplicate"]),
+        "embedding_model": embedder.name,
+        "curves": curves,
+        "defaults": points,
+        "note": "Sweep thresholds share the candidates of the lowest threshold's band layout; defaults are exact recall() runs.",
+    }
