@@ -16,7 +16,7 @@ from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.errors import RequestRefused
 from trails.matching import sign
-from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Signal, Step, Trail, TrailSignal, TrailStatus
+from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
 
 @dataclass(frozen=True)

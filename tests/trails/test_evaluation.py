@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from scopes.demo import faq_questions, faq_sections
-from trails.evaluation import random_edit, staleness
+from trails.evaluation.staleness import random_edit, staleness
 
 
 def slice_of_faq(n: int = 30):

@@ -5,7 +5,7 @@ import pytest
 
 from scopes.models import Section
 from trails.core.sections import section_hash
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal
 
 QUERY = "What are the ICU visiting hours?"
 

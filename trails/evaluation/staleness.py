@@ -9,10 +9,15 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
+from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
+
+
+RANDOM_SHARES = (0.05, 0.10, 0.20, 0.50)
 
 
 @dataclass
@@ -88,3 +93,27 @@ def staleness(before: dict[str, str], after: dict[str, str], questions: list[tup
         return result
     finally:
         scope.delete()
+
+
+def faq_questions_once(revision: str = "old") -> list[tuple[str, str]]:
+    """The FAQ's (question, section id) pairs present at a revision; a question heading two entries is left out."""
+    rows = [q for q in faq_questions() if revision in q["present_in"]]
+    texts = [q["question"] for q in rows]
+    return [(q["question"], q["section_id"]) for q in rows if texts.count(q["question"]) == 1]
+
+
+def run(matcher: str, seed: int, limit: int = 0, shares: tuple[float, ...] = RANDOM_SHARES,
+        progress: Callable[[str], None] = lambda _: None) -> dict:
+    """Experiment 2 on the shipped FAQ: the real revision and random edits of each share."""
+    old, new = faq_sections("old"), faq_sections("new")
+    questions = faq_questions_once()[: limit or None]
+    ids = [s for _, s in questions]
+    edits = [("real revision v3.6.0 -> v3.11.0", new)] + [
+        (f"random {round(share * 100)} %", random_edit(old, ids, share, seed)) for share in shares
+    ]
+    results = []
+    for name, after in edits:
+        results.append(staleness(old, after, questions, name, matcher).as_json())
+        progress(f"staleness {name}: ragtrail served {results[-1]['ragtrail']['stale_served']} stale, "
+                 f"text cache {results[-1]['text_cache']['stale_served']}")
+    return {"questions": len(questions), "matcher": matcher, "seed": seed, "results": results}
