@@ -33,9 +33,12 @@ def trails(api, sections) -> dict[str, Trail]:
 
 
 def page_urls(scope: str, trail: Trail) -> list[str]:
+    run = PurgeRun.request(trail.scope, "", False, "olga")
+    run.save()
     return [
         "/ops/", f"/ops/{scope}/", f"/ops/{scope}/trails/", f"/ops/{scope}/trails/{trail.public_id}/",
-        f"/ops/{scope}/replay/?query=parking", f"/ops/{scope}/purge/", "/ops/evaluation/reports/",
+        f"/ops/{scope}/replay/?query=parking", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/",
+        "/ops/evaluation/reports/", "/ops/evaluation/reports/any/",
     ]
 
 
@@ -49,7 +52,7 @@ def test_anonymous_users_are_sent_to_log_in_and_change_nothing(trails, scope):
     response = anonymous.post("/ops/hospital/purge/", {"step": "run", "action": "delete"})
     assert response.status_code == 302
     pending.refresh_from_db()
-    assert pending.status == "pending" and Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+    assert pending.status == "pending" and Trail.objects.count() == 3 and PurgeRun.objects.get().state == "queued"
 
 
 def test_signed_in_users_who_are_not_staff_get_403_and_change_nothing(trails, scope):
@@ -62,7 +65,7 @@ def test_signed_in_users_who_are_not_staff_get_403_and_change_nothing(trails, sc
     assert client.post("/ops/hospital/trails/vote/", {"vote": "up", "trail": [str(pending.public_id)]}).status_code == 403
     assert client.post("/ops/hospital/purge/", {"step": "run", "action": "delete"}).status_code == 403
     pending.refresh_from_db()
-    assert pending.status == "pending" and Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+    assert pending.status == "pending" and Trail.objects.count() == 3 and PurgeRun.objects.get().state == "queued"
 
 
 def test_index_opens_the_first_scope_or_says_how_to_create_one(staff, db):
