@@ -32,3 +32,17 @@ def test_random_edits_are_reproducible_and_never_served_stale(db):
     assert result.changed_sections == 10
     assert result.ragtrail.stale_served == 0 and result.ragtrail.miss == 10
     assert result.text_cache.stale_served == 10
+
+
+def test_trails_citing_two_sections_come_back_as_hints_when_one_changed_and_never_serve_it(db):
+    from trails.evaluation.staleness import next_in_document
+
+    old, new, questions = slice_of_faq()
+    companions = next_in_document([s for _, s in questions], old)
+    result = staleness(old, new, questions, "real revision", companions=companions)
+    partly = sum(1 for _, s in questions if (new.get(s) != old[s]) != (new.get(companions[s]) != old[companions[s]]))
+    wholly = sum(1 for _, s in questions if new.get(s) != old[s] and new.get(companions[s]) != old[companions[s]])
+    assert partly > 0
+    assert result.ragtrail.stale_served == 0
+    assert result.ragtrail.hint == partly and result.ragtrail.miss == wholly
+    assert result.text_cache.stale_served == partly + wholly

@@ -71,7 +71,7 @@ def headline(report: dict) -> list[list[str]]:
     if "staleness" in results:
         for arm in results["staleness"]["results"]:
             r, t = arm["ragtrail"], arm["text_cache"]
-            rows.append([f"Staleness, {arm['edit']} ({arm['changed_sections']} cited sections changed)",
+            rows.append([f"Staleness, {arm['edit']}, {arm['cited_per_trail']} cited per trail ({arm['changed_sections']} cited sections changed)",
                          f"ragtrail served {r['stale_served']} stale ({r['prefetch_kept']} prefetch, {r['hint']} hint, {r['miss']} miss); "
                          f"text cache served {t['stale_served']} stale ({_pct(t['stale_share_of_hits'])} of its hits)"])
     if "calls" in results:
@@ -111,7 +111,7 @@ def figures(report: dict) -> dict[str, dict]:
                                                             "false-hit rate (%)", "correct-hit rate (%)")}
     if "staleness" in results:
         arms = results["staleness"]["results"]
-        edits = [a["edit"] for a in arms]
+        edits = [f"{a['edit']} · {a['cited_per_trail']} cited" for a in arms]
         out["staleness"] = {"data": [
             {"type": "bar", "name": "ragtrail", "x": edits, "y": [a["ragtrail"]["stale_served"] for a in arms], "marker": {"color": "#2f855a"}},
             {"type": "bar", "name": "text cache", "x": edits, "y": [a["text_cache"]["stale_served"] for a in arms], "marker": {"color": "#c53030"}},

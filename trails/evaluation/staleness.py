@@ -58,21 +58,30 @@ def random_edit(texts: dict[str, str], ids: list[str], share: float, seed: int) 
     return {**texts, **{i: texts[i] + "\n\nThis answer was revised." for i in chosen}}
 
 
-def staleness(before: dict[str, str], after: dict[str, str], questions: list[tuple[str, str]], edit: str, matcher: str = "lexical") -> StalenessResult:
+def staleness(
+    before: dict[str, str], after: dict[str, str], questions: list[tuple[str, str]], edit: str, matcher: str = "lexical",
+    companions: dict[str, str] | None = None,
+) -> StalenessResult:
     """Records one oracle trail per (question, section id) on `before`, moves the store to
-    `after` (ids missing from it are deleted), and replays every question on both arms."""
+    `after` (ids missing from it are deleted), and replays every question on both arms.
+
+    With `companions` each trail also cites the companion of its section, as an answer
+    drawing on two sections would; then a trail whose sections changed only in part
+    comes back as a hint.
+    """
     scope = Scope.objects.create(slug=f"eval-{uuid.uuid4().hex[:8]}", matcher=matcher)
     try:
         Section.upsert(scope, before)
-        text_cache: dict[str, tuple[str, str]] = {}
+        text_cache: dict[str, dict[str, str]] = {}
         for question, section_id in questions:
-            record(scope, RecordInput(query=question, cited=[section_id], signal="accepted",
-                                      steps=[StepInput("read", {"id": section_id}, [section_id])]))
-            text_cache[question] = (section_id, before[section_id])
+            cited = [section_id] + ([companions[section_id]] if companions and section_id in companions else [])
+            record(scope, RecordInput(query=question, cited=cited, signal="accepted",
+                                      steps=[StepInput("read", {"id": i}, [i]) for i in cited]))
+            text_cache[question] = {i: before[i] for i in cited}
         Section.upsert(scope, after)
         Section.objects.filter(scope=scope).exclude(section_id__in=list(after)).delete()
-        cited = {s for _, s in questions}
-        result = StalenessResult(edit, sum(1 for s in cited if after.get(s) != before[s]))
+        all_cited = {i for texts in text_cache.values() for i in texts}
+        result = StalenessResult(edit, sum(1 for i in all_cited if after.get(i) != before[i]))
         for question, _ in questions:
             answer = recall(scope, question)
             arm = result.ragtrail
@@ -84,15 +93,30 @@ def staleness(before: dict[str, str], after: dict[str, str], questions: list[tup
                 arm.prefetch_kept += answer.outcome.value == "prefetch"
                 arm.hint += answer.outcome.value == "hint"
                 arm.stale_served += any(s.get("text") is not None and not after.get(s["id"], "").startswith(s["text"]) for s in answer.sections)
-            cached_id, cached_text = text_cache[question]
             cache_arm = result.text_cache
             cache_arm.questions += 1
             cache_arm.hits += 1  # a text cache keyed by the question always hits a repeat
             cache_arm.prefetch_kept += 1
-            cache_arm.stale_served += after.get(cached_id) != cached_text
+            cache_arm.stale_served += any(after.get(i) != text for i, text in text_cache[question].items())
         return result
     finally:
         scope.delete()
+
+
+def next_in_document(section_ids: list[str], texts: dict[str, str]) -> dict[str, str]:
+    """Each section's companion: the next section of the same document in `texts` (by id order
+    within the document file), or the previous one for the last."""
+    by_document: dict[str, list[str]] = {}
+    for section_id in texts:
+        by_document.setdefault(section_id.split("#", 1)[0], []).append(section_id)
+    companions = {}
+    for section_id in section_ids:
+        siblings = by_document.get(section_id.split("#", 1)[0], [])
+        if len(siblings) < 2:
+            continue
+        at = siblings.index(section_id)
+        companions[section_id] = siblings[at + 1] if at + 1 < len(siblings) else siblings[at - 1]
+    return companions
 
 
 def faq_questions_once(revision: str = "old") -> list[tuple[str, str]]:
@@ -111,9 +135,12 @@ def run(matcher: str, seed: int, limit: int = 0, shares: tuple[float, ...] = RAN
     edits = [("real revision v3.6.0 -> v3.11.0", new)] + [
         (f"random {round(share * 100)} %", random_edit(old, ids, share, seed)) for share in shares
     ]
+    companions = next_in_document(ids, old)
     results = []
-    for name, after in edits:
-        results.append(staleness(old, after, questions, name, matcher).as_json())
-        progress(f"staleness {name}: ragtrail served {results[-1]['ragtrail']['stale_served']} stale, "
-                 f"text cache {results[-1]['text_cache']['stale_served']}")
+    for cites, pairing in ((1, None), (2, companions)):
+        for name, after in edits:
+            result = staleness(old, after, questions, name, matcher, pairing).as_json()
+            results.append({**result, "cited_per_trail": cites})
+            progress(f"staleness {name}, {cites} cited per trail: ragtrail served {result['ragtrail']['stale_served']} stale "
+                     f"({result['ragtrail']['hint']} hints), text cache {result['text_cache']['stale_served']}")
     return {"questions": len(questions), "matcher": matcher, "seed": seed, "results": results}
