@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scopes.models import Scope, Section
+from trails.charts import HourCounts
 from trails.core import toolkey
 from trails.core.hint import RecordedStep
 from trails.core.minhash import MinHashParams, MinHashSignature
@@ -477,10 +478,8 @@ class RecallStat(models.Model):
         indexes = [models.Index(fields=["scope", "hour"], name="recallstat_scope_hour")]
 
     @classmethod
-    def hourly(cls, scope: Scope, start: datetime) -> list:
+    def hourly(cls, scope: Scope, start: datetime) -> list[HourCounts]:
         """The scope's counts per hour and outcome from `start` on, summed over matchers."""
-        from trails.charts import HourCounts
-
         rows = (
             cls.objects.filter(scope=scope, hour__gte=start)
             .values_list("hour", "outcome")

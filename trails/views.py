@@ -16,15 +16,20 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from scopes.models import Scope, Section, SectionRevision
 from trails import charts
+from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from trails.errors import RequestRefused
 from trails.forms import PurgeForm, ReplayForm, TrailFilterForm
 from trails.models import SIMILARITY_BINS, PurgeRun, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.purge import preview as preview_purge
+from trails.purge import run_purge
 from trails.recall import recall
+from trails.tasks import purge_task
 
 WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
 TRAILS_PER_PAGE = 25
@@ -150,7 +155,7 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     citations = list(trail.citations.all())
     current = Section.objects.current(trail.scope, [c.section_id for c in citations])
     validation = validate(
-        trail.core_citations(), {sid: CurrentSection(s.hash, s.text) for sid, s in current.items()}
+        [CoreCitation(c.section_id, c.hash) for c in citations], {sid: CurrentSection(s.hash, s.text) for sid, s in current.items()}
     )
     old_texts = {
         (r.section_id, r.hash): r.text
@@ -193,11 +198,13 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         except ValueError as problem:
             error = str(problem)
     if request.htmx:
-        response = render(request, "trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
-        return response
+        return render(request, "trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
     if error:
         return HttpResponse(error, status=400)
-    return redirect(request.POST.get("next") or reverse("ops:trail", args=[scope, trail.public_id]))
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("ops:trail", args=[scope, trail.public_id])
+    return redirect(back)
 
 
 @staff_required
@@ -270,8 +277,6 @@ def purge(request: HttpRequest, scope: str) -> HttpResponse:
             run = PurgeRun.request(found, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
             if request.POST.get("step") == "run":
                 return _start_purge(run)
-            from trails.purge import preview as preview_purge
-
             count, shown = preview_purge(run)
             preview = {"count": count, "shown": shown, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
     elif request.method != "GET":
@@ -288,12 +293,8 @@ def _start_purge(run: PurgeRun) -> HttpResponse:
     """Small scopes are purged in the request; larger ones go to a worker and the page shows progress."""
     run.save()
     if Trail.objects.filter(scope=run.scope).count() <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:
-        from trails.purge import run_purge
-
         run_purge(run.id)
     else:
-        from trails.tasks import purge_task
-
         transaction.on_commit(lambda: purge_task.delay(run.id))
     return redirect(reverse("ops:purge", args=[run.scope.slug]) + f"?run={run.public_id}")
 

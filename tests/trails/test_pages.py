@@ -149,8 +149,9 @@ def test_approving_a_pending_trail_with_htmx_returns_its_row_now_active(staff, t
 
 def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, trails, scope):
     pending = Trail.objects.get(query="Where do visitors park?")
-    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "down"})
-    assert response.status_code == 302
+    # A "next" pointing off the site is not followed.
+    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "down", "next": "https://evil.example/"})
+    assert response.status_code == 302 and response["Location"] == f"/ops/hospital/trails/{pending.public_id}/"
     pending.refresh_from_db()
     assert pending.status == "rejected"
     assert staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}).status_code == 400
