@@ -147,6 +147,17 @@ def test_approving_a_pending_trail_with_htmx_returns_its_row_now_active(staff, t
     assert pending.status == "active" and list(pending.signals.values_list("signal", "source")) == [("up", "feedback")]
 
 
+def test_without_javascript_a_rows_approve_button_posts_the_table_form_and_returns_to_the_table(staff, trails, scope):
+    html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
+    pending = Trail.objects.get(query="Where do visitors park?")
+    assert f'formaction="/ops/hospital/trails/{pending.public_id}/vote/"' in html
+    assert '<input type="hidden" name="next" value="/ops/hospital/trails/?status=pending">' in html
+    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up", "next": "/ops/hospital/trails/?status=pending"})
+    assert response["Location"] == "/ops/hospital/trails/?status=pending"
+    pending.refresh_from_db()
+    assert pending.status == "active"
+
+
 def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, trails, scope):
     pending = Trail.objects.get(query="Where do visitors park?")
     # A "next" pointing off the site is not followed.
