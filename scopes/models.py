@@ -189,6 +189,22 @@ class Section(models.Model):
             "hashes": hashes,
         }
 
+    @classmethod
+    def replace_all(cls, scope: Scope, texts: dict[str, str], now=None) -> dict:
+        """Makes the scope's store hold exactly these sections: upserts them and removes the
+        rest, keeping the removed texts for the trails that cite them.
+
+        Returns:
+            upsert's summary, plus "removed_ids".
+        """
+        with transaction.atomic():
+            summary = cls.upsert(scope, texts, now)
+            removed = cls.objects.filter(scope=scope).exclude(section_id__in=list(texts))
+            summary["removed_ids"] = list(removed.values_list("section_id", flat=True))
+            SectionRevision.keep(removed, now)
+            removed.delete()
+        return summary
+
 
 class SectionRevision(models.Model):
     """A section's text as it was before it changed or was deleted, kept by its hash.

@@ -196,7 +196,7 @@ def path_tokens(scope: Scope, steps: list[StepInput], current: dict[str, Section
     Ids the store does not hold (a search hit outside it, say) count nothing.
     """
     wanted = {section_id for step in steps for section_id in step.section_ids}
-    texts = {section_id: section.text for section_id, section in current.items()}
+    texts = {section_id: current[section_id].text for section_id in wanted & current.keys()}
     unread = wanted - texts.keys()
     if unread:
         texts.update(Section.objects.filter(scope=scope, section_id__in=list(unread)).values_list("section_id", "text"))

@@ -7,8 +7,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Sum
 from django.db.models.functions import Floor, TruncHour
 
-from scopes.models import Scope
-from scopes.models import SectionRevision
+from scopes.models import Scope, SectionRevision
 from trails.models import SIMILARITY_BINS, Citation, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail
 
 

@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from scopes.models import Scope, Section, SectionRevision
 from trails import charts
@@ -265,6 +265,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
 
 
 @staff_required
+@require_http_methods(["GET", "POST"])
 def purge(request: HttpRequest, scope: str) -> HttpResponse:
     found = get_object_or_404(Scope, slug=scope)
     form = PurgeForm(request.POST or None)
@@ -279,8 +280,6 @@ def purge(request: HttpRequest, scope: str) -> HttpResponse:
                 return _start_purge(run)
             count, shown = preview_purge(run)
             preview = {"count": count, "shown": shown, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
-    elif request.method != "GET":
-        return HttpResponse(status=405)
     runs = list(PurgeRun.objects.filter(scope=found)[:50])
     shown_id = request.GET.get("run")
     return _scope_page(request, "trails/purge.html", found, {
@@ -325,9 +324,8 @@ def reports(request: HttpRequest) -> HttpResponse:
             "name": folder.name, "report": report, "has_html": (folder / "report.html").is_file(),
             "headline": report.get("headline", []),
         })
-    return render(request, "trails/reports.html", {
-        "entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports", "scope": Scope.objects.first(),
-        "scopes": Scope.objects.only("slug", "name"),
+    return _scope_page(request, "trails/reports.html", Scope.objects.first(), {
+        "entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports",
     })
 
 

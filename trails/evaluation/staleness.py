@@ -13,6 +13,7 @@ from typing import Callable
 
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
+from trails.models import drop_scope
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
 
@@ -78,8 +79,7 @@ def staleness(
             record(scope, RecordInput(query=question, cited=cited, signal="accepted",
                                       steps=[StepInput("read", {"id": i}, [i]) for i in cited]))
             text_cache[question] = {i: before[i] for i in cited}
-        Section.upsert(scope, after)
-        Section.objects.filter(scope=scope).exclude(section_id__in=list(after)).delete()
+        Section.replace_all(scope, after)
         all_cited = {i for texts in text_cache.values() for i in texts}
         result = StalenessResult(edit, sum(1 for i in all_cited if after.get(i) != before[i]))
         for question, _ in questions:
@@ -100,7 +100,7 @@ def staleness(
             cache_arm.stale_served += any(after.get(i) != text for i, text in text_cache[question].items())
         return result
     finally:
-        scope.delete()
+        drop_scope(scope)
 
 
 def next_in_document(section_ids: list[str], texts: dict[str, str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
-from scopes.models import ApiKey, Scope, Section, SectionRevision
+from scopes.models import ApiKey, Scope, Section
 from trails.models import Trail, flag_trails_citing
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
@@ -38,12 +38,8 @@ class Command(BaseCommand):
         scope, _ = Scope.objects.get_or_create(slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True})
         texts = faq_sections(revision)
         with transaction.atomic():
-            summary = Section.upsert(scope, texts)
-            removed = Section.objects.filter(scope=scope).exclude(section_id__in=list(texts))
-            removed_ids = list(removed.values_list("section_id", flat=True))
-            SectionRevision.keep(removed)
-            removed.delete()
-            flag_trails_citing(scope, summary["changed_ids"] + removed_ids, timezone.now())
+            summary = Section.replace_all(scope, texts)
+            flag_trails_citing(scope, summary["changed_ids"] + summary["removed_ids"], timezone.now())
         self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
 
         if revision == "old" and not Trail.objects.filter(scope=scope).exists():
