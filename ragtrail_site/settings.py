@@ -103,6 +103,8 @@ RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 *
 # A purge from the operator pages runs in the request when the scope holds at most
 # this many trails (a second or so); bigger ones go to a worker with a progress bar.
 RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
+# The demo's admin password and API key, kept between `make run`s (ignored by git).
+RAGTRAIL_DEMO_CREDENTIALS = Path(env_str("RAGTRAIL_DEMO_CREDENTIALS", str(BASE_DIR / ".demo-credentials.json")))
 # Where `ragtrail_eval` writes reports by default, and where the dashboard lists them.
 RAGTRAIL_REPORTS_DIR = Path(env_str("RAGTRAIL_REPORTS_DIR", str(BASE_DIR / "reports")))
 
@@ -113,10 +115,20 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
     _queue = BASE_DIR / ".celery" / "queue"
     _queue.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder_in": str(_queue), "data_folder_out": str(_queue), "store_processed": False}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue),
+        "data_folder_out": str(_queue),
+        "store_processed": False,
+        # kombu's default is ./control, which litters whatever folder the process runs in.
+        "control_folder": str(BASE_DIR / ".celery" / "control"),
+    }
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
+# A web request that queues a job must not hang on a broker that is away: a few quick
+# retries, then the error reaches the caller (the purge page marks the run failed).
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired": {"task": "trails.tasks.sweep_expired_task", "schedule": 3600.0},

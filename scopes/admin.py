@@ -64,7 +64,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(Section)
 class SectionAdmin(admin.ModelAdmin):
+    """Saves and deletes go through the section store's write path (Section.save/delete):
+    the text is hashed, the old text kept, and the trails citing it flagged."""
+
     list_display = ["section_id", "scope", "hash", "updated_at"]
     list_filter = ["scope"]
     search_fields = ["section_id"]
     readonly_fields = ["hash", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None):
+        # Moving a section to another id or scope is a delete and a new section: done by API.
+        return [*self.readonly_fields, "scope", "section_id"] if obj is not None else self.readonly_fields

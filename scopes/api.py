@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Router, Status
 
 from scopes.auth import granted_scope
 from scopes.models import Section
 from scopes.schemas import SectionOut, SectionsIn, SectionsOut
 from trails.errors import RequestRefused
-from trails.models import flag_trails_citing
 
 router = Router(tags=["sections"])
 
@@ -17,9 +15,7 @@ router = Router(tags=["sections"])
 @router.put("/{scope}/sections", response=SectionsOut)
 def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
     found = granted_scope(request, scope)
-    summary = Section.upsert(found, {s.id: s.text for s in payload.sections})
-    flag_trails_citing(found, summary["changed_ids"], timezone.now())
-    return summary
+    return Section.upsert(found, {s.id: s.text for s in payload.sections})
 
 
 def _section(request: HttpRequest, scope: str, section_id: str) -> Section:
@@ -39,5 +35,4 @@ def get_section(request: HttpRequest, scope: str, section_id: str):
 def delete_section(request: HttpRequest, scope: str, section_id: str):
     section = _section(request, scope, section_id)
     section.remove()
-    flag_trails_citing(section.scope, [section_id], timezone.now())
     return Status(204, None)

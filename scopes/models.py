@@ -1,6 +1,7 @@
 """Scopes (the unit of isolation), their API keys and their section stores."""
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import secrets
@@ -10,6 +11,7 @@ from typing import Iterable
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.functional import cached_property
 
@@ -25,6 +27,10 @@ EMBEDDING_BAND_MARGIN = 0.04
 
 
 def new_policy_version() -> str:
+    return secrets.token_hex(16)
+
+
+def new_cache_token() -> str:
     return secrets.token_hex(16)
 
 
@@ -73,6 +79,10 @@ class Scope(models.Model):
     # A fresh random token on every policy change: processes cache policies under it,
     # and a token (unlike a counter) never repeats for a recreated scope.
     tool_policy_version = models.CharField(max_length=32, default=new_policy_version, editable=False)
+    # Cached tool results and their counters are keyed by the scope's id and this random
+    # token, never by its slug: a scope deleted and created again with the same slug
+    # (or a reused id on SQLite) can never read the first one's entries.
+    cache_token = models.CharField(max_length=32, default=new_cache_token, unique=True, editable=False)
     keep_raw_queries = models.BooleanField(
         default=False, help_text="Keep the query text of recall events (otherwise only outcomes and scores)."
     )
@@ -124,10 +134,61 @@ class Scope(models.Model):
         return now + timedelta(days=self.active_ttl_days if active else self.pending_ttl_days)
 
 
+# Sent inside the transaction of every write that changes or removes sections, with
+# `scope`, `section_ids` and `at`. The trails app flags the trails citing them; the
+# store itself knows nothing of trails (a lower app never imports an upper one).
+sections_changed = Signal()
+
+# Set while Section.upsert writes, so the guards below let its own bulk writes through.
+_store_writing: contextvars.ContextVar[bool] = contextvars.ContextVar("section_store_writing", default=False)
+
+STORE_FIELDS = frozenset({"text", "hash", "section_id", "scope", "scope_id"})
+
+
+def _refuse_write_around_the_store(fields: Iterable[str]) -> None:
+    if not _store_writing.get() and STORE_FIELDS & set(fields):
+        raise ValueError(
+            "a section's text, hash or id changes only through Section.upsert (or save/remove), which "
+            "hashes the text, keeps the old revision and flags the trails citing it"
+        )
+
+
 class SectionQuerySet(models.QuerySet):
     def current(self, scope: Scope, section_ids: Iterable[str]) -> dict[str, "Section"]:
         """Returns the scope's sections with these ids, by id; absent ids are not in the store."""
         return {s.section_id: s for s in self.filter(scope=scope, section_id__in=list(section_ids))}
+
+    # The generic write paths (admin actions, shell code, bulk helpers) are closed or
+    # routed through the store's rule, so no path can change a text without its hash.
+    def update(self, **kwargs):
+        _refuse_write_around_the_store(kwargs)
+        return super().update(**kwargs)
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        _refuse_write_around_the_store(fields)
+        return super().bulk_update(objs, fields, batch_size=batch_size)
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        for section in objs:
+            section.hash = section_hash(section.text)
+        return super().bulk_create(objs, *args, **kwargs)
+
+    def delete(self):
+        """Deletes these sections, keeping their last texts and flagging the trails citing them."""
+        with transaction.atomic():
+            doomed = list(self.select_for_update())
+            if not doomed:
+                return 0, {}
+            now = timezone.now()
+            SectionRevision.keep(doomed, now)
+            deleted = super(SectionQuerySet, Section.objects.filter(pk__in=[s.pk for s in doomed])).delete()
+            by_scope: dict[int, list[str]] = {}
+            for section in doomed:
+                by_scope.setdefault(section.scope_id, []).append(section.section_id)
+            for scope_id, section_ids in by_scope.items():
+                sections_changed.send(Section, scope=Scope(pk=scope_id), section_ids=section_ids, at=now)
+        return deleted
 
 
 class Section(models.Model):
@@ -149,13 +210,37 @@ class Section(models.Model):
 
     def remove(self) -> None:
         """Deletes the section, keeping its last text for the trails that cite it."""
-        with transaction.atomic():
-            SectionRevision.keep([self])
-            self.delete()
+        Section.objects.filter(pk=self.pk).delete()
+
+    def delete(self, *args, **kwargs):
+        return Section.objects.filter(pk=self.pk).delete()
+
+    def save(self, *args, **kwargs) -> None:
+        """Saves one section through `upsert` (hash, old revision, flags), whoever calls it:
+        Django admin, a shell, a fixture. A changed id or scope is a removal and a new section."""
+        if self.pk is not None:
+            before = Section.objects.filter(pk=self.pk).values_list("scope_id", "section_id").first()
+            if before is not None and before != (self.scope_id, self.section_id):
+                with transaction.atomic():
+                    Section.objects.filter(pk=self.pk).delete()
+                    self.pk = None
+                    self._upsert_self()
+                return
+        self._upsert_self()
+
+    def _upsert_self(self) -> None:
+        Section.upsert(self.scope, {self.section_id: self.text}, self.updated_at if self.pk is None else None)
+        stored = Section.objects.get(scope_id=self.scope_id, section_id=self.section_id)
+        self.pk, self.hash, self.updated_at = stored.pk, stored.hash, stored.updated_at
+        self._state.adding = False
 
     @classmethod
     def upsert(cls, scope: Scope, texts: dict[str, str], now=None) -> dict:
         """Writes sections by id, hashing each text; unchanged texts are left untouched.
+
+        This is the one write path of the store: it keeps each replaced text as a
+        revision and sends `sections_changed` (the trails citing them are flagged)
+        in the same transaction.
 
         Returns:
             {"created", "updated", "unchanged": counts, "changed_ids": ids created or
@@ -163,23 +248,34 @@ class Section(models.Model):
         """
         now = now or timezone.now()
         hashes = {section_id: section_hash(text) for section_id, text in texts.items()}
-        with transaction.atomic():
-            existing = {
-                s.section_id: s
-                for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
-            }
-            created, updated, replaced = [], [], []
-            for section_id, text in texts.items():
-                current = existing.get(section_id)
-                if current is None:
-                    created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now))
-                elif current.hash != hashes[section_id]:
-                    replaced.append(Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text))
-                    current.text, current.hash, current.updated_at = text, hashes[section_id], now
-                    updated.append(current)
-            cls.objects.bulk_create(created, batch_size=500)
-            cls.objects.bulk_update(updated, ["text", "hash", "updated_at"], batch_size=500)
-            SectionRevision.keep(replaced, now)
+        token = _store_writing.set(True)
+        try:
+            with transaction.atomic():
+                summary = cls._write(scope, texts, hashes, now)
+                sections_changed.send(cls, scope=scope, section_ids=summary["changed_ids"], at=now)
+        finally:
+            _store_writing.reset(token)
+        return summary
+
+    @classmethod
+    def _write(cls, scope: Scope, texts: dict[str, str], hashes: dict[str, str], now) -> dict:
+        """upsert's writes, inside its transaction."""
+        existing = {
+            s.section_id: s
+            for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
+        }
+        created, updated, replaced = [], [], []
+        for section_id, text in texts.items():
+            current = existing.get(section_id)
+            if current is None:
+                created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now))
+            elif current.hash != hashes[section_id]:
+                replaced.append(Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text))
+                current.text, current.hash, current.updated_at = text, hashes[section_id], now
+                updated.append(current)
+        cls.objects.bulk_create(created, batch_size=500)
+        cls.objects.bulk_update(updated, ["text", "hash", "updated_at"], batch_size=500)
+        SectionRevision.keep(replaced, now)
         changed = {s.section_id for s in created} | {s.section_id for s in updated}
         return {
             "created": len(created),
@@ -201,7 +297,6 @@ class Section(models.Model):
             summary = cls.upsert(scope, texts, now)
             removed = cls.objects.filter(scope=scope).exclude(section_id__in=list(texts))
             summary["removed_ids"] = list(removed.values_list("section_id", flat=True))
-            SectionRevision.keep(removed, now)
             removed.delete()
         return summary
 

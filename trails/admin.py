@@ -1,6 +1,5 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from scopes.models import Scope, new_policy_version
 from trails.models import Citation, PiiPattern, PurgeRun, Step, ToolPolicy, Trail
 
 
@@ -21,11 +20,37 @@ class CitationInline(admin.TabularInline):
 
 @admin.register(Trail)
 class TrailAdmin(admin.ModelAdmin):
+    """Read-only rows; a status changes only through the vote rules (the actions below),
+    so every change is in the trail's signal history."""
+
     list_display = ["public_id", "scope", "query", "status", "hit_count", "expires_at"]
     list_filter = ["scope", "status"]
     search_fields = ["query"]
-    readonly_fields = [f.name for f in Trail._meta.fields if f.name not in {"status"}]
+    readonly_fields = [f.name for f in Trail._meta.fields]
     inlines = [StepInline, CitationInline]
+    actions = ["approve", "reject", "reinstate"]
+
+    def _apply(self, request, queryset, change) -> None:
+        done, refused = 0, 0
+        for trail in queryset.select_related("scope"):
+            try:
+                change(trail, request.user.get_username())
+                done += 1
+            except ValueError:
+                refused += 1
+        messages.info(request, f"{done} trail(s) changed" + (f"; {refused} refused by the vote rules" if refused else "") + ".")
+
+    @admin.action(description="Approve the selected pending trails")
+    def approve(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda trail, by: trail.vote("up", by=by))
+
+    @admin.action(description="Reject the selected trails")
+    def reject(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda trail, by: trail.vote("down", by=by))
+
+    @admin.action(description="Reinstate the selected rejected trails (back to pending)")
+    def reinstate(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda trail, by: trail.reinstate(by=by))
 
 
 @admin.register(ToolPolicy)
@@ -33,15 +58,6 @@ class ToolPolicyAdmin(admin.ModelAdmin):
     list_display = ["tool", "scope", "cacheable", "ttl_s", "per_caller"]
     list_filter = ["scope", "cacheable"]
     search_fields = ["tool"]
-
-    def save_model(self, request, obj, form, change) -> None:
-        super().save_model(request, obj, form, change)
-        # Processes cache policies by the scope's version; a bump makes them reload.
-        Scope.objects.filter(pk=obj.scope_id).update(tool_policy_version=new_policy_version())
-
-    def delete_model(self, request, obj) -> None:
-        super().delete_model(request, obj)
-        Scope.objects.filter(pk=obj.scope_id).update(tool_policy_version=new_policy_version())
 
 
 @admin.register(PiiPattern)

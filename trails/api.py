@@ -127,7 +127,8 @@ def lookup_tool_result(request: HttpRequest, scope: str, payload: ToolLookupIn):
 @router.put("/{scope}/tool-results", response=ToolStoreOut, tags=["tool results"])
 def store_tool_result(request: HttpRequest, scope: str, payload: ToolStoreIn):
     return tool_results.store(
-        granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.result, payload.caller, list(payload.section_ids)
+        granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.result, payload.caller,
+        list(payload.section_ids), dict(payload.hashes),
     )
 
 

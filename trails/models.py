@@ -10,9 +10,10 @@ from typing import Sequence
 from django.db import connection, models, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
+from django.dispatch import receiver
 from django.utils import timezone
 
-from scopes.models import Scope, Section
+from scopes.models import Scope, Section, sections_changed
 from trails.charts import HourCounts
 from trails.core import toolkey
 from trails.core.hint import RecordedStep
@@ -34,6 +35,7 @@ class Signal(models.TextChoices):
     VERIFIER = "verifier", "Verifier approved"
     UP = "up", "Approved"
     DOWN = "down", "Rejected"
+    REINSTATE = "reinstate", "Rejection reversed by an operator"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
@@ -232,29 +234,55 @@ class Trail(models.Model):
             return "expired"
         return self.status
 
-    def vote(self, vote: str, now: datetime | None = None) -> None:
-        """Applies an operator's or user's vote.
+    def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
+        """Applies an operator's or user's vote, under a lock on the trail's row.
 
         An up vote activates a pending trail (its active lifetime starts now) or
-        refreshes an active one; a down vote rejects it.
+        refreshes an active one; a down vote rejects it. A rejection is final for
+        votes: only `reinstate`, an operator's explicit act, reverses it. Votes racing
+        on one trail are applied one at a time, each against the state the one
+        before it left, and each is in the signal history.
 
         Raises:
             ValueError: an up vote on a stale or rejected trail, which cannot come back.
         """
-        now = now or timezone.now()
         if vote == Signal.UP:
-            if self.status not in (TrailStatus.PENDING, TrailStatus.ACTIVE):
-                raise ValueError(f"a {self.status} trail cannot be approved")
-            self.status = TrailStatus.ACTIVE
-            self.expires_at = self.scope.expiry_for(active=True, now=now)
-            self.reason = ""
+            allowed, status, reason = (TrailStatus.PENDING, TrailStatus.ACTIVE), TrailStatus.ACTIVE, ""
         elif vote == Signal.DOWN:
-            self.status = TrailStatus.REJECTED
-            self.reason = "voted down"
+            allowed, status, reason = tuple(TrailStatus), TrailStatus.REJECTED, "voted down"
         else:
             raise ValueError(f"unknown vote {vote!r}")
-        self.save(update_fields=["status", "expires_at", "reason"])
-        TrailSignal.objects.create(trail=self, signal=vote, source=TrailSignal.Source.FEEDBACK, created_at=now)
+        self._change_status(vote, allowed, status, reason, by, now, "a {status} trail cannot be approved")
+
+    def reinstate(self, by: str, now: datetime | None = None) -> None:
+        """Reverses a rejection: the trail goes back to pending, to be approved again.
+
+        Raises:
+            ValueError: the trail is not rejected.
+        """
+        self._change_status(
+            Signal.REINSTATE, (TrailStatus.REJECTED,), TrailStatus.PENDING, f"rejection reversed by {by}", by, now,
+            "only a rejected trail can be reinstated; this one is {status}",
+        )
+
+    def _change_status(self, signal: str, allowed: tuple, status: str, reason: str, by: str, now, refusal: str) -> None:
+        with transaction.atomic():
+            locked = Trail.objects.select_for_update().select_related("scope").get(pk=self.pk)
+            if locked.status not in allowed:
+                self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+                raise ValueError(refusal.format(status=locked.status))
+            # Read the clock after the lock: the history's order is the order votes applied.
+            at = now or timezone.now()
+            locked.status, locked.reason = status, reason
+            fields = ["status", "reason"]
+            if status != TrailStatus.REJECTED:
+                locked.expires_at = locked.scope.expiry_for(active=status == TrailStatus.ACTIVE, now=at)
+                fields.append("expires_at")
+            locked.save(update_fields=fields)
+            source = TrailSignal.Source.OPERATOR if signal == Signal.REINSTATE else TrailSignal.Source.FEEDBACK
+            TrailSignal.objects.create(trail=locked, signal=signal, source=source, by=by[:150], created_at=at)
+        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+
 
 def drop_scope(scope: Scope) -> None:
     """Deletes a scope with all its rows, by scope, in bulk: for benchmark and evaluation
@@ -287,6 +315,12 @@ def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) 
     return Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True).update(
         section_changed_at=now
     )
+
+
+@receiver(sections_changed, dispatch_uid="trails.flag_trails_citing")
+def _flag_trails_citing_changed_sections(sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs) -> None:
+    # Every write of the section store (API, admin, demo, evaluation, shell) sends this.
+    flag_trails_citing(scope, section_ids, at)
 
 
 class Step(models.Model):
@@ -336,18 +370,40 @@ class TrailSignal(models.Model):
     class Source(models.TextChoices):
         RECORD = "record", "At record time"
         FEEDBACK = "feedback", "Feedback"
+        OPERATOR = "operator", "Operator"
 
     trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="signals")
     signal = models.CharField(max_length=16, choices=Signal.choices)
     source = models.CharField(max_length=16, choices=Source.choices)
+    by = models.CharField(max_length=150, blank=True, help_text="The operator, where one acted.")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]
 
 
+def bump_tool_policy_version(scope_ids) -> None:
+    # Processes cache policies by the scope's version; a new random one makes them reload.
+    from scopes.models import new_policy_version
+
+    for scope_id in set(scope_ids):
+        Scope.objects.filter(pk=scope_id).update(tool_policy_version=new_policy_version())
+
+
+class ToolPolicyQuerySet(models.QuerySet):
+    def delete(self):
+        scope_ids = list(self.values_list("scope_id", flat=True))
+        deleted = super().delete()
+        bump_tool_policy_version(scope_ids)
+        return deleted
+
+
 class ToolPolicy(models.Model):
-    """Whether and how long one tool's results may be cached in a scope."""
+    """Whether and how long one tool's results may be cached in a scope.
+
+    Every save and delete, whichever path makes it (API, admin, shell), gives the
+    scope a new policy version, so no process keeps serving by an old policy.
+    """
 
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="tool_policies")
     tool = models.CharField(max_length=200)
@@ -357,12 +413,23 @@ class ToolPolicy(models.Model):
     path_args = models.JSONField(default=list, blank=True, help_text="Arguments holding paths, normalised in the key.")
     per_caller = models.BooleanField(default=False, help_text="Key results by the caller's identity.")
 
+    objects = ToolPolicyQuerySet.as_manager()
+
     class Meta:
         verbose_name_plural = "tool policies"
         constraints = [models.UniqueConstraint(fields=["scope", "tool"], name="tool_policy_unique_in_scope")]
 
     def __str__(self) -> str:
         return f"{self.scope.slug}:{self.tool}"
+
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        bump_tool_policy_version([self.scope_id])
+
+    def delete(self, *args, **kwargs):
+        deleted = super().delete(*args, **kwargs)
+        bump_tool_policy_version([self.scope_id])
+        return deleted
 
     def as_rule(self) -> toolkey.ToolPolicy:
         return toolkey.ToolPolicy(
@@ -539,10 +606,11 @@ class PiiPattern(models.Model):
 
 
 class PurgeRun(models.Model):
-    """One purge of personal data: its progress, and afterwards its audit record.
+    """One purge of personal data: its preview, its progress, and afterwards its audit record.
 
     The audit keeps who, when, which scope and rule, and how many; never the purged
-    text (an erasure subject is held only while the run is unfinished).
+    text (an erasure subject is held only while the run is previewed or unfinished).
+    A previewed run stores the trails it matched, and confirming it purges exactly those.
     """
 
     class Action(models.TextChoices):
@@ -550,9 +618,11 @@ class PurgeRun(models.Model):
         DELETE = "delete", "Delete the trails"
 
     class State(models.TextChoices):
+        PREVIEWED = "previewed"
         QUEUED = "queued"
         RUNNING = "running"
         DONE = "done"
+        FAILED = "failed"
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="purge_runs")
@@ -567,9 +637,22 @@ class PurgeRun(models.Model):
     processed = models.PositiveIntegerField(default=0)
     matched = models.PositiveIntegerField(default=0)
     last_trail_id = models.BigIntegerField(default=0)
+    # The previewed set (trail ids); None purges every matching trail of the scope at run time.
+    trail_ids = models.JSONField(null=True, blank=True, editable=False)
+    error = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+    def finish(self) -> None:
+        self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
+        self.save(update_fields=["state", "finished_at", "subject", "trail_ids"])
+
+    def fail(self, error: str) -> None:
+        """Ends the run unfinished; it forgets its erasure subject and what it matched."""
+        self.state, self.finished_at, self.subject, self.trail_ids = self.State.FAILED, timezone.now(), "", None
+        self.error = error[:300]
+        self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "error"])
 
     @classmethod
     def request(cls, scope: Scope, subject: str, delete: bool, requested_by: str) -> "PurgeRun":

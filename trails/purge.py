@@ -1,13 +1,31 @@
-"""Purging personal data from stored queries: resumable, and the same end state when rerun."""
+"""Purging personal data from everything a caller can write into a trail or an event.
+
+A caller writes a trail's query, partition, idempotency key, steps (tool names, their
+arguments' keys and values, the section ids they returned) and cited section ids, and a
+recall event's query. A purge checks all of them: text is redacted where it can be (and
+the trail re-signed, so matching follows the new text); a trail whose section ids hold
+the data is deleted, since a citation cannot be redacted without breaking the path.
+Every purge also drops the scope's cached tool results, whose contents are opaque.
+
+Resumable, and the same end state when rerun.
+"""
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from trails.core import pii
 from trails.core.normalise import normalise_query
+from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail
 from trails.reindex import resign
-from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
+
+# A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
+# forgotten after this long (by the sweep).
+PREVIEW_LIFETIME = timedelta(hours=1)
 
 
 def purge_rules(run: PurgeRun) -> list[pii.Rule]:
@@ -17,64 +35,174 @@ def purge_rules(run: PurgeRun) -> list[pii.Rule]:
     return pii.rules_for(PiiPattern.objects.filter(scope=run.scope).values_list("name", "pattern"))
 
 
+def _strings(value: Any) -> Iterable[str]:
+    """Every string in a JSON value, object keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _redact_json(value: Any, rules: list[pii.Rule]) -> Any:
+    if isinstance(value, str):
+        return pii.redact(value, rules)
+    if isinstance(value, dict):
+        redacted: dict[str, Any] = {}
+        for key, item in value.items():
+            new_key = pii.redact(key, rules)
+            # Two keys redacted alike would overwrite each other; number them instead.
+            while new_key in redacted:
+                new_key += "'"
+            redacted[new_key] = _redact_json(item, rules)
+        return redacted
+    if isinstance(value, list):
+        return [_redact_json(item, rules) for item in value]
+    return value
+
+
+def _trails(scope_id: int, ids: Iterable[int] | None = None, after_id: int = 0, limit: int | None = None):
+    trails = Trail.objects.filter(scope_id=scope_id).order_by("id").only(
+        "id", "public_id", "scope_id", "query", "partition", "idempotency_key"
+    ).prefetch_related(
+        Prefetch("steps", queryset=Step.objects.order_by("position")),
+        Prefetch("citations", queryset=Citation.objects.only("id", "trail_id", "section_id")),
+    )
+    if ids is not None:
+        trails = trails.filter(id__in=list(ids))
+    if after_id:
+        trails = trails.filter(id__gt=after_id)
+    return trails[:limit] if limit else trails
+
+
+def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
+    """Names of the rules matching any caller-written field of a trail, and whether the
+    data sits in a section id (the trail must then go rather than be redacted).
+
+    `trail` needs its steps and citations prefetched.
+    """
+    names: set[str] = set()
+    texts = [trail.query, trail.partition, trail.idempotency_key or ""]
+    for step in trail.steps.all():
+        texts.append(step.tool)
+        texts.extend(_strings(step.args))
+    for text in texts:
+        names.update(name for name, _, _ in pii.find(text, rules))
+    in_ids = False
+    ids = [c.section_id for c in trail.citations.all()] + [i for step in trail.steps.all() for i in step.section_ids]
+    for section_id in ids:
+        found = pii.find(section_id, rules)
+        if found:
+            in_ids = True
+            names.update(name for name, _, _ in found)
+    return names, in_ids
+
+
 def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
-    """Counts the trails a run would touch; returns some (trail id, query, names of the rules that matched)."""
+    """Finds the trails a run would touch and stores them on the run (which must be
+    saved), so that confirming it purges exactly this set.
+
+    Returns:
+        How many trails match, and some (trail id, query, names of the rules that matched).
+    """
     rules = purge_rules(run)
-    matched, shown = 0, []
-    for public_id, query in Trail.objects.filter(scope=run.scope).values_list("public_id", "query").iterator():
-        names = sorted({name for name, _, _ in pii.find(query, rules)})
+    matched, shown = [], []
+    for trail in _trails(run.scope_id).iterator(chunk_size=500):
+        names, _ = findings(trail, rules)
         if names:
-            matched += 1
+            matched.append(trail.id)
             if len(shown) < limit:
-                shown.append((str(public_id), query, names))
-    return matched, shown
+                shown.append((str(trail.public_id), trail.query, sorted(names)))
+    run.trail_ids, run.total = matched, len(matched)
+    return len(matched), shown
 
 
 def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
-    """Runs (or resumes) a purge over its scope's trails and recall events.
+    """Runs (or resumes) a purge: the previewed trails, or (not previewed) every trail of
+    the scope; then the scope's recall-event queries and cached tool results.
 
-    Each batch of trails is redacted (and re-signed, so matching follows the new
-    text) or deleted in the same transaction that advances the run's checkpoint,
-    so a crash loses at most the batch in flight and a rerun finishes the work.
+    Each batch of trails is redacted or deleted in the same transaction that advances
+    the run's checkpoint, so a crash loses at most the batch in flight and a rerun
+    finishes the work.
 
     Returns:
         The run, done.
     """
-    claimed = PurgeRun.objects.filter(id=run_id, state__in=[PurgeRun.State.QUEUED, PurgeRun.State.RUNNING]).update(
-        state=PurgeRun.State.RUNNING
-    )
+    claimed = PurgeRun.objects.filter(
+        id=run_id, state__in=[PurgeRun.State.PREVIEWED, PurgeRun.State.QUEUED, PurgeRun.State.RUNNING]
+    ).update(state=PurgeRun.State.RUNNING)
     run = PurgeRun.objects.select_related("scope").get(id=run_id)
     if not claimed:
         return run
     rules = purge_rules(run)
-    if run.total == 0:
+    if run.trail_ids is None and run.total == 0:
         run.total = Trail.objects.filter(scope=run.scope).count()
         run.save(update_fields=["total"])
+    targets = sorted(run.trail_ids) if run.trail_ids is not None else None
     while True:
-        batch = list(Trail.objects.filter(scope=run.scope, id__gt=run.last_trail_id).order_by("id").only("id", "query", "partition")[:batch_size])
+        if targets is None:
+            batch = list(_trails(run.scope_id, after_id=run.last_trail_id, limit=batch_size))
+        else:
+            batch = list(_trails(run.scope_id, [i for i in targets if i > run.last_trail_id][:batch_size]))
         if not batch:
             break
-        hits = [t for t in batch if pii.find(t.query, rules)]
+        doomed, dirty = [], []
+        for trail in batch:
+            names, in_ids = findings(trail, rules)
+            if names and (in_ids or run.action == PurgeRun.Action.DELETE):
+                doomed.append(trail)
+            elif names:
+                dirty.append(trail)
         with transaction.atomic():
-            if run.action == PurgeRun.Action.DELETE:
-                Trail.delete_by_ids([t.id for t in hits])
-            else:
-                _redact_trails(run, hits, rules)
-            run.last_trail_id, run.processed, run.matched = batch[-1].id, run.processed + len(batch), run.matched + len(hits)
+            Trail.delete_by_ids([t.id for t in doomed])
+            _redact_trails(run, dirty, rules)
+            run.last_trail_id, run.processed = batch[-1].id, run.processed + len(batch)
+            run.matched += len(doomed) + len(dirty)
             run.save(update_fields=["last_trail_id", "processed", "matched"])
     # Raw queries of recall events (kept only where a scope allows) are redacted too.
     for event in RecallEvent.objects.filter(scope=run.scope).exclude(query="").only("id", "query").iterator():
         cleaned = pii.redact(event.query, rules)
         if cleaned != event.query:
             RecallEvent.objects.filter(id=event.id).update(query=cleaned)
-    run.state, run.finished_at, run.subject = PurgeRun.State.DONE, timezone.now(), ""
-    run.save(update_fields=["state", "finished_at", "subject"])
+    from trails import tool_results
+
+    tool_results.forget_scope(run.scope)
+    run.finish()
     return run
 
 
 def _redact_trails(run: PurgeRun, trails: list[Trail], rules: list[pii.Rule]) -> None:
+    steps = []
     for trail in trails:
         trail.query = pii.redact(trail.query, rules)
         trail.normalised_query = normalise_query(trail.query)
-    Trail.objects.bulk_update(trails, ["query", "normalised_query"])
+        trail.partition = pii.redact(trail.partition, rules)
+        if trail.idempotency_key and pii.find(trail.idempotency_key, rules):
+            trail.idempotency_key = None
+        for step in trail.steps.all():
+            step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
+            steps.append(step)
+    Trail.objects.bulk_update(trails, ["query", "normalised_query", "partition", "idempotency_key"])
+    Step.objects.bulk_update(steps, ["tool", "args"])
     resign(run.scope, trails)
+
+
+def forget_unconfirmed_previews(now: datetime) -> int:
+    """Deletes previews never confirmed (they hold an erasure subject) and fails runs
+    that were queued or running for a day without progress, forgetting their subject.
+
+    Returns:
+        How many runs were deleted or failed.
+    """
+    deleted, _ = PurgeRun.objects.filter(state=PurgeRun.State.PREVIEWED, created_at__lt=now - PREVIEW_LIFETIME).delete()
+    failed = 0
+    for run in PurgeRun.objects.filter(
+        state__in=[PurgeRun.State.QUEUED, PurgeRun.State.RUNNING], created_at__lt=now - timedelta(days=1)
+    ):
+        run.fail("did not finish within a day; start it again")
+        failed += 1
+    return deleted + failed

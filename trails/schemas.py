@@ -144,6 +144,8 @@ class ToolLookupIn(StrictSchema):
 class ToolStoreIn(ToolLookupIn):
     result: Any
     section_ids: Annotated[list[SectionId], Field(max_length=100)] = []
+    # The hash of each listed section as the caller read it (from the section store).
+    hashes: dict[SectionId, Sha256] = {}
 
 
 class ToolLookupOut(Schema):

@@ -46,9 +46,14 @@ def replace_policies(scope: Scope, policies: list[dict[str, Any]]) -> list[ToolP
     return created
 
 
+def namespace(scope: Scope) -> str:
+    """The scope's part of every cache key: its id and random token, never its slug."""
+    return f"{scope.id}:{scope.cache_token}"
+
+
 def _count(scope: Scope, tool: str, outcome: str) -> None:
     bucket = tool if tool in policies_for(scope) else UNLISTED
-    key = f"rt:toolstat:{scope.id}:{bucket}:{outcome}"
+    key = f"rt:toolstat:{namespace(scope)}:{bucket}:{outcome}"
     client = getattr(cache, "_cache", None)
     if hasattr(client, "get_client"):
         # One INCR on Redis; Django's generic incr checks existence first (two round trips).
@@ -62,7 +67,7 @@ def _count(scope: Scope, tool: str, outcome: str) -> None:
 def lookup_counts(scope: Scope) -> dict[str, dict[str, int]]:
     """Returns {tool: {outcome: count}} for the scope's tools and the unlisted bucket."""
     tools = [*policies_for(scope), UNLISTED]
-    keys = {f"rt:toolstat:{scope.id}:{t}:{o}": (t, o) for t in tools for o in OUTCOMES}
+    keys = {f"rt:toolstat:{namespace(scope)}:{t}:{o}": (t, o) for t in tools for o in OUTCOMES}
     values = cache.get_many(list(keys))
     counts: dict[str, dict[str, int]] = {t: dict.fromkeys(OUTCOMES, 0) for t in tools}
     for key, value in values.items():
@@ -78,7 +83,7 @@ def _rule_and_key(scope: Scope, tool: str, args: dict, context: dict, caller: st
     if not rule.cacheable:
         return rule, None, "the tool's policy says it is not cacheable"
     try:
-        return rule, toolkey.tool_result_key(scope.slug, rule, args, context, caller), ""
+        return rule, toolkey.tool_result_key(namespace(scope), rule, args, context, caller), ""
     except ValueError as problem:
         field = "caller" if "caller" in str(problem) else "args"
         raise RequestRefused(422, "invalid", str(problem), field=field) from None
@@ -109,16 +114,28 @@ def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | Non
 
 
 def store(
-    scope: Scope, tool: str, args: dict, context: dict, result: Any, caller: str | None = None, section_ids: list[str] | None = None
+    scope: Scope,
+    tool: str,
+    args: dict,
+    context: dict,
+    result: Any,
+    caller: str | None = None,
+    section_ids: list[str] | None = None,
+    hashes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Stores a tool's result if its policy allows.
+
+    A result that lists sections must say which version of each it was computed
+    from (`hashes`, as the section store returned them): the result's text is what
+    a hit serves, so it is stored only if those are the sections' current versions.
 
     Returns:
         {"stored": True, "ttl_s"} or {"stored": False, "reason"}.
 
     Raises:
-        RequestRefused: 413 for a result over the size limit, 422 for listed
-        sections missing from the store or a missing caller.
+        RequestRefused: 413 for a result over the size limit; 422 for listed
+        sections missing from the store, hashes missing or naming unlisted sections,
+        or a missing caller; 409 when a hash is not the section's current one.
     """
     rule, key, reason = _rule_and_key(scope, tool, args, context, caller)
     if key is None:
@@ -127,12 +144,63 @@ def store(
     limit = settings.RAGTRAIL_TOOL_RESULT_MAX_BYTES
     if size > limit:
         raise RequestRefused(413, "too_large", f"result is {size} bytes; the limit is {limit}", field="result")
-    sections = {}
-    if section_ids:
-        current = Section.objects.current(scope, section_ids)
-        missing = [s for s in section_ids if s not in current]
-        if missing:
-            raise RequestRefused(422, "unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
-        sections = {s: current[s].hash for s in section_ids}
+    sections = _sections_read(scope, section_ids or [], hashes or {})
     cache.set(key, {"result": result, "stored_at": time.time(), "sections": sections}, timeout=rule.ttl_s)
     return {"stored": True, "ttl_s": rule.ttl_s}
+
+
+def _sections_read(scope: Scope, section_ids: list[str], hashes: dict[str, str]) -> dict[str, str]:
+    """{section id: hash} of the versions a result was computed from, checked against the store now."""
+    unlisted = [s for s in hashes if s not in section_ids]
+    if unlisted:
+        raise RequestRefused(422, "invalid", "hashes name sections that are not in section_ids", field="hashes", section_ids=unlisted)
+    if not section_ids:
+        return {}
+    current = Section.objects.current(scope, section_ids)
+    missing = [s for s in section_ids if s not in current]
+    if missing:
+        raise RequestRefused(422, "unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
+    unstated = [s for s in section_ids if s not in hashes]
+    if unstated:
+        raise RequestRefused(
+            422, "invalid", "every listed section needs the hash of the version the result was computed from",
+            field="hashes", section_ids=unstated,
+        )
+    changed = [s for s in section_ids if current[s].hash != hashes[s]]
+    if changed:
+        raise RequestRefused(
+            409, "section_changed", "the result was computed from a version of these sections that has since changed",
+            field="hashes", section_ids=changed,
+        )
+    return {s: hashes[s] for s in section_ids}
+
+
+def forget_scope(scope: Scope) -> int:
+    """Deletes every cached result and counter of a scope (a purge, a deleted scope).
+
+    Returns:
+        How many entries were deleted (-1 where the backend cannot list keys and the
+        whole cache was cleared instead).
+    """
+    prefixes = [cache.make_key(f"rt:tool:{namespace(scope)}:"), cache.make_key(f"rt:toolstat:{namespace(scope)}:")]
+    client = getattr(cache, "_cache", None)
+    if hasattr(client, "get_client"):  # Redis
+        redis = client.get_client(prefixes[0], write=True)
+        deleted = 0
+        for prefix in prefixes:
+            batch = []
+            for key in redis.scan_iter(match=prefix + "*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    deleted += redis.delete(*batch)
+                    batch = []
+            if batch:
+                deleted += redis.delete(*batch)
+        return deleted
+    if isinstance(client, dict):  # this process's memory (LocMemCache)
+        doomed = [key for key in list(client) if any(key.startswith(p) for p in prefixes)]
+        for key in doomed:
+            cache.delete(key.split(":", 2)[2])
+        return len(doomed)
+    cache.clear()
+    return -1

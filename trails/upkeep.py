@@ -21,7 +21,8 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
 
     Returns:
         {"trails": deleted trails, "events": deleted recall events,
-        "revisions": deleted old section texts no trail cites}.
+        "revisions": deleted old section texts no trail cites, "purge_runs":
+        unconfirmed purge previews and stuck runs forgotten}.
     """
     deleted = {"trails": 0, "events": 0}
     while True:
@@ -43,6 +44,9 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
     # Old section texts are kept only to show operators what a cited section said.
     cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
     deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()
+    from trails.purge import forget_unconfirmed_previews
+
+    deleted["purge_runs"] = forget_unconfirmed_previews(now)
     return deleted
 
 

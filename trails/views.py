@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import uuid
 from datetime import timedelta
 from functools import wraps
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db import transaction
@@ -30,6 +32,8 @@ from trails.purge import preview as preview_purge
 from trails.purge import run_purge
 from trails.recall import recall
 from trails.tasks import purge_task
+
+logger = logging.getLogger(__name__)
 
 WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
 TRAILS_PER_PAGE = 25
@@ -194,7 +198,7 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         error = "vote must be up or down"
     else:
         try:
-            trail.vote(vote)
+            trail.vote(vote, by=request.user.get_username())
         except ValueError as problem:
             error = str(problem)
     if request.htmx:
@@ -224,7 +228,7 @@ def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
             for trail in Trail.objects.select_for_update().select_related("scope").filter(
                 scope=found, public_id__in=_uuids(ids), status=TrailStatus.PENDING
             ):
-                trail.vote(vote)
+                trail.vote(vote, by=request.user.get_username())
                 changed += 1
         notice = f"{changed} trail{'s' if changed != 1 else ''} {'approved' if vote == Signal.UP else 'rejected'}."
     if request.htmx:
@@ -243,11 +247,18 @@ def _uuids(values: list[str]) -> list[str]:
 
 
 @staff_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def replay(request: HttpRequest, scope: str) -> HttpResponse:
+    """A question is posted, never put in the URL: server and proxy logs keep URLs."""
     found = get_object_or_404(Scope, slug=scope)
     result, status = None, 200
-    form = ReplayForm(request.GET or None)
+    data = request.POST if request.method == "POST" else None
+    if request.method == "GET" and request.GET.get("trail"):
+        # "Replay now" from a trail names the trail in the URL, never its question.
+        source = Trail.objects.filter(scope=found, public_id__in=_uuids([request.GET["trail"]])).first()
+        if source is not None:
+            data = {"query": source.query, "partition": source.partition}
+    form = ReplayForm(data)
     form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
@@ -267,34 +278,50 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
 @staff_required
 @require_http_methods(["GET", "POST"])
 def purge(request: HttpRequest, scope: str) -> HttpResponse:
+    """Preview stores the matched trails on a run; confirming runs that run, whatever the
+    form's fields say by then."""
     found = get_object_or_404(Scope, slug=scope)
     form = PurgeForm(request.POST or None)
-    preview, status = None, 200
-    if request.method == "POST":
+    preview, status, problem = None, 200, ""
+    if request.method == "POST" and request.POST.get("step") == "run":
+        run = PurgeRun.objects.filter(
+            scope=found, public_id__in=_uuids([request.POST.get("run", "")]), state=PurgeRun.State.PREVIEWED
+        ).first()
+        if run is not None:
+            return _start_purge(request, run)
+        form, status, problem = PurgeForm(), 422, "Preview the purge first; only a previewed purge runs (or it already ran)."
+    elif request.method == "POST":
         if not form.is_valid():
             status = 422
         else:
             data = form.cleaned_data
             run = PurgeRun.request(found, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
-            if request.POST.get("step") == "run":
-                return _start_purge(run)
+            run.state = PurgeRun.State.PREVIEWED
             count, shown = preview_purge(run)
-            preview = {"count": count, "shown": shown, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
-    runs = list(PurgeRun.objects.filter(scope=found)[:50])
+            run.save()
+            preview = {"count": count, "shown": shown, "run": run, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
+    runs = list(PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED)[:50])
     shown_id = request.GET.get("run")
     return _scope_page(request, "trails/purge.html", found, {
-        "form": form, "preview": preview, "runs": runs, "tab": "purge",
-        "watched": [r for r in runs if r.state != PurgeRun.State.DONE or str(r.public_id) == shown_id],
+        "form": form, "preview": preview, "runs": runs, "tab": "purge", "problem": problem,
+        "watched": [r for r in runs if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id],
     }, status)
 
 
-def _start_purge(run: PurgeRun) -> HttpResponse:
-    """Small scopes are purged in the request; larger ones go to a worker and the page shows progress."""
-    run.save()
-    if Trail.objects.filter(scope=run.scope).count() <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:
+def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
+    """Small sets are purged in the request; larger ones go to a worker and the page shows
+    progress. A run that cannot be queued fails at once, keeping no subject."""
+    run.state = PurgeRun.State.QUEUED
+    run.save(update_fields=["state"])
+    if (run.total if run.trail_ids is not None else Trail.objects.filter(scope=run.scope).count()) <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:
         run_purge(run.id)
     else:
-        transaction.on_commit(lambda: purge_task.delay(run.id))
+        try:
+            purge_task.delay(run.id)
+        except Exception as problem:  # the broker is away: say so, never leave it queued
+            logger.error("purge %s could not be queued: %s", run.public_id, problem)
+            run.fail(f"could not be queued: the job broker did not answer ({type(problem).__name__})")
+            messages.error(request, "The purge could not be queued: the job broker is not answering. Nothing was purged; preview it again to retry.")
     return redirect(reverse("ops:purge", args=[run.scope.slug]) + f"?run={run.public_id}")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from unittest import mock
 
@@ -37,7 +38,7 @@ def page_urls(scope: str, trail: Trail) -> list[str]:
     run.save()
     return [
         "/ops/", f"/ops/{scope}/", f"/ops/{scope}/trails/", f"/ops/{scope}/trails/{trail.public_id}/",
-        f"/ops/{scope}/replay/?query=parking", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/",
+        f"/ops/{scope}/replay/", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/",
         "/ops/evaluation/reports/", "/ops/evaluation/reports/any/",
     ]
 
@@ -210,7 +211,7 @@ def test_replay_shows_hint_after_a_section_edit_and_changes_nothing(staff, api, 
                       {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is closed this week."})
     trail = Trail.objects.get()
-    response = staff.get("/ops/hospital/replay/", {"query": "When can I visit the ICU and where do I park?"})
+    response = staff.post("/ops/hospital/replay/", {"query": "When can I visit the ICU and where do I park?"})
     html = response.content.decode()
     assert 'id="replay-outcome">hint' in html
     assert "These changed since and must be read again: visiting/icu." in html
@@ -220,11 +221,11 @@ def test_replay_shows_hint_after_a_section_edit_and_changes_nothing(staff, api, 
 
 
 def test_replay_shows_the_prefetch_text_and_errors_next_to_the_field(staff, api, trails, scope):
-    html = staff.get("/ops/hospital/replay/", {"query": "When are ICU visiting hours?"}).content.decode()
+    html = staff.post("/ops/hospital/replay/", {"query": "When are ICU visiting hours?"}).content.decode()
     assert 'id="replay-outcome">prefetch' in html and VISITING["visiting/icu"] in html
-    response = staff.get("/ops/hospital/replay/", {"query": "?!"})
+    response = staff.post("/ops/hospital/replay/", {"query": "?!"})
     assert response.status_code == 422 and "query has no words to match on" in response.content.decode()
-    response = staff.get("/ops/hospital/replay/", {"query": "parking", "token_budget": "0"})
+    response = staff.post("/ops/hospital/replay/", {"query": "parking", "token_budget": "0"})
     assert response.status_code == 422 and 'id="id_token_budget-errors"' in response.content.decode()
 
 
@@ -234,10 +235,11 @@ def test_purge_previews_then_redacts_inline_and_writes_the_audit_log(staff, trai
     assert '<span data-preview-count>1</span> trail would be redacted' in html and "email" in html
     assert "bob@example.com" in Trail.objects.get(query__startswith="Is parking").query
 
-    response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "redact", "subject": ""})
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', html).group(1)
+    response = staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})
     assert response.status_code == 302
     html = staff.get(response["Location"]).content.decode()
-    assert "<strong data-purge-count>1</strong> of 3 trails redacted" in html
+    assert "<strong data-purge-count>1</strong> of 1 trails redacted" in html
     assert "bob@example.com" not in Trail.objects.get(query__startswith="Is parking").query
     run = PurgeRun.objects.get()
     assert (run.requested_by, run.matched, run.state, run.subject) == ("olga", 1, "done", "")
@@ -245,16 +247,24 @@ def test_purge_previews_then_redacts_inline_and_writes_the_audit_log(staff, trai
 
 
 def test_purge_refuses_a_too_short_subject_next_to_the_field(staff, trails, scope):
-    response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "delete", "subject": "a"})
+    response = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "delete", "subject": "a"})
     assert response.status_code == 422
     assert "An erasure subject needs at least 3 characters." in response.content.decode()
     assert Trail.objects.count() == 3 and not PurgeRun.objects.exists()
 
 
+def test_purge_runs_only_a_previewed_run(staff, trails, scope):
+    response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "delete", "subject": "bob@example.com"})
+    assert response.status_code == 422 and "Preview the purge first" in response.content.decode()
+    assert Trail.objects.count() == 3 and not PurgeRun.objects.exists()
+
+
 def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, trails, scope, settings, django_capture_on_commit_callbacks):
-    settings.RAGTRAIL_PURGE_INLINE_LIMIT = 1
+    settings.RAGTRAIL_PURGE_INLINE_LIMIT = 0
+    preview = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "delete", "subject": "bob@example.com"})
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
     with mock.patch("trails.tasks.purge_task.delay") as delay, django_capture_on_commit_callbacks(execute=True):
-        response = staff.post("/ops/hospital/purge/", {"step": "run", "action": "delete", "subject": "bob@example.com"})
+        response = staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})
     run = PurgeRun.objects.get()
     delay.assert_called_once_with(run.id)
     assert run.state == "queued" and Trail.objects.count() == 3
@@ -264,13 +274,14 @@ def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, tr
     PurgeRun.objects.filter(id=run.id).update(state="running", total=3, processed=1)
     fragment = staff.get(f"/ops/hospital/purge/{run.public_id}/").content.decode()
     assert 'aria-valuenow="33"' in fragment and "1 of 3 trails checked" in fragment and "<html" not in fragment
+    PurgeRun.objects.filter(id=run.id).update(total=1, trail_ids=list(Trail.objects.filter(query__contains="bob@").values_list("id", flat=True)))
 
     from trails.purge import run_purge
 
     PurgeRun.objects.filter(id=run.id).update(state="queued", total=0, processed=0)
     run_purge(run.id)
     fragment = staff.get(f"/ops/hospital/purge/{run.public_id}/").content.decode()
-    assert "<strong data-purge-count>1</strong> of 3 trails deleted" in fragment and "every 1s" not in fragment
+    assert "<strong data-purge-count>1</strong> of 1 trails deleted" in fragment and "every 1s" not in fragment
     assert Trail.objects.count() == 2
 
 

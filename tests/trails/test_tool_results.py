@@ -8,6 +8,9 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
+from tests.conftest import VISITING
+from trails.core.sections import section_hash
+
 POLICIES = [
     {"tool": "read_file", "cacheable": True, "ttl_s": 600, "ignore_args": ["intention"], "path_args": ["path"]},
     {"tool": "search", "cacheable": True, "ttl_s": 600},
@@ -34,6 +37,11 @@ def tools(api, sections):
 
 def put(api, tool, args, result="R", context=CONTEXT, **extra):
     return api.call("put", "/scopes/hospital/tool-results", {"tool": tool, "args": args, "context": context, "result": result, **extra})
+
+
+def read(*section_ids: str) -> dict[str, str]:
+    """The hashes an agent read the sections at, as the store returns them."""
+    return {s: section_hash(VISITING[s]) for s in section_ids}
 
 
 def look(api, tool, args, context=CONTEXT, scope="hospital", **extra):
@@ -115,7 +123,7 @@ def test_an_oversized_result_is_refused_and_not_stored(tools, settings):
 
 
 def test_a_result_listing_a_changed_section_is_not_served(tools):
-    assert put(tools, "search", {"q": "icu"}, section_ids=["visiting/icu"]).json()["stored"] is True
+    assert put(tools, "search", {"q": "icu"}, section_ids=["visiting/icu"], hashes=read("visiting/icu")).json()["stored"] is True
     assert look(tools, "search", {"q": "icu"})["hit"] is True
     tools.put_sections("hospital", {"visiting/icu": "new hours"})
     body = look(tools, "search", {"q": "icu"})
@@ -128,7 +136,7 @@ def test_listing_an_unknown_section_is_refused(tools):
 
 
 def test_every_lookup_is_counted(tools):
-    put(tools, "search", {"q": "x"}, section_ids=["parking"])
+    put(tools, "search", {"q": "x"}, section_ids=["parking"], hashes=read("parking"))
     look(tools, "search", {"q": "x"})
     look(tools, "search", {"q": "y"})
     look(tools, "write_file", {})

@@ -30,14 +30,14 @@ def test_sweep_deletes_exactly_the_expired_trails_and_old_events(api, scope, sec
 
     api.put_sections("hospital", {"parking": "Visitors park in car park C.", "visiting/ward": "Ward visits 9:00 to 21:00."})
 
-    assert sweep_expired(NOW, batch_size=1) == {"trails": 2, "events": 1, "revisions": 1}
+    assert sweep_expired(NOW, batch_size=1) == {"trails": 2, "events": 1, "revisions": 1, "purge_runs": 0}
     # The old parking text stays while a trail cites it; the ward text nobody cited goes.
     assert list(SectionRevision.objects.values_list("section_id", "text")) == [("parking", VISITING["parking"])]
     assert list(Trail.objects.values_list("id", flat=True)) == [keep.id]
     assert set(BandKey.objects.values_list("trail_id", flat=True)) == {keep.id}
     assert set(Citation.objects.values_list("trail_id", flat=True)) == set(Step.objects.values_list("trail_id", flat=True)) == {keep.id}
     assert not RecallEvent.objects.filter(id=old.id).exists() and RecallEvent.objects.filter(id=recent.id).exists()
-    assert sweep_expired(NOW) == {"trails": 0, "events": 0, "revisions": 0}
+    assert sweep_expired(NOW) == {"trails": 0, "events": 0, "revisions": 0, "purge_runs": 0}
 
 
 def test_roll_up_matches_a_direct_count_and_reruns_the_same(scope):

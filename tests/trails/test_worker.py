@@ -85,7 +85,7 @@ def test_a_real_worker_sweeps_exactly_the_expired_trails(worker, api, sections):
     kept = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
     gone = api.record("hospital", query="Is parking free?", cited=["parking"]).json()["trail_id"]
     Trail.objects.filter(public_id=gone).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert sweep_expired_task.delay().get(timeout=90) == {"trails": 1, "events": 0, "revisions": 0}
+    assert sweep_expired_task.delay().get(timeout=90) == {"trails": 1, "events": 0, "revisions": 0, "purge_runs": 0}
     assert [str(t) for t in Trail.objects.values_list("public_id", flat=True)] == [kept]
 
 

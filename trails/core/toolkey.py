@@ -53,6 +53,9 @@ def tool_result_key(
 ) -> str:
     """Returns the cache key of a call: scope, tool, canonical arguments, context version, caller.
 
+    `scope` is the scope's cache namespace (its id and random token), which no other
+    scope, not even one created later with the same slug, ever shares.
+
     Raises:
         ValueError: the policy keys by caller and no caller was given, or an argument is malformed.
     """

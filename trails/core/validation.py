@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
+from trails.core.sections import section_hash
+
 
 class Outcome(str, Enum):
     PREFETCH = "prefetch"
@@ -70,7 +72,9 @@ def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection
         section = current.get(citation.section_id)
         if section is None:
             checks.append(SectionCheck(citation.section_id, SectionStatus.DELETED))
-        elif section.hash != citation.recorded_hash:
+        elif section.hash != citation.recorded_hash or section_hash(section.text) != citation.recorded_hash:
+            # The text itself is hashed, not only the stored hash trusted: whatever path
+            # wrote the row, the text served is the text the trail cited.
             checks.append(SectionCheck(citation.section_id, SectionStatus.CHANGED))
         else:
             checks.append(SectionCheck(citation.section_id, SectionStatus.VALID, section.text))

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import secrets
 from datetime import timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -13,7 +16,7 @@ from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section
-from trails.models import Trail, flag_trails_citing
+from trails.models import Trail
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
 from trails.upkeep import roll_up
@@ -33,16 +36,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--revision", choices=["old", "new"], default="old")
         parser.add_argument("--no-credentials", action="store_true", help="do not issue a key or set the admin password")
+        parser.add_argument("--no-trails", action="store_true", help="load the sections and credentials only")
 
-    def handle(self, *args, revision: str, no_credentials: bool, **options) -> None:
+    def handle(self, *args, revision: str, no_credentials: bool, no_trails: bool = False, **options) -> None:
         scope, _ = Scope.objects.get_or_create(slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True})
         texts = faq_sections(revision)
-        with transaction.atomic():
-            summary = Section.replace_all(scope, texts)
-            flag_trails_citing(scope, summary["changed_ids"] + summary["removed_ids"], timezone.now())
+        summary = Section.replace_all(scope, texts)
         self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
 
-        if revision == "old" and not Trail.objects.filter(scope=scope).exists():
+        if revision == "old" and not no_trails and not Trail.objects.filter(scope=scope).exists():
             # One transaction: a demo that fails half way leaves nothing for the rerun to skip.
             with transaction.atomic():
                 # Recorded eight days ago, so the week of demo recalls below comes after them.
@@ -73,22 +75,17 @@ class Command(BaseCommand):
 
         if no_credentials:
             return
-        ApiKey.objects.filter(name="demo").delete()
-        _, key = ApiKey.issue([scope], name="demo")
-        password = secrets.token_urlsafe(9)
-        user, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
+        user, password, key = demo_credentials(scope)
         recorded = list(Trail.objects.filter(scope=scope).order_by("id").values_list("query", flat=True)[:9])
         example = recorded[-1] if recorded else "How do I convert between tuples and lists?"
         body = json.dumps({"query": example}).replace("'", "'\\''")
+        host = os.environ.get("HOST", "127.0.0.1:8000")
         self.stdout.write(
             "\n"
             f"  API key for scope {DEMO_SCOPE}: {key}\n"
-            f"  Operator pages at /ops/ and admin at /admin/: admin / {password}\n"
+            f"  Operator pages at /ops/ and admin at /admin/: {user.username} / {password}\n"
             f"  Try: curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
-            f"         -d '{body}' http://127.0.0.1:8000/api/v1/scopes/{DEMO_SCOPE}/recall\n"
+            f"         -d '{body}' http://{host}/api/v1/scopes/{DEMO_SCOPE}/recall\n"
         )
 
     def _pending_and_traffic(self, scope: Scope, questions: list[dict]) -> None:
@@ -111,3 +108,39 @@ class Command(BaseCommand):
             recall(scope, query, now=now - timedelta(minutes=minutes_ago))
         roll_up(now - timedelta(days=8), now)
         self.stdout.write(f"demo traffic: {DEMO_RECALLS} recalls over the last 7 days, rolled up")
+
+
+def demo_credentials(scope: Scope) -> tuple:
+    """The demo's admin user, its password and API key: the same on every run.
+
+    They are kept in a local file (RAGTRAIL_DEMO_CREDENTIALS, ignored by git), so a second
+    `make run` never rotates what a running demo uses. Only what the demo made itself is
+    touched: an `admin` account made by someone else is left alone (the demo then uses
+    `demo-admin`), and no other key is revoked or deleted.
+
+    Returns:
+        (user, password, full API key).
+    """
+    path = Path(settings.RAGTRAIL_DEMO_CREDENTIALS)
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    users = get_user_model().objects
+    user = users.filter(username=saved.get("username", ""), pk=saved.get("user_id")).first()
+    password = saved.get("password") or secrets.token_urlsafe(9)
+    if user is not None and not user.check_password(password):
+        user.set_password(password)  # the demo's own account: back to the password the file keeps
+        user.save(update_fields=["password"])
+    if user is None:
+        username = "admin" if not users.filter(username="admin").exists() else "demo-admin"
+        if users.filter(username=username).exists():
+            username = f"demo-admin-{secrets.token_hex(3)}"
+        user = users.create_user(username, password=password, is_staff=True, is_superuser=True)
+    key_text = saved.get("api_key", "")
+    key = ApiKey.objects.authenticate(key_text) if key_text else None
+    if key is None or not key.scopes.filter(pk=scope.pk).exists():
+        key, key_text = ApiKey.issue([scope], name="demo")
+    path.write_text(json.dumps({"username": user.username, "user_id": user.pk, "password": password, "api_key": key_text}))
+    path.chmod(0o600)
+    return user, password, key_text
