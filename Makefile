@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1:8000
 
-.PHONY: run test demo-new bench clean
+.PHONY: run test test-properties demo-new bench clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# The long run of the stateful property test (CI runs 300 examples on PostgreSQL).
+test-properties: $(VENV)/.installed
+	RAGTRAIL_PROPERTY_EXAMPLES=$${RAGTRAIL_PROPERTY_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_promises_stateful.py
 
 # Moves the demo sections to the FAQ at v3.11.0, so recalls show hints and misses.
 demo-new: $(VENV)/.installed

@@ -1,0 +1,451 @@
+"""The four promises, held by one stateful property test over every path at once.
+
+A hypothesis state machine drives the real code through the API, Django admin, the
+operator pages and the admin-level functions (purge, sweep, reinstate, scope
+delete and recreate) with random sequences over three scopes. A model of what each
+call must have done is checked after every step:
+
+- no response carries another scope's data;
+- every prefetched text is the section's current text, every section called valid has
+  its current hash, and a hint's changed sections really changed;
+- no pending, rejected, expired or stale trail is ever served, and trails go stale only
+  when every section they cite changed;
+- after a purge, no row of the scope (every text and JSON field of every model, found
+  generically), no API answer and no operator page holds the purged value;
+- a tool result is a hit only while the sections it lists are the versions it was
+  computed from, and only in the scope incarnation that stored it.
+
+Examples per run: RAGTRAIL_PROPERTY_EXAMPLES (300 on PostgreSQL as in CI, 30 on SQLite);
+the longer run is `make test-properties` (5,000 examples).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from django.db import connection, connections, models
+from django.test import Client
+from django.utils import timezone
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from scopes.models import ApiKey, Scope, Section, SectionRevision
+from tests.conftest import ApiClient
+from trails import purge
+from trails.core.sections import section_hash
+from trails.models import PurgeRun, Trail, TrailSignal
+from trails.upkeep import sweep_expired
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLUGS = ("alpha", "beta", "gamma")
+# Few sections and versions, so that texts (and hashes) collide and come back often: the
+# interesting sequences (a text changed and changed back, a recreated scope holding the
+# same texts as its predecessor) then turn up in a few hundred examples.
+SECTION_IDS = ("s1", "s2")
+QUESTIONS = (
+    "When are ICU visiting hours?",
+    "Where do visitors park?",
+    "Can children visit the general ward?",
+    "How do I book a blood test appointment?",
+)
+NAME = "Bob Baker"  # purged by an erasure request
+EMAIL = "ann.archer@example.org"  # purged by the built-in rules too
+DIRTY_VALUES = (NAME, EMAIL)
+TOOL = "search"
+
+scopes_st = st.sampled_from(SLUGS)
+sections_st = st.sampled_from(SECTION_IDS)
+versions_st = st.integers(0, 1)  # a text can come back to an earlier version (and hash)
+
+
+def text_of(slug: str, section_id: str, version: int) -> str:
+    # Every text carries its scope's marker, so a leak into another scope shows.
+    return f"[{slug}] Section {section_id}, version {version}: visiting and parking rules."
+
+
+@dataclass
+class TrailModel:
+    scope: str
+    incarnation: int
+    status: str  # pending, active, rejected, stale
+    cited: dict[str, str]  # section id -> hash when recorded
+    expired: bool = False
+
+
+@dataclass
+class ScopeModel:
+    incarnation: int = 0
+    sections: dict[str, str] = field(default_factory=dict)
+    cacheable: bool = False
+    # tool args key -> (result, {section id: hash}, incarnation)
+    entries: dict[str, tuple[str, dict[str, str], int]] = field(default_factory=dict)
+
+
+class Totals:
+    examples = 0
+    steps = 0
+
+
+class Promises(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        Totals.examples += 1
+        cache.clear()
+        Scope.objects.all().delete()
+        ApiKey.objects.all().delete()
+        User.objects.all().delete()
+        self.scopes: dict[str, ScopeModel] = {}
+        self.apis: dict[str, ApiClient] = {}
+        self.trails: dict[str, TrailModel] = {}
+        self.admin = Client()
+        self.admin.force_login(User.objects.create_superuser("root", password="x"))
+
+    @initialize()
+    def make_scopes(self) -> None:
+        for slug in SLUGS:
+            self._create_scope(slug, incarnation=0)
+            for section_id in SECTION_IDS:
+                self.put_section(slug, section_id, 0)
+
+    def _create_scope(self, slug: str, incarnation: int) -> None:
+        scope = Scope.objects.create(slug=slug, matcher="lexical")
+        self.apis[slug] = ApiClient(ApiKey.issue([scope])[1])
+        self.scopes[slug] = ScopeModel(incarnation=incarnation)
+        # Every scope starts caching the tool, as the first one did: the cache paths are walked often.
+        self.set_tool_policy(slug, True)
+
+    # -- checks shared by the rules --------------------------------------------------
+
+    def _call(self, slug: str, method: str, path: str, body=None):
+        Totals.steps += 1
+        response = self.apis[slug].call(method, f"/scopes/{slug}{path}", body)
+        assert response.status_code < 500, response.content[:500]
+        text = response.content.decode()
+        for other in SLUGS:
+            assert other == slug or f"[{other}]" not in text, f"{other}'s data in {slug}'s answer: {text[:300]}"
+        return response
+
+    def _current_hash(self, slug: str, section_id: str) -> str | None:
+        text = self.scopes[slug].sections.get(section_id)
+        return section_hash(text) if text is not None else None
+
+    def _all_changed(self, trail: TrailModel) -> bool:
+        return all(self._current_hash(trail.scope, s) != h for s, h in trail.cited.items())
+
+    # -- sections: API and Django admin ------------------------------------------------
+
+    @rule(slug=scopes_st, section_id=sections_st, version=versions_st)
+    def put_section(self, slug, section_id, version) -> None:
+        text = text_of(slug, section_id, version)
+        response = self._call(slug, "put", "/sections", {"sections": [{"id": section_id, "text": text}]})
+        assert response.status_code == 200 and response.json()["hashes"][section_id] == section_hash(text)
+        self.scopes[slug].sections[section_id] = text
+
+    @rule(slug=scopes_st, section_id=sections_st, version=versions_st)
+    def edit_section_in_admin(self, slug, section_id, version) -> None:
+        Totals.steps += 1
+        text = text_of(slug, section_id, version)
+        existing = Section.objects.filter(scope__slug=slug, section_id=section_id).first()
+        if existing is not None:
+            response = self.admin.post(f"/admin/scopes/section/{existing.pk}/change/", {"text": text})
+        else:
+            scope = Scope.objects.get(slug=slug)
+            response = self.admin.post("/admin/scopes/section/add/", {"scope": scope.pk, "section_id": section_id, "text": text})
+        assert response.status_code == 302, response.content[:800]
+        self.scopes[slug].sections[section_id] = text
+        assert Section.objects.get(scope__slug=slug, section_id=section_id).hash == section_hash(text)
+
+    @rule(slug=scopes_st, section_id=sections_st)
+    def delete_section(self, slug, section_id) -> None:
+        response = self._call(slug, "delete", f"/sections/{section_id}")
+        exists = section_id in self.scopes[slug].sections
+        assert response.status_code == (204 if exists else 404)
+        self.scopes[slug].sections.pop(section_id, None)
+
+    # -- record, votes, recall ---------------------------------------------------------
+
+    @rule(
+        slug=scopes_st,
+        question=st.sampled_from(QUESTIONS),
+        cited=st.lists(sections_st, min_size=1, max_size=2, unique=True),
+        signal=st.booleans(),
+        hashes=st.sampled_from(["none", "current", "old"]),
+        dirty=st.sampled_from(["", "query", "partition", "args"]),
+        dirty_value=st.sampled_from(DIRTY_VALUES),
+    )
+    def record(self, slug, question, cited, signal, hashes, dirty, dirty_value) -> None:
+        body = {
+            "query": f"{question} {dirty_value}" if dirty == "query" else question,
+            "partition": f"ward {dirty_value}" if dirty == "partition" else "",
+            "cited": cited,
+            "steps": [{"tool": TOOL, "args": {"q": question, **({dirty_value: [dirty_value]} if dirty == "args" else {})}, "section_ids": cited}],
+        }
+        if signal:
+            body["signal"] = "accepted"
+        current = {s: self._current_hash(slug, s) for s in cited}
+        if hashes == "current":
+            body["hashes"] = {s: h for s, h in current.items() if h}
+        elif hashes == "old":
+            body["hashes"] = {s: section_hash("an older text") for s in cited}
+        response = self._call(slug, "post", "/trails", body)
+        if any(h is None for h in current.values()):
+            assert response.status_code == 422
+        elif hashes == "old":
+            assert response.status_code == 409
+        else:
+            assert response.status_code == 201, response.content
+            answer = response.json()
+            assert answer["status"] == ("active" if signal else "pending")
+            self.trails[answer["trail_id"]] = TrailModel(slug, self.scopes[slug].incarnation, answer["status"], current)
+
+    def _live_trails(self):
+        return sorted(self.trails)
+
+    @precondition(lambda self: self.trails)
+    @rule(data=st.data(), vote=st.sampled_from(["up", "down"]))
+    def vote(self, data, vote) -> None:
+        trail_id = data.draw(st.sampled_from(self._live_trails()))
+        trail = self.trails[trail_id]
+        response = self._call(trail.scope, "post", f"/trails/{trail_id}/feedback", {"vote": vote})
+        if vote == "down":
+            assert response.status_code == 200 and response.json()["status"] == "rejected"
+            trail.status = "rejected"
+        elif trail.status in ("pending", "active"):
+            assert response.status_code == 200 and response.json()["status"] == "active"
+            trail.status, trail.expired = "active", False
+        else:
+            assert response.status_code == 409
+
+    @precondition(lambda self: self.trails and connection.vendor == "postgresql")
+    @rule(data=st.data(), ups=st.integers(0, 3), downs=st.integers(1, 3))
+    def racing_votes(self, data, ups, downs) -> None:
+        trail_id = data.draw(st.sampled_from(self._live_trails()))
+        trail = self.trails[trail_id]
+        key = self.apis[trail.scope].headers["Authorization"].split()[1]
+        barrier = threading.Barrier(ups + downs)
+        codes: list[int] = []
+
+        def cast(direction: str) -> None:
+            try:
+                client = ApiClient(key)
+                barrier.wait()
+                codes.append(client.call("post", f"/scopes/{trail.scope}/trails/{trail_id}/feedback", {"vote": direction}).status_code)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=cast, args=(d,)) for d in ["up"] * ups + ["down"] * downs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        Totals.steps += 1
+        assert set(codes) <= {200, 409} and len(codes) == ups + downs, codes
+        row = Trail.objects.get(public_id=trail_id)
+        history = list(TrailSignal.objects.filter(trail=row).order_by("id").values_list("signal", flat=True))
+        assert row.status == "rejected" and "up" not in history[history.index("down"):], history
+        trail.status = "rejected"
+
+    @precondition(lambda self: any(t.status == "rejected" for t in self.trails.values()))
+    @rule(data=st.data())
+    def operator_reinstates(self, data) -> None:
+        Totals.steps += 1
+        trail_id = data.draw(st.sampled_from(sorted(t for t, m in self.trails.items() if m.status == "rejected")))
+        Trail.objects.get(public_id=trail_id).reinstate(by="root")
+        self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
+
+    @rule(slug=scopes_st, question=st.sampled_from(QUESTIONS), dirty_value=st.sampled_from(("",) + DIRTY_VALUES), dry_run=st.booleans())
+    def recall(self, slug, question, dirty_value, dry_run) -> None:
+        query = f"{question} {dirty_value}".strip()
+        partitions = ["", f"ward {dirty_value}"] if dirty_value else [""]
+        for partition in partitions:
+            stale_before = {t for t, m in self.trails.items() if m.status == "stale"}
+            response = self._call(slug, "post", "/recall", {"query": query, "partition": partition, "dry_run": dry_run})
+            assert response.status_code == 200
+            answer = response.json()
+            if answer["outcome"] != "miss":
+                self._check_served(slug, answer, stale_before)
+            if not dry_run:
+                self._learn_stale_marks(slug)
+
+    def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
+        trail = self.trails.get(answer["trail_id"])
+        assert trail is not None and trail.scope == slug and trail.incarnation == self.scopes[slug].incarnation, answer
+        assert trail.status == "active" and not trail.expired and answer["trail_id"] not in stale_before, (trail, answer)
+        sections = {s["id"]: s for s in answer["sections"]}
+        assert set(sections) == set(trail.cited)
+        for section_id, recorded in trail.cited.items():
+            current = self._current_hash(slug, section_id)
+            served = sections[section_id]
+            if served["status"] == "valid":
+                assert current == recorded, f"{section_id} called valid but changed"
+            else:
+                assert current != recorded and served.get("text") is None
+        if answer["outcome"] == "prefetch":
+            for section_id, served in sections.items():
+                # Within the budget (2,000 tokens) every text is whole: exactly the current one.
+                assert served["status"] == "valid" and served["text"] == self.scopes[slug].sections[section_id]
+        else:
+            assert answer["outcome"] == "hint" and not self._all_changed(trail)
+            assert any(s["status"] != "valid" for s in sections.values())
+
+    def _learn_stale_marks(self, slug: str) -> None:
+        """Stale marks come from recall; each must be deserved: every cited section changed."""
+        ids = {str(i) for i in Trail.objects.filter(scope__slug=slug, status="stale").values_list("public_id", flat=True)}
+        for trail_id in ids:
+            trail = self.trails[trail_id]
+            if trail.status != "stale":
+                assert trail.status == "active" and self._all_changed(trail), trail
+                trail.status = "stale"
+
+    # -- time ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self.trails)
+    @rule(data=st.data())
+    def time_passes_for_a_trail(self, data) -> None:
+        Totals.steps += 1
+        trail_id = data.draw(st.sampled_from(self._live_trails()))
+        Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+        self.trails[trail_id].expired = True
+
+    @rule(days=st.sampled_from([0, 8, 31]))
+    def sweep_with_a_moved_clock(self, days) -> None:
+        Totals.steps += 1
+        moved = timezone.now() + timedelta(days=days)
+        due = {str(i) for i in Trail.objects.filter(expires_at__lte=moved).values_list("public_id", flat=True)}
+        sweep_expired(moved)
+        assert not Trail.objects.filter(public_id__in=due).exists()
+        for trail_id in due:
+            self.trails.pop(trail_id)
+
+    # -- tool results ----------------------------------------------------------------------
+
+    @rule(slug=scopes_st, cacheable=st.booleans())
+    def set_tool_policy(self, slug, cacheable) -> None:
+        response = self._call(slug, "put", "/tool-policies", {"policies": [{"tool": TOOL, "cacheable": cacheable, "ttl_s": 600}]})
+        assert response.status_code == 200
+        self.scopes[slug].cacheable = cacheable
+
+    @rule(slug=scopes_st, section_id=sections_st, hashes=st.sampled_from(["none", "current", "old"]))
+    def store_tool_result(self, slug, section_id, hashes) -> None:
+        model = self.scopes[slug]
+        text = model.sections.get(section_id)
+        result = f"result computed from: {text}"
+        body = {"tool": TOOL, "args": {"q": section_id}, "context": {}, "result": result, "section_ids": [section_id]}
+        current = self._current_hash(slug, section_id)
+        if hashes == "current" and current:
+            body["hashes"] = {section_id: current}
+        elif hashes == "old":
+            body["hashes"] = {section_id: section_hash("an older text")}
+        response = self._call(slug, "put", "/tool-results", body)
+        if not model.cacheable:
+            assert response.status_code == 200 and response.json()["stored"] is False
+        elif text is None:
+            assert response.status_code == 422
+        elif hashes == "current":
+            assert response.status_code == 200 and response.json()["stored"] is True
+            model.entries[section_id] = (result, {section_id: current}, model.incarnation)
+        else:
+            assert response.status_code == (409 if hashes == "old" else 422)
+
+    @rule(slug=scopes_st, section_id=sections_st)
+    def look_up_tool_result(self, slug, section_id) -> None:
+        model = self.scopes[slug]
+        answer = self._call(slug, "post", "/tool-results/lookup", {"tool": TOOL, "args": {"q": section_id}, "context": {}}).json()
+        if answer["hit"]:
+            assert model.cacheable and section_id in model.entries, answer
+            result, read, incarnation = model.entries[section_id]
+            assert incarnation == model.incarnation and answer["result"] == result
+            assert all(self._current_hash(slug, s) == h for s, h in read.items()), "a result of a changed section was served"
+
+    # -- purge, scope delete and recreate ---------------------------------------------------
+
+    @rule(slug=scopes_st, value=st.sampled_from(DIRTY_VALUES + ("rules",)), delete=st.booleans())
+    def purge(self, slug, value, delete) -> None:
+        Totals.steps += 1
+        scope = Scope.objects.get(slug=slug)
+        run = PurgeRun.request(scope, "" if value == "rules" else value, delete, "root")
+        run.state = PurgeRun.State.PREVIEWED
+        purge.preview(run)
+        run.save()
+        purge.run_purge(run.id)
+        purged = EMAIL if value == "rules" else value
+        self._assert_gone(scope, purged)
+        remaining = {str(i) for i in Trail.objects.filter(scope=scope).values_list("public_id", flat=True)}
+        for trail_id in [t for t, m in self.trails.items() if m.scope == slug and t not in remaining]:
+            self.trails.pop(trail_id)
+        self.scopes[slug].entries.clear()
+
+    def _assert_gone(self, scope: Scope, value: str) -> None:
+        needle = value.lower()
+        for model in [*apps.get_app_config("trails").get_models(), *apps.get_app_config("scopes").get_models()]:
+            if model in (Scope, ApiKey, Section, SectionRevision):
+                continue  # the scope's own documents and settings, not caller-written trail data
+            names = {f.name for f in model._meta.get_fields()}
+            rows = model.objects.filter(scope=scope) if "scope" in names else model.objects.filter(trail__scope=scope) if "trail" in names else None
+            if rows is None:
+                continue
+            text_fields = [f.name for f in model._meta.concrete_fields if isinstance(f, (models.CharField, models.TextField, models.JSONField))]
+            for row in rows.values(*text_fields):
+                assert needle not in json.dumps(row, default=str).lower(), (model.__name__, row)
+        staff_pages = [f"/ops/{scope.slug}/trails/"] + [
+            f"/ops/{scope.slug}/trails/{public_id}/" for public_id in Trail.objects.filter(scope=scope).values_list("public_id", flat=True)
+        ]
+        for url in staff_pages:
+            assert needle not in self.admin.get(url).content.decode().lower(), url
+        for public_id in Trail.objects.filter(scope=scope).values_list("public_id", flat=True):
+            assert needle not in self._call(scope.slug, "get", f"/trails/{public_id}").content.decode().lower()
+
+    @rule(slug=scopes_st)
+    def delete_and_recreate_scope(self, slug) -> None:
+        """The tenant goes, and comes back under the same slug with the same documents."""
+        Totals.steps += 1
+        documents, cached_calls = dict(self.scopes[slug].sections), list(self.scopes[slug].entries)
+        Scope.objects.get(slug=slug).delete()
+        for trail_id in [t for t, m in self.trails.items() if m.scope == slug]:
+            self.trails.pop(trail_id)
+        self._create_scope(slug, incarnation=self.scopes[slug].incarnation + 1)
+        if documents:
+            body = {"sections": [{"id": i, "text": t} for i, t in documents.items()]}
+            assert self._call(slug, "put", "/sections", body).status_code == 200
+            self.scopes[slug].sections = documents
+        # The new tenant's agents make the same tool calls the old one's cached.
+        for section_id in cached_calls:
+            self.look_up_tool_result(slug, section_id)
+
+    # -- after every step ---------------------------------------------------------------------
+
+    @invariant()
+    def statuses_follow_the_rules(self) -> None:
+        rows = dict(Trail.objects.values_list("public_id", "status"))
+        assert {str(k) for k in rows} == set(self.trails), "a trail appeared or vanished outside the rules"
+        for public_id, status in rows.items():
+            assert status == self.trails[str(public_id)].status, (public_id, status, self.trails[str(public_id)])
+
+
+def examples() -> int:
+    default = 300 if connection.vendor == "postgresql" else 30
+    return int(os.environ.get("RAGTRAIL_PROPERTY_EXAMPLES", default))
+
+
+def test_every_promise_holds_on_every_path(capsys):
+    Totals.examples = Totals.steps = 0
+    run_state_machine_as_test(
+        Promises,
+        settings=settings(
+            max_examples=examples(),
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
+    with capsys.disabled():
+        print(f"\nstateful promises: {Totals.examples} examples, {Totals.steps} steps on {connection.vendor}")
