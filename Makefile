@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1:8000
+# load_demo prints a curl line for this address.
+export HOST
 
 .PHONY: run test test-properties demo-new bench clean
 
@@ -13,24 +15,34 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 # The worker (with beat) runs beside the web server on the filesystem broker and stops with it.
+# The laptop demo runs with DEBUG on (and the development secret key); production does not.
+run: export RAGTRAIL_DEBUG ?= 1
 run: $(VENV)/.installed
+	@# A second `make run` stops here, before it touches the running demo's database.
+	@$(PY) -c "import socket, sys; h, p = '$(HOST)'.rsplit(':', 1); s = socket.socket(); sys.exit(f'$(HOST) is in use (is make run already running?)') if s.connect_ex((h, int(p))) == 0 else None"
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo
 	$(PY) -m celery -A ragtrail_site worker --beat --pool solo --loglevel warning --schedule .celery/beat-schedule & \
 	worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	$(PY) manage.py runserver $(HOST)
 
+# Tests run as production does (DEBUG off), with a throwaway key.
+test: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
 test: $(VENV)/.installed
+	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
 # The long run of the stateful property test (CI runs 300 examples on PostgreSQL).
+test-properties: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
 test-properties: $(VENV)/.installed
 	RAGTRAIL_PROPERTY_EXAMPLES=$${RAGTRAIL_PROPERTY_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_promises_stateful.py
 
 # Moves the demo sections to the FAQ at v3.11.0, so recalls show hints and misses.
+demo-new: export RAGTRAIL_DEBUG ?= 1
 demo-new: $(VENV)/.installed
 	$(PY) manage.py load_demo --revision new --no-credentials
 
+bench: export RAGTRAIL_DEBUG ?= 1
 bench: $(VENV)/.installed
 	$(PY) manage.py ragtrail_bench
 

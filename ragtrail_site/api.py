@@ -1,7 +1,10 @@
 """The one NinjaAPI: version 1 of the JSON API, and its single error shape."""
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -9,9 +12,13 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
+from ragtrail_site.strict_json import StrictJsonParser
 from trails.errors import RequestRefused
 
+logger = logging.getLogger("ragtrail.api")
+
 api = NinjaAPI(
+    parser=StrictJsonParser(),
     title="ragtrail",
     version="1",
     description="Recall and record the paths agents took to answers, validated against the current sections.",
@@ -71,3 +78,22 @@ def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 @api.exception_handler(Http404)
 def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not_found", "not found")
+
+
+# Seconds a client should wait before retrying when the database is away.
+RETRY_AFTER_S = 5
+
+
+@api.exception_handler(Exception)
+def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Every 5xx of the API in the one error shape: a database that is down, hung past its
+    timeout or restarting answers 503 with Retry-After; anything else 500, logged."""
+    if isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DatabaseError) and "timeout" in str(exc).lower()
+    ):
+        logger.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
+        response = _error(request, 503, "unavailable", "the database is not answering; retry shortly")
+        response["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+    logger.exception("unhandled error on %s %s", request.method, request.path)
+    return _error(request, 500, "server_error", "the server failed to answer this request")

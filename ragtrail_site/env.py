@@ -66,6 +66,14 @@ def database_from_url(url: str, base_dir: str) -> dict:
         # Behind a transaction-pooling PgBouncer, set prepare_threshold= (empty) in the URL.
         threshold = options.pop("prepare_threshold", "5")
         options["prepare_threshold"] = int(threshold) if threshold else None
+        # A database that is down or overloaded must fail a request fast (the API then
+        # answers 503), not hold a worker: connect in seconds, no statement or lock wait
+        # past its budget. The URL's own values win.
+        options.setdefault("connect_timeout", os.environ.get("RAGTRAIL_DB_CONNECT_TIMEOUT_S", "3"))
+        if "options" not in options:
+            statement = os.environ.get("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", "5000")
+            lock = os.environ.get("RAGTRAIL_DB_LOCK_TIMEOUT_MS", "2000")
+            options["options"] = f"-c statement_timeout={int(statement)} -c lock_timeout={int(lock)}"
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")),

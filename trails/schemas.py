@@ -102,7 +102,8 @@ ArgName = Annotated[str, Field(min_length=1, max_length=200)]
 class ToolPolicyIn(StrictSchema):
     tool: ToolName
     cacheable: bool
-    ttl_s: Annotated[int, Field(ge=1, le=30 * 24 * 3600)]
+    # Needed only where the tool is cacheable; the default is the model's.
+    ttl_s: Annotated[int, Field(ge=1, le=30 * 24 * 3600)] = 300
     ignore_args: Annotated[list[ArgName], Field(max_length=50)] = []
     path_args: Annotated[list[ArgName], Field(max_length=50)] = []
     per_caller: bool = False

@@ -14,6 +14,16 @@ from trails.core import toolkey
 from trails.errors import RequestRefused
 from trails.models import ToolPolicy
 
+try:
+    from redis.exceptions import RedisError
+
+    # A Redis that is down or past its socket timeout: tool-result calls degrade to a
+    # miss / not stored ("cache_unavailable") instead of failing the agent's request.
+    CACHE_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
+except ImportError:  # pragma: no cover - redis is in requirements.txt
+    CACHE_ERRORS = (OSError,)
+
+UNAVAILABLE = "cache_unavailable"
 OUTCOMES = ("hit", "miss", "refused", "stale")
 UNLISTED = "*"  # the counter bucket of tools without a policy
 
@@ -52,6 +62,13 @@ def namespace(scope: Scope) -> str:
 
 
 def _count(scope: Scope, tool: str, outcome: str) -> None:
+    try:
+        _increment(scope, tool, outcome)
+    except CACHE_ERRORS:
+        pass  # a counter is not worth failing the call for
+
+
+def _increment(scope: Scope, tool: str, outcome: str) -> None:
     bucket = tool if tool in policies_for(scope) else UNLISTED
     key = f"rt:toolstat:{namespace(scope)}:{bucket}:{outcome}"
     client = getattr(cache, "_cache", None)
@@ -68,7 +85,10 @@ def lookup_counts(scope: Scope) -> dict[str, dict[str, int]]:
     """Returns {tool: {outcome: count}} for the scope's tools and the unlisted bucket."""
     tools = [*policies_for(scope), UNLISTED]
     keys = {f"rt:toolstat:{namespace(scope)}:{t}:{o}": (t, o) for t in tools for o in OUTCOMES}
-    values = cache.get_many(list(keys))
+    try:
+        values = cache.get_many(list(keys))
+    except CACHE_ERRORS:
+        raise RequestRefused(503, UNAVAILABLE, "the tool-result cache is not answering; retry shortly") from None
     counts: dict[str, dict[str, int]] = {t: dict.fromkeys(OUTCOMES, 0) for t in tools}
     for key, value in values.items():
         tool, outcome = keys[key]
@@ -99,14 +119,20 @@ def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | Non
     if key is None:
         _count(scope, tool, "refused")
         return {"hit": False, "reason": reason}
-    entry = cache.get(key)
+    try:
+        entry = cache.get(key)
+    except CACHE_ERRORS:
+        return {"hit": False, "reason": UNAVAILABLE}
     if entry is None:
         _count(scope, tool, "miss")
         return {"hit": False, "reason": "not cached"}
     if entry["sections"]:
         current = Section.objects.current(scope, entry["sections"])
         if any(section_id not in current or current[section_id].hash != recorded for section_id, recorded in entry["sections"].items()):
-            cache.delete(key)
+            try:
+                cache.delete(key)
+            except CACHE_ERRORS:
+                pass  # it is checked again on every read, and expires with its TTL
             _count(scope, tool, "stale")
             return {"hit": False, "reason": "a section the result lists has changed since it was stored"}
     _count(scope, tool, "hit")
@@ -145,7 +171,10 @@ def store(
     if size > limit:
         raise RequestRefused(413, "too_large", f"result is {size} bytes; the limit is {limit}", field="result")
     sections = _sections_read(scope, section_ids or [], hashes or {})
-    cache.set(key, {"result": result, "stored_at": time.time(), "sections": sections}, timeout=rule.ttl_s)
+    try:
+        cache.set(key, {"result": result, "stored_at": time.time(), "sections": sections}, timeout=rule.ttl_s)
+    except CACHE_ERRORS:
+        return {"stored": False, "reason": UNAVAILABLE}
     return {"stored": True, "ttl_s": rule.ttl_s}
 
 

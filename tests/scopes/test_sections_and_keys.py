@@ -86,6 +86,8 @@ def test_create_scope_and_create_api_key_commands(db):
     assert Scope.objects.get(slug="docs").token_budget == 2000
     with pytest.raises(CommandError):
         call_command("create_scope", "docs", stdout=StringIO())
+    with pytest.raises(CommandError, match="slug"):
+        call_command("create_scope", "Bad Slug!", stdout=StringIO())
     out = StringIO()
     call_command("create_api_key", "--scope", "docs", "--scope", "wiki", stdout=out)
     printed = out.getvalue().strip()

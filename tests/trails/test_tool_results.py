@@ -15,7 +15,7 @@ POLICIES = [
     {"tool": "read_file", "cacheable": True, "ttl_s": 600, "ignore_args": ["intention"], "path_args": ["path"]},
     {"tool": "search", "cacheable": True, "ttl_s": 600},
     {"tool": "inbox", "cacheable": True, "ttl_s": 600, "per_caller": True},
-    {"tool": "write_file", "cacheable": False, "ttl_s": 1},
+    {"tool": "write_file", "cacheable": False},  # a tool that is never cached needs no ttl_s
     {"tool": "clock", "cacheable": True, "ttl_s": 1},
 ]
 CONTEXT = {"commit": "abc123"}

@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
@@ -14,6 +15,10 @@ class Command(BaseCommand):
         if Scope.objects.filter(slug=slug).exists():
             raise CommandError(f"scope {slug!r} already exists")
         scope = Scope(slug=slug, name=name or slug)
-        scope.full_clean()
+        try:
+            scope.full_clean()
+        except ValidationError as invalid:
+            problems = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in invalid.message_dict.items())
+            raise CommandError(f"scope {slug!r} refused: {problems}") from None
         scope.save()
         self.stdout.write(scope.slug)

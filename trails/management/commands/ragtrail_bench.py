@@ -50,9 +50,17 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--matcher", choices=["lexical", "embedding"], default="lexical")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
+        parser.add_argument(
+            "--analyze", action="store_true",
+            help="ANALYZE after each fill (PostgreSQL); by default the statistics are the ones taken before the "
+            "scope grew, as for a new tenant growing inside a big table with autovacuum behind",
+        )
 
-    def handle(self, *args, sizes, recalls, records, seed, keep, matcher, **options) -> None:
+    def handle(self, *args, sizes, recalls, records, seed, keep, matcher, analyze, **options) -> None:
         vendor = connection.vendor
+        self.analyze = analyze
+        if vendor == "postgresql":
+            self._analyze()  # the last statistics before the benchmark scope grows
         scope = Scope.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
         try:
             self._run(scope, sorted(sizes), recalls, records, seed, vendor)
@@ -64,6 +72,14 @@ class Command(BaseCommand):
     def _precomputed(texts: list[str], embedding: bool):
         """Embeds the texts in one batch for the block (embedding matcher only)."""
         return serving(PrecomputedEmbedder(get_embedder(), texts)) if embedding else nullcontext()
+
+    @staticmethod
+    def _analyze() -> None:
+        # VACUUM cannot run inside a transaction (a test's); ANALYZE can.
+        command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
+        with connection.cursor() as cursor:
+            for model in (Trail, BandKey, Citation, Step, TrailSignal):
+                cursor.execute(f"{command} {model._meta.db_table}")
 
     def _time_recalls(self, scope: Scope, asked: list[tuple[bool, str]]):
         """Times recall of each (is a stored question, query); the first 50 warm up."""
@@ -97,7 +113,8 @@ class Command(BaseCommand):
         stored: list[str] = []
         embedding = scope.uses_embedding
         layout = scope.embedding_layout.label if embedding else scope.band_layout.label
-        self.stdout.write(f"database: {vendor}; matcher {scope.matcher}; band layout {layout}")
+        statistics_note = "ANALYZE after each fill" if self.analyze else "statistics from before the scope grew (no ANALYZE)"
+        self.stdout.write(f"database: {vendor}; matcher {scope.matcher}; band layout {layout}; {statistics_note}")
         if embedding:
             self.stdout.write("embedding: p50/p99 and hit/miss exclude embedding the query; 'incl.' is p50 with it")
         self.stdout.write(f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}"
@@ -118,14 +135,8 @@ class Command(BaseCommand):
                 TrailRows.save_all(batch)
                 stored.extend(questions)
             fill = time.perf_counter() - started
-            if vendor == "postgresql":
-                # What autovacuum would do after a bulk load; measuring while it runs
-                # would time the vacuum, not recall.
-                # VACUUM cannot run inside a transaction (a test's); ANALYZE can.
-                command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
-                with connection.cursor() as cursor:
-                    for model in (Trail, BandKey, Citation, Step, TrailSignal):
-                        cursor.execute(f"{command} {model._meta.db_table}")
+            if vendor == "postgresql" and self.analyze:
+                self._analyze()
 
             asked = [(i % 2 == 0, maker.random.choice(stored) if i % 2 == 0 else maker.question()) for i in range(recalls + 50)]
             with self._precomputed([q for _, q in asked], embedding):

@@ -1,0 +1,44 @@
+"""gunicorn settings for production: `gunicorn -c ragtrail_site/gunicorn_conf.py ragtrail_site.wsgi`.
+
+Every value can be set from the environment (RAGTRAIL_BIND, RAGTRAIL_WORKERS, ...).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+bind = os.environ.get("RAGTRAIL_BIND", "127.0.0.1:8000")
+# Recall is CPU-bound (a query embedding is 8-15 ms of CPU): one process per core, each
+# with a few threads for the time spent waiting on PostgreSQL and Redis.
+workers = int(os.environ.get("RAGTRAIL_WORKERS", os.cpu_count() or 2))
+worker_class = "gthread"
+threads = int(os.environ.get("RAGTRAIL_THREADS", 4))
+# A request past this is killed; the database and cache time out well before (settings).
+timeout = int(os.environ.get("RAGTRAIL_WORKER_TIMEOUT_S", 30))
+graceful_timeout = 30
+keepalive = 5
+# Recycle workers now and then, so a slow leak cannot grow without bound.
+max_requests = int(os.environ.get("RAGTRAIL_MAX_REQUESTS", 100_000))
+max_requests_jitter = max_requests // 10
+accesslog = os.environ.get("RAGTRAIL_ACCESS_LOG", "-")
+# The path without its query string (%(U)s): queries and ids in URLs stay out of the log.
+access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
+errorlog = "-"
+# Load the app (and so Django) once, then fork: workers share its memory.
+preload_app = True
+
+
+def post_worker_init(worker) -> None:
+    """Loads the embedding model as the worker starts, not on its first recall (~15 s)."""
+    from django.conf import settings
+
+    started = time.perf_counter()
+    from trails.embedders import get_embedder
+
+    embedder = get_embedder()
+    embedder.embed("warm up")
+    logging.getLogger("gunicorn.error").info(
+        "worker %s: embedding model %s (%s) loaded in %.1f s", worker.pid, settings.RAGTRAIL_EMBEDDING_MODEL, embedder.name,
+        time.perf_counter() - started,
+    )

@@ -1,0 +1,117 @@
+"""One strict reading of API request bodies, so both databases answer bad bytes alike.
+
+PostgreSQL refuses NUL characters in text and JSON and lone UTF-16 surrogates, and JSON
+has no NaN or Infinity; SQLite stores all of them. Such a body is refused here with
+a 422 naming the field, before anything is written, on every backend. So is an object
+with a key twice (which json.loads would settle silently, the last one winning), and a
+body that is not `application/json` (415).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, JsonResponse
+from ninja.parser import Parser
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class BodyRefused(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+    def response(self) -> JsonResponse:
+        return JsonResponse({"error": {"code": self.code, "message": self.message, "field": self.field}}, status=self.status)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise BodyRefused(422, "invalid", f"key {key!r} appears more than once in one object", key)
+        result[key] = value
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise BodyRefused(422, "invalid", f"{name} is not a JSON number", "body")
+
+
+def _bad_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        return "contains a lone UTF-16 surrogate"
+    return None
+
+
+def check_text(value: Any, path: str = "") -> None:
+    """Raises BodyRefused naming the first string (key or value) a database cannot store."""
+    if isinstance(value, str):
+        problem = _bad_text(value)
+        if problem:
+            raise BodyRefused(422, "invalid", f"text {problem}", path or "body")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            problem = _bad_text(key)
+            if problem:
+                raise BodyRefused(422, "invalid", f"a key {problem}", path or "body")
+            check_text(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_text(item, f"{path}.{index}" if path else str(index))
+
+
+def parse_strict(body: bytes) -> Any:
+    """Parses a JSON body strictly.
+
+    Raises:
+        BodyRefused: 400 for bytes that are not JSON, 422 for duplicate keys, NaN or
+        Infinity, NUL characters or lone surrogates (naming the field).
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyRefused(400, "invalid_json", "the body is not UTF-8", "body") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except ValueError as problem:
+        raise BodyRefused(400, "invalid_json", f"the body is not valid JSON: {problem}", "body") from None
+    check_text(value)
+    return value
+
+
+class StrictJsonMiddleware:
+    """Reads every API body once, strictly, before ninja sees it."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        if request.path.startswith("/api/") and request.method in BODY_METHODS:
+            try:
+                try:
+                    body = request.body
+                except RequestDataTooBig:
+                    raise BodyRefused(413, "too_large", "request body is larger than the server accepts", "body") from None
+                if body:
+                    content_type = request.content_type or ""
+                    if content_type != "application/json":
+                        raise BodyRefused(415, "unsupported_media_type", "send the body as application/json", "Content-Type")
+                    request.strict_json = parse_strict(body)
+            except BodyRefused as refused:
+                return refused.response()
+        return self.get_response(request)
+
+
+class StrictJsonParser(Parser):
+    """Hands ninja the body the middleware already read."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        if hasattr(request, "strict_json"):
+            return request.strict_json
+        return parse_strict(request.body)

@@ -1,0 +1,181 @@
+"""Operating it: bad bytes, faults of the database and the cache, secure defaults (issue 12)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from trails.models import Trail
+
+ROOT = Path(__file__).resolve().parents[1]
+NUL, SURROGATE = "\u0000", "\ud800"
+
+
+def raw(api, method: str, path: str, body: str, content_type: str = "application/json"):
+    return api.client.generic(method.upper(), f"/api/v1{path}", body.encode("utf-8", "surrogatepass"),
+                              content_type=content_type, headers=api.headers)
+
+
+def record_body(**override) -> dict:
+    body = {"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted",
+            "steps": [{"tool": "search", "args": {"q": "parking"}, "section_ids": ["parking"]}]}
+    body.update(override)
+    return body
+
+
+@pytest.mark.parametrize("body,field", [
+    (record_body(query=f"Where{NUL} do visitors park?"), "query"),
+    (record_body(partition=f"ward{NUL}"), "partition"),
+    (record_body(steps=[{"tool": f"se{NUL}arch", "args": {}, "section_ids": []}]), "steps.0.tool"),
+    (record_body(steps=[{"tool": "search", "args": {f"k{NUL}": 1}, "section_ids": []}]), "steps.0.args"),
+    (record_body(steps=[{"tool": "search", "args": {"q": f"v{NUL}"}, "section_ids": []}]), "steps.0.args.q"),
+    (record_body(steps=[{"tool": "search", "args": {"q": SURROGATE}, "section_ids": []}]), "steps.0.args.q"),
+    (record_body(cited=[f"parking{NUL}"]), "cited.0"),
+    (record_body(idempotency_key=f"k{NUL}"), "idempotency_key"),
+])
+def test_bytes_a_database_refuses_answer_422_naming_the_field_and_store_nothing(api, sections, body, field):
+    import json
+
+    # ensure_ascii escapes NUL and surrogates as \u sequences, as a real client would send them.
+    response = raw(api, "post", "/scopes/hospital/trails", json.dumps(body))
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field
+    assert not Trail.objects.exists()
+
+
+def test_nul_in_a_section_text_or_tool_result_and_nan_are_refused(api, sections):
+    import json
+
+    response = raw(api, "put", "/scopes/hospital/sections", json.dumps({"sections": [{"id": "a", "text": f"x{NUL}"}]}))
+    assert response.status_code == 422 and response.json()["error"]["field"] == "sections.0.text"
+    nan = raw(api, "put", "/scopes/hospital/tool-results", '{"tool": "search", "args": {"n": NaN}, "context": {}, "result": 1}')
+    assert nan.status_code == 422
+    inf = raw(api, "put", "/scopes/hospital/tool-results", '{"tool": "search", "args": {}, "context": {}, "result": Infinity}')
+    assert inf.status_code == 422
+
+
+def test_duplicate_keys_are_refused_not_settled_silently(api, sections):
+    body = '{"query": "Where do visitors park?", "cited": ["x"], "cited": ["parking"], "signal": "accepted"}'
+    response = raw(api, "post", "/scopes/hospital/trails", body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "cited"
+    assert not Trail.objects.exists()
+
+
+def test_a_body_that_is_not_json_answers_415(api, sections):
+    response = raw(api, "post", "/scopes/hospital/recall", "query=parking", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415 and response.json()["error"]["field"] == "Content-Type"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_that_refuses_connections_answers_json_503_with_retry_after(api, scope):
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict["HOST"], connection.settings_dict["PORT"] = "127.0.0.1", str(_free_port())
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent-folder/db.sqlite3"
+    try:
+        started = time.perf_counter()
+        response = api.recall("hospital", query="Where do visitors park?")
+        elapsed = time.perf_counter() - started
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert response.json()["error"]["code"] == "unavailable" and elapsed < 5
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class HungServer:
+    """Accepts connections and never answers: a Redis stopped with SIGSTOP looks like this."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("fault", ["down", "hung"])
+def test_tool_results_degrade_within_the_socket_timeout_when_redis_is_away(api, sections, fault):
+    policy = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 60}]}
+    assert api.call("put", "/scopes/hospital/tool-policies", policy).status_code == 200
+    hung = HungServer() if fault == "hung" else None
+    port = hung.port if hung else _free_port()
+    caches = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0",
+                          "OPTIONS": {"socket_timeout": 0.25, "socket_connect_timeout": 0.25}}}
+    call = {"tool": "search", "args": {"q": "parking"}, "context": {}}
+    try:
+        with override_settings(CACHES=caches):
+            started = time.perf_counter()
+            looked = api.call("post", "/scopes/hospital/tool-results/lookup", call)
+            stored = api.call("put", "/scopes/hospital/tool-results", {**call, "result": "R"})
+            stats = api.call("get", "/scopes/hospital/tool-results/stats")
+            elapsed = time.perf_counter() - started
+    finally:
+        if hung:
+            hung.close()
+    assert looked.status_code == 200 and looked.json() == {"hit": False, "result": None, "age_s": None, "reason": "cache_unavailable"}
+    assert stored.status_code == 200 and stored.json()["stored"] is False and stored.json()["reason"] == "cache_unavailable"
+    assert stats.status_code == 503 and stats.json()["error"]["code"] == "cache_unavailable"
+    assert elapsed < 4, elapsed
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAGTRAIL_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    clean.update(env)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120)
+
+
+PRODUCTION = {
+    "RAGTRAIL_SECRET_KEY": "p" * 20 + "-Zq81vN0xK7wL3mT9bR2yH6cJ5dF4sA",
+    "RAGTRAIL_HTTPS": "1",
+    "RAGTRAIL_ALLOWED_HOSTS": "ragtrail.example.org",
+}
+
+
+@pytest.mark.slow
+def test_check_deploy_passes_with_the_documented_production_settings():
+    done = _manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_without_debug_the_process_refuses_to_start_without_a_secret_key():
+    done = _manage("check")
+    assert done.returncode != 0 and "RAGTRAIL_SECRET_KEY is not set" in done.stderr
+    assert _manage("check", RAGTRAIL_DEBUG="1").returncode == 0
+
+
+def test_api_errors_never_show_a_traceback(api, scope, settings):
+    assert settings.DEBUG is False
+    response = api.call("post", "/scopes/hospital/recall", raw=b"{not json")
+    assert response.status_code == 400 and "Traceback" not in response.content.decode()

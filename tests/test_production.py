@@ -1,0 +1,129 @@
+"""The production run command of the README, started as production runs it and driven over HTTP:
+gunicorn with ragtrail_site/gunicorn_conf.py, a Celery worker with beat on Redis, PostgreSQL,
+static files from the app server, DEBUG off."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from scopes.models import ApiKey, Scope
+from trails.models import RecallStat
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+BROKER = os.environ.get("RAGTRAIL_TEST_BROKER", "redis://127.0.0.1:6379/3")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def call(base: str, method: str, path: str, key: str | None = None, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+@pytest.fixture
+def production():
+    if connection.vendor != "postgresql":
+        pytest.skip("production runs on PostgreSQL (as CI does)")
+    db = connection.settings_dict
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
+    env.update(
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
+        RAGTRAIL_BIND=f"127.0.0.1:{port}",
+        RAGTRAIL_WORKERS="2",
+        RAGTRAIL_CACHE_URL=os.environ.get("RAGTRAIL_CACHE_URL", "redis://127.0.0.1:6379/1"),
+        CELERY_BROKER_URL=BROKER,
+        # The hashing embedder keeps start-up short here; the bundled model is tested elsewhere.
+        RAGTRAIL_EMBEDDER="trails.embedders.hashing",
+    )
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    jobs: list[subprocess.Popen] = []
+
+    def queue(task: str) -> None:
+        subprocess.run([sys.executable, "-m", "celery", "-A", "ragtrail_site", "call", task], cwd=ROOT, env=env, check=True,
+                       capture_output=True, timeout=60)
+
+    def start_jobs(schedule: Path) -> None:
+        jobs.append(subprocess.Popen([sys.executable, "-m", "celery", "-A", "ragtrail_site", "worker", "--beat", "--pool", "solo",
+                                      "--schedule", str(schedule), "--loglevel", "warning"],
+                                     cwd=ROOT, env=env, stdout=open(schedule.parent / "jobs.log", "w"), stderr=subprocess.STDOUT))
+
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield base, start_jobs, queue
+    finally:
+        for process in (web, *jobs):
+            process.terminate()
+        for process in (web, *jobs):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log = web.stdout.read() if web.stdout else ""
+        print(log[-3000:])
+
+
+def test_production_serves_the_api_static_files_and_docs_and_runs_jobs(production, tmp_path):
+    scope = Scope.objects.create(slug="prod", matcher="lexical", keep_raw_queries=True)
+    _, key = ApiKey.issue([scope], name="prod")
+    base, start_jobs, queue = production
+
+    status, _, body = call(base, "PUT", "/api/v1/scopes/prod/sections", key, {"sections": [{"id": "parking", "text": "Car park B."}]})
+    assert status == 200, body
+    status, _, body = call(base, "POST", "/api/v1/scopes/prod/trails", key,
+                           {"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted"})
+    assert status == 201, body
+    status, _, body = call(base, "POST", "/api/v1/scopes/prod/recall", key, {"query": "Where do visitors park?"})
+    assert status == 200 and json.loads(body)["outcome"] == "prefetch" and json.loads(body)["sections"][0]["text"] == "Car park B."
+
+    status, _, body = call(base, "POST", "/api/v1/scopes/prod/recall", key, {"query": 5})
+    assert status == 422 and b"Traceback" not in body
+    status, headers, body = call(base, "GET", "/api/v1/docs")
+    assert status == 200 and b"/static/ninja/swagger-ui-bundle.js" in body and b"cdn" not in body.lower()
+    status, headers, body = call(base, "GET", "/static/ninja/swagger-ui-bundle.js")
+    assert status == 200 and len(body) > 100_000
+    status, _, body = call(base, "GET", "/static/vendor/plotly-4.1.1.min.js")
+    assert status == 200
+
+    # The worker (beside beat, which sends the roll-up every 10 minutes) takes jobs from Redis.
+    start_jobs(tmp_path / "beat-schedule")
+    queue("trails.tasks.roll_up_task")
+    for _ in range(90):
+        if RecallStat.objects.filter(scope=scope).exists():
+            break
+        time.sleep(1)
+    assert RecallStat.objects.filter(scope=scope, outcome="prefetch").exists(), (tmp_path / "jobs.log").read_text()[-3000:]
+    assert (tmp_path / "beat-schedule").exists() or any(tmp_path.glob("beat-schedule*")), "beat did not start"

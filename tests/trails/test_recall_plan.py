@@ -1,0 +1,88 @@
+"""Recall's candidate read starts from the band keys whatever PostgreSQL's statistics say.
+
+A scope that grew after the last ANALYZE (autovacuum off, or a new tenant inside a big
+table) once got a plan that walked every trail of the scope: 21.9 s for one recall.
+These tests count the rows the plan reads, not its time, so they hold on a noisy box.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from scopes.models import Scope, Section
+from trails.management.commands.ragtrail_bench import QuestionMaker
+from trails.matching import sign
+from trails.models import BandKey, Citation, Step, Trail, TrailStatus
+from trails.record import RecordInput, StepInput, TrailRows
+
+TRAILS = 3000
+
+
+def rows_read(plan: dict, table: str) -> int:
+    """Rows a plan node tree examined in `table` (returned or filtered away), over all loops."""
+    total = 0
+    if plan.get("Relation Name") == table:
+        per_loop = plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0) + plan.get("Rows Removed by Index Recheck", 0)
+        total += per_loop * plan.get("Actual Loops", 1)
+    for child in plan.get("Plans", []):
+        total += rows_read(child, table)
+    return total
+
+
+@pytest.fixture
+def grown_scope(db):
+    if connection.vendor != "postgresql":
+        pytest.skip("the plan is PostgreSQL's (as in CI)")
+    with connection.cursor() as cursor:
+        for model in (Trail, BandKey, Citation, Step):
+            cursor.execute(f"ANALYZE {model._meta.db_table}")  # the last ANALYZE: before the scope grew
+    scope = Scope.objects.create(slug="grown", matcher="lexical")
+    Section.upsert(scope, {"s": "a section"})
+    current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+    now = timezone.now()
+    maker = QuestionMaker(seed=3)
+    questions = [maker.question() for _ in range(TRAILS)]
+    rows = [
+        TrailRows.build(scope, RecordInput(query=query, cited=["s"], steps=[StepInput("search", {"q": query}, ["s"])], signal="accepted"),
+                        current, TrailStatus.ACTIVE, "", now)
+        for query in questions
+    ]
+    TrailRows.save_all(rows)
+    scope.asked = questions[1234]
+    return scope
+
+
+def candidate_statement(scope: Scope, query: str) -> tuple[str, list]:
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        captured.append((sql, params))
+        return execute(sql, params, many, context)
+
+    question = sign(scope, query, "")
+    with connection.execute_wrapper(capture):
+        found = Trail.objects.candidates(scope, "", question.keys, timezone.now())
+    assert found, "the stored question must be found"
+    return captured[-1]
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+def test_candidate_read_touches_a_few_trails_not_the_scope_without_fresh_statistics(grown_scope, plan_mode):
+    sql, params = candidate_statement(grown_scope, grown_scope.asked)
+    import psycopg
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL plan_cache_mode = {plan_mode}")
+    # A server-binding cursor, as recall uses: the generic plan is the one a prepared statement runs.
+    server = psycopg.Cursor(connection.connection)
+    server.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.replace("%s", "%s"), params)
+    plan = server.fetchone()[0]
+    plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    trails_read = rows_read(plan, Trail._meta.db_table)
+    keys_read = rows_read(plan, BandKey._meta.db_table)
+    assert trails_read <= 50, f"{trails_read} trail rows read of {TRAILS}"
+    assert keys_read <= 500, f"{keys_read} band-key rows read"
+    assert rows_read(plan, Citation._meta.db_table) <= 50 and rows_read(plan, Step._meta.db_table) <= 50
