@@ -67,6 +67,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "ragtrail_site.strict_json.StrictJsonMiddleware",
+    "ragtrail_site.db_deadline.DatabaseDeadlineMiddleware",
 ]
 
 ROOT_URLCONF = "ragtrail_site.urls"
@@ -111,6 +112,10 @@ LOGIN_URL = "admin:login"
 
 # Request bodies past this size answer 413; section upserts are the largest callers.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024)
+
+# A database call of an API request that gets no answer for this long (a hung server,
+# which enforces no statement_timeout) has its socket shut and answers 503 (db_deadline.py).
+RAGTRAIL_DB_DEADLINE_S = float(env_str("RAGTRAIL_DB_DEADLINE_S", "8"))
 
 # Matching parameters shared by every scope. Changing them needs a reindex of
 # stored trails, since signatures carry the parameters they were made with.

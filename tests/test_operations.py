@@ -179,3 +179,28 @@ def test_api_errors_never_show_a_traceback(api, scope, settings):
     assert settings.DEBUG is False
     response = api.call("post", "/scopes/hospital/recall", raw=b"{not json")
     assert response.status_code == 400 and "Traceback" not in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_database_answers_503_within_the_deadline_not_after_the_pause(api, scope, settings):
+    import signal
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a hung PostgreSQL backend (as in CI)")
+    settings.RAGTRAIL_DB_DEADLINE_S = 1.0
+    assert api.recall("hospital", query="Where do visitors park?").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    os.kill(backend, signal.SIGSTOP)  # the server process serving this connection hangs
+    try:
+        started = time.perf_counter()
+        response = api.recall("hospital", query="Where do visitors park?")
+        elapsed = time.perf_counter() - started
+    finally:
+        os.kill(backend, signal.SIGCONT)
+        connection.close()
+    assert response.status_code == 503 and response["Retry-After"] == "5", response.content
+    assert elapsed < 4, elapsed
+    # The next request gets a fresh connection and is answered.
+    assert api.recall("hospital", query="Where do visitors park?").status_code == 200

@@ -318,17 +318,27 @@ def drop_scope(scope: Scope) -> None:
     """Deletes a scope with all its rows, by scope, in bulk: for benchmark and evaluation
     scopes, whose millions of rows row-by-row cascades would take minutes over."""
     trails = Trail.objects.filter(scope=scope)
-    for queryset in (
-        RecallEvent.objects.filter(scope=scope),
-        BandKey.objects.filter(scope=scope),
-        Citation.objects.filter(scope=scope),
-        Step.objects.filter(trail__in=trails),
-        TrailSignal.objects.filter(trail__in=trails),
-        trails,
-        Section.objects.filter(scope=scope),
-    ):
-        queryset._raw_delete(queryset.db)
-    scope.delete()
+    postgres = connection.vendor == "postgresql"
+    if postgres:
+        with connection.cursor() as cursor:
+            # Bulk deletes of a whole scope may take longer than the request budget.
+            cursor.execute("SET statement_timeout = 0")
+    try:
+        for queryset in (
+            RecallEvent.objects.filter(scope=scope),
+            BandKey.objects.filter(scope=scope),
+            Citation.objects.filter(scope=scope),
+            Step.objects.filter(trail__in=trails),
+            TrailSignal.objects.filter(trail__in=trails),
+            trails,
+            Section.objects.filter(scope=scope),
+        ):
+            queryset._raw_delete(queryset.db)
+        scope.delete()
+    finally:
+        if postgres:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET statement_timeout")  # back to the connection's own
 
 
 def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) -> int:

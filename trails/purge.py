@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
+from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
 from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail
@@ -168,8 +169,6 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
         cleaned = pii.redact(event.query, rules)
         if cleaned != event.query:
             RecallEvent.objects.filter(id=event.id).update(query=cleaned)
-    from trails import tool_results
-
     tool_results.forget_scope(run.scope)
     run.finish()
     return run

@@ -115,3 +115,12 @@ def test_embedder_is_loaded_once_per_process():
     assert get_embedder() is get_embedder()
     vector = get_embedder().embed("hello")
     assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-4
+
+
+def test_the_model_runs_one_torch_thread_per_process_by_default(settings):
+    import torch
+
+    get_embedder().embed("hello")
+    # Under gunicorn each worker runs its own torch: one thread each keeps 2 workers on
+    # 2 cores from oversubscribing the CPU (issue 12).
+    assert settings.RAGTRAIL_TORCH_THREADS == 1 and torch.get_num_threads() == 1

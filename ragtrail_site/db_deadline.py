@@ -1,0 +1,95 @@
+"""A client-side deadline on the database calls of API requests.
+
+PostgreSQL's statement_timeout is enforced by the server; a server that hangs (stopped,
+swapping, a frozen VM) enforces nothing, and a request waited as long as the pause lasted
+while gunicorn killed its workers. Here one watchdog thread per process shuts the socket of
+any call past its deadline: the call fails at once with an OperationalError, which the API
+answers as a 503 with Retry-After, and Django drops the broken connection.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import socket
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection
+
+
+class Watchdog:
+    """Shuts the sockets of watched calls that outlive their deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int]] = []
+        self._active: set[int] = set()
+        self._ids = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, fd: int, seconds: float) -> int:
+        token = next(self._ids)
+        with self._wake:
+            self._active.add(token)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, fd))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="db-deadline", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return token
+
+    def release(self, token: int) -> None:
+        with self._wake:
+            self._active.discard(token)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while self._heap and self._heap[0][1] not in self._active:
+                    heapq.heappop(self._heap)  # finished in time
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                deadline, token, fd = self._heap[0]
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+                self._active.discard(token)
+            try:
+                # A duplicate of the descriptor, shut down: the connection's own socket
+                # sees end of input, and the waiting call raises.
+                with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as stuck:
+                    stuck.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile
+
+
+WATCHDOG = Watchdog()
+
+
+def _with_deadline(execute, sql, params, many, context):
+    raw = getattr(context["connection"], "connection", None)
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is None:
+        return execute(sql, params, many, context)
+    token = WATCHDOG.watch(pgconn.socket, settings.RAGTRAIL_DB_DEADLINE_S)
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        WATCHDOG.release(token)
+
+
+class DatabaseDeadlineMiddleware:
+    """Puts the deadline on every database call of an API request (PostgreSQL only)."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path.startswith("/api/") and connection.vendor == "postgresql":
+            with connection.execute_wrapper(_with_deadline):
+                return self.get_response(request)
+        return self.get_response(request)
