@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -76,11 +77,11 @@ def test_a_body_that_is_not_json_answers_415(api, sections):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_database_that_refuses_connections_answers_json_503_with_retry_after(api, scope):
+    if connection.vendor != "postgresql":
+        pytest.skip("a database server that refuses connections (PostgreSQL, as in CI); SQLite's test database lives in memory")
     saved = dict(connection.settings_dict)
     connection.close()
     connection.settings_dict["HOST"], connection.settings_dict["PORT"] = "127.0.0.1", str(_free_port())
-    if connection.vendor == "sqlite":
-        connection.settings_dict["NAME"] = "/nonexistent-folder/db.sqlite3"
     try:
         started = time.perf_counter()
         response = api.recall("hospital", query="Where do visitors park?")
@@ -99,50 +100,55 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-class HungServer:
-    """Accepts connections and never answers: a Redis stopped with SIGSTOP looks like this."""
+class RedisServer:
+    """A real redis-server of the test's own on a spare port, to stop or pause (SIGSTOP)."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
+        if not shutil.which("redis-server"):
+            pytest.skip("redis-server is not installed (CI has it)")
+        self.port = _free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for _ in range(100):
             try:
-                conn, _ = self.sock.accept()
-            except OSError:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
-            self.held.append(conn)
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
 
     def close(self) -> None:
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
+        self.process.send_signal(signal.SIGCONT)
+        self.process.terminate()
+        self.process.wait(timeout=10)
 
 
-@pytest.mark.parametrize("fault", ["down", "hung"])
+@pytest.mark.parametrize("fault", ["stopped", "paused"])
 def test_tool_results_degrade_within_the_socket_timeout_when_redis_is_away(api, sections, fault):
     policy = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 60}]}
     assert api.call("put", "/scopes/hospital/tool-policies", policy).status_code == 200
-    hung = HungServer() if fault == "hung" else None
-    port = hung.port if hung else _free_port()
-    caches = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0",
+    redis = RedisServer()
+    caches = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{redis.port}/0",
                           "OPTIONS": {"socket_timeout": 0.25, "socket_connect_timeout": 0.25}}}
     call = {"tool": "search", "args": {"q": "parking"}, "context": {}}
     try:
         with override_settings(CACHES=caches):
+            # Mid-traffic: the cache answers, then goes away.
+            assert api.call("put", "/scopes/hospital/tool-results", {**call, "result": "R"}).json()["stored"] is True
+            assert api.call("post", "/scopes/hospital/tool-results/lookup", call).json()["hit"] is True
+            if fault == "stopped":
+                redis.close()
+            else:
+                redis.process.send_signal(signal.SIGSTOP)
             started = time.perf_counter()
             looked = api.call("post", "/scopes/hospital/tool-results/lookup", call)
             stored = api.call("put", "/scopes/hospital/tool-results", {**call, "result": "R"})
             stats = api.call("get", "/scopes/hospital/tool-results/stats")
             elapsed = time.perf_counter() - started
     finally:
-        if hung:
-            hung.close()
+        redis.close()
     assert looked.status_code == 200 and looked.json() == {"hit": False, "result": None, "age_s": None, "reason": "cache_unavailable"}
     assert stored.status_code == 200 and stored.json()["stored"] is False and stored.json()["reason"] == "cache_unavailable"
     assert stats.status_code == 503 and stats.json()["error"]["code"] == "cache_unavailable"
@@ -183,8 +189,6 @@ def test_api_errors_never_show_a_traceback(api, scope, settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_hung_database_answers_503_within_the_deadline_not_after_the_pause(api, scope, settings):
-    import signal
-
     if connection.vendor != "postgresql":
         pytest.skip("a hung PostgreSQL backend (as in CI)")
     settings.RAGTRAIL_DB_DEADLINE_S = 1.0
