@@ -16,7 +16,6 @@ from typing import Any, Iterable
 
 from django.db import transaction
 from django.db.models import Prefetch
-from django.utils import timezone
 
 from trails import tool_results
 from trails.core import pii
