@@ -32,11 +32,15 @@ class Watchdog:
         token = next(self._ids)
         with self._wake:
             self._active.add(token)
-            heapq.heappush(self._heap, (time.monotonic() + seconds, token, fd))
+            entry = (time.monotonic() + seconds, token, fd)
+            heapq.heappush(self._heap, entry)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="db-deadline", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            # Every deadline is as long as the others, so a new one is the earliest only
+            # when nothing else is watched: wake the thread then, not on every statement.
+            if self._heap[0] is entry:
+                self._wake.notify()
         return token
 
     def release(self, token: int) -> None:

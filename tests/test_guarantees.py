@@ -166,23 +166,19 @@ def test_purge_confirm_runs_the_previewed_subject_not_what_the_field_now_says(ap
 @override_settings(RAGTRAIL_PURGE_INLINE_LIMIT=0)
 def test_purge_with_the_broker_down_is_marked_failed_and_forgets_the_subject(api, scope, sections):
     from ragtrail_site.celery import app as celery_app
+    from tests.trails.test_worker import use_conf
 
     api.record("hospital", query="Can Ann Archer visit the ICU?", cited=["visiting/icu"])
     staff = Client()
     staff.force_login(User.objects.create_user("olga", password="x", is_staff=True))
     saved = {k: celery_app.conf[k] for k in ("broker_url", "task_always_eager", "task_publish_retry", "broker_connection_timeout")}
-    celery_app.conf.update(broker_url="redis://127.0.0.1:1/0", task_always_eager=False, task_publish_retry=False, broker_connection_timeout=1)
-    celery_app.close()
-    celery_app.amqp._producer_pool = None
+    use_conf(broker_url="redis://127.0.0.1:1/0", task_always_eager=False, task_publish_retry=False, broker_connection_timeout=1)
     try:
         preview = staff.post("/ops/hospital/purge/", {"subject": "Ann Archer", "action": "redact", "step": "preview"})
         run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
         response = staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id}, follow=True)
     finally:
-        celery_app.conf.update(saved)
-        celery_app.close()
-        celery_app.amqp._producer_pool = None
-        celery_app._local.__dict__.pop("backend", None)  # made while the broker was away
+        use_conf(saved)
     assert response.status_code == 200 and "could not be queued" in response.content.decode()
     run = PurgeRun.objects.get(public_id=run_id)
     assert (run.state, run.subject) == ("failed", "")

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.dispatch import receiver
 from django.utils import timezone
 
-from scopes.models import Scope, Section, sections_changed
+from scopes.models import Scope, Section, new_policy_version, sections_changed
 from trails.charts import HourCounts
 from trails.core import toolkey
 from trails.core.hint import RecordedStep
@@ -427,8 +427,6 @@ class TrailSignal(models.Model):
 
 def bump_tool_policy_version(scope_ids) -> None:
     # Processes cache policies by the scope's version; a new random one makes them reload.
-    from scopes.models import new_policy_version
-
     for scope_id in set(scope_ids):
         Scope.objects.filter(pk=scope_id).update(tool_policy_version=new_policy_version())
 

@@ -313,7 +313,7 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
     progress. A run that cannot be queued fails at once, keeping no subject."""
     run.state = PurgeRun.State.QUEUED
     run.save(update_fields=["state"])
-    if (run.total if run.trail_ids is not None else Trail.objects.filter(scope=run.scope).count()) <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:
+    if run.total <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:  # the previewed set's size
         run_purge(run.id)
     else:
         try:

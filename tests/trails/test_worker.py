@@ -44,6 +44,7 @@ def use_conf(*args, **kwargs) -> None:
     celery_app.conf.update(*args, **kwargs)
     celery_app.close()
     celery_app.amqp._producer_pool = None
+    celery_app._local.__dict__.pop("backend", None)  # made under the old configuration
 
 
 def stop_worker(process, saved) -> None:
