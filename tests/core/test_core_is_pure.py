@@ -5,7 +5,7 @@ import sys
 def test_core_imports_without_django():
     code = (
         "import sys\n"
-        "import trails.core.banding, trails.core.budget, trails.core.guard, trails.core.hint, "
+        "import trails.core.banding, trails.core.budget, trails.core.calibration, trails.core.guard, trails.core.hint, "
         "trails.core.minhash, trails.core.normalise, trails.core.refusal, trails.core.sections, trails.core.validation\n"
         "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), 'django was imported'\n"
     )
