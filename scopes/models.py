@@ -58,10 +58,11 @@ class Scope(models.Model):
     band_rows = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Override of the rows per band derived from the threshold."
     )
-    # The defaults are the measured best on the Quora dev pairs (see README, "Matching").
+    # The threshold defaults keep a 2 % false-hit bound at 95 % confidence on the fit split
+    # of the Quora dev pairs (trails/calibration.json; README, "How matching works").
     matcher = models.CharField(max_length=16, choices=Matcher.choices, default=Matcher.EMBEDDING)
     embedding_threshold = models.FloatField(
-        default=0.9375,
+        default=0.9475,
         validators=[MinValueValidator(0.5), MaxValueValidator(0.999)],
         help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
     )
@@ -86,6 +87,21 @@ class Scope(models.Model):
     keep_raw_queries = models.BooleanField(
         default=False, help_text="Keep the query text of recall events (otherwise only outcomes and scores)."
     )
+    max_false_hit_rate = models.FloatField(
+        default=0.02,
+        validators=[MinValueValidator(0.001), MaxValueValidator(0.2)],
+        help_text="The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the "
+        "lowest whose 95 % upper confidence bound on the calibration pairs is within it.",
+    )
+    false_hit_reports_to_pending = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1)],
+        help_text="Agents' 'not helpful' reports on recalls that send a trail back to pending approval.",
+    )
+    # Raised (never lowered) from the scope's own labelled recalls when they show with
+    # confidence that the bound is broken at the configured threshold; None: not needed.
+    learned_lexical_threshold = models.FloatField(null=True, blank=True, editable=False)
+    learned_embedding_threshold = models.FloatField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["slug"]
@@ -120,6 +136,16 @@ class Scope(models.Model):
     def lexicon(self) -> Lexicon:
         """The guard's synonym lexicon, from the `synonyms` text."""
         return Lexicon.from_groups(line.split(",") for line in self.synonyms.splitlines() if line.strip())
+
+    @property
+    def lexical_threshold_in_use(self) -> float:
+        """The configured threshold, or the one the scope's labels demand where higher.
+        A higher threshold needs no re-banding: the configured layout finds a superset."""
+        return max(self.lexical_threshold, self.learned_lexical_threshold or 0.0)
+
+    @property
+    def embedding_threshold_in_use(self) -> float:
+        return max(self.embedding_threshold, self.learned_embedding_threshold or 0.0)
 
     @property
     def uses_lexical(self) -> bool:

@@ -67,12 +67,28 @@ def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
     api = ApiClient(ApiKey.issue([scope])[1])
     api.record("docs", query="How do I reset the device?", cited=["s"])
     before = set(BandKey.objects.values_list("key", flat=True))
-    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days", "pending_ttl_days", "event_retention_days")}
+    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
+                                           "pending_ttl_days", "event_retention_days", "max_false_hit_rate", "false_hit_reports_to_pending")}
     form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     assert any("Re-signed 1 trail" in str(m) for m in response.context["messages"])
     assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
     assert api.recall("docs", query="How do I reset the device?").json()["outcome"] == "prefetch"
+
+
+def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_calibration(admin_client):
+    from trails.calibration import thresholds_for
+
+    scope = Scope.objects.create(slug="docs", matcher="lexical")
+    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget",
+                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reports_to_pending")}
+    form.update({"max_false_hit_rate": 0.005, "synonyms": "", "band_count": "", "band_rows": ""})
+    response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
+    assert any("Thresholds set for a 0.5% false-hit bound" in str(m) for m in response.context["messages"])
+    scope.refresh_from_db()
+    expected = thresholds_for(0.005)
+    assert scope.embedding_threshold == expected["embedding_threshold"] > Scope._meta.get_field("embedding_threshold").default
+    assert scope.lexical_threshold == expected["lexical_threshold"] > Scope._meta.get_field("lexical_threshold").default
 
 
 def test_speed_benchmark_runs_and_finds_every_stored_question(db):
@@ -96,10 +112,14 @@ def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
     out = StringIO()
     call_command("ragtrail_match_bench", "--pairs", str(path), stdout=out)
     lines = out.getvalue().splitlines()
-    embedding_default = next(line for line in lines if line.startswith("embedding default"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("embedding default"))
+    all_pairs, fit, held_out = lines[start + 1:start + 4]
     # The paraphrase is found (1 of 1 duplicates), the look-alike is not, and the
-    # identical question labelled "not duplicate" is a false hit (1 of 2).
-    assert embedding_default.split("|")[0].split(":", 1)[1].split() == ["correct", "100.00%", "wrong", "0.00%", "false", "50.00%", "other", "0.00%"]
+    # identical question labelled "not duplicate" is a false hit (1 of 2), each with its interval.
+    assert all_pairs.split()[:4] == ["all", "pairs", "correct", "100.00%"]
+    assert "(1/1)" in all_pairs and "false 50.00% [1.26%, 98.74%] (1/2)" in all_pairs
+    assert "fit split (even lines)" in fit and "(1/1)" in fit and "(1/1)" in fit.split("false")[1]
+    assert "validation split (odd lines, not fitted)" in held_out and "false  0.00% [0.00%, 97.50%] (0/1)" in held_out
 
 
 def test_tool_cache_benchmark_runs(db):

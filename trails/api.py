@@ -9,11 +9,14 @@ from ninja import Router, Status
 from scopes.auth import granted_scope
 from trails.errors import RequestRefused
 from trails import tool_results
+from trails.feedback import give_feedback
 from trails.models import ToolPolicy, Trail
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, record
 from trails.schemas import (
     FeedbackIn,
+    RecallFeedbackIn,
+    RecallFeedbackOut,
     RecallIn,
     RecallOut,
     RecordIn,
@@ -105,6 +108,21 @@ def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackI
     except ValueError as refusal:
         raise RequestRefused(409, "conflict", str(refusal), field="vote") from None
     return _trail_json(trail)
+
+
+@router.post("/{scope}/recalls/{recall_id}/feedback", response=RecallFeedbackOut)
+def recall_feedback(request: HttpRequest, scope: str, recall_id: str, payload: RecallFeedbackIn):
+    """An agent's verdict on what a recall served. "Not helpful" on a prefetch or hint is a
+    reported false hit: at the scope's number of reports the trail goes back to pending."""
+    event = give_feedback(granted_scope(request, scope), recall_id, payload.helpful, payload.reason)
+    trail = Trail.objects.filter(pk=event.trail_id).only("public_id", "status", "false_hit_reports").first()
+    return {
+        "recall_id": str(event.public_id),
+        "helpful": event.helpful,
+        "trail_id": str(trail.public_id) if trail else None,
+        "trail_status": trail.status if trail else None,
+        "false_hit_reports": trail.false_hit_reports if trail else None,
+    }
 
 
 @router.get("/{scope}/tool-policies", response=ToolPoliciesOut, tags=["tool results"])

@@ -73,7 +73,7 @@ def score_candidates(
     """Scores candidates with the scope's matchers; returns those that pass, best first
     (equal scores: the newest trail first).
 
-    Lexical: word-shingle Jaccard at the scope's threshold, and the guard with every
+    Lexical: word-shingle Jaccard at the scope's threshold in use, and the guard with every
     content term shared. Embedding: cosine at the scope's threshold, and the guard
     (numbers, negation, opposite terms, order of shared terms) with rewording free.
     A candidate embedded by another model is not compared by embedding. `guard=False`
@@ -97,8 +97,8 @@ def score_candidates(
     query_terms = question_terms(question.text, scope.lexicon)
     matches = []
     for i, candidate in enumerate(candidates):
-        lexical_pass = scope.uses_lexical and jaccards[i] >= scope.lexical_threshold
-        embedding_pass = scope.uses_embedding and cosines[i] >= scope.embedding_threshold
+        lexical_pass = scope.uses_lexical and jaccards[i] >= scope.lexical_threshold_in_use
+        embedding_pass = scope.uses_embedding and cosines[i] >= scope.embedding_threshold_in_use
         if not (lexical_pass or embedding_pass):
             continue
         terms = question_terms(candidate.query, scope.lexicon)

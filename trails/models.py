@@ -36,6 +36,7 @@ class Signal(models.TextChoices):
     UP = "up", "Approved"
     DOWN = "down", "Rejected"
     REINSTATE = "reinstate", "Rejection reversed by an operator"
+    REPORTED = "reported", "Reported not helpful by agents"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
@@ -209,6 +210,9 @@ class Trail(models.Model):
     last_hit_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
+    # Agents' "not helpful" reports on recalls that served this trail, since it was
+    # last approved; at the scope's number it goes back to pending.
+    false_hit_reports = models.PositiveIntegerField(default=0, db_default=0)
 
     objects = TrailQuerySet.as_manager()
 
@@ -283,6 +287,11 @@ class Trail(models.Model):
         else:
             raise ValueError(f"unknown vote {vote!r}")
         self._change_status(vote, allowed, status, reason, by, now, "a {status} trail cannot be approved")
+        if status == TrailStatus.REJECTED and RecallEvent.objects.filter(trail_id=self.pk).exists():
+            # The recalls that served a rejected trail are labels the scope learns from.
+            from trails.feedback import learn_thresholds
+
+            learn_thresholds(Scope.objects.get(pk=self.scope_id))
 
     def reinstate(self, by: str, now: datetime | None = None) -> None:
         """Reverses a rejection: the trail goes back to pending, to be approved again.
@@ -305,6 +314,10 @@ class Trail(models.Model):
             at = now or timezone.now()
             locked.status, locked.reason = status, reason
             fields = ["status", "reason"]
+            if status == TrailStatus.ACTIVE:
+                # An approval answers the reports so far: counting starts again.
+                locked.false_hit_reports = 0
+                fields.append("false_hit_reports")
             if status != TrailStatus.REJECTED:
                 locked.expires_at = locked.scope.expiry_for(active=status == TrailStatus.ACTIVE, now=at)
                 fields.append("expires_at")
@@ -312,6 +325,41 @@ class Trail(models.Model):
             source = TrailSignal.Source.OPERATOR if signal == Signal.REINSTATE else TrailSignal.Source.FEEDBACK
             TrailSignal.objects.create(trail=locked, signal=signal, source=source, by=by[:150], created_at=at)
         self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+
+    def report_false_hit(self, reason: str = "", now: datetime | None = None) -> bool:
+        """Counts an agent's "not helpful" report on a recall that served this trail.
+
+        At the scope's `false_hit_reports_to_pending` an active trail goes back to
+        pending (not served until an operator approves it again), with the reason in
+        its status and signal history. Reports are counted under the row lock, so
+        racing reports each count once.
+
+        Returns:
+            Whether this report sent the trail back to pending.
+        """
+        with transaction.atomic():
+            locked = Trail.objects.select_for_update().select_related("scope").get(pk=self.pk)
+            at = now or timezone.now()
+            locked.false_hit_reports += 1
+            fields = ["false_hit_reports"]
+            demoted = (
+                locked.status == TrailStatus.ACTIVE
+                and locked.false_hit_reports >= locked.scope.false_hit_reports_to_pending
+            )
+            if demoted:
+                locked.status = TrailStatus.PENDING
+                # The agent's words go to the signal history, not to the status line.
+                locked.reason = f"reported not helpful {locked.false_hit_reports} times"
+                locked.expires_at = locked.scope.expiry_for(active=False, now=at)
+                fields += ["status", "reason", "expires_at"]
+            locked.save(update_fields=fields)
+            if demoted:
+                TrailSignal.objects.create(
+                    trail=locked, signal=Signal.REPORTED, source=TrailSignal.Source.FEEDBACK, reason=reason[:500], created_at=at
+                )
+        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+        self.false_hit_reports = locked.false_hit_reports
+        return demoted
 
 
 def drop_scope(scope: Scope) -> None:
@@ -419,6 +467,8 @@ class TrailSignal(models.Model):
     signal = models.CharField(max_length=16, choices=Signal.choices)
     source = models.CharField(max_length=16, choices=Source.choices)
     by = models.CharField(max_length=150, blank=True, help_text="The operator, where one acted.")
+    # An agent's words with its report: caller-written, so purged like a query.
+    reason = models.CharField(max_length=500, blank=True, db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -500,9 +550,17 @@ class RecallEvent(models.Model):
     calls_saved = models.PositiveSmallIntegerField(default=0)
     tokens_saved = models.PositiveIntegerField(default=0)
     query = models.TextField(blank=True)
+    # The agent's verdict on what the recall served (POST .../recalls/{id}/feedback).
+    helpful = models.BooleanField(null=True, blank=True)
+    feedback_reason = models.CharField(max_length=500, blank=True, db_default="")
+    feedback_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["scope", "created_at"], name="recallevent_scope_time")]
+        indexes = [
+            models.Index(fields=["scope", "created_at"], name="recallevent_scope_time"),
+            # The scope's labelled recalls, which its learned threshold is computed from.
+            models.Index(fields=["scope", "feedback_at"], name="recallevent_labelled", condition=Q(feedback_at__isnull=False)),
+        ]
 
 
 def _prep(model: type[models.Model], field: str, value):

@@ -3,7 +3,8 @@
 A caller writes a trail's query, partition, idempotency key, steps (tool names, their
 arguments' keys and values, the section ids they returned) and cited section ids, and a
 recall event's query. A purge checks all of them: text is redacted where it can be (and
-the trail re-signed, so matching follows the new text); a trail whose section ids hold
+the trail re-signed, so matching follows the new text), and so are the reasons agents
+give with feedback (on recall events and in trails' signal history); a trail whose section ids hold
 the data is deleted, since a citation cannot be redacted without breaking the path.
 Every purge also drops the scope's cached tool results, whose contents are opaque.
 
@@ -20,7 +21,7 @@ from django.db.models import Prefetch
 from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail
+from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal
 from trails.reindex import resign
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
@@ -163,11 +164,17 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             run.last_trail_id, run.processed = batch[-1].id, run.processed + len(batch)
             run.matched += len(doomed) + len(dirty)
             run.save(update_fields=["last_trail_id", "processed", "matched"])
-    # Raw queries of recall events (kept only where a scope allows) are redacted too.
-    for event in RecallEvent.objects.filter(scope=run.scope).exclude(query="").only("id", "query").iterator():
-        cleaned = pii.redact(event.query, rules)
-        if cleaned != event.query:
-            RecallEvent.objects.filter(id=event.id).update(query=cleaned)
+    # Raw queries of recall events (kept only where a scope allows) and agents' feedback
+    # reasons are redacted too.
+    for model, rows, field in (
+        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(query=""), "query"),
+        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(feedback_reason=""), "feedback_reason"),
+        (TrailSignal, TrailSignal.objects.filter(trail__scope=run.scope).exclude(reason=""), "reason"),
+    ):
+        for row_id, text in rows.values_list("id", field).iterator():
+            cleaned = pii.redact(text, rules)
+            if cleaned != text:
+                model.objects.filter(id=row_id).update(**{field: cleaned})
     tool_results.forget_scope(run.scope)
     run.finish()
     return run

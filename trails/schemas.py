@@ -95,6 +95,20 @@ class FeedbackIn(StrictSchema):
     vote: Literal["up", "down"]
 
 
+class RecallFeedbackIn(StrictSchema):
+    helpful: bool
+    reason: Annotated[str, Field(max_length=500)] = ""
+
+
+class RecallFeedbackOut(Schema):
+    recall_id: str
+    helpful: bool
+    trail_id: Optional[str]
+    # The trail's state after this feedback: "pending" when the reports sent it back.
+    trail_status: Optional[str]
+    false_hit_reports: Optional[int]
+
+
 ToolName = Annotated[str, Field(min_length=1, max_length=200)]
 ArgName = Annotated[str, Field(min_length=1, max_length=200)]
 

@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,7 +27,7 @@ from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from trails.errors import RequestRefused
 from trails.forms import PurgeForm, ReplayForm, TrailFilterForm
-from trails.models import SIMILARITY_BINS, PurgeRun, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.models import SIMILARITY_BINS, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
 from trails.purge import preview as preview_purge
 from trails.purge import run_purge
 from trails.recall import recall
@@ -90,7 +90,12 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS),
     }
     totals = charts.totals(rows)
+    judged = RecallEvent.objects.filter(scope=found, feedback_at__gte=start).aggregate(
+        judged=Count("id"), reported=Count("id", filter=Q(helpful=False))
+    )
     return _scope_page(request, "trails/overview.html", found, {
+        "judged": judged["judged"],
+        "false_hit_reports": judged["reported"],
         "window": window,
         "windows": list(WINDOWS),
         "totals": totals,

@@ -26,9 +26,12 @@ def outcome(api: ApiClient, stored: str, asked: str, **extra) -> dict:
     return api.recall("help", query=asked, **extra).json()
 
 
-def test_new_scopes_default_to_the_measured_best_matcher(semantic):
+def test_new_scopes_default_to_the_thresholds_calibrated_for_their_bound(semantic):
+    from trails.calibration import thresholds_for
+
     scope, _ = semantic
-    assert (scope.matcher, scope.embedding_threshold) == ("embedding", 0.9375)
+    assert scope.matcher == "embedding" and scope.max_false_hit_rate == 0.02
+    assert thresholds_for(0.02) == {"lexical_threshold": scope.lexical_threshold, "embedding_threshold": scope.embedding_threshold}
 
 
 @pytest.mark.parametrize(

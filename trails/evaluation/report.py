@@ -66,8 +66,11 @@ def headline(report: dict) -> list[list[str]]:
         for matcher, point in results["matching"]["defaults"].items():
             threshold = point["embedding_threshold"] if matcher == "embedding" else point["lexical_threshold"]
             label = f"Matching, {matcher} default" + (f" @ {threshold}" if matcher != "both" else "")
-            rows.append([label, f"correct hits {_pct(point['all']['correct_rate'])}, false hits {_pct(point['all']['false_rate'])}, "
-                                f"wrong {_pct(point['all']['wrong_rate'])} ({results['matching']['pairs']:,} pairs)"])
+            held = point["odd"]
+            rows.append([label + ", validation split (not fitted)",
+                         f"correct hits {_pct(held['correct_rate'])} [{_pct(held['correct_ci'][0])}, {_pct(held['correct_ci'][1])}], "
+                         f"false hits {_pct(held['false_rate'])} [{_pct(held['false_ci'][0])}, {_pct(held['false_ci'][1])}] (95 % CI), "
+                         f"wrong {_pct(held['wrong_rate'])} ({held['duplicates'] + held['distinct']:,} pairs)"])
     if "staleness" in results:
         for arm in results["staleness"]["results"]:
             r, t = arm["ragtrail"], arm["text_cache"]

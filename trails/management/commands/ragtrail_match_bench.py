@@ -16,9 +16,19 @@ from trails.evaluation import matching
 DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"
 
 
+SPLITS = {"all": "all pairs", "even": "fit split (even lines)", "odd": "validation split (odd lines, not fitted)"}
+
+
 def row(rates: dict) -> str:
     return (f"correct {rates['correct_rate']:6.2%}  wrong {rates['wrong_rate']:6.2%}  false {rates['false_rate']:6.2%}  "
             f"other {rates['other_rate']:6.2%}")
+
+
+def interval_row(rates: dict) -> str:
+    (cl, ch), (fl, fh) = rates["correct_ci"], rates["false_ci"]
+    return (f"correct {rates['correct_rate']:6.2%} [{cl:.2%}, {ch:.2%}] ({rates['correct']}/{rates['duplicates']})  "
+            f"false {rates['false_rate']:6.2%} [{fl:.2%}, {fh:.2%}] ({rates['false']}/{rates['distinct']})  "
+            f"wrong {rates['wrong_rate']:6.2%}  other {rates['other_rate']:6.2%}")
 
 
 class Command(BaseCommand):
@@ -35,6 +45,9 @@ class Command(BaseCommand):
             for point in points:
                 self.stdout.write(f"{arm:21} {point['threshold']:<6}  " + " | ".join(row(point[h]) for h in ("all", "even", "odd")))
         for matcher, point in result["defaults"].items():
-            self.stdout.write(f"\n{matcher} default: " + " | ".join(row(point[h]) for h in ("all", "even", "odd")))
+            self.stdout.write(f"\n{matcher} default (lexical {point['lexical_threshold']}, embedding {point['embedding_threshold']}), "
+                              "rates with 95 % Clopper-Pearson intervals:")
+            for half, name in SPLITS.items():
+                self.stdout.write(f"  {name:41} " + interval_row(point[half]))
             self.stdout.write(f"  recall p50 {point['timing']['recall_p50_ms']:.2f} ms (embedding served from the batch), "
                               f"candidates per lookup {point['candidates_per_lookup']:.2f}")

@@ -1,0 +1,36 @@
+"""The shipped calibration: matcher thresholds for a scope's false-hit bound.
+
+trails/calibration.json holds, per matcher, how many false hits the fit split gave at
+each threshold of a grid (written by `manage.py ragtrail_calibrate`). A scope's
+thresholds for its bound are the lowest whose one-sided 95 % upper bound is within it.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from trails.core.calibration import upper_bound
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+
+
+@lru_cache(maxsize=1)
+def shipped() -> dict:
+    return json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
+
+
+def threshold_for(matcher: str, bound: float, fit: dict | None = None) -> float:
+    """The lowest threshold of the fit's grid whose false-hit upper bound is within `bound`
+    (the grid's highest where none is)."""
+    fit = fit or shipped()
+    curve = fit["matchers"][matcher]["curve"]
+    for point in curve:
+        if upper_bound(point["false_hits"], fit["distinct"], fit["confidence"]) <= bound:
+            return point["threshold"]
+    return curve[-1]["threshold"]
+
+
+def thresholds_for(bound: float) -> dict[str, float]:
+    """{"lexical_threshold": ..., "embedding_threshold": ...} for a scope's bound."""
+    return {f"{matcher}_threshold": threshold_for(matcher, bound) for matcher in ("lexical", "embedding")}
