@@ -8,7 +8,7 @@ export HOST
 
 .PHONY: run test test-properties demo-new bench clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt

@@ -1,0 +1,31 @@
+"""ragtrail's Python client: typed calls to the JSON API, and `cached_tool` for an agent's tools.
+
+    from ragtrail_client import RagtrailClient
+    client = RagtrailClient("http://127.0.0.1:8000", api_key="rt_...", scope="hospital")
+    answer = client.recall("What are the ICU visiting hours?")
+"""
+from ragtrail_client.client import (
+    RagtrailClient,
+    RagtrailError,
+    Recall,
+    RecallFeedback,
+    Recorded,
+    SectionResult,
+    Step,
+    ToolLookup,
+    ToolStored,
+)
+from ragtrail_client.tools import cached_tool
+
+__all__ = [
+    "RagtrailClient",
+    "RagtrailError",
+    "Recall",
+    "RecallFeedback",
+    "Recorded",
+    "SectionResult",
+    "Step",
+    "ToolLookup",
+    "ToolStored",
+    "cached_tool",
+]

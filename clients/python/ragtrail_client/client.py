@@ -1,0 +1,276 @@
+"""Typed calls to ragtrail's JSON API, on the standard library alone.
+
+Calls that are safe to repeat (reads, recall, record with its idempotency key, PUTs,
+tool-result lookups and stores) are retried with exponential backoff on connection
+errors and on 502/503/504 (honouring Retry-After); votes and feedback are sent once.
+Every error the API answers is raised as `RagtrailError` carrying its JSON body.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+RETRYABLE_STATUSES = frozenset({502, 503, 504})
+
+
+class RagtrailError(Exception):
+    """An error answer from ragtrail (status >= 400), or no answer at all (status 0).
+
+    Attributes:
+        status: the HTTP status, 0 where the server could not be reached.
+        code: the API's error code ("invalid", "not_found", "conflict", ...).
+        field: the request field at fault, where the API names one.
+        body: the whole JSON error body.
+    """
+
+    def __init__(self, status: int, body: Mapping[str, Any] | None, message: str | None = None) -> None:
+        self.status = status
+        self.body = dict(body or {})
+        error = self.body.get("error") if isinstance(self.body.get("error"), dict) else {}
+        self.code: str = error.get("code", "unreachable" if status == 0 else "error")
+        self.field: str | None = error.get("field")
+        self.message: str = message or error.get("message") or f"HTTP {status}"
+        super().__init__(f"{status} {self.code}: {self.message}" + (f" (field: {self.field})" if self.field else ""))
+
+
+@dataclass(frozen=True)
+class SectionResult:
+    id: str
+    status: str  # "valid", "changed" or "deleted"
+    text: str | None = None
+    tokens: int | None = None
+    truncated: bool | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    section_ids: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "args": self.args, "section_ids": list(self.section_ids)}
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What recall answered: "prefetch" (sections' current text), "hint" or "miss"."""
+
+    outcome: str
+    recall_id: str | None
+    trail_id: str | None
+    matcher: str | None
+    similarity: float | None
+    matched_query: str | None
+    sections: tuple[SectionResult, ...]
+    steps: tuple[Step, ...]
+    hint: str | None
+    tokens: int
+    truncated: bool
+
+    @property
+    def hit(self) -> bool:
+        return self.outcome != "miss"
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Recall":
+        return cls(
+            outcome=body["outcome"], recall_id=body.get("recall_id"), trail_id=body.get("trail_id"),
+            matcher=body.get("matcher"), similarity=body.get("similarity"), matched_query=body.get("matched_query"),
+            sections=tuple(SectionResult(**s) for s in body.get("sections", [])),
+            steps=tuple(Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in body.get("steps", [])),
+            hint=body.get("hint"), tokens=body.get("tokens", 0), truncated=body.get("truncated", False),
+        )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    trail_id: str
+    status: str  # "active", or "pending" without a positive signal
+    reason: str | None
+    created: bool  # False where the idempotency key was seen before
+
+
+@dataclass(frozen=True)
+class RecallFeedback:
+    recall_id: str
+    helpful: bool
+    trail_id: str | None
+    trail_status: str | None
+    false_hit_reports: int | None
+
+
+@dataclass(frozen=True)
+class ToolLookup:
+    hit: bool
+    result: Any = None
+    age_s: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolStored:
+    stored: bool
+    ttl_s: int | None = None
+    reason: str | None = None
+
+
+class RagtrailClient:
+    """A client for one ragtrail server and API key; `scope` is the default scope of calls.
+
+    Args:
+        base_url: the server, e.g. "http://127.0.0.1:8000".
+        api_key: an `rt_...` key granted the scopes used.
+        scope: the scope calls use unless they name another.
+        timeout: seconds per attempt.
+        retries: further attempts of a safe call after a connection error or 502/503/504.
+        backoff: seconds before the first retry, doubled each time (with jitter).
+    """
+
+    def __init__(self, base_url: str, api_key: str, scope: str | None = None, *, timeout: float = 10.0,
+                 retries: int = 3, backoff: float = 0.2) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.scope = scope
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+
+    # --- sections -------------------------------------------------------------------
+    def put_sections(self, sections: Mapping[str, str], *, scope: str | None = None) -> dict[str, Any]:
+        """Creates or updates sections; returns counts, changed ids and each section's hash."""
+        body = {"sections": [{"id": k, "text": v} for k, v in sections.items()]}
+        return self._call("PUT", self._scoped(scope, "sections"), body, safe=True)
+
+    def get_section(self, section_id: str, *, scope: str | None = None) -> dict[str, Any]:
+        """{"id", "text", "hash", "updated_at"} of one section."""
+        return self._call("GET", self._scoped(scope, "sections", section_id), safe=True)
+
+    def delete_section(self, section_id: str, *, scope: str | None = None) -> None:
+        self._call("DELETE", self._scoped(scope, "sections", section_id), safe=True)
+
+    # --- recall, record, feedback ----------------------------------------------------
+    def recall(self, query: str, *, partition: str = "", token_budget: int | None = None, dry_run: bool = False,
+               scope: str | None = None) -> Recall:
+        """The path recorded for the most similar question, checked against the sections now."""
+        body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": dry_run}
+        if token_budget is not None:
+            body["token_budget"] = token_budget
+        # A repeated recall may count one more hit; it never changes what is served.
+        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
+
+    def record(self, query: str, cited: Sequence[str], *, steps: Iterable[Step | Mapping[str, Any]] = (),
+               hashes: Mapping[str, str] | None = None, signal: str | None = "accepted", partition: str = "",
+               idempotency_key: str | None = None, scope: str | None = None) -> Recorded:
+        """Records the path to an accepted answer (never the answer itself).
+
+        `hashes` are the hashes of the cited sections as the agent read them (from
+        `put_sections`, `get_section` or a prefetch); without a positive `signal` the
+        trail waits for approval. An idempotency key is generated when none is given, so
+        a retried record never makes two trails.
+        """
+        body: dict[str, Any] = {
+            "query": query, "partition": partition, "cited": list(cited),
+            "steps": [s.as_json() if isinstance(s, Step) else dict(s) for s in steps],
+            "hashes": dict(hashes or {}), "idempotency_key": idempotency_key or uuid.uuid4().hex,
+        }
+        if signal is not None:
+            body["signal"] = signal
+        status, answer = self._request("POST", self._scoped(scope, "trails"), body, safe=True)
+        return Recorded(answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201)
+
+    def feedback(self, recall_id: str, helpful: bool, reason: str = "", *, scope: str | None = None) -> RecallFeedback:
+        """The agent's verdict on what a recall served; "not helpful" reports a false hit."""
+        body = {"helpful": helpful, "reason": reason}
+        return RecallFeedback(**self._call("POST", self._scoped(scope, "recalls", recall_id, "feedback"), body, safe=False))
+
+    def vote(self, trail_id: str, vote: str, *, scope: str | None = None) -> dict[str, Any]:
+        """"up" approves a pending trail, "down" rejects it."""
+        return self._call("POST", self._scoped(scope, "trails", trail_id, "feedback"), {"vote": vote}, safe=False)
+
+    def get_trail(self, trail_id: str, *, scope: str | None = None) -> dict[str, Any]:
+        return self._call("GET", self._scoped(scope, "trails", trail_id), safe=True)
+
+    # --- tool results ----------------------------------------------------------------
+    def get_tool_policies(self, *, scope: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", self._scoped(scope, "tool-policies"), safe=True)["policies"]
+
+    def put_tool_policies(self, policies: Sequence[Mapping[str, Any]], *, scope: str | None = None) -> list[dict[str, Any]]:
+        """Replaces the scope's tool policies (which tools' results may be cached, how long)."""
+        body = {"policies": [dict(p) for p in policies]}
+        return self._call("PUT", self._scoped(scope, "tool-policies"), body, safe=True)["policies"]
+
+    def lookup_tool_result(self, tool: str, args: Mapping[str, Any], *, context: Mapping[str, Any] | None = None,
+                           caller: str | None = None, scope: str | None = None) -> ToolLookup:
+        body = self._tool_body(tool, args, context, caller)
+        return ToolLookup(**self._call("POST", self._scoped(scope, "tool-results", "lookup"), body, safe=True))
+
+    def store_tool_result(self, tool: str, args: Mapping[str, Any], result: Any, *,
+                          context: Mapping[str, Any] | None = None, caller: str | None = None,
+                          sections: Mapping[str, str] | None = None, scope: str | None = None) -> ToolStored:
+        """Stores a tool's result; `sections` maps the ids of sections it read to their hashes,
+        so the result is never served after one of them changes."""
+        body = self._tool_body(tool, args, context, caller)
+        body.update(result=result, section_ids=list(sections or {}), hashes=dict(sections or {}))
+        return ToolStored(**self._call("PUT", self._scoped(scope, "tool-results"), body, safe=True))
+
+    # --- plumbing --------------------------------------------------------------------
+    @staticmethod
+    def _tool_body(tool: str, args: Mapping[str, Any], context: Mapping[str, Any] | None, caller: str | None) -> dict:
+        body: dict[str, Any] = {"tool": tool, "args": dict(args), "context": dict(context or {})}
+        if caller is not None:
+            body["caller"] = caller
+        return body
+
+    def _scoped(self, scope: str | None, *parts: str) -> str:
+        scope = scope or self.scope
+        if not scope:
+            raise ValueError("no scope: pass scope= to the call or to RagtrailClient")
+        return "/api/v1/scopes/" + "/".join(urllib.parse.quote(p, safe="") for p in (scope, *parts))
+
+    def _call(self, method: str, path: str, body: Any = None, *, safe: bool) -> Any:
+        return self._request(method, path, body, safe=safe)[1]
+
+    def _request(self, method: str, path: str, body: Any = None, *, safe: bool) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        attempts = 1 + (self.retries if safe else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    raw = response.read()
+                    return response.status, (json.loads(raw) if raw else None)
+            except urllib.error.HTTPError as answered:
+                error = RagtrailError(answered.code, _json_or_none(answered.read()))
+                if answered.code not in RETRYABLE_STATUSES or last:
+                    raise error from None
+                self._sleep(attempt, answered.headers.get("Retry-After"))
+            except (urllib.error.URLError, OSError) as unreachable:
+                if last:
+                    raise RagtrailError(0, None, f"could not reach {self.base_url}: {unreachable}") from unreachable
+                self._sleep(attempt, None)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        if retry_after and retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), 30.0))
+        time.sleep(delay)
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"error": {"code": "error", "message": raw[:200].decode("utf-8", "replace")}}

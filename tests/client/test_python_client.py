@@ -1,0 +1,152 @@
+"""The Python client (clients/python) against a live ragtrail server."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.core.cache import cache
+
+from ragtrail_client import RagtrailClient, RagtrailError, Step, cached_tool
+from scopes.models import ApiKey, Scope
+from tests.conftest import VISITING
+from trails.models import Trail, TrailStatus
+
+
+@pytest.fixture
+def scope(transactional_db) -> Scope:
+    return Scope.objects.create(slug="hospital", matcher="lexical")
+
+
+@pytest.fixture
+def client(live_server, scope) -> RagtrailClient:
+    _, key = ApiKey.issue([scope], name="client test")
+    return RagtrailClient(live_server.url, api_key=key, scope="hospital", timeout=5, retries=2, backoff=0.01)
+
+
+def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
+    hashes = client.put_sections(VISITING)["hashes"]
+    assert client.recall("What are the ICU visiting hours?").outcome == "miss"
+    recorded = client.record(
+        "What are the ICU visiting hours?", ["visiting/icu"], hashes={"visiting/icu": hashes["visiting/icu"]},
+        steps=[Step("search", {"query": "ICU visiting"}, ("visiting/icu",))],
+    )
+    assert recorded.status == "active" and recorded.created
+    again = client.recall("what are the ICU visiting hours")
+    assert again.hit and again.outcome == "prefetch" and again.trail_id == recorded.trail_id
+    assert again.sections[0].text == VISITING["visiting/icu"] and again.steps[0].tool == "search"
+    # After the section changes, the client gets a miss, never the old text.
+    client.put_sections({"visiting/icu": "ICU visiting is suspended this week."})
+    assert client.recall("what are the ICU visiting hours").outcome == "miss"
+
+
+def test_record_is_idempotent_with_the_generated_or_given_key(client):
+    client.put_sections(VISITING)
+    first = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1")
+    again = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1")
+    assert first.created and not again.created and first.trail_id == again.trail_id
+    other = client.record("Where do visitors park?", ["parking"])
+    assert other.trail_id != first.trail_id and Trail.objects.count() == 2
+
+
+def test_api_errors_are_raised_with_the_apis_body(client):
+    client.put_sections(VISITING)
+    with pytest.raises(RagtrailError) as refused:
+        client.record("Where do visitors park?", ["parking"], hashes={"parking": "0" * 64})
+    assert refused.value.status == 409 and refused.value.field == "hashes"
+    with pytest.raises(RagtrailError) as invalid:
+        client.recall("")
+    assert invalid.value.status == 422 and invalid.value.field == "query"
+    with pytest.raises(RagtrailError) as elsewhere:
+        client.recall("anything", scope="another-tenant")
+    assert elsewhere.value.status == 404 and elsewhere.value.body["error"]["code"] == "not_found"
+
+
+def test_feedback_demotes_a_misleading_trail(client, scope):
+    client.put_sections(VISITING)
+    client.record("What are the ICU visiting hours?", ["visiting/icu"])
+    for _ in range(scope.false_hit_reports_to_pending):
+        answer = client.recall("what are the ICU visiting hours")
+        verdict = client.feedback(answer.recall_id, helpful=False, reason="it was about the ward")
+    assert verdict.trail_status == "pending"
+    assert client.recall("what are the ICU visiting hours").outcome == "miss"
+    assert Trail.objects.get().status == TrailStatus.PENDING
+
+
+def test_cached_tool_calls_the_tool_once_and_never_after_its_section_changed(client):
+    cache.clear()
+    hashes = client.put_sections(VISITING)["hashes"]
+    client.put_tool_policies([{"tool": "read", "cacheable": True, "ttl_s": 600}])
+    calls = []
+
+    @cached_tool(client, "read", context={"corpus": "v1"}, sections=lambda result: {result["id"]: result["hash"]})
+    def read(section_id: str) -> dict:
+        calls.append(section_id)
+        section = client.get_section(section_id)
+        return {"id": section["id"], "text": section["text"], "hash": section["hash"]}
+
+    assert read("parking")["hash"] == hashes["parking"]
+    assert read(section_id="parking")["text"] == VISITING["parking"]
+    assert calls == ["parking"]
+    client.put_sections({"parking": "Car park B is closed."})
+    assert read("parking")["text"] == "Car park B is closed."
+    assert calls == ["parking", "parking"]
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """Answers 503 (Retry-After: 0) to the first `failures` requests, then 200."""
+
+    failures = 2
+    seen: list[str] = []
+
+    def _answer(self):
+        Flaky.seen.append(self.command)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if len(Flaky.seen) <= Flaky.failures:
+            body, status = {"error": {"code": "unavailable", "message": "database unavailable"}}, 503
+        else:
+            body, status = {"outcome": "miss", "recall_id": None, "trail_id": None, "matcher": None, "similarity": None,
+                            "matched_query": None, "sections": [], "steps": [], "hint": None, "tokens": 0, "truncated": False}, 200
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_POST = do_GET = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky():
+    Flaky.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_safe_calls_are_retried_on_503_and_unsafe_ones_are_not(flaky):
+    client = RagtrailClient(flaky, api_key="rt_x", scope="s", retries=3, backoff=0.001)
+    assert client.recall("anything").outcome == "miss"
+    assert Flaky.seen == ["POST"] * 3
+    Flaky.seen = []
+    with pytest.raises(RagtrailError) as refused:
+        client.feedback("00000000-0000-0000-0000-000000000000", helpful=False)
+    assert refused.value.status == 503 and Flaky.seen == ["POST"]
+
+
+def test_an_unreachable_server_is_one_error_after_the_retries():
+    client = RagtrailClient("http://127.0.0.1:9", api_key="rt_x", scope="s", retries=2, backoff=0.001, timeout=1)
+    started = time.perf_counter()
+    with pytest.raises(RagtrailError) as unreachable:
+        client.recall("anything")
+    assert unreachable.value.status == 0 and unreachable.value.code == "unreachable"
+    assert time.perf_counter() - started < 5
