@@ -1,0 +1,122 @@
+"""The MCP server end to end: the SDK's own client, over stdio and streamable HTTP, to a live ragtrail."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import VISITING
+from trails.models import Trail, TrailStatus
+
+TOOLS = {"recall", "record", "feedback", "get_section", "lookup_tool_result", "store_tool_result"}
+QUESTION = "What are the ICU visiting hours?"
+
+
+@pytest.fixture
+def granted(transactional_db):
+    scope = Scope.objects.create(slug="hospital", matcher="lexical")
+    Section.upsert(scope, VISITING)
+    Scope.objects.create(slug="elsewhere", matcher="lexical")
+    _, key = ApiKey.issue([scope], name="mcp test")
+    return scope, key
+
+
+def text_of(result) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+async def walk(client: Client, scope: Scope) -> None:
+    """list tools -> recall (miss) -> record -> recall (prefetch) -> feedback until pending."""
+    tools = {tool.name for tool in (await client.list_tools()).tools}
+    assert TOOLS <= tools
+    missed = await client.call_tool("recall", {"query": QUESTION})
+    assert not missed.is_error, text_of(missed)
+    assert missed.structured_content["outcome"] == "miss" and "miss" in text_of(missed)
+    section = (await client.call_tool("get_section", {"section_id": "visiting/icu"})).structured_content
+    recorded = await client.call_tool("record", {"query": QUESTION, "cited": ["visiting/icu"],
+                                                 "hashes": {"visiting/icu": section["hash"]},
+                                                 "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}]})
+    assert recorded.structured_content["status"] == "active", text_of(recorded)
+    for _ in range(scope.false_hit_reports_to_pending):
+        hit = await client.call_tool("recall", {"query": "what are the ICU visiting hours"})
+        assert hit.structured_content["outcome"] == "prefetch"
+        # The agent reads the section's current text in the tool's text.
+        assert VISITING["visiting/icu"] in text_of(hit) and "search" in text_of(hit)
+        verdict = await client.call_tool("feedback", {"recall_id": hit.structured_content["recall_id"], "helpful": False,
+                                                      "reason": "answered the ward"})
+    assert verdict.structured_content["trail_status"] == "pending"
+    after = await client.call_tool("recall", {"query": "what are the ICU visiting hours"})
+    assert after.structured_content["outcome"] == "miss"
+    # Another scope is out of this key's reach: a tool error, as the API's 404.
+    refused = await client.call_tool("recall", {"query": QUESTION, "scope": "elsewhere"})
+    assert refused.is_error and "404" in text_of(refused)
+
+
+def test_stdio_server_runs_recall_record_recall_and_feedback(live_server, granted):
+    scope, key = granted
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--scope", "hospital"],
+        env={"RAGTRAIL_API_KEY": key},
+    )
+
+    async def main():
+        async with Client(params) as client:
+            await walk(client, scope)
+
+    anyio.run(main)
+    assert Trail.objects.get().status == TrailStatus.PENDING
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(live_server):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "ragtrail_client.mcp_server", "--transport", "http", "--port", str(port),
+                                "--base-url", live_server.url, "--scope", "hospital"])
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_http_server_authenticates_with_the_callers_api_key(http_server, granted):
+    scope, key = granted
+
+    async def main():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+            async with Client(streamable_http_client(http_server, http_client=http)) as client:
+                await walk(client, scope)
+
+    anyio.run(main)
+    assert httpx2.post(http_server, json={}).status_code == 401
+    assert Trail.objects.get().status == TrailStatus.PENDING
+
+
+def test_http_server_with_a_wrong_key_serves_nothing(http_server, granted):
+    async def main():
+        async with httpx2.AsyncClient(headers={"Authorization": "Bearer rt_wrong"}, timeout=30) as http:
+            async with Client(streamable_http_client(http_server, http_client=http)) as client:
+                refused = await client.call_tool("recall", {"query": QUESTION})
+                assert refused.is_error and "401" in text_of(refused)
+
+    anyio.run(main)
