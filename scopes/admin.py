@@ -19,8 +19,8 @@ class ScopeAdmin(admin.ModelAdmin):
         ("Matching", {
             "fields": ["matcher", "max_false_hit_rate", "embedding_threshold", "lexical_threshold", "thresholds_in_use",
                        "false_hit_reports_to_pending", "synonyms", "band_count", "band_rows", "band_layout_in_use"],
-            "description": "Changing the false-hit rate sets both thresholds from the shipped calibration (unless "
-            "you set a threshold in the same save). Saving a change here re-signs the scope's trails, so they "
+            "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
+            "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. Saving a change here re-signs the scope's trails, so they "
             "stay findable. After a change of embedding model, run `manage.py ragtrail_reindex --scope SLUG`.",
         }),
         ("Prefetch", {"fields": ["token_budget"]}),
@@ -28,10 +28,10 @@ class ScopeAdmin(admin.ModelAdmin):
     ]
 
     def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
-        if "max_false_hit_rate" in form.changed_data and not THRESHOLD_FIELDS & set(form.changed_data):
+        if {"max_false_hit_rate", "matcher"} & set(form.changed_data) and not THRESHOLD_FIELDS & set(form.changed_data):
             from trails.calibration import thresholds_for
 
-            for name, value in thresholds_for(obj.max_false_hit_rate).items():
+            for name, value in thresholds_for(obj.max_false_hit_rate, obj.matcher).items():
                 setattr(obj, name, value)
             messages.info(request, f"Thresholds set for a {obj.max_false_hit_rate:.1%} false-hit bound: "
                           f"embedding {obj.embedding_threshold}, lexical {obj.lexical_threshold}.")

@@ -91,6 +91,20 @@ def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_cal
     assert scope.lexical_threshold == expected["lexical_threshold"] > Scope._meta.get_field("lexical_threshold").default
 
 
+def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client):
+    from trails.calibration import thresholds_for
+
+    scope = Scope.objects.create(slug="docs")
+    form = {f: getattr(scope, f) for f in ("slug", "name", "embedding_threshold", "lexical_threshold", "token_budget", "max_false_hit_rate",
+                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reports_to_pending")}
+    form.update({"matcher": "both", "synonyms": "", "band_count": "", "band_rows": ""})
+    admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
+    scope.refresh_from_db()
+    assert thresholds_for(0.01, "embedding") == thresholds_for(0.02, "both")
+    assert {"lexical_threshold": scope.lexical_threshold, "embedding_threshold": scope.embedding_threshold} == thresholds_for(0.01)
+    assert scope.embedding_threshold > thresholds_for(0.02)["embedding_threshold"]
+
+
 def test_speed_benchmark_runs_and_finds_every_stored_question(db):
     out = StringIO()
     call_command("ragtrail_bench", "--sizes", "60", "--recalls", "20", "--records", "5", stdout=out)

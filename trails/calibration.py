@@ -31,6 +31,11 @@ def threshold_for(matcher: str, bound: float, fit: dict | None = None) -> float:
     return curve[-1]["threshold"]
 
 
-def thresholds_for(bound: float) -> dict[str, float]:
-    """{"lexical_threshold": ..., "embedding_threshold": ...} for a scope's bound."""
-    return {f"{matcher}_threshold": threshold_for(matcher, bound) for matcher in ("lexical", "embedding")}
+def thresholds_for(bound: float, matcher: str = "embedding") -> dict[str, float]:
+    """{"lexical_threshold": ..., "embedding_threshold": ...} for a scope's bound and matcher.
+
+    A scope matching by both serves a hit that either matcher finds, so its false hits
+    are at most the sum of each matcher's: each gets half the bound.
+    """
+    share = bound / 2 if matcher == "both" else bound
+    return {f"{name}_threshold": threshold_for(name, share) for name in ("lexical", "embedding")}

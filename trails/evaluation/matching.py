@@ -24,6 +24,7 @@ from typing import Callable
 from django.utils import timezone
 
 from scopes.models import Scope, Section
+from trails.calibration import thresholds_for
 from trails.core import calibration
 from trails.core.normalise import normalise_query
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
@@ -254,7 +255,8 @@ def run(pairs: Path, limit: int = 0, progress: Callable[[str], None] = lambda _:
     with serving(PrecomputedEmbedder(get_embedder(), texts)) as embedder:
         progress(f"matching: {len(data):,} pairs, {len(texts):,} questions embedded in {time.perf_counter() - started:.0f} s ({embedder.name})")
         curves = sweep(data, progress)
-        points = {m: defaults(data, m, progress) for m in ("lexical", "embedding", "both")}
+        # Each matcher at the thresholds a scope with it gets for the default 2 % bound.
+        points = {m: defaults(data, m, progress, **thresholds_for(0.02, m)) for m in ("lexical", "embedding", "both")}
     return {
         "pairs": len(data),
         "duplicates": sum(1 for p in data if p["duplicate"]),
