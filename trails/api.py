@@ -41,6 +41,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         partition=payload.partition,
         token_budget=payload.token_budget,
         dry_run=payload.dry_run,
+        session=payload.session,
     )
     return result.as_json()
 
@@ -58,6 +59,7 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
             signal=payload.signal,
             answer=payload.answer,
             idempotency_key=payload.idempotency_key,
+            session=payload.session,
         ),
     )
     trail = result.trail

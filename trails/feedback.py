@@ -2,12 +2,16 @@
 
 "Not helpful" on a prefetch or hint is a reported false hit: it counts against the
 trail served (which goes back to pending at the scope's number of reports) and, with
-the scope's other labels, can raise the threshold the scope runs at.
+the scope's other labels, can raise the threshold the scope runs at. A re-search is
+a label too: a path recorded for the same question in the same session soon after a
+prefetch or hint, citing none of the sections served.
 """
 from __future__ import annotations
 
+import hashlib
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Iterable
 
 from django.db import transaction
 from django.utils import timezone
@@ -15,11 +19,51 @@ from django.utils import timezone
 from scopes.models import Scope
 from trails import calibration
 from trails.core.calibration import Label, learned_threshold
+from trails.core.normalise import normalise_query
 from trails.errors import RequestRefused
-from trails.models import RecallEvent, RecallOutcome, Trail, TrailStatus
+from trails.models import Citation, RecallEvent, RecallOutcome, Trail, TrailStatus
 
 # The newest labels a scope's threshold is learned from: bounded work per feedback.
 LABELS_READ = 5000
+# How soon after a recall a path recorded for the same question counts as a re-search.
+RESEARCH_WINDOW = timedelta(minutes=10)
+RESEARCHED = "re-searched: a path citing none of the sections served was recorded for the same question"
+
+
+def research_key(session: str, query: str) -> str:
+    """Links a recall to a later record of the same question in the same session,
+    without keeping either in clear."""
+    return hashlib.sha256(f"{session}\x00{normalise_query(query)}".encode()).hexdigest()
+
+
+def learn_from_research(scope: Scope, session: str, query: str, cited: Iterable[str], now: datetime) -> bool:
+    """Labels the session's last prefetch or hint for this question a false hit when the
+    path now recorded cites none of the sections it served.
+
+    The label feeds the scope's threshold; it is not a report against the trail (the
+    agent did not say the trail misled it). Returns whether a recall was labelled.
+    """
+    event = (
+        RecallEvent.objects.filter(
+            scope=scope, research_key=research_key(session, query), created_at__gte=now - RESEARCH_WINDOW,
+            feedback_at__isnull=True, trail__isnull=False,
+        )
+        .exclude(outcome=RecallOutcome.MISS)
+        .order_by("-created_at")
+        .only("id", "trail_id")
+        .first()
+    )
+    if event is None:
+        return False
+    served = set(Citation.objects.filter(trail_id=event.trail_id).values_list("section_id", flat=True))
+    if served & set(cited):
+        return False
+    labelled = RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
+        helpful=False, feedback_reason=RESEARCHED, feedback_at=now
+    )
+    if labelled:
+        learn_thresholds(scope)
+    return bool(labelled)
 
 
 def give_feedback(scope: Scope, recall_id: str, helpful: bool, reason: str = "", now: datetime | None = None) -> RecallEvent:

@@ -554,10 +554,14 @@ class RecallEvent(models.Model):
     helpful = models.BooleanField(null=True, blank=True)
     feedback_reason = models.CharField(max_length=500, blank=True, db_default="")
     feedback_at = models.DateTimeField(null=True, blank=True)
+    # A hash of the caller's session id and the normalised query (never either in
+    # clear): a path recorded for the same question in the same session finds it.
+    research_key = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         indexes = [
             models.Index(fields=["scope", "created_at"], name="recallevent_scope_time"),
+            models.Index(fields=["scope", "research_key"], name="recallevent_research", condition=~Q(research_key="")),
             # The scope's labelled recalls, which its learned threshold is computed from.
             models.Index(fields=["scope", "feedback_at"], name="recallevent_labelled", condition=Q(feedback_at__isnull=False)),
         ]
@@ -581,6 +585,7 @@ def write_recall_effects(
     now: datetime,
     calls_saved: int = 0,
     tokens_saved: int = 0,
+    research_key: str = "",
 ) -> uuid.UUID:
     """Marks trails stale, counts the hit and logs the recall event, in one transaction.
 
@@ -602,9 +607,9 @@ def write_recall_effects(
         ))
     statements.append((
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-        "stale_marked, calls_saved, tokens_saved, query) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "stale_marked, calls_saved, tokens_saved, query, research_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query],
+         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, research_key],
     ))
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the

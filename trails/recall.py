@@ -14,6 +14,7 @@ from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from trails.errors import RequestRefused
+from trails.feedback import research_key
 from trails.matching import Match, QuestionSignature, score_candidates, sign
 from trails.models import Candidate, Trail, write_recall_effects
 
@@ -74,6 +75,7 @@ def recall(
     token_budget: int | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
+    session: str | None = None,
 ) -> RecallResult:
     """Finds the most similar recorded question in the scope and checks its sections now.
 
@@ -83,6 +85,9 @@ def recall(
         partition: narrows matching to trails recorded with the same partition.
         token_budget: the most tokens of section text to return (default: the scope's).
         dry_run: answer as recall would, but mark nothing stale, count no hit, log no event.
+        session: the caller's session id; a path then recorded for the same question in
+            the same session, citing none of the sections served, labels this recall
+            a false hit (the agent searched again).
 
     Returns:
         prefetch with the sections' current text, hint with the valid and changed
@@ -129,6 +134,7 @@ def recall(
             now=now,
             calls_saved=result.calls_saved,
             tokens_saved=result.tokens_saved,
+            research_key=research_key(session, query) if session else "",
         )
         result.recall_id = str(recall_id)
     return result

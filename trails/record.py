@@ -15,6 +15,7 @@ from trails.core.budget import count_tokens
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.errors import RequestRefused
+from trails.feedback import learn_from_research
 from trails.matching import sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
@@ -36,6 +37,9 @@ class RecordInput:
     signal: str | None = None
     answer: str | None = None
     idempotency_key: str | None = None
+    # The caller's session id: a recall of this question in the same session whose
+    # sections this path does not cite is labelled a false hit (feedback.learn_from_research).
+    session: str | None = None
 
     def fingerprint(self) -> str:
         """A hash of everything that defines the request, to spot a reused idempotency key."""
@@ -113,6 +117,8 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             if earlier is not None:
                 return RecordResult(earlier, created=False)
         raise
+    if request.session:
+        learn_from_research(scope, request.session, request.query, cited, now)
     return RecordResult(rows.trail, created=True)
 
 

@@ -10,6 +10,8 @@ from scopes.schemas import SectionId, StrictSchema
 Query = Annotated[str, Field(min_length=1, max_length=2000)]
 Partition = Annotated[str, Field(max_length=200)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+# The caller's session (agent run) id; only its hash with the query is kept.
+Session = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class RecallIn(StrictSchema):
@@ -17,6 +19,7 @@ class RecallIn(StrictSchema):
     partition: Partition = ""
     token_budget: Optional[Annotated[int, Field(ge=0, le=200_000)]] = None
     dry_run: bool = False
+    session: Optional[Session] = None
 
 
 class SectionResult(Schema):
@@ -62,6 +65,7 @@ class RecordIn(StrictSchema):
     signal: Optional[Literal["accepted", "user", "verifier"]] = None
     answer: Optional[Annotated[str, Field(max_length=100_000)]] = None
     idempotency_key: Optional[Annotated[str, Field(min_length=1, max_length=200)]] = None
+    session: Optional[Session] = None
 
 
 class RecordOut(Schema):

@@ -42,6 +42,16 @@ def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
     assert client.recall("what are the ICU visiting hours").outcome == "miss"
 
 
+def test_a_re_search_in_the_clients_session_is_learnt(client):
+    from trails.models import RecallEvent
+
+    client.put_sections(VISITING)
+    client.record("What are the ICU visiting hours?", ["visiting/icu"])
+    served = client.recall("what are the ICU visiting hours", session="agent-run-1")
+    client.record("What are the ICU visiting hours?", ["visiting/ward"], session="agent-run-1")
+    assert RecallEvent.objects.get(public_id=served.recall_id).helpful is False
+
+
 def test_record_is_idempotent_with_the_generated_or_given_key(client):
     client.put_sections(VISITING)
     first = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1")

@@ -127,3 +127,24 @@ def test_feedback_reasons_are_purged_with_the_subject(api, scope, sections):
     run_purge(run.id)
     assert not RecallEvent.objects.filter(feedback_reason__contains="Bob Baker").exists()
     assert not TrailSignal.objects.filter(reason__contains="Bob Baker").exists()
+
+
+def test_a_re_search_in_the_same_session_labels_the_recall_a_false_hit(api, scope, sections):
+    from trails.feedback import RESEARCHED
+
+    record_icu(api)
+    served = api.recall("hospital", query=QUESTION, session="run-7").json()
+    assert served["outcome"] == "prefetch"
+    # Another session's record, or one citing a section served, labels nothing.
+    api.record("hospital", query=QUESTION, cited=["visiting/ward"], session="run-8")
+    api.record("hospital", query=QUESTION, cited=["visiting/icu"], session="run-7")
+    assert RecallEvent.objects.get(public_id=served["recall_id"]).feedback_at is None
+    # The same session records a path for the same question citing none of the served sections.
+    response = api.record("hospital", query=QUESTION + "?", cited=["visiting/ward"], session="run-7")
+    assert response.status_code == 201
+    event = RecallEvent.objects.get(public_id=served["recall_id"])
+    assert (event.helpful, event.feedback_reason) == (False, RESEARCHED)
+    # A label for the scope's threshold, not a report against the trail.
+    assert Trail.objects.get(public_id=served["trail_id"]).false_hit_reports == 0
+    # Neither the session id nor the query is kept in clear.
+    assert "run-7" not in str(list(RecallEvent.objects.values()))

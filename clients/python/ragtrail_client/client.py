@@ -158,17 +158,24 @@ class RagtrailClient:
 
     # --- recall, record, feedback ----------------------------------------------------
     def recall(self, query: str, *, partition: str = "", token_budget: int | None = None, dry_run: bool = False,
-               scope: str | None = None) -> Recall:
-        """The path recorded for the most similar question, checked against the sections now."""
+               session: str | None = None, scope: str | None = None) -> Recall:
+        """The path recorded for the most similar question, checked against the sections now.
+
+        `session` (the agent run's id, also given to `record`) lets ragtrail learn from a
+        re-search: a path recorded for the same question in the same session that cites
+        none of the served sections labels this recall a false hit.
+        """
         body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": dry_run}
         if token_budget is not None:
             body["token_budget"] = token_budget
+        if session is not None:
+            body["session"] = session
         # A repeated recall may count one more hit; it never changes what is served.
         return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
 
     def record(self, query: str, cited: Sequence[str], *, steps: Iterable[Step | Mapping[str, Any]] = (),
                hashes: Mapping[str, str] | None = None, signal: str | None = "accepted", partition: str = "",
-               idempotency_key: str | None = None, scope: str | None = None) -> Recorded:
+               idempotency_key: str | None = None, session: str | None = None, scope: str | None = None) -> Recorded:
         """Records the path to an accepted answer (never the answer itself).
 
         `hashes` are the hashes of the cited sections as the agent read them (from
@@ -183,6 +190,8 @@ class RagtrailClient:
         }
         if signal is not None:
             body["signal"] = signal
+        if session is not None:
+            body["session"] = session
         status, answer = self._request("POST", self._scoped(scope, "trails"), body, safe=True)
         return Recorded(answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201)
 

@@ -78,10 +78,12 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
 
     @server.tool()
     async def recall(ctx: Context, query: str, scope: str | None = None, partition: str = "",
-                     token_budget: int | None = None) -> CallToolResult:
+                     token_budget: int | None = None, session: str | None = None) -> CallToolResult:
         """Looks up the path recorded for the most similar question in the scope, checked
-        against the sections now: prefetch (current section texts), hint or miss."""
-        answer: Recall = await call(ctx, "recall", query, partition=partition, token_budget=token_budget, scope=scope)
+        against the sections now: prefetch (current section texts), hint or miss. Pass the
+        same `session` (your run's id) to record, so a re-search teaches ragtrail."""
+        answer: Recall = await call(ctx, "recall", query, partition=partition, token_budget=token_budget,
+                                    session=session, scope=scope)
         structured = {
             "outcome": answer.outcome, "recall_id": answer.recall_id, "trail_id": answer.trail_id,
             "similarity": answer.similarity, "matched_query": answer.matched_query, "hint": answer.hint,
@@ -93,12 +95,12 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
     @server.tool()
     async def record(ctx: Context, query: str, cited: list[str], hashes: dict[str, str] | None = None,
                      steps: list[dict[str, Any]] | None = None, signal: str = "accepted", partition: str = "",
-                     scope: str | None = None) -> dict[str, Any]:
+                     session: str | None = None, scope: str | None = None) -> dict[str, Any]:
         """Records the path to an accepted answer: the question, the tool steps and the cited
         section ids with the hashes read (from get_section). Never the answer itself."""
         parsed = [Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in steps or []]
         recorded = await call(ctx, "record", query, cited, steps=parsed, hashes=hashes, signal=signal,
-                              partition=partition, scope=scope)
+                              partition=partition, session=session, scope=scope)
         return {"trail_id": recorded.trail_id, "status": recorded.status, "reason": recorded.reason}
 
     @server.tool()
