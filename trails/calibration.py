@@ -2,7 +2,8 @@
 
 trails/calibration.json holds, per matcher, how many false hits the fit split gave at
 each threshold of a grid (written by `manage.py ragtrail_calibrate`). A scope's
-thresholds for its bound are the lowest whose one-sided 95 % upper bound is within it.
+thresholds for its bound are the lowest whose one-sided upper confidence bound (at the
+confidence the fit used, 99 %) is within it.
 """
 from __future__ import annotations
 

@@ -29,11 +29,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='scope',
             name='max_false_hit_rate',
-            field=models.FloatField(default=0.02, help_text='The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the lowest whose 95 % upper confidence bound on the calibration pairs is within it.', validators=[django.core.validators.MinValueValidator(0.001), django.core.validators.MaxValueValidator(0.2)]),
+            field=models.FloatField(default=0.02, help_text='The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the lowest whose 99 % upper confidence bound on the calibration pairs is within it.', validators=[django.core.validators.MinValueValidator(0.001), django.core.validators.MaxValueValidator(0.2)]),
         ),
         migrations.AlterField(
             model_name='scope',
             name='embedding_threshold',
-            field=models.FloatField(default=0.9475, help_text='Cosine similarity a stored question needs to match by embedding (after the look-alike guard).', validators=[django.core.validators.MinValueValidator(0.5), django.core.validators.MaxValueValidator(0.999)]),
+            field=models.FloatField(default=0.95, help_text='Cosine similarity a stored question needs to match by embedding (after the look-alike guard).', validators=[django.core.validators.MinValueValidator(0.5), django.core.validators.MaxValueValidator(0.999)]),
         ),
     ]

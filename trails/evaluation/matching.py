@@ -126,7 +126,7 @@ FIT_GRID = {
 }
 
 
-def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.95,
+def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.99,
                    progress: Callable[[str], None] = lambda _: None) -> dict:
     """Chooses each matcher's threshold on the fit split so that the one-sided upper
     confidence bound of its false-hit rate is within `bound`.

@@ -14,22 +14,25 @@ from trails.management.commands.ragtrail_match_bench import DEFAULT_PAIRS
 
 
 class Command(BaseCommand):
-    help = "Chooses each matcher's threshold so the 95 % upper bound of false hits on the fit split is within the bound."
+    help = "Chooses each matcher's threshold so the upper confidence bound of false hits on the fit split is within the bound."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--pairs", default=str(DEFAULT_PAIRS))
         parser.add_argument("--bound", type=float, default=0.02, help="accepted false-hit rate (default 0.02)")
+        # 99 %, not 95 %: the dev file's halves agree with each other, but an outside held-out
+        # set gave 1.4x the dev rate at the old threshold; the wider bound is the margin.
+        parser.add_argument("--confidence", type=float, default=0.99, help="one-sided confidence of the bound (default 0.99)")
         parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs")
         parser.add_argument("--output", default=str(CALIBRATION_FILE))
 
-    def handle(self, *args, pairs: str, bound: float, limit: int, output: str, **options) -> None:
+    def handle(self, *args, pairs: str, bound: float, confidence: float, limit: int, output: str, **options) -> None:
         data = matching.load_pairs(Path(pairs), limit)
         fit = matching.fit_split(data)
         texts = sorted({p["a"] for p in fit} | {p["b"] for p in fit})
         started = time.perf_counter()
         with serving(PrecomputedEmbedder(get_embedder(), texts)) as embedder:
             self.stdout.write(f"{len(texts):,} questions embedded in {time.perf_counter() - started:.0f} s ({embedder.name})")
-            result = matching.fit_thresholds(data, bound, progress=self.stdout.write)
+            result = matching.fit_thresholds(data, bound, confidence, progress=self.stdout.write)
         result["pairs_file"] = Path(pairs).name
         result["embedding_model"] = embedder.name
         Path(output).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
