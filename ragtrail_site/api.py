@@ -13,7 +13,7 @@ from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
 from ragtrail_site.strict_json import StrictJsonParser
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 
 logger = logging.getLogger("ragtrail.api")
 

@@ -7,7 +7,7 @@ from ninja import Router, Status
 from scopes.auth import granted_scope
 from scopes.models import Section
 from scopes.schemas import SectionOut, SectionsIn, SectionsOut
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 
 router = Router(tags=["sections"])
 

@@ -13,17 +13,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
-from django.utils.functional import cached_property
 
-from trails.core.banding import BandLayout, layout_for_threshold
-from trails.core.guard import Lexicon
-from trails.core.simhash import SimHashParams, bit_agreement
-from trails.embedders import get_embedder
-from trails.core.minhash import MinHashParams
-from trails.core.sections import section_hash
-
-
-EMBEDDING_BAND_MARGIN = 0.04
+from scopes.hashing import section_hash
 
 
 def new_policy_version() -> str:
@@ -41,7 +32,11 @@ class Matcher(models.TextChoices):
 
 
 class Scope(models.Model):
-    """A tenant, permission group or document set: nothing is matched across scopes."""
+    """A tenant, permission group or document set: nothing is matched across scopes.
+
+    Its matching fields are settings only; what they mean for matching (parameters,
+    band layouts, lexicon, thresholds in use) is the trails app's `matching_settings`.
+    """
 
     slug = models.SlugField(max_length=100, unique=True)
     name = models.CharField(max_length=200, blank=True)
@@ -108,44 +103,6 @@ class Scope(models.Model):
 
     def __str__(self) -> str:
         return self.slug
-
-    @property
-    def minhash_params(self) -> MinHashParams:
-        return MinHashParams(settings.RAGTRAIL_MINHASH_PERMUTATIONS, settings.RAGTRAIL_MINHASH_SEED)
-
-    @property
-    def band_layout(self) -> BandLayout:
-        """The LSH layout: the admin's override, or the one derived from the threshold."""
-        if self.band_count and self.band_rows:
-            return BandLayout(self.band_count, self.band_rows)
-        return layout_for_threshold(round(self.lexical_threshold, 4), self.minhash_params.num_perm)
-
-    @property
-    def simhash_params(self) -> SimHashParams:
-        return SimHashParams(dim=get_embedder().dim, bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED)
-
-    @property
-    def embedding_layout(self) -> BandLayout:
-        """SimHash bands, derived from a cosine floor a little under the threshold so
-        that pairs at the threshold are almost never missed (favouring recall: a
-        false candidate costs one dot product, a missed one a whole search)."""
-        floor = max(0.5, self.embedding_threshold - EMBEDDING_BAND_MARGIN)
-        return layout_for_threshold(round(bit_agreement(floor), 4), settings.RAGTRAIL_SIMHASH_BITS, 0.05)
-
-    @cached_property
-    def lexicon(self) -> Lexicon:
-        """The guard's synonym lexicon, from the `synonyms` text."""
-        return Lexicon.from_groups(line.split(",") for line in self.synonyms.splitlines() if line.strip())
-
-    @property
-    def lexical_threshold_in_use(self) -> float:
-        """The configured threshold, or the one the scope's labels demand where higher.
-        A higher threshold needs no re-banding: the configured layout finds a superset."""
-        return max(self.lexical_threshold, self.learned_lexical_threshold or 0.0)
-
-    @property
-    def embedding_threshold_in_use(self) -> float:
-        return max(self.embedding_threshold, self.learned_embedding_threshold or 0.0)
 
     @property
     def uses_lexical(self) -> bool:

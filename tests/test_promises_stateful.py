@@ -39,7 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from scopes.models import ApiKey, Scope, Section, SectionRevision
 from tests.conftest import ApiClient
 from trails import purge
-from trails.core.sections import section_hash
+from scopes.hashing import section_hash
 from trails.models import PurgeRun, Trail, TrailSignal
 from trails.upkeep import sweep_expired
 

@@ -1,6 +1,54 @@
 from django.contrib import admin, messages
+from django.http import HttpRequest
 
+from scopes.models import Scope
+from trails.calibration import thresholds_for
+from trails.matching import matching_settings
 from trails.models import Citation, PiiPattern, PurgeRun, Step, ToolPolicy, Trail
+from trails.reindex import reindex_scope
+
+# Fields whose change alters how questions are signed or banded.
+SIGNING_FIELDS = {"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows", "max_false_hit_rate"}
+THRESHOLD_FIELDS = {"embedding_threshold", "lexical_threshold"}
+
+
+@admin.register(Scope)
+class ScopeAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget", "active_ttl_days", "keep_raw_queries"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["band_layout_in_use", "thresholds_in_use"]
+    fieldsets = [
+        (None, {"fields": ["slug", "name"]}),
+        ("Matching", {
+            "fields": ["matcher", "max_false_hit_rate", "embedding_threshold", "lexical_threshold", "thresholds_in_use",
+                       "false_hit_reports_to_pending", "synonyms", "band_count", "band_rows", "band_layout_in_use"],
+            "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
+            "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. Saving a change here re-signs the scope's trails, so they "
+            "stay findable. After a change of embedding model, run `manage.py ragtrail_reindex --scope SLUG`.",
+        }),
+        ("Prefetch", {"fields": ["token_budget"]}),
+        ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
+    ]
+
+    def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
+        if {"max_false_hit_rate", "matcher"} & set(form.changed_data) and not THRESHOLD_FIELDS & set(form.changed_data):
+            for name, value in thresholds_for(obj.max_false_hit_rate, obj.matcher).items():
+                setattr(obj, name, value)
+            messages.info(request, f"Thresholds set for a {obj.max_false_hit_rate:.1%} false-hit bound: "
+                          f"embedding {obj.embedding_threshold}, lexical {obj.lexical_threshold}.")
+        super().save_model(request, obj, form, change)
+        if change and set(form.changed_data) & SIGNING_FIELDS:
+            count = reindex_scope(obj)
+            messages.info(request, f"Re-signed {count} trail(s) for the new matching settings.")
+
+    @admin.display(description="Thresholds in use (raised by the scope's own labels where they demand it)")
+    def thresholds_in_use(self, scope: Scope) -> str:
+        matching = matching_settings(scope)
+        return f"embedding {matching.embedding_threshold}, lexical {matching.lexical_threshold}"
+
+    @admin.display(description="Band layout in use (bands x rows)")
+    def band_layout_in_use(self, scope: Scope) -> str:
+        return matching_settings(scope).lexical_layout.label if scope.pk else "-"
 
 
 class StepInline(admin.TabularInline):

@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from scopes.auth import granted_scope
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails import tool_results
 from trails.feedback import give_feedback
 from trails.models import ToolPolicy, Trail

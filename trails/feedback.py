@@ -20,7 +20,7 @@ from scopes.models import Scope
 from trails import calibration
 from trails.core.calibration import Label, learned_threshold
 from trails.core.normalise import normalise_query
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails.models import Citation, RecallEvent, RecallOutcome, Trail, TrailStatus
 
 # The newest labels a scope's threshold is learned from: bounded work per feedback.

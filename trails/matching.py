@@ -6,18 +6,74 @@ which candidate wins) and the reindex job.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
+from django.conf import settings
 
 from scopes.models import Scope
-from trails.core.banding import band_keys
-from trails.core.guard import check_pair, question_terms
+from trails.core.banding import BandLayout, band_keys, layout_for_threshold
+from trails.core.guard import Lexicon, check_pair, question_terms
 from trails.core.lexical import jaccard_many, lexical_band_keys
-from trails.core.minhash import MinHashSignature, minhash_query
-from trails.core.simhash import EmbeddingVector, cosine_many, simhash_bits
+from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
+from trails.core.simhash import EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits
 from trails.embedders import get_embedder
 from trails.models import Candidate
+
+# The embedding band layout is derived from a cosine floor this far under the threshold.
+EMBEDDING_BAND_MARGIN = 0.04
+
+
+@dataclass(frozen=True)
+class MatchingSettings:
+    """What a scope's matching fields mean: signature parameters, band layouts, the
+    guard's lexicon and the thresholds in use."""
+
+    minhash: MinHashParams
+    lexical_layout: BandLayout
+    embedding_layout: BandLayout
+    lexicon: Lexicon
+    # The configured thresholds, or those the scope's labels demand where higher. A
+    # higher threshold needs no re-banding: the configured layout finds a superset.
+    lexical_threshold: float
+    embedding_threshold: float
+
+
+def matching_settings(scope: Scope) -> MatchingSettings:
+    """The scope's matching settings (computed once per distinct set of field values)."""
+    return _matching_settings(
+        scope.lexical_threshold, scope.band_count, scope.band_rows, scope.embedding_threshold, scope.synonyms,
+        scope.learned_lexical_threshold, scope.learned_embedding_threshold,
+        settings.RAGTRAIL_MINHASH_PERMUTATIONS, settings.RAGTRAIL_MINHASH_SEED, settings.RAGTRAIL_SIMHASH_BITS,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _matching_settings(
+    lexical_threshold: float, band_count: int | None, band_rows: int | None, embedding_threshold: float, synonyms: str,
+    learned_lexical: float | None, learned_embedding: float | None, permutations: int, seed: int, simhash_bits_count: int,
+) -> MatchingSettings:
+    minhash = MinHashParams(permutations, seed)
+    if band_count and band_rows:
+        lexical_layout = BandLayout(band_count, band_rows)  # the admin's override
+    else:
+        lexical_layout = layout_for_threshold(round(lexical_threshold, 4), minhash.num_perm)
+    # SimHash bands from a cosine floor a little under the threshold, so that pairs at
+    # the threshold are almost never missed (a false candidate costs one dot product,
+    # a missed one a whole search).
+    floor = max(0.5, embedding_threshold - EMBEDDING_BAND_MARGIN)
+    embedding_layout = layout_for_threshold(round(bit_agreement(floor), 4), simhash_bits_count, 0.05)
+    lexicon = Lexicon.from_groups(line.split(",") for line in synonyms.splitlines() if line.strip())
+    return MatchingSettings(
+        minhash, lexical_layout, embedding_layout, lexicon,
+        max(lexical_threshold, learned_lexical or 0.0), max(embedding_threshold, learned_embedding or 0.0),
+    )
+
+
+def simhash_params() -> SimHashParams:
+    """SimHash hyperplanes for the embedder in use (its dimension is read from the loaded model)."""
+    return SimHashParams(dim=get_embedder().dim, bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED)
 
 
 @dataclass(frozen=True)
@@ -41,10 +97,11 @@ def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
     Raises:
         ValueError: the question has no words.
     """
+    matching = matching_settings(scope)
     # Synonyms become one term before signing: "intensive care" is signed as "icu".
-    text = scope.lexicon.rewrite(text)
-    lexical = minhash_query(text, scope.minhash_params)
-    keys = lexical_band_keys(text, lexical.params, scope.band_layout, namespace=partition)
+    text = matching.lexicon.rewrite(text)
+    lexical = minhash_query(text, matching.minhash)
+    keys = lexical_band_keys(text, lexical.params, matching.lexical_layout, namespace=partition)
     embedding = None
     if scope.uses_embedding:
         embedder = get_embedder()
@@ -54,8 +111,8 @@ def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
 
 
 def embedding_keys(scope: Scope, embedding: EmbeddingVector, partition: str) -> list[int]:
-    bits = simhash_bits(embedding.values, scope.simhash_params)
-    return band_keys(bits, scope.embedding_layout, namespace=embedding_namespace(partition, embedding.model))
+    bits = simhash_bits(embedding.values, simhash_params())
+    return band_keys(bits, matching_settings(scope).embedding_layout, namespace=embedding_namespace(partition, embedding.model))
 
 
 @dataclass(frozen=True)
@@ -94,14 +151,15 @@ def score_candidates(
         cosines[comparable] = cosine_many(
             question.embedding, [candidates[i].embedding for i in comparable], [candidates[i].embedding_model for i in comparable]
         )
-    query_terms = question_terms(question.text, scope.lexicon)
+    matching = matching_settings(scope)
+    query_terms = question_terms(question.text, matching.lexicon)
     matches = []
     for i, candidate in enumerate(candidates):
-        lexical_pass = scope.uses_lexical and jaccards[i] >= scope.lexical_threshold_in_use
-        embedding_pass = scope.uses_embedding and cosines[i] >= scope.embedding_threshold_in_use
+        lexical_pass = scope.uses_lexical and jaccards[i] >= matching.lexical_threshold
+        embedding_pass = scope.uses_embedding and cosines[i] >= matching.embedding_threshold
         if not (lexical_pass or embedding_pass):
             continue
-        terms = question_terms(candidate.query, scope.lexicon)
+        terms = question_terms(candidate.query, matching.lexicon)
         passed = []
         if embedding_pass and (not guard or check_pair(query_terms, terms, max_unshared_terms=None).allowed):
             passed.append(Match(candidate, "embedding", float(cosines[i])))

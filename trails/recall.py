@@ -13,7 +13,7 @@ from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails.feedback import research_key
 from trails.matching import Match, QuestionSignature, score_candidates, sign
 from trails.models import Candidate, Trail, write_recall_effects

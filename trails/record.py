@@ -14,9 +14,9 @@ from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails.feedback import learn_from_research
-from trails.matching import sign
+from trails.matching import matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
 
@@ -155,7 +155,7 @@ class TrailRows:
             reason=reason,
             lexical_params=question.lexical.params.label,
             lexical_signature=question.lexical.to_bytes(),
-            band_layout=scope.band_layout.label,
+            band_layout=matching_settings(scope).lexical_layout.label,
             embedding_model=question.embedding.model if question.embedding else "",
             embedding=question.embedding.to_bytes() if question.embedding else None,
             created_at=now,

@@ -6,7 +6,7 @@ from typing import Callable
 from django.db import transaction
 
 from scopes.models import Scope
-from trails.matching import sign
+from trails.matching import matching_settings, sign
 from trails.models import BandKey, Trail, TrailStatus
 
 
@@ -21,7 +21,7 @@ def resign(scope: Scope, trails: list[Trail]) -> None:
         question = sign(scope, trail.query, trail.partition)
         trail.lexical_params = question.lexical.params.label
         trail.lexical_signature = question.lexical.to_bytes()
-        trail.band_layout = scope.band_layout.label
+        trail.band_layout = matching_settings(scope).lexical_layout.label
         trail.embedding_model = question.embedding.model if question.embedding else ""
         trail.embedding = question.embedding.to_bytes() if question.embedding else None
         keys.extend(BandKey(trail=trail, scope=scope, key=key) for key in question.keys)

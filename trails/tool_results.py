@@ -11,7 +11,7 @@ from django.db import transaction
 
 from scopes.models import Scope, Section, new_policy_version
 from trails.core import toolkey
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails.models import ToolPolicy
 
 try:

@@ -25,7 +25,7 @@ from scopes.models import Scope, Section, SectionRevision
 from trails import charts
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
-from trails.errors import RequestRefused
+from ragtrail_site.errors import RequestRefused
 from trails.forms import PurgeForm, ReplayForm, TrailFilterForm
 from trails.models import SIMILARITY_BINS, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
 from trails.purge import preview as preview_purge

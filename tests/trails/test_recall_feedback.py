@@ -6,6 +6,7 @@ import pytest
 from scopes.models import Scope
 from trails.core.calibration import MIN_LABELS
 from trails.feedback import learn_thresholds
+from trails.matching import matching_settings
 from trails.models import RecallEvent, Trail, TrailSignal, TrailStatus
 from tests.trails.test_recall import record_icu
 
@@ -108,7 +109,7 @@ def test_the_scopes_labels_raise_its_threshold_only_when_they_show_the_bound_bro
     assert reports > 1
     scope.refresh_from_db()
     assert scope.learned_lexical_threshold is not None and scope.learned_lexical_threshold > similarity
-    assert scope.lexical_threshold_in_use == scope.learned_lexical_threshold
+    assert matching_settings(scope).lexical_threshold == scope.learned_lexical_threshold
     assert api.recall("hospital", query=REWORDED).json()["outcome"] == "miss"
     # The identical question still matches: the raised threshold refuses only the looser ones.
     assert api.recall("hospital", query=QUESTION).json()["outcome"] == "prefetch"

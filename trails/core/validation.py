@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
-from trails.core.sections import section_hash
+from scopes.hashing import section_hash
 
 
 class Outcome(str, Enum):

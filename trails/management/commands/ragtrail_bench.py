@@ -16,6 +16,7 @@ from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
+from trails.matching import matching_settings
 from trails.recall import recall
 from trails.record import RecordInput, StepInput, TrailRows, record
 
@@ -112,7 +113,8 @@ class Command(BaseCommand):
         section_ids = list(texts)
         stored: list[str] = []
         embedding = scope.uses_embedding
-        layout = scope.embedding_layout.label if embedding else scope.band_layout.label
+        matching = matching_settings(scope)
+        layout = matching.embedding_layout.label if embedding else matching.lexical_layout.label
         statistics_note = "ANALYZE after each fill" if self.analyze else "statistics from before the scope grew (no ANALYZE)"
         self.stdout.write(f"database: {vendor}; matcher {scope.matcher}; band layout {layout}; {statistics_note}")
         if embedding:

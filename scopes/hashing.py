@@ -1,4 +1,7 @@
-"""Section content hashes."""
+"""Section content hashes: the section store's contract, which recall validates against.
+
+Plain Python (no Django), so the pure validation core uses the same function.
+"""
 from __future__ import annotations
 
 import hashlib
