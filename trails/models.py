@@ -488,6 +488,25 @@ class ToolPolicyQuerySet(models.QuerySet):
         bump_tool_policy_version(scope_ids)
         return deleted
 
+    def bulk_create(self, objs, *args, **kwargs):
+        created = super().bulk_create(objs, *args, **kwargs)
+        bump_tool_policy_version(p.scope_id for p in created)
+        return created
+
+    def update(self, **kwargs):
+        scope_ids = list(self.values_list("scope_id", flat=True))
+        updated = super().update(**kwargs)
+        bump_tool_policy_version(scope_ids)
+        return updated
+
+    def replace(self, scope: Scope, policies: Sequence[dict]) -> list["ToolPolicy"]:
+        """Replaces a scope's policies in one transaction, under a lock on the scope's row
+        (concurrent replacements apply one after the other); the version moves with them."""
+        with transaction.atomic():
+            Scope.objects.select_for_update().filter(pk=scope.pk).exists()
+            self.filter(scope=scope).delete()
+            return self.bulk_create(ToolPolicy(scope=scope, **p) for p in policies)
+
 
 class ToolPolicy(models.Model):
     """Whether and how long one tool's results may be cached in a scope.

@@ -7,9 +7,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
 
-from scopes.models import Scope, Section, new_policy_version
+from scopes.models import Scope, Section
 from trails.core import toolkey
 from ragtrail_site.errors import RequestRefused
 from trails.models import ToolPolicy
@@ -46,13 +45,8 @@ def policies_for(scope: Scope) -> dict[str, toolkey.ToolPolicy]:
 
 def replace_policies(scope: Scope, policies: list[dict[str, Any]]) -> list[ToolPolicy]:
     """Replaces the scope's tool policies; entries of tools no longer cacheable become unreachable."""
-    with transaction.atomic():
-        locked = Scope.objects.select_for_update().get(pk=scope.pk)
-        ToolPolicy.objects.filter(scope=locked).delete()
-        created = ToolPolicy.objects.bulk_create(ToolPolicy(scope=locked, **p) for p in policies)
-        locked.tool_policy_version = new_policy_version()
-        locked.save(update_fields=["tool_policy_version"])
-    scope.tool_policy_version = locked.tool_policy_version
+    created = ToolPolicy.objects.replace(scope, policies)
+    scope.tool_policy_version = Scope.objects.values_list("tool_policy_version", flat=True).get(pk=scope.pk)
     return created
 
 

@@ -184,3 +184,30 @@ def test_a_recreated_scope_never_sees_the_old_scopes_policies(db):
     old.delete()
     new = Scope.objects.create(slug="tmp")
     assert tool_results.policies_for(new) == {}
+
+
+def test_every_write_path_of_a_policy_moves_the_scopes_version(db):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from scopes.models import Scope
+    from trails.models import ToolPolicy
+
+    scope = Scope.objects.create(slug="policies")
+
+    def version() -> str:
+        return Scope.objects.values_list("tool_policy_version", flat=True).get(pk=scope.pk)
+
+    seen = [version()]
+    ToolPolicy.objects.bulk_create([ToolPolicy(scope=scope, tool="search", cacheable=True)])
+    seen.append(version())
+    ToolPolicy.objects.filter(scope=scope).update(ttl_s=60)
+    seen.append(version())
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="x"))
+    policy = ToolPolicy.objects.get(scope=scope)
+    # The admin's bulk "delete selected" action.
+    admin.post("/admin/trails/toolpolicy/", {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
+    assert not ToolPolicy.objects.exists()
+    seen.append(version())
+    assert len(set(seen)) == len(seen), seen
