@@ -19,7 +19,7 @@ from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
 from trails.core.simhash import EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits
 from trails.embedders import get_embedder
-from trails.models import Candidate
+from trails.candidates import Candidate
 
 # The embedding band layout is derived from a cosine floor this far under the threshold.
 EMBEDDING_BAND_MARGIN = 0.04

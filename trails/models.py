@@ -1,14 +1,11 @@
 """Trails (recorded paths to an answer), their steps, citations, band keys and recall events."""
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Sequence
 
 from django.db import connection, models, transaction
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Q
 from django.dispatch import receiver
 from django.utils import timezone
@@ -19,7 +16,6 @@ from trails.core import toolkey
 from trails.core.hint import RecordedStep
 from trails.core.minhash import MinHashParams, MinHashSignature
 from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import CurrentSection
 
 
 class TrailStatus(models.TextChoices):
@@ -40,144 +36,6 @@ class Signal(models.TextChoices):
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
-
-
-class TrailQuerySet(models.QuerySet):
-    def candidates(
-        self, scope: Scope, partition: str, keys: Sequence[int], now: datetime, with_paths: bool = True
-    ) -> list[Candidate]:
-        """Servable trails sharing at least one band key with the query.
-
-        One statement: the band-key read on the (scope, key) index (never a scan over
-        the scope's trails), each candidate's signatures and, with `with_paths`, its
-        citations joined to the section store as it is now and its steps. Without
-        paths (where candidates are many, as with embeddings), `add_paths` reads them
-        for the few that win. Written as SQL because the ORM spent longer compiling
-        queries than the database spent answering them.
-        """
-        if not keys:
-            return []
-        postgres = connection.vendor == "postgresql"
-        if postgres:
-            # The keys travel as one array parameter, so the statement text is the same on
-            # every recall and can be prepared (planning took longer than running it). The
-            # band keys are read first, in a MATERIALIZED CTE on the (scope, key) index, and
-            # the trails then by primary key: without statistics (a scope grown since the
-            # last ANALYZE) the planner otherwise walked every trail of the scope and probed
-            # band keys for each, 21.9 s for one recall (issue 12).
-            # The trails are read by primary key alone, then filtered: with the filter in
-            # the same scan, the planner preferred the (scope, status, expiry) index and
-            # filtered every trail of the scope by id. No DISTINCT on the keys (= ANY takes
-            # duplicates): for its order a generic plan walked the whole trail_id index.
-            found = (
-                f"WITH keyed AS MATERIALIZED (SELECT t.id, t.scope_id, t.partition, t.status, t.expires_at "
-                f"FROM {Trail._meta.db_table} t WHERE t.id = ANY(ARRAY("
-                f"SELECT b.trail_id FROM {BandKey._meta.db_table} b WHERE b.scope_id = %s AND b.key = ANY(%s)))) "
-                "SELECT id FROM keyed WHERE scope_id = %s AND partition = %s AND status = %s AND expires_at > %s"
-            )
-            params = [scope.id, list(keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
-        else:
-            # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
-            # walks every active trail of the scope.
-            found = (
-                f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
-                f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(keys))}) AND t.id = b.trail_id "
-                "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
-            )
-            params = [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now]
-        return _read_candidates(found, params, with_trails=True, with_paths=with_paths)
-
-    def add_paths(self, candidates: Sequence["Candidate"]) -> None:
-        """Reads the citations (with the sections as they are now) and steps of these candidates."""
-        if not candidates:
-            return
-        postgres = connection.vendor == "postgresql"
-        ids = [c.id for c in candidates]
-        match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
-        found = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.id {match}"
-        _read_candidates(found, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in candidates})
-
-
-def _read_candidates(
-    found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, "Candidate"] | None = None
-) -> list["Candidate"]:
-    trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
-    postgres = connection.vendor == "postgresql"
-
-    def per_found(table: str, alias: str, column: str) -> str:
-        # On PostgreSQL each table is probed by key for each found id (a LATERAL that
-        # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
-        # suggest; a hash join over a table the statistics think small reads all of it.
-        if postgres:
-            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id OFFSET 0) {alias}"
-        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id"
-
-    current_section = (
-        f"LEFT JOIN LATERAL (SELECT hash, text FROM {section} WHERE scope_id = c.scope_id AND section_id = c.section_id OFFSET 0) s ON TRUE"
-        if postgres
-        else f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id"
-    )
-    parts = []
-    if with_trails:
-        parts.append(
-            "SELECT 0, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, CAST(t.path_tokens AS TEXT), "
-            f"t.lexical_signature, t.embedding FROM {per_found(trail, 't', 'id')}"
-        )
-    if with_paths:
-        parts.append(
-            "SELECT 1, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
-            f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
-        )
-        parts.append(
-            "SELECT 2, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
-            f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
-        )
-    materialized = "MATERIALIZED " if postgres else ""
-    sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
-    with _server_bound_cursor() if postgres else connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    result: dict[int, Candidate] = into if into is not None else {}
-    for kind, trail_id, _, a, b, c, d, e, signature, embedding in rows:
-        if kind == 0:
-            result[trail_id] = Candidate(
-                trail_id, uuid.UUID(a), b, c, bytes(signature), d or "", bytes(embedding) if embedding is not None else None,
-                path_tokens=int(e or 0),
-            )
-        elif kind == 1:
-            result[trail_id].citations.append(CoreCitation(a, b))
-            if c is not None:
-                result[trail_id].current[a] = CurrentSection(c, e)
-        else:
-            result[trail_id].steps.append(RecordedStep(a, json.loads(b), tuple(json.loads(c))))
-    return list(result.values())
-
-
-@dataclass
-class Candidate:
-    """A trail recall may answer with: its question, signatures, and its path as the store holds it now."""
-
-    id: int
-    public_id: uuid.UUID
-    query: str
-    lexical_params: str
-    lexical_signature: bytes
-    embedding_model: str = ""
-    embedding: bytes | None = None
-    path_tokens: int = 0
-    citations: list[CoreCitation] = field(default_factory=list)
-    current: dict[str, CurrentSection] = field(default_factory=dict)
-    steps: list[RecordedStep] = field(default_factory=list)
-
-
-def _server_bound_cursor() -> CursorWrapper:
-    """A cursor on Django's PostgreSQL connection (same transaction) that binds on the
-    server, so psycopg prepares a statement after its fifth run; Django's own cursor
-    binds on the client and never prepares."""
-    import psycopg
-
-    connection.ensure_connection()
-    return CursorWrapper(psycopg.Cursor(connection.connection), connection)
 
 
 class Trail(models.Model):
@@ -213,8 +71,6 @@ class Trail(models.Model):
     # Agents' "not helpful" reports on recalls that served this trail, since it was
     # last approved; at the scope's number it goes back to pending.
     false_hit_reports = models.PositiveIntegerField(default=0, db_default=0)
-
-    objects = TrailQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -253,10 +109,8 @@ class Trail(models.Model):
             return 0
         RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
         for model in (BandKey, Citation, Step, TrailSignal):
-            rows = model.objects.filter(trail_id__in=ids)
-            rows._raw_delete(rows.db)
-        trails = cls.objects.filter(id__in=ids)
-        return trails._raw_delete(trails.db)
+            delete_rows(model.objects.filter(trail_id__in=ids))
+        return delete_rows(cls.objects.filter(id__in=ids))
 
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
@@ -362,6 +216,21 @@ class Trail(models.Model):
         return demoted
 
 
+def delete_rows(rows: models.QuerySet) -> int:
+    """Deletes a queryset's rows in one DELETE statement, without Django's per-row
+    cascade collection and signals: for rows with no dependants left (callers delete
+    children first), where collecting millions of rows one by one takes minutes.
+
+    Returns:
+        How many rows were deleted.
+    """
+    select, params = rows.values("pk").query.sql_with_params()
+    meta = rows.model._meta
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {meta.db_table} WHERE {meta.pk.column} IN ({select})", params)
+        return cursor.rowcount
+
+
 def drop_scope(scope: Scope) -> None:
     """Deletes a scope with all its rows, by scope, in bulk: for benchmark and evaluation
     scopes, whose millions of rows row-by-row cascades would take minutes over."""
@@ -381,7 +250,7 @@ def drop_scope(scope: Scope) -> None:
             trails,
             Section.objects.filter(scope=scope),
         ):
-            queryset._raw_delete(queryset.db)
+            delete_rows(queryset)
         scope.delete()
     finally:
         if postgres:

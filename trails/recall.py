@@ -16,7 +16,8 @@ from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import RequestRefused
 from trails.feedback import research_key
 from trails.matching import Match, QuestionSignature, score_candidates, sign
-from trails.models import Candidate, Trail, write_recall_effects
+from trails.candidates import Candidate, add_paths, candidates as read_candidates
+from trails.models import write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
@@ -61,11 +62,11 @@ def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, n
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so paths are read for the winners only.
     with_paths = not scope.uses_embedding
-    candidates = Trail.objects.candidates(scope, partition, question.keys, now, with_paths=with_paths)
-    passing = score_candidates(scope, question, candidates)
+    found = read_candidates(scope, partition, question.keys, now, with_paths=with_paths)
+    passing = score_candidates(scope, question, found)
     if not with_paths:
-        Trail.objects.add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])
-    return passing, len(candidates)
+        add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])
+    return passing, len(found)
 
 
 def recall(

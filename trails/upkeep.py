@@ -8,7 +8,7 @@ from django.db.models import Count, Exists, F, OuterRef, Sum
 from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
-from trails.models import SIMILARITY_BINS, Citation, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail
+from trails.models import SIMILARITY_BINS, Citation, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -39,8 +39,7 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
             )
             if not ids:
                 break
-            events = RecallEvent.objects.filter(id__in=ids)
-            deleted["events"] += events._raw_delete(events.db)
+            deleted["events"] += delete_rows(RecallEvent.objects.filter(id__in=ids))
     # Old section texts are kept only to show operators what a cited section said.
     cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
     deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()

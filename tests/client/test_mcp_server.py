@@ -4,6 +4,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import anyio
@@ -28,6 +29,25 @@ def granted(transactional_db):
     Scope.objects.create(slug="elsewhere", matcher="lexical")
     _, key = ApiKey.issue([scope], name="mcp test")
     return scope, key
+
+
+def run_async(main) -> None:
+    """Runs the client in a thread of its own: the browser tests' Playwright keeps an
+    event loop on the main thread, where anyio.run would refuse to start."""
+    failures: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            anyio.run(main)
+        except BaseException as failure:  # re-raised in the test's thread
+            failures.append(failure)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the MCP client did not finish in 120 s"
+    if failures:
+        raise failures[0]
 
 
 def text_of(result) -> str:
@@ -72,7 +92,7 @@ def test_stdio_server_runs_recall_record_recall_and_feedback(live_server, grante
         async with Client(params) as client:
             await walk(client, scope)
 
-    anyio.run(main)
+    run_async(main)
     assert Trail.objects.get().status == TrailStatus.PENDING
 
 
@@ -107,7 +127,7 @@ def test_http_server_authenticates_with_the_callers_api_key(http_server, granted
             async with Client(streamable_http_client(http_server, http_client=http)) as client:
                 await walk(client, scope)
 
-    anyio.run(main)
+    run_async(main)
     assert httpx2.post(http_server, json={}).status_code == 401
     assert Trail.objects.get().status == TrailStatus.PENDING
 
@@ -119,4 +139,4 @@ def test_http_server_with_a_wrong_key_serves_nothing(http_server, granted):
                 refused = await client.call_tool("recall", {"query": QUESTION})
                 assert refused.is_error and "401" in text_of(refused)
 
-    anyio.run(main)
+    run_async(main)

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from scopes.models import Scope, Section
 from trails.management.commands.ragtrail_bench import QuestionMaker
+from trails.candidates import candidates as read_candidates
 from trails.matching import sign
 from trails.models import BandKey, Citation, Step, Trail, TrailStatus
 from trails.record import RecordInput, StepInput, TrailRows
@@ -64,7 +65,7 @@ def candidate_statement(scope: Scope, query: str) -> tuple[str, list]:
 
     question = sign(scope, query, "")
     with connection.execute_wrapper(capture):
-        found = Trail.objects.candidates(scope, "", question.keys, timezone.now())
+        found = read_candidates(scope, "", question.keys, timezone.now())
     assert found, "the stored question must be found"
     return captured[-1]
 

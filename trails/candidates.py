@@ -1,0 +1,196 @@
+"""Reading the trails a recall may answer with: the candidate SQL, on the hot path.
+
+One statement reads the servable trails sharing a band key with the query, their
+signatures and (optionally) their paths: citations joined to the section store as it
+is now, and steps. It is SQL because the ORM spent longer compiling the query than the
+database spent answering it; tests/trails/test_candidates.py checks it against the ORM
+query it replaces, and tests/trails/test_recall_plan.py checks its PostgreSQL plan.
+
+The three row kinds share one UNION ALL; each is decoded into its own named row type.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple, Sequence
+
+from django.db import connection
+from django.db.backends.utils import CursorWrapper
+
+from scopes.models import Scope, Section
+from trails.core.hint import RecordedStep
+from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import CurrentSection
+from trails.models import BandKey, Citation, Step, Trail, TrailStatus
+
+
+@dataclass
+class Candidate:
+    """A trail recall may answer with: its question, signatures, and its path as the store holds it now."""
+
+    id: int
+    public_id: uuid.UUID
+    query: str
+    lexical_params: str
+    lexical_signature: bytes
+    embedding_model: str = ""
+    embedding: bytes | None = None
+    path_tokens: int = 0
+    citations: list[CoreCitation] = field(default_factory=list)
+    current: dict[str, CurrentSection] = field(default_factory=dict)
+    steps: list[RecordedStep] = field(default_factory=list)
+
+
+class TrailRow(NamedTuple):
+    trail_id: int
+    public_id: str
+    query: str
+    lexical_params: str
+    embedding_model: str | None
+    path_tokens: str
+    lexical_signature: bytes
+    embedding: bytes | None
+
+
+class CitationRow(NamedTuple):
+    trail_id: int
+    position: int
+    section_id: str
+    recorded_hash: str
+    current_hash: str | None  # None: the section is gone from the store
+    current_text: str | None
+
+
+class StepRow(NamedTuple):
+    trail_id: int
+    position: int
+    tool: str
+    args_json: str
+    section_ids_json: str
+
+
+# The UNION ALL's columns: kind, trail id, position, then five of text and two of bytes.
+# Each kind's SELECT lists its own fields in these slots; `decode` names them again.
+TRAIL, CITATION, STEP = 0, 1, 2
+
+
+def decode(row: tuple) -> TrailRow | CitationRow | StepRow:
+    kind, trail_id, position, c1, c2, c3, c4, c5, b1, b2 = row
+    if kind == TRAIL:
+        return TrailRow(trail_id, c1, c2, c3, c4, c5, bytes(b1), bytes(b2) if b2 is not None else None)
+    if kind == CITATION:
+        return CitationRow(trail_id, position, c1, c2, c3, c5)
+    return StepRow(trail_id, position, c1, c2, c3)
+
+
+def candidates(scope: Scope, partition: str, keys: Sequence[int], now: datetime, with_paths: bool = True) -> list[Candidate]:
+    """Servable trails of the scope and partition sharing at least one band key with the query.
+
+    Reads the band keys on the (key, scope, trail) index, never a scan over the scope's
+    trails. Without paths (where candidates are many, as with embeddings), `add_paths`
+    reads them for the few that win.
+    """
+    if not keys:
+        return []
+    if connection.vendor == "postgresql":
+        # The keys travel as one array parameter, so the statement text is the same on
+        # every recall and can be prepared (planning took longer than running it). The
+        # band keys are read first, in a MATERIALIZED CTE, and the trails then by primary
+        # key alone, filtered after: without statistics (a scope grown since the last
+        # ANALYZE) the planner otherwise walked every trail of the scope and probed band
+        # keys for each, 21.9 s for one recall (issue 12). No DISTINCT on the keys
+        # (= ANY takes duplicates): for its order a generic plan walked the whole index.
+        found = (
+            f"WITH keyed AS MATERIALIZED (SELECT t.id, t.scope_id, t.partition, t.status, t.expires_at "
+            f"FROM {Trail._meta.db_table} t WHERE t.id = ANY(ARRAY("
+            f"SELECT b.trail_id FROM {BandKey._meta.db_table} b WHERE b.scope_id = %s AND b.key = ANY(%s)))) "
+            "SELECT id FROM keyed WHERE scope_id = %s AND partition = %s AND status = %s AND expires_at > %s"
+        )
+        params = [scope.id, list(keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
+    else:
+        # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
+        # walks every active trail of the scope.
+        found = (
+            f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
+            f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(keys))}) AND t.id = b.trail_id "
+            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
+        )
+        params = [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now]
+    return _read(found, params, with_trails=True, with_paths=with_paths)
+
+
+def add_paths(found: Sequence[Candidate]) -> None:
+    """Reads the citations (with the sections as they are now) and steps of these candidates."""
+    if not found:
+        return
+    postgres = connection.vendor == "postgresql"
+    ids = [c.id for c in found]
+    match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
+    sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.id {match}"
+    _read(sql, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in found})
+
+
+def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None) -> list[Candidate]:
+    trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
+    postgres = connection.vendor == "postgresql"
+
+    def per_found(table: str, alias: str, column: str) -> str:
+        # On PostgreSQL each table is probed by key for each found id (a LATERAL that
+        # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
+        # suggest; a hash join over a table the statistics think small reads all of it.
+        if postgres:
+            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id OFFSET 0) {alias}"
+        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id"
+
+    current_section = (
+        f"LEFT JOIN LATERAL (SELECT hash, text FROM {section} WHERE scope_id = c.scope_id AND section_id = c.section_id OFFSET 0) s ON TRUE"
+        if postgres
+        else f"LEFT JOIN {section} s ON s.scope_id = c.scope_id AND s.section_id = c.section_id"
+    )
+    parts = []
+    if with_trails:
+        parts.append(
+            f"SELECT {TRAIL}, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, "
+            f"CAST(t.path_tokens AS TEXT), t.lexical_signature, t.embedding FROM {per_found(trail, 't', 'id')}"
+        )
+    if with_paths:
+        parts.append(
+            f"SELECT {CITATION}, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
+            f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
+        )
+        parts.append(
+            f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
+            f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
+        )
+    materialized = "MATERIALIZED " if postgres else ""
+    sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
+    with _server_bound_cursor() if postgres else connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    result: dict[int, Candidate] = into if into is not None else {}
+    for row in map(decode, rows):
+        if isinstance(row, TrailRow):
+            result[row.trail_id] = Candidate(
+                row.trail_id, uuid.UUID(row.public_id), row.query, row.lexical_params, row.lexical_signature,
+                row.embedding_model or "", row.embedding, path_tokens=int(row.path_tokens or 0),
+            )
+        elif isinstance(row, CitationRow):
+            candidate = result[row.trail_id]
+            candidate.citations.append(CoreCitation(row.section_id, row.recorded_hash))
+            if row.current_hash is not None:
+                candidate.current[row.section_id] = CurrentSection(row.current_hash, row.current_text)
+        else:
+            result[row.trail_id].steps.append(RecordedStep(row.tool, json.loads(row.args_json), tuple(json.loads(row.section_ids_json))))
+    return list(result.values())
+
+
+def _server_bound_cursor() -> CursorWrapper:
+    """A cursor on Django's PostgreSQL connection (same transaction) that binds on the
+    server, so psycopg prepares a statement after its fifth run; Django's own cursor
+    binds on the client and never prepares."""
+    import psycopg
+
+    connection.ensure_connection()
+    return CursorWrapper(psycopg.Cursor(connection.connection), connection)
