@@ -12,7 +12,8 @@ from trails import tool_results
 from trails.feedback import give_feedback
 from trails.models import ToolPolicy, Trail
 from trails.recall import recall
-from trails.record import RecordInput, StepInput, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 from trails.schemas import (
     FeedbackIn,
     RecallFeedbackIn,
@@ -43,7 +44,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         dry_run=payload.dry_run,
         session=payload.session,
     )
-    return result.as_json()
+    return result
 
 
 @router.post("/{scope}/trails", response={200: RecordOut, 201: RecordOut})
@@ -53,7 +54,7 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
         RecordInput(
             query=payload.query,
             partition=payload.partition,
-            steps=[StepInput(s.tool, s.args, list(s.section_ids)) for s in payload.steps],
+            steps=[RecordedStep(s.tool, s.args, s.section_ids) for s in payload.steps],
             cited=list(payload.cited),
             hashes=dict(payload.hashes),
             signal=payload.signal,
@@ -87,7 +88,7 @@ def _trail_json(trail: Trail) -> dict:
         "status": trail.display_status,
         "signal": trail.signal,
         "reason": trail.reason,
-        "steps": [{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in trail.recorded_steps()],
+        "steps": trail.recorded_steps(),
         "cited": [{"id": c.section_id, "hash": c.recorded_hash} for c in trail.core_citations()],
         "created_at": trail.created_at.isoformat(),
         "expires_at": trail.expires_at.isoformat(),

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Iterable, Sequence
 
-OUTCOMES = ("prefetch", "hint", "miss")
+from trails.core.validation import Outcome
+
+OUTCOMES = tuple(o.value for o in Outcome)
 COLOURS = {"prefetch": "#2f855a", "hint": "#b7791f", "miss": "#a0aec0"}
 
 

@@ -16,6 +16,7 @@ from trails.core import toolkey
 from trails.core.hint import RecordedStep
 from trails.core.minhash import MinHashParams, MinHashSignature
 from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import Outcome
 
 
 class TrailStatus(models.TextChoices):
@@ -416,10 +417,8 @@ class ToolPolicy(models.Model):
         )
 
 
-class RecallOutcome(models.TextChoices):
-    PREFETCH = "prefetch"
-    HINT = "hint"
-    MISS = "miss"
+# The database's choices of the one outcome enum (trails/core/validation.py).
+RecallOutcome = models.TextChoices("RecallOutcome", [(o.name, o.value) for o in Outcome])
 
 
 class RecallEvent(models.Model):

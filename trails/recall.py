@@ -11,7 +11,7 @@ from django.utils import timezone
 from scopes.models import Scope
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
-from trails.core.hint import hint_text
+from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import RequestRefused
 from trails.feedback import research_key
@@ -26,6 +26,8 @@ MAX_VALIDATED_CANDIDATES = 3
 
 @dataclass
 class RecallResult:
+    """What recall answers; the API serialises it with trails.schemas.RecallOut."""
+
     outcome: Outcome
     matcher: str | None = None
     recall_id: str | None = None
@@ -33,7 +35,7 @@ class RecallResult:
     similarity: float | None = None
     matched_query: str | None = None
     sections: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[RecordedStep] = field(default_factory=list)
     hint: str | None = None
     tokens: int = 0
     truncated: bool = False
@@ -41,20 +43,9 @@ class RecallResult:
     calls_saved: int = 0
     tokens_saved: int = 0
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome.value,
-            "recall_id": self.recall_id,
-            "trail_id": str(self.trail.public_id) if self.trail else None,
-            "matcher": self.matcher,
-            "similarity": self.similarity,
-            "matched_query": self.matched_query,
-            "sections": self.sections,
-            "steps": self.steps,
-            "hint": self.hint,
-            "tokens": self.tokens,
-            "truncated": self.truncated,
-        }
+    @property
+    def trail_id(self) -> str | None:
+        return str(self.trail.public_id) if self.trail else None
 
 
 def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Match], int]:
@@ -149,7 +140,7 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
         trail=trail,
         similarity=round(match.similarity, 4),
         matched_query=trail.query,
-        steps=[{"tool": s.tool, "args": s.args, "section_ids": list(s.section_ids)} for s in steps],
+        steps=list(steps),
     )
     if validation.outcome is Outcome.PREFETCH:
         cut = cut_to_budget([(s.section_id, s.text or "") for s in validation.sections], budget)

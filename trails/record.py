@@ -5,13 +5,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
+from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from ragtrail_site.errors import RequestRefused
@@ -21,17 +21,10 @@ from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, Trai
 
 
 @dataclass(frozen=True)
-class StepInput:
-    tool: str
-    args: dict[str, Any] = field(default_factory=dict)
-    section_ids: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
 class RecordInput:
     query: str
     cited: list[str]
-    steps: list[StepInput] = field(default_factory=list)
+    steps: list[RecordedStep] = field(default_factory=list)
     partition: str = ""
     hashes: dict[str, str] = field(default_factory=dict)
     signal: str | None = None
@@ -196,7 +189,7 @@ class TrailRows:
                 model.objects.bulk_create(children, batch_size=2000)
 
 
-def path_tokens(scope: Scope, steps: list[StepInput], current: dict[str, Section]) -> int:
+def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Section]) -> int:
     """Estimates the tokens of what the steps returned: each step's sections, as they read now.
 
     Ids the store does not hold (a search hit outside it, say) count nothing.

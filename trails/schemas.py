@@ -6,6 +6,7 @@ from ninja import Schema
 from pydantic import Field, field_validator
 
 from scopes.schemas import SectionId, StrictSchema
+from trails.core.validation import Outcome, SectionStatus
 
 Query = Annotated[str, Field(min_length=1, max_length=2000)]
 Partition = Annotated[str, Field(max_length=200)]
@@ -24,7 +25,7 @@ class RecallIn(StrictSchema):
 
 class SectionResult(Schema):
     id: str
-    status: Literal["valid", "changed", "deleted"]
+    status: SectionStatus
     text: Optional[str] = None
     tokens: Optional[int] = None
     truncated: Optional[bool] = None
@@ -37,7 +38,7 @@ class StepOut(Schema):
 
 
 class RecallOut(Schema):
-    outcome: Literal["prefetch", "hint", "miss"]
+    outcome: Outcome
     recall_id: Optional[str]
     trail_id: Optional[str]
     matcher: Optional[Literal["lexical", "embedding"]]
@@ -178,3 +179,8 @@ class ToolStoreOut(Schema):
     stored: bool
     ttl_s: Optional[int] = None
     reason: Optional[str] = None
+
+
+def recall_json(result) -> dict[str, Any]:
+    """A recall result as the API answers it (for pages and evaluations that show it)."""
+    return RecallOut.model_validate(result).model_dump(mode="json")

@@ -31,6 +31,7 @@ from trails.models import SIMILARITY_BINS, PurgeRun, RecallEvent, RecallStat, Si
 from trails.purge import preview as preview_purge
 from trails.purge import run_purge
 from trails.recall import recall
+from trails.schemas import recall_json
 from trails.tasks import purge_task
 
 logger = logging.getLogger(__name__)
@@ -274,7 +275,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
             status = 422
         else:
             trail = Trail.objects.filter(id=answer.trail.id).first() if answer.trail else None
-            result = {"answer": answer, "trail": trail, "json": json.dumps(answer.as_json(), indent=2, ensure_ascii=False)}
+            result = {"answer": answer, "trail": trail, "json": json.dumps(recall_json(answer), indent=2, ensure_ascii=False)}
     elif form.is_bound:
         status = 422
     return _scope_page(request, "trails/replay.html", found, {"form": form, "result": result, "tab": "replay"}, status)

@@ -8,7 +8,8 @@ from playwright.sync_api import expect
 
 from scopes.models import Scope, Section
 from trails.models import Trail
-from trails.record import RecordInput, StepInput, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def hospital(transactional_db) -> Scope:
     Section.upsert(scope, SECTIONS)
     record(scope, RecordInput(
         query="When can I visit the ICU and where do I park?", cited=["visiting/icu", "parking"], signal="accepted",
-        steps=[StepInput("read", {"id": "parking"}, ["parking"]), StepInput("read", {"id": "visiting/icu"}, ["visiting/icu"])],
+        steps=[RecordedStep("read", {"id": "parking"}, ["parking"]), RecordedStep("read", {"id": "visiting/icu"}, ["visiting/icu"])],
     ))
     record(scope, RecordInput(query="Is the car park free for visitors?", cited=["parking"]))
     record(scope, RecordInput(query="Parking question from ana@example.org about car park B", cited=["parking"]))

@@ -11,7 +11,8 @@ from trails.candidates import add_paths, candidates
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
 from trails.models import BandKey, Trail, TrailStatus
-from trails.record import RecordInput, StepInput, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 
 
 def orm_candidates(scope: Scope, partition: str, keys: list[int], now) -> dict:
@@ -61,7 +62,7 @@ def test_the_candidate_sql_reads_what_the_orm_query_reads(db):
     for n in range(60):
         target = scope if n % 5 else other
         cited = rng.sample(sorted(texts), rng.randint(1, 3))
-        steps = [StepInput("search", {"q": rng.choice(words), "n": n}, cited[:1]), StepInput("read", {"id": cited[-1]}, cited[-1:])]
+        steps = [RecordedStep("search", {"q": rng.choice(words), "n": n}, cited[:1]), RecordedStep("read", {"id": cited[-1]}, cited[-1:])]
         record(target, RecordInput(
             query=" ".join(rng.sample(words, 4)), cited=cited, steps=steps, signal=rng.choice(["accepted", None]),
             partition=rng.choice(["", "", "east"]),

@@ -17,7 +17,8 @@ from trails.management.commands.ragtrail_bench import QuestionMaker
 from trails.candidates import candidates as read_candidates
 from trails.matching import sign
 from trails.models import BandKey, Citation, Step, Trail, TrailStatus
-from trails.record import RecordInput, StepInput, TrailRows
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, TrailRows
 
 TRAILS = 3000
 
@@ -47,7 +48,7 @@ def grown_scope(db):
     maker = QuestionMaker(seed=3)
     questions = [maker.question() for _ in range(TRAILS)]
     rows = [
-        TrailRows.build(scope, RecordInput(query=query, cited=["s"], steps=[StepInput("search", {"q": query}, ["s"])], signal="accepted"),
+        TrailRows.build(scope, RecordInput(query=query, cited=["s"], steps=[RecordedStep("search", {"q": query}, ["s"])], signal="accepted"),
                         current, TrailStatus.ACTIVE, "", now)
         for query in questions
     ]

@@ -8,9 +8,14 @@ from typing import Any, Sequence
 
 @dataclass(frozen=True)
 class RecordedStep:
+    """One tool call of a path: what record takes, the store keeps and recall returns."""
+
     tool: str
     args: dict[str, Any]
-    section_ids: tuple[str, ...]
+    section_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "section_ids", tuple(self.section_ids))
 
     def describe(self) -> str:
         """Returns the step as a call, such as `search(query="copy object")`."""

@@ -15,7 +15,8 @@ from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
 from trails.models import drop_scope
 from trails.recall import recall
-from trails.record import RecordInput, StepInput, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 
 
 RANDOM_SHARES = (0.05, 0.10, 0.20, 0.50)
@@ -77,7 +78,7 @@ def staleness(
         for question, section_id in questions:
             cited = [section_id] + ([companions[section_id]] if companions and section_id in companions else [])
             record(scope, RecordInput(query=question, cited=cited, signal="accepted",
-                                      steps=[StepInput("read", {"id": i}, [i]) for i in cited]))
+                                      steps=[RecordedStep("read", {"id": i}, [i]) for i in cited]))
             text_cache[question] = {i: before[i] for i in cited}
         Section.replace_all(scope, after)
         all_cited = {i for texts in text_cache.values() for i in texts}

@@ -19,7 +19,9 @@ from trails.evaluation.agents import Agent, Given, Tools
 from trails.evaluation.bm25 import BM25
 from trails.models import drop_scope
 from trails.recall import recall
-from trails.record import RecordInput, StepInput, record
+from trails.schemas import recall_json
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 
 REPEAT_SHARES = (0.0, 0.25, 0.5, 0.75)
 # Repeats are asked as agents ask: sometimes word for word, sometimes reworded a little.
@@ -95,7 +97,7 @@ def run_arm(
             given = None
             if scope is not None:
                 started = time.perf_counter()
-                answer = recall(scope, asked.question).as_json()
+                answer = recall_json(recall(scope, asked.question))
                 latencies.append((time.perf_counter() - started) * 1000)
                 outcomes[answer["outcome"]] += 1
                 given = Given.from_recall(answer)
@@ -108,7 +110,7 @@ def run_arm(
             if scope is not None and run.calls and run.confident and run.cited:
                 record(scope, RecordInput(
                     query=asked.question, cited=run.cited, signal="accepted",
-                    steps=[StepInput(c.tool, c.args, c.section_ids) for c in run.calls],
+                    steps=[RecordedStep(c.tool, c.args, c.section_ids) for c in run.calls],
                 ))
                 recorded += 1
             if (index + 1) % 50 == 0:

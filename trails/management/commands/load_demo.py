@@ -18,7 +18,8 @@ from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section
 from trails.models import Trail
 from trails.recall import recall
-from trails.record import RecordInput, StepInput, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, record
 from trails.upkeep import roll_up
 
 DEMO_SCOPE = "python-faq"
@@ -61,8 +62,8 @@ class Command(BaseCommand):
                         RecordInput(
                             query=q["question"],
                             steps=[
-                                StepInput("search", {"query": q["question"]}, cited),
-                                *(StepInput("read", {"id": section_id}, [section_id]) for section_id in cited),
+                                RecordedStep("search", {"query": q["question"]}, cited),
+                                *(RecordedStep("read", {"id": section_id}, [section_id]) for section_id in cited),
                             ],
                             cited=cited,
                             signal="accepted",
@@ -95,7 +96,7 @@ class Command(BaseCommand):
         unrecorded = [q for q in questions if not Trail.objects.filter(scope=scope, query=q["question"]).exists()]
         for q, prefix in zip(unrecorded[1::40], ["", "I'm ana@example.org: ", ""]):
             record(scope, RecordInput(query=prefix + q["question"], cited=[q["section_id"]],
-                                      steps=[StepInput("read", {"id": q["section_id"]}, [q["section_id"]])]),
+                                      steps=[RecordedStep("read", {"id": q["section_id"]}, [q["section_id"]])]),
                    now=timezone.now() - timedelta(hours=rng.randrange(1, 48)))
         recorded = list(Trail.objects.filter(scope=scope, status="active").values_list("query", flat=True))
         asked = [q["question"] for q in unrecorded]

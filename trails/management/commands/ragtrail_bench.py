@@ -18,7 +18,8 @@ from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStat
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings
 from trails.recall import recall
-from trails.record import RecordInput, StepInput, TrailRows, record
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, TrailRows, record
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -133,7 +134,7 @@ class Command(BaseCommand):
                     for query in questions:
                         cited = maker.random.sample(section_ids, 2)
                         batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
-                                     steps=[StepInput("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
+                                     steps=[RecordedStep("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
                 TrailRows.save_all(batch)
                 stored.extend(questions)
             fill = time.perf_counter() - started
@@ -163,6 +164,6 @@ class Command(BaseCommand):
         for _ in range(records):
             query = maker.question()
             cited = maker.random.sample(section_ids, 2)
-            record(scope, RecordInput(query=query, cited=cited, signal="accepted", steps=[StepInput("search", {"query": query}, cited)]))
+            record(scope, RecordInput(query=query, cited=cited, signal="accepted", steps=[RecordedStep("search", {"query": query}, cited)]))
         elapsed = time.perf_counter() - started
         self.stdout.write(f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)")

@@ -13,7 +13,8 @@ from scopes.models import Scope, Section
 from trails.management.commands.ragtrail_bench import QuestionMaker
 from trails.models import drop_scope
 from trails.models import RecallEvent, RecallStat, TrailStatus
-from trails.record import RecordInput, StepInput, TrailRows
+from trails.core.hint import RecordedStep
+from trails.record import RecordInput, TrailRows
 from trails.upkeep import roll_up, sweep_expired
 
 
@@ -42,7 +43,7 @@ class Command(BaseCommand):
             current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
             maker = QuestionMaker(5)
             for start in range(0, trails, 5000):
-                rows = [TrailRows.build(scope, RecordInput(query=maker.question(), cited=["s"], signal="accepted", steps=[StepInput("read", {}, ["s"])]),
+                rows = [TrailRows.build(scope, RecordInput(query=maker.question(), cited=["s"], signal="accepted", steps=[RecordedStep("read", {}, ["s"])]),
                                         current, TrailStatus.ACTIVE, "", now) for _ in range(min(5000, trails - start))]
                 for i, row in enumerate(rows):
                     if i % 2:
