@@ -44,7 +44,7 @@ demo-new: $(VENV)/.installed
 
 bench: export RAGTRAIL_DEBUG ?= 1
 bench: $(VENV)/.installed
-	$(PY) manage.py ragtrail_bench
+	$(PY) manage.py benchmark_recall
 
 clean:
 	rm -rf $(VENV) db.sqlite3

@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "ninja",
     "scopes",
     "trails",
+    # The evaluation and benchmark commands: beside the product, never imported by it.
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -154,7 +156,7 @@ RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 *
 RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
 # The demo's admin password and API key, kept between `make run`s (ignored by git).
 RAGTRAIL_DEMO_CREDENTIALS = Path(env_str("RAGTRAIL_DEMO_CREDENTIALS", str(BASE_DIR / ".demo-credentials.json")))
-# Where `ragtrail_eval` writes reports by default, and where the dashboard lists them.
+# Where `evaluate` writes reports by default, and where the dashboard lists them.
 RAGTRAIL_REPORTS_DIR = Path(env_str("RAGTRAIL_REPORTS_DIR", str(BASE_DIR / "reports")))
 
 # Background jobs. Production sets CELERY_BROKER_URL=redis://… and runs a worker and

@@ -107,7 +107,7 @@ def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client)
 
 def test_speed_benchmark_runs_and_finds_every_stored_question(db):
     out = StringIO()
-    call_command("ragtrail_bench", "--sizes", "60", "--recalls", "20", "--records", "5", stdout=out)
+    call_command("benchmark_recall", "--sizes", "60", "--recalls", "20", "--records", "5", stdout=out)
     text = out.getvalue()
     assert "stored questions answered prefetch: 10/10" in text and "record: 5 trails" in text
     assert not Scope.objects.filter(slug__startswith="bench-").exists()
@@ -124,7 +124,7 @@ def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text("\n".join(json.dumps(p) for p in pairs))
     out = StringIO()
-    call_command("ragtrail_match_bench", "--pairs", str(path), stdout=out)
+    call_command("benchmark_matching", "--pairs", str(path), stdout=out)
     lines = out.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("embedding default"))
     all_pairs, fit, held_out = lines[start + 1:start + 4]
@@ -138,7 +138,7 @@ def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
 
 def test_tool_cache_benchmark_runs(db):
     out = StringIO()
-    call_command("ragtrail_tool_bench", "--entries", "40", "--lookups", "60", stdout=out)
+    call_command("benchmark_tool_results", "--entries", "40", "--lookups", "60", stdout=out)
     assert "60 lookups" in out.getvalue() and "lookups/s" in out.getvalue()
 
 
@@ -151,6 +151,6 @@ def test_demo_move_to_the_new_revision_flags_the_trails_it_touches(db):
 
 def test_upkeep_benchmark_runs_and_checks_its_counts(db):
     out = StringIO()
-    call_command("ragtrail_upkeep_bench", "--events", "300", "--trails", "20", "--batch-size", "7", stdout=out)
+    call_command("benchmark_upkeep", "--events", "300", "--trails", "20", "--batch-size", "7", stdout=out)
     text = out.getvalue()
     assert "counts sum 300 of 300" in text and "sweep: 10 trails" in text

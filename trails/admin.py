@@ -24,7 +24,7 @@ class ScopeAdmin(admin.ModelAdmin):
                        "false_hit_reports_to_pending", "synonyms", "band_count", "band_rows", "band_layout_in_use"],
             "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
             "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. Saving a change here re-signs the scope's trails, so they "
-            "stay findable. After a change of embedding model, run `manage.py ragtrail_reindex --scope SLUG`.",
+            "stay findable. After a change of embedding model, run `manage.py reindex_scope --scope SLUG`.",
         }),
         ("Prefetch", {"fields": ["token_budget"]}),
         ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),

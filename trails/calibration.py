@@ -1,7 +1,7 @@
 """The shipped calibration: matcher thresholds for a scope's false-hit bound.
 
 trails/calibration.json holds, per matcher, how many false hits the fit split gave at
-each threshold of a grid (written by `manage.py ragtrail_calibrate`). A scope's
+each threshold of a grid (written by `manage.py calibrate_thresholds`). A scope's
 thresholds for its bound are the lowest whose one-sided upper confidence bound (at the
 confidence the fit used, 99 %) is within it.
 """

@@ -1,10 +1,11 @@
-"""scopes is the lower app: it never imports trails (trails imports scopes)."""
+"""The apps' layers: scopes < trails < evaluation. A lower one never imports a higher one."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SCOPES = Path(__file__).resolve().parents[2] / "scopes"
+ROOT = Path(__file__).resolve().parents[2]
+SCOPES = ROOT / "scopes"
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -17,14 +18,23 @@ def imported_modules(path: Path) -> list[str]:
     return names
 
 
-def test_scopes_never_imports_trails():
-    offending = {
-        str(path.relative_to(SCOPES.parent)): name
-        for path in SCOPES.rglob("*.py")
+def imports_of(app: str, upper: set[str]) -> dict[str, str]:
+    return {
+        str(path.relative_to(ROOT)): name
+        for path in (ROOT / app).rglob("*.py")
         for name in imported_modules(path)
-        if name == "trails" or name.startswith("trails.")
+        if name.split(".")[0] in upper
     }
-    assert not offending, f"scopes imports trails: {offending}"
+
+
+def test_scopes_never_imports_trails():
+    offending = imports_of("scopes", {"trails", "evaluation"})
+    assert not offending, f"scopes imports an upper app: {offending}"
+
+
+def test_the_product_never_imports_the_evaluation():
+    offending = {**imports_of("trails", {"evaluation"}), **imports_of("ragtrail_site", {"evaluation"})}
+    assert not offending, f"the product imports the evaluation: {offending}"
 
 
 def test_the_scan_sees_imports_inside_functions(tmp_path):

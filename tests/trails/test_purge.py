@@ -85,9 +85,9 @@ def test_purge_command_previews_then_redacts(stored):
     from django.core.management import call_command
 
     out = StringIO()
-    call_command("ragtrail_purge", "--scope", "hospital", "--preview", stdout=out)
+    call_command("purge_personal_data", "--scope", "hospital", "--preview", stdout=out)
     assert out.getvalue().startswith("3 trails would be redacted") and not PurgeRun.objects.exists()
     out = StringIO()
-    call_command("ragtrail_purge", "--scope", "hospital", "--by", "alice", stdout=out)
+    call_command("purge_personal_data", "--scope", "hospital", "--by", "alice", stdout=out)
     assert "3 of 5 trails redacted" in out.getvalue()
     assert PurgeRun.objects.get().requested_by == "alice"

@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.management.commands.ragtrail_bench import QuestionMaker
+from evaluation.questions import QuestionMaker
 from trails.candidates import candidates as read_candidates
 from trails.matching import sign
 from trails.models import BandKey, Citation, Step, Trail, TrailStatus

@@ -136,7 +136,7 @@ def figures(report: dict) -> dict[str, dict]:
 def render_html(report: dict) -> str:
     import plotly.offline
 
-    css = (Path(__file__).resolve().parents[2] / "static" / "css" / "ops.css").read_text()
+    css = (Path(__file__).resolve().parents[1] / "static" / "css" / "ops.css").read_text()
     return render_to_string("trails/eval_report.html", {
         "report": report, "headline": report.get("headline", []), "figures": figures(report),
         "plotly_js": plotly.offline.get_plotlyjs(), "css": css,

@@ -1,9 +1,7 @@
 """Recall latency and record throughput at 10,000 and 100,000 trails, on the configured database."""
 from __future__ import annotations
 
-import random
 from contextlib import nullcontext
-import re
 import statistics
 import time
 import uuid
@@ -16,30 +14,12 @@ from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
+from evaluation.questions import QuestionMaker
+from evaluation.timing import percentile
 from trails.matching import matching_settings
 from trails.recall import recall
 from trails.core.hint import RecordedStep
 from trails.record import RecordInput, TrailRows, record
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
-
-
-class QuestionMaker:
-    """Deterministic synthetic questions: question openings plus FAQ vocabulary."""
-
-    OPENINGS = ["how do i", "how can i", "what is the", "why does", "where can i find", "is it possible to", "what are the", "when should i"]
-
-    def __init__(self, seed: int) -> None:
-        self.random = random.Random(seed)
-        words = set(re.findall(r"[a-z]{3,}", " ".join(faq_sections("old").values()).lower()))
-        self.vocabulary = sorted(words)
-
-    def question(self) -> str:
-        body = " ".join(self.random.choice(self.vocabulary) for _ in range(self.random.randint(4, 9)))
-        return f"{self.random.choice(self.OPENINGS)} {body}?"
 
 
 class Command(BaseCommand):

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from django.conf import settings
 from django.utils import timezone
 
 from scopes.models import Scope, Section
@@ -33,6 +34,9 @@ from trails.matching import score_candidates, sign
 from trails.models import Trail, TrailStatus, drop_scope
 from trails.recall import recall
 from trails.record import RecordInput, TrailRows
+
+# The shared labelled pairs (Quora), beside the repository.
+DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"
 
 # Each arm: the scope's matcher, whether the guard runs, and the threshold field swept.
 ARMS = {

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from scopes.demo import faq_questions, faq_sections
-from trails.evaluation.staleness import random_edit, staleness
+from evaluation.staleness import random_edit, staleness
 
 
 def slice_of_faq(n: int = 30):
@@ -35,7 +35,7 @@ def test_random_edits_are_reproducible_and_never_served_stale(db):
 
 
 def test_trails_citing_two_sections_come_back_as_hints_when_one_changed_and_never_serve_it(db):
-    from trails.evaluation.staleness import next_in_document
+    from evaluation.staleness import next_in_document
 
     old, new, questions = slice_of_faq()
     companions = next_in_document([s for _, s in questions], old)

@@ -9,11 +9,11 @@ import pytest
 from django.core.management import call_command
 
 from scopes.demo import faq_sections
-from trails.evaluation import workload
-from trails.evaluation.agents import ChatAgent, ScriptedAgent, Tools
-from trails.evaluation.bm25 import BM25
-from trails.evaluation.report import stable
-from trails.evaluation.staleness import faq_questions_once
+from evaluation import workload
+from evaluation.agents import ChatAgent, ScriptedAgent, Tools
+from evaluation.bm25 import BM25
+from evaluation.report import stable
+from evaluation.staleness import faq_questions_once
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +116,7 @@ def test_a_report_is_reproducible_run_to_run_and_opens_without_network(db, tmp_p
     ]))
     reports = []
     for run in ("one", "two"):
-        call_command("ragtrail_eval", out=str(tmp_path / run), pairs=str(pairs), questions_limit=12, matcher="lexical", stdout=open(tmp_path / f"{run}.log", "w"))
+        call_command("evaluate", out=str(tmp_path / run), pairs=str(pairs), questions_limit=12, matcher="lexical", stdout=open(tmp_path / f"{run}.log", "w"))
         reports.append(json.loads((tmp_path / run / "report.json").read_text()))
     assert stable(reports[0]) == stable(reports[1])
     report = reports[0]
@@ -141,6 +141,6 @@ def test_eval_refuses_unknown_experiments_and_missing_pair_files(tmp_path):
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="--experiments: unknown nonsense"):
-        call_command("ragtrail_eval", out=str(tmp_path), experiments="nonsense")
+        call_command("evaluate", out=str(tmp_path), experiments="nonsense")
     with pytest.raises(CommandError, match="--pairs: no such file"):
-        call_command("ragtrail_eval", out=str(tmp_path), experiments="matching", pairs=str(tmp_path / "missing.jsonl"))
+        call_command("evaluate", out=str(tmp_path), experiments="matching", pairs=str(tmp_path / "missing.jsonl"))

@@ -15,9 +15,10 @@ from typing import Callable
 
 from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
-from trails.evaluation.agents import Agent, Given, Tools
-from trails.evaluation.bm25 import BM25
+from evaluation.agents import Agent, Given, Tools
+from evaluation.bm25 import BM25
 from trails.models import drop_scope
+from evaluation.timing import percentile
 from trails.recall import recall
 from trails.schemas import recall_json
 from trails.core.hint import RecordedStep
@@ -72,11 +73,6 @@ def build_stream(questions: list[tuple[str, str]], repeat_share: float, length: 
             asked.append((question, reference))
             stream.append(Asked(question, reference, False))
     return stream
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def run_arm(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trails.core.budget import count_tokens
-from trails.evaluation.bm25 import BM25, coverage
+from evaluation.bm25 import BM25, coverage
 
 SEARCH_RESULTS = 5
 SNIPPET_WORDS = 30

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.management.commands.ragtrail_bench import QuestionMaker
+from evaluation.questions import QuestionMaker
 from trails.models import drop_scope
 from trails.models import RecallEvent, RecallStat, TrailStatus
 from trails.core.hint import RecordedStep

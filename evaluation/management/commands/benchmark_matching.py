@@ -1,19 +1,18 @@
 """Matching quality on labelled question pairs: experiment 1 of the evaluation, printed.
 
 Figures are given for the whole file and for its two halves (pairs at even and odd
-line numbers): thresholds were chosen on the even half. `ragtrail_eval` runs the
+line numbers): thresholds were chosen on the even half. `evaluate` runs the
 same code and puts it in a report.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from trails.evaluation import matching
+from evaluation import matching
+from evaluation.matching import DEFAULT_PAIRS
 
-DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"
 
 
 SPLITS = {"all": "all pairs", "even": "fit split (even lines)", "odd": "validation split (odd lines, not fitted)"}

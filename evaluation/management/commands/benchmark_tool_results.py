@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand
 
 from scopes.models import Scope
 from trails import tool_results
-from trails.management.commands.ragtrail_bench import percentile
+from evaluation.timing import percentile
 from trails.models import drop_scope
 
 

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand
 
 from trails.calibration import CALIBRATION_FILE
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.evaluation import matching
-from trails.management.commands.ragtrail_match_bench import DEFAULT_PAIRS
+from evaluation import matching
+from evaluation.matching import DEFAULT_PAIRS
 
 
 class Command(BaseCommand):

@@ -9,12 +9,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.demo import FAQ_DIR, faq_sections
+from evaluation import matching, report, staleness, workload
+from evaluation.agents import CostModel, agent_named
+from evaluation.matching import DEFAULT_PAIRS
 from trails.embedders import get_embedder
-from trails.evaluation import matching, report, staleness, workload
-from trails.evaluation.agents import CostModel, agent_named
 
 EXPERIMENTS = ("matching", "staleness", "calls")
-DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"
 
 
 class Command(BaseCommand):
