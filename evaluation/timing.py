@@ -1,10 +1,6 @@
 """The one timing helper of the benchmarks and the evaluation."""
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
-from typing import Iterator
-
 
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile: the value below which `share` of the values lie
@@ -13,13 +9,3 @@ def percentile(values: list[float], share: float) -> float:
         raise ValueError("no values to take a percentile of")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
-
-
-@contextmanager
-def timed(into: list[float]) -> Iterator[None]:
-    """Appends the block's wall time in milliseconds to `into`."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        into.append((time.perf_counter() - started) * 1000.0)

@@ -55,6 +55,11 @@ def staff_required(view):
     return checked
 
 
+def scope_or_404(slug: str) -> Scope:
+    """The one lookup of a page's scope by the slug in its URL (staff see every scope)."""
+    return get_object_or_404(Scope, slug=slug)
+
+
 def _scope_page(request: HttpRequest, template: str, scope: Scope, context: dict, status: int = 200) -> HttpResponse:
     context = {"scope": scope, "scopes": Scope.objects.only("slug", "name"), **context}
     return render(request, template, context, status=status)
@@ -72,7 +77,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def overview(request: HttpRequest, scope: str) -> HttpResponse:
-    found = get_object_or_404(Scope, slug=scope)
+    found = scope_or_404(scope)
     window = request.GET.get("window", "24h")
     if window not in WINDOWS:
         window = "24h"
@@ -137,7 +142,7 @@ def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, noti
 @staff_required
 @require_GET
 def trail_list(request: HttpRequest, scope: str) -> HttpResponse:
-    found = get_object_or_404(Scope, slug=scope)
+    found = scope_or_404(scope)
     form = TrailFilterForm(request.GET)
     context = _trail_table(request, found, form)
     if request.htmx:
@@ -220,7 +225,7 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
 @staff_required
 @require_POST
 def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
-    found = get_object_or_404(Scope, slug=scope)
+    found = scope_or_404(scope)
     vote = request.POST.get("vote")
     ids = request.POST.getlist("trail")
     form = TrailFilterForm(request.GET)
@@ -256,7 +261,7 @@ def _uuids(values: list[str]) -> list[str]:
 @require_http_methods(["GET", "POST"])
 def replay(request: HttpRequest, scope: str) -> HttpResponse:
     """A question is posted, never put in the URL: server and proxy logs keep URLs."""
-    found = get_object_or_404(Scope, slug=scope)
+    found = scope_or_404(scope)
     result, status = None, 200
     data = request.POST if request.method == "POST" else None
     if request.method == "GET" and request.GET.get("trail"):
@@ -286,7 +291,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
 def purge(request: HttpRequest, scope: str) -> HttpResponse:
     """Preview stores the matched trails on a run; confirming runs that run, whatever the
     form's fields say by then."""
-    found = get_object_or_404(Scope, slug=scope)
+    found = scope_or_404(scope)
     form = PurgeForm(request.POST or None)
     preview, status, problem = None, 200, ""
     if request.method == "POST" and request.POST.get("step") == "run":

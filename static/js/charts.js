@@ -1,9 +1,10 @@
-// Draws every <script type="application/json" data-chart="ID"> figure into the element #ID.
+// Draws every <script id="chart-NAME-data" type="application/json"> figure (Django's json_script)
+// into the element #chart-NAME.
 // Runs on page load and after htmx swaps, so fragments with charts work too.
 (function () {
   function draw(root) {
-    root.querySelectorAll("script[data-chart]").forEach(function (node) {
-      var target = document.getElementById(node.dataset.chart);
+    root.querySelectorAll('script[type="application/json"][id^="chart-"][id$="-data"]').forEach(function (node) {
+      var target = document.getElementById(node.id.slice(0, -5));
       if (!target || !window.Plotly) return;
       var figure = JSON.parse(node.textContent);
       Plotly.react(target, figure.data, figure.layout, {displayModeBar: false, responsive: true});

@@ -91,7 +91,7 @@ def test_overview_counts_outcomes_from_the_roll_up_and_charts_from_static_plotly
     # Pending approvals: the two trails recorded without a signal.
     assert '?status=pending">2</a>' in html
     assert '/static/vendor/plotly-4.1.1.min.js' in html and "cdn" not in html.lower()
-    figures = {c: json.loads(html.split(f'data-chart="chart-{c}">')[1].split("</script>")[0]) for c in ("outcomes", "hit-rate", "similarity")}
+    figures = {c: json.loads(html.split(f'id="chart-{c}-data" type="application/json">')[1].split("</script>")[0]) for c in ("outcomes", "hit-rate", "similarity")}
     assert sum(sum(trace["y"]) for trace in figures["outcomes"]["data"]) == 2
     assert sum(figures["similarity"]["data"][0]["y"]) == 1
 

@@ -1,13 +1,10 @@
 """Small filters of the operator pages."""
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from django import template
 from django.utils import timezone
-from django.utils.html import _json_script_escapes
-from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -22,12 +19,6 @@ def percent(value: float | None) -> str:
 def thousands(value: int) -> str:
     """12345 -> "12,345"."""
     return f"{value:,}"
-
-
-@register.filter
-def jsonify(value) -> str:
-    """JSON safe inside a <script> element (the escaping json_script uses)."""
-    return mark_safe(json.dumps(value).translate(_json_script_escapes))
 
 
 @register.filter
