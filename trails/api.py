@@ -36,6 +36,8 @@ router = Router(tags=["trails"])
 
 @router.post("/{scope}/recall", response=RecallOut)
 def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
+    if payload.explain and not payload.dry_run:
+        raise RequestRefused(422, "invalid", "explain works on a dry run only: send dry_run: true", field="explain")
     result = recall(
         granted_scope(request, scope),
         payload.query,
@@ -43,6 +45,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         token_budget=payload.token_budget,
         dry_run=payload.dry_run,
         session=payload.session,
+        explain=payload.explain,
     )
     return result
 

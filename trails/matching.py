@@ -124,8 +124,19 @@ class Match:
     similarity: float
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Why one candidate passed or not: what an operator reads in an explained recall."""
+
+    trail: Candidate
+    lexical: float | None  # estimated Jaccard, where the scope matches lexically
+    embedding: float | None  # cosine, where the scope matches by embedding and the models agree
+    outcome: str  # "passed", "below the threshold" or "refused by the guard: <rule>"
+
+
 def score_candidates(
-    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], guard: bool = True
+    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], guard: bool = True,
+    verdicts: list[Verdict] | None = None,
 ) -> list[Match]:
     """Scores candidates with the scope's matchers; returns those that pass, best first
     (equal scores: the newest trail first).
@@ -135,6 +146,7 @@ def score_candidates(
     (numbers, negation, opposite terms, order of shared terms) with rewording free.
     A candidate embedded by another model is not compared by embedding. `guard=False`
     skips the guard; only the evaluation does that, to measure what the guard is worth.
+    Given a `verdicts` list, a Verdict for every candidate is appended to it.
     """
     count = len(candidates)
     jaccards = (
@@ -157,16 +169,34 @@ def score_candidates(
     for i, candidate in enumerate(candidates):
         lexical_pass = scope.uses_lexical and jaccards[i] >= matching.lexical_threshold
         embedding_pass = scope.uses_embedding and cosines[i] >= matching.embedding_threshold
-        if not (lexical_pass or embedding_pass):
-            continue
-        terms = question_terms(candidate.query, matching.lexicon)
-        passed = []
-        if embedding_pass and (not guard or check_pair(query_terms, terms, max_unshared_terms=None).allowed):
-            passed.append(Match(candidate, "embedding", float(cosines[i])))
-        if lexical_pass and (not guard or check_pair(query_terms, terms, max_unshared_terms=0).allowed):
-            passed.append(Match(candidate, "lexical", float(jaccards[i])))
-        if passed:
-            # Where both pass, the stronger evidence is the one reported.
-            matches.append(max(passed, key=lambda m: m.similarity))
+        refusals, passed = [], []
+        if lexical_pass or embedding_pass:
+            terms = question_terms(candidate.query, matching.lexicon)
+            for matcher, passes, score, unshared in (
+                ("embedding", embedding_pass, cosines[i], None), ("lexical", lexical_pass, jaccards[i], 0)
+            ):
+                if not passes:
+                    continue
+                verdict = check_pair(query_terms, terms, max_unshared_terms=unshared) if guard else None
+                if verdict is None or verdict.allowed:
+                    passed.append(Match(candidate, matcher, float(score)))
+                else:
+                    refusals.append(verdict.reason)
+            if passed:
+                # Where both pass, the stronger evidence is the one reported.
+                matches.append(max(passed, key=lambda m: m.similarity))
+        if verdicts is not None:
+            if passed:
+                outcome = "passed"
+            elif refusals:
+                outcome = "refused by the guard: " + "; ".join(refusals)
+            else:
+                outcome = "below the threshold"
+            verdicts.append(Verdict(
+                candidate,
+                round(float(jaccards[i]), 4) if scope.uses_lexical else None,
+                round(float(cosines[i]), 4) if scope.uses_embedding and i in comparable else None,
+                outcome,
+            ))
     matches.sort(key=lambda m: (m.similarity, m.trail.id), reverse=True)
     return matches

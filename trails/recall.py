@@ -15,7 +15,7 @@ from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import RequestRefused
 from trails.feedback import research_key
-from trails.matching import Match, QuestionSignature, score_candidates, sign
+from trails.matching import Match, QuestionSignature, Verdict, matching_settings, score_candidates, sign
 from trails.candidates import Candidate, add_paths, candidates as read_candidates
 from trails.models import write_recall_effects
 
@@ -42,19 +42,23 @@ class RecallResult:
     candidates: int = 0
     calls_saved: int = 0
     tokens_saved: int = 0
+    # Why it answered as it did (a dry run with explain only).
+    explanation: dict[str, Any] | None = None
 
     @property
     def trail_id(self) -> str | None:
         return str(self.trail.public_id) if self.trail else None
 
 
-def rank_candidates(scope: Scope, question: QuestionSignature, partition: str, now: datetime) -> tuple[list[Match], int]:
+def rank_candidates(
+    scope: Scope, question: QuestionSignature, partition: str, now: datetime, verdicts: list[Verdict] | None = None
+) -> tuple[list[Match], int]:
     """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so paths are read for the winners only.
     with_paths = not scope.uses_embedding
     found = read_candidates(scope, partition, question.keys, now, with_paths=with_paths)
-    passing = score_candidates(scope, question, found)
+    passing = score_candidates(scope, question, found, verdicts=verdicts)
     if not with_paths:
         add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])
     return passing, len(found)
@@ -68,6 +72,7 @@ def recall(
     dry_run: bool = False,
     now: datetime | None = None,
     session: str | None = None,
+    explain: bool = False,
 ) -> RecallResult:
     """Finds the most similar recorded question in the scope and checks its sections now.
 
@@ -80,6 +85,8 @@ def recall(
         session: the caller's session id; a path then recorded for the same question in
             the same session, citing none of the sections served, labels this recall
             a false hit (the agent searched again).
+        explain: also say why (RecallResult.explanation): each candidate read with its
+            similarity and verdict, the thresholds, and for a miss what stopped it.
 
     Returns:
         prefetch with the sections' current text, hint with the valid and changed
@@ -96,7 +103,8 @@ def recall(
     except ValueError:
         raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
 
-    candidates, read = rank_candidates(scope, question, partition, now)
+    verdicts: list[Verdict] | None = [] if explain else None
+    candidates, read = rank_candidates(scope, question, partition, now, verdicts)
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
     for match in candidates[:MAX_VALIDATED_CANDIDATES]:
@@ -112,6 +120,8 @@ def recall(
             result.trail, result.similarity, result.matcher = stale[0], round(candidates[0].similarity, 4), candidates[0].matcher
             result.matched_query = stale[0].query
 
+    if verdicts is not None:
+        result.explanation = explanation(scope, result, verdicts, stale, read)
     if not dry_run:
         recall_id = write_recall_effects(
             scope=scope,
@@ -165,3 +175,52 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
         invalid = [s.section_id for s in validation.sections if s.status is not SectionStatus.VALID]
         result.calls_saved = savings.calls_saved(validation.outcome, steps, invalid)
     return result
+
+
+# The candidates an explanation lists, nearest first.
+EXPLAINED_CANDIDATES = 10
+
+
+def explanation(scope: Scope, result: RecallResult, verdicts: list[Verdict], stale: list[Candidate], read: int) -> dict[str, Any]:
+    """Why a recall answered as it did, for an operator: the candidates read (nearest
+    first) with their similarities and verdicts, the thresholds, and a summary."""
+    matching = matching_settings(scope)
+    stale_ids = {t.id for t in stale}
+
+    def nearest(v: Verdict) -> float:
+        return max(x for x in (v.embedding, v.lexical, -1.0) if x is not None)
+
+    ordered = sorted(verdicts, key=nearest, reverse=True)
+    rows = []
+    for v in ordered[:EXPLAINED_CANDIDATES]:
+        if v.trail.id in stale_ids:
+            outcome = "stale: every cited section changed"
+        elif result.trail is not None and v.trail.id == result.trail.id and result.outcome is not Outcome.MISS:
+            outcome = "answered"
+        else:
+            outcome = v.outcome
+        rows.append({"trail_id": str(v.trail.public_id), "query": v.trail.query, "lexical": v.lexical,
+                     "embedding": v.embedding, "verdict": outcome})
+    thresholds = {
+        "lexical_threshold": matching.lexical_threshold if scope.uses_lexical else None,
+        "embedding_threshold": matching.embedding_threshold if scope.uses_embedding else None,
+    }
+    if result.outcome is not Outcome.MISS:
+        unchanged = sum(1 for s in result.sections if s["status"] == SectionStatus.VALID.value)
+        summary = (f'Answered by "{result.matched_query}" at {result.similarity} ({result.matcher}); '
+                   f"{unchanged} of {len(result.sections)} cited sections unchanged.")
+    elif not verdicts:
+        summary = ("No stored question shares a band key with this one, so none was similar enough to be compared "
+                   "(band keys are drawn a little under the threshold).")
+    elif stale:
+        summary = (f"{len(stale)} matching trail(s) were stale: every section they cite changed. "
+                   "A real recall marks them stale; they never come back.")
+    elif any(v.outcome.startswith("refused") for v in verdicts):
+        refused = [v for v in ordered if v.outcome.startswith("refused")]
+        summary = f"{len(refused)} candidate(s) reached the threshold but the look-alike guard refused them: {refused[0].outcome[len('refused by the guard: '):]}."
+    else:
+        best = ordered[0]
+        by = "embedding" if best.embedding is not None and (best.lexical is None or best.embedding >= best.lexical) else "lexical"
+        summary = (f"None of the {read} candidate(s) compared reached the threshold: the nearest scored "
+                   f"{nearest(best)} by {by} (threshold {thresholds[by + '_threshold']}).")
+    return {"matcher": scope.matcher, **thresholds, "candidates_read": read, "candidates": rows, "summary": summary}

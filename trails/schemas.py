@@ -21,6 +21,8 @@ class RecallIn(StrictSchema):
     token_budget: Optional[Annotated[int, Field(ge=0, le=200_000)]] = None
     dry_run: bool = False
     session: Optional[Session] = None
+    # Why it answered as it did; with dry_run only, so the hot path never pays for it.
+    explain: bool = False
 
 
 class SectionResult(Schema):
@@ -37,6 +39,24 @@ class StepOut(Schema):
     section_ids: list[str]
 
 
+class CandidateExplained(Schema):
+    trail_id: str
+    query: str
+    lexical: Optional[float]
+    embedding: Optional[float]
+    # "answered", "passed", "below the threshold", "refused by the guard: <rule>" or "stale: ..."
+    verdict: str
+
+
+class Explanation(Schema):
+    matcher: str
+    lexical_threshold: Optional[float]
+    embedding_threshold: Optional[float]
+    candidates_read: int
+    candidates: list[CandidateExplained]
+    summary: str
+
+
 class RecallOut(Schema):
     outcome: Outcome
     recall_id: Optional[str]
@@ -49,6 +69,7 @@ class RecallOut(Schema):
     hint: Optional[str]
     tokens: int
     truncated: bool
+    explanation: Optional[Explanation] = None
 
 
 class StepIn(StrictSchema):

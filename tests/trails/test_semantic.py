@@ -127,3 +127,15 @@ def test_the_model_runs_one_torch_thread_per_process_by_default(settings):
     # Under gunicorn each worker runs its own torch: one thread each keeps 2 workers on
     # 2 cores from oversubscribing the CPU (issue 12).
     assert settings.RAGTRAIL_TORCH_THREADS == 1 and torch.get_num_threads() == 1
+
+
+def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic):
+    _, api = semantic
+    assert api.record("help", query="How do I convert a string to a number?", cited=["s1"]).status_code == 201
+    body = api.recall("help", query="How do I convert a number to a string?", dry_run=True, explain=True).json()
+    why = body["explanation"]
+    assert body["outcome"] == "miss" and why["matcher"] == "embedding" and why["embedding_threshold"] == 0.95
+    nearest = why["candidates"][0]
+    # Nearly the same words, so a cosine over the threshold: the guard's order rule refuses it.
+    assert nearest["embedding"] >= 0.95 and nearest["lexical"] is None
+    assert nearest["verdict"] == "refused by the guard: terms in another order"
