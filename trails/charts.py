@@ -98,14 +98,27 @@ def _layout(title: str, **extra) -> dict:
     }
 
 
-def outcomes_figure(data: Series) -> dict:
+def outcomes_figure(data: Series, log_url: str | None = None, bucket: timedelta = timedelta(hours=1)) -> dict:
+    """Stacked recalls per bucket. With `log_url`, a click on a bar opens the recall log
+    filtered to that bucket and outcome (charts.js follows layout.meta.click)."""
     x = [s.isoformat() for s in data.starts]
-    return {
+    figure = {
         "data": [
-            {"type": "bar", "name": o, "x": x, "y": data.counts[o], "marker": {"color": COLOURS[o]}} for o in OUTCOMES
+            {"type": "bar", "name": o, "x": x, "y": data.counts[o], "marker": {"color": COLOURS[o]},
+             "customdata": [f"outcome={o}&since={_url_time(s)}&until={_url_time(s + bucket)}" for s in data.starts],
+             "hovertemplate": "%{y} " + o + " recalls<br>%{x}<extra></extra>"}
+            for o in OUTCOMES
         ],
-        "layout": _layout("Recall outcomes", barmode="stack", yaxis={"title": {"text": "recalls"}, "rangemode": "tozero"}),
+        "layout": _layout("Recall outcomes (click a bar for its recalls)", barmode="stack",
+                          yaxis={"title": {"text": "recalls"}, "rangemode": "tozero"}),
     }
+    if log_url:
+        figure["layout"]["meta"] = {"click": log_url + "?{customdata}"}
+    return figure
+
+
+def _url_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d+%H:%M")
 
 
 def hit_rate_figure(data: Series) -> dict:

@@ -15,6 +15,22 @@ class TrailFilterForm(forms.Form):
     sort = forms.ChoiceField(choices=SORT_CHOICES, required=False)
 
 
+OUTCOME_CHOICES = [("", "Any outcome"), ("prefetch", "Prefetch"), ("hint", "Hint"), ("miss", "Miss")]
+FEEDBACK_CHOICES = [("", "Any feedback"), ("not_helpful", "Not helpful"), ("helpful", "Helpful"), ("none", "No feedback")]
+
+
+class RecallLogFilterForm(forms.Form):
+    """Filters of the recall log; none of them is caller-written text, so they may sit in the URL."""
+
+    outcome = forms.ChoiceField(choices=OUTCOME_CHOICES, required=False)
+    min_similarity = forms.FloatField(min_value=0, max_value=1, required=False, label="Similarity from")
+    max_similarity = forms.FloatField(min_value=0, max_value=1, required=False, label="to")
+    since = forms.DateTimeField(required=False, label="From (UTC)", help_text="e.g. 2026-12-01 13:00")
+    until = forms.DateTimeField(required=False, label="Until (UTC)")
+    feedback = forms.ChoiceField(choices=FEEDBACK_CHOICES, required=False)
+    before = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+
 class ReplayForm(forms.Form):
     query = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), help_text="The question as an agent would ask it.")
     partition = forms.CharField(max_length=200, required=False, help_text="Only trails recorded with this partition match.")

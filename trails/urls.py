@@ -11,6 +11,7 @@ urlpatterns = [
     path("<slug:scope>/trails/<uuid:trail_id>/", views.trail_detail, name="trail"),
     path("<slug:scope>/trails/<uuid:trail_id>/vote/", views.trail_vote, name="vote"),
     path("<slug:scope>/replay/", views.replay, name="replay"),
+    path("<slug:scope>/recalls/", views.recall_log, name="recalls"),
     path("<slug:scope>/purge/", views.purge, name="purge"),
     path("<slug:scope>/purge/<uuid:run_id>/", views.purge_progress, name="purge-progress"),
 ]

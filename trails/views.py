@@ -26,7 +26,7 @@ from trails import charts
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from ragtrail_site.errors import RequestRefused
-from trails.forms import PurgeForm, ReplayForm, TrailFilterForm
+from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
 from trails.models import SIMILARITY_BINS, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
 from trails.purge import preview as preview_purge
 from trails.purge import run_purge
@@ -91,7 +91,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     rows = RecallStat.hourly(found, start)
     data = charts.series(rows, start, end, bucket)
     figures = {
-        "outcomes": charts.outcomes_figure(data),
+        "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[found.slug]), bucket),
         "hit-rate": charts.hit_rate_figure(data),
         "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS),
     }
@@ -195,6 +195,10 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         "citations": rows,
         "outcome": validation.outcome.value,
         "signals": trail.signals.all(),
+        # The recalls this trail answered, newest first, and how closely they matched.
+        "recalls": trail.recall_events.order_by("-created_at", "-id").only(
+            "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
+        )[:20],
         "tab": "trails",
     })
 
@@ -269,21 +273,72 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
         source = Trail.objects.filter(scope=found, public_id__in=_uuids([request.GET["trail"]])).first()
         if source is not None:
             data = {"query": source.query, "partition": source.partition}
+    elif request.method == "GET" and request.GET.get("recall"):
+        # From the recall log: the event's id in the URL, its kept query read here.
+        event = RecallEvent.objects.filter(scope=found, public_id__in=_uuids([request.GET["recall"]])).exclude(query="").first()
+        if event is not None:
+            data = {"query": event.query, "partition": ""}
     form = ReplayForm(data)
     form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         try:
-            answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True)
+            answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
         except RequestRefused as refused:
             form.add_error(refused.field or None, refused.message)
             status = 422
         else:
             trail = Trail.objects.filter(id=answer.trail.id).first() if answer.trail else None
-            result = {"answer": answer, "trail": trail, "json": json.dumps(recall_json(answer), indent=2, ensure_ascii=False)}
+            # What the agent would receive: the explanation is the operator's.
+            sent = {k: v for k, v in recall_json(answer).items() if k != "explanation"}
+            result = {"answer": answer, "trail": trail, "why": answer.explanation,
+                      "json": json.dumps(sent, indent=2, ensure_ascii=False)}
     elif form.is_bound:
         status = 422
     return _scope_page(request, "trails/replay.html", found, {"form": form, "result": result, "tab": "replay"}, status)
+
+
+RECALLS_PER_PAGE = 50
+
+
+@staff_required
+@require_GET
+def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
+    """Recent recalls, newest first, filtered; pages by id (no count over a million rows)."""
+    found = scope_or_404(scope)
+    form = RecallLogFilterForm(request.GET or None)
+    events = RecallEvent.objects.filter(scope=found).select_related("trail").only(
+        "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
+        "feedback_reason", "trail__public_id", "trail__query",
+    )
+    if form.is_bound and form.is_valid():
+        f = form.cleaned_data
+        if f["outcome"]:
+            events = events.filter(outcome=f["outcome"])
+        if f["min_similarity"] is not None:
+            events = events.filter(similarity__gte=f["min_similarity"])
+        if f["max_similarity"] is not None:
+            events = events.filter(similarity__lte=f["max_similarity"])
+        if f["since"]:
+            events = events.filter(created_at__gte=f["since"])
+        if f["until"]:
+            events = events.filter(created_at__lt=f["until"])
+        if f["feedback"] == "none":
+            events = events.filter(feedback_at__isnull=True)
+        elif f["feedback"]:
+            events = events.filter(helpful=f["feedback"] == "helpful")
+        if f["before"]:
+            events = events.filter(id__lt=f["before"])
+    rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
+    older = None
+    if len(rows) > RECALLS_PER_PAGE:
+        rows = rows[:RECALLS_PER_PAGE]
+        query = request.GET.copy()
+        query["before"] = rows[-1].id
+        older = query.urlencode()
+    return _scope_page(request, "trails/recall_log.html", found, {
+        "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": found.keep_raw_queries,
+    })
 
 
 @staff_required

@@ -116,3 +116,41 @@ def test_overview_draws_its_charts_from_the_bundled_plotly(page, live_server, ho
     expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
     expect(page.locator("#chart-similarity[data-drawn=true]")).to_have_count(1)
     assert outside == []
+
+
+def test_operator_replays_a_look_alike_and_reads_why_it_missed(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/replay/")
+    page.fill("#id_query", "When can I visit the ICU and where do I park at night?")
+    page.click("button.primary:has-text('Replay')")
+    expect(page.locator("#replay-outcome")).to_have_text("miss")
+    expect(page.locator("#replay-why")).to_contain_text("the look-alike guard refused them: terms differ: night")
+    row = page.locator("#replay-candidates tbody tr").first
+    expect(row).to_contain_text("When can I visit the ICU and where do I park?")
+    expect(row).to_contain_text("refused by the guard")
+    # From the candidate to its trail.
+    row.locator("a").click()
+    expect(page.locator("#trail-query")).to_have_text("When can I visit the ICU and where do I park?")
+
+
+def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live_server, hospital):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trails.recall import recall
+    from trails.upkeep import roll_up
+
+    recall(hospital, "When can I visit the ICU and where do I park?")
+    recall(hospital, "How do I renew my passport?")
+    roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
+    log_in(page, live_server, "/ops/hospital/")
+    expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
+    # The current hour's miss bar (the last bar of the miss trace).
+    page.locator("#chart-outcomes .trace.bars").nth(2).locator(".point path").last.click(force=True)
+    page.wait_for_url("**/ops/hospital/recalls/?outcome=miss**")
+    expect(page.locator("#recall-log tbody tr")).to_have_count(1)
+    expect(page.locator("#recall-log tbody tr .badge")).to_have_text("miss")
+    # And from the stale card to the stale trails.
+    page.goto(f"{live_server.url}/ops/hospital/")
+    page.click("#kpi-stale")
+    page.wait_for_url("**/ops/hospital/trails/?status=stale")

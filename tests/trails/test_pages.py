@@ -38,7 +38,7 @@ def page_urls(scope: str, trail: Trail) -> list[str]:
     run.save()
     return [
         "/ops/", f"/ops/{scope}/", f"/ops/{scope}/trails/", f"/ops/{scope}/trails/{trail.public_id}/",
-        f"/ops/{scope}/replay/", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/",
+        f"/ops/{scope}/replay/", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/", f"/ops/{scope}/recalls/",
         "/ops/evaluation/reports/", "/ops/evaluation/reports/any/",
     ]
 
@@ -84,7 +84,7 @@ def test_overview_counts_outcomes_from_the_roll_up_and_charts_from_static_plotly
     html = response.content.decode()
     assert response.status_code == 200
     assert '<div class="value" id="kpi-recalls">2</div>' in html
-    assert '<div class="value" id="kpi-hit-rate">50.0 %</div>' in html
+    assert '<div class="value" id="kpi-hit-rate"><a href="/ops/hospital/recalls/">50.0 %</a></div>' in html
     assert "prefetch 1 · hint 0 · miss 1" in html
     # Tool calls saved: the prefetched trail's two steps.
     assert '<div class="label">Tool calls saved</div><div class="value">2</div>' in html
@@ -298,3 +298,53 @@ def test_reports_page_lists_the_reports_in_the_reports_folder(staff, settings, t
     assert "ragtrail stale sections served" in html and "abc123" in html
     assert staff.get("/ops/evaluation/reports/2026-11-30T120000/").content == b"<html>the report</html>"
     assert staff.get("/ops/evaluation/reports/..%2F..%2Fetc/").status_code == 404
+
+
+def test_the_recall_log_lists_filters_and_pages_recalls_and_links_to_replay(staff, api, scope, trails):
+    scope.keep_raw_queries = True
+    scope.save()
+    for n in range(3):
+        api.recall("hospital", query="When are ICU visiting hours?")
+    api.recall("hospital", query="Where is the pharmacy?")
+    page = staff.get("/ops/hospital/recalls/").content.decode()
+    assert page.count('data-recall="') == 4 and "Where is the pharmacy?" in page and "When are ICU visiting hours?" in page
+    misses = staff.get("/ops/hospital/recalls/?outcome=miss").content.decode()
+    assert misses.count('data-recall="') == 1 and "pharmacy" in misses
+    close = staff.get("/ops/hospital/recalls/?min_similarity=0.99").content.decode()
+    assert close.count('data-recall="') == 3
+    later = (timezone.now() + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M")
+    assert 'data-recall="' not in staff.get("/ops/hospital/recalls/", {"since": later}).content.decode()
+    # Replay from the log names the recall, never its question, in the URL.
+    event = RecallEvent.objects.filter(outcome="miss").get()
+    assert f"/ops/hospital/replay/?recall={event.public_id}" in page
+    replay = staff.get(f"/ops/hospital/replay/?recall={event.public_id}").content.decode()
+    assert 'id="replay-outcome">miss' in replay and "Where is the pharmacy?" in replay
+    # Pages of 50 by id: the second page holds the rest.
+    RecallEvent.objects.bulk_create([RecallEvent(scope=scope, outcome="miss", latency_ms=1.0) for _ in range(60)])
+    first = staff.get("/ops/hospital/recalls/").content.decode()
+    assert first.count('data-recall="') == 50
+    older = re.search(r'href="\?([^"]+)" id="older-recalls"', first).group(1).replace("&amp;", "&")
+    assert staff.get(f"/ops/hospital/recalls/?{older}").content.decode().count('data-recall="') == 14
+
+
+def test_bad_recall_log_filters_are_named_and_show_no_rows(staff, trails):
+    response = staff.get("/ops/hospital/recalls/?min_similarity=2&since=yesterday")
+    page = response.content.decode()
+    assert response.status_code == 200 and "min_similarity" in page and "since" in page
+
+
+def test_a_trail_page_lists_the_recalls_it_answered(staff, api, trails):
+    api.recall("hospital", query="When are ICU visiting hours?")
+    trail = Trail.objects.get(query="When are ICU visiting hours?")
+    page = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert 'id="trail-recalls"' in page and "prefetch" in page.split('id="trail-recalls"')[1] and "1.0000" in page
+
+
+def test_overview_numbers_link_to_the_rows_behind_them(staff, api, trails):
+    api.recall("hospital", query="When are ICU visiting hours?")
+    roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
+    page = staff.get("/ops/hospital/").content.decode()
+    assert 'href="/ops/hospital/recalls/?outcome=miss"' in page and 'href="/ops/hospital/trails/?status=stale"' in page
+    figure = json.loads(page.split('id="chart-outcomes-data" type="application/json">')[1].split("</script>")[0])
+    assert figure["layout"]["meta"]["click"] == "/ops/hospital/recalls/?{customdata}"
+    assert figure["data"][0]["customdata"][-1].startswith("outcome=prefetch&since=")
