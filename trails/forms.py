@@ -11,7 +11,8 @@ SORT_CHOICES = [("age", "Newest first"), ("last_hit", "Last hit"), ("hits", "Mos
 
 class TrailFilterForm(forms.Form):
     status = forms.ChoiceField(choices=STATUS_CHOICES, required=False)
-    q = forms.CharField(required=False, max_length=200, label="Search queries")
+    q = forms.CharField(required=False, max_length=200, label="Search queries or a trail id")
+    section = forms.CharField(required=False, max_length=512, label="Cites section")
     sort = forms.ChoiceField(choices=SORT_CHOICES, required=False)
 
 

@@ -33,7 +33,12 @@ def purge_rules(run: PurgeRun) -> list[pii.Rule]:
     """Built-in rules and the scope's patterns, or only the subject for an erasure request."""
     if run.subject:
         return pii.rules_for(subject=run.subject, builtin=False)
-    return pii.rules_for(PiiPattern.objects.filter(scope=run.scope).values_list("name", "pattern"))
+    return scope_rules(run.scope_id)
+
+
+def scope_rules(scope_id: int) -> list[pii.Rule]:
+    """The built-in personal-data rules and the scope's own patterns."""
+    return pii.rules_for(PiiPattern.objects.filter(scope_id=scope_id).values_list("name", "pattern"))
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -66,7 +71,7 @@ def _redact_json(value: Any, rules: list[pii.Rule]) -> Any:
     return value
 
 
-def _trails(scope_id: int, ids: Iterable[int] | None = None, after_id: int = 0, limit: int | None = None):
+def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: int = 0, limit: int | None = None):
     trails = Trail.objects.filter(scope_id=scope_id).order_by("id").only(
         "id", "public_id", "scope_id", "query", "partition", "idempotency_key"
     ).prefetch_related(
@@ -112,7 +117,7 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
     """
     rules = purge_rules(run)
     matched, shown = [], []
-    for trail in _trails(run.scope_id).iterator(chunk_size=500):
+    for trail in trails_to_check(run.scope_id).iterator(chunk_size=500):
         names, _ = findings(trail, rules)
         if names:
             matched.append(trail.id)
@@ -146,9 +151,9 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     targets = sorted(run.trail_ids) if run.trail_ids is not None else None
     while True:
         if targets is None:
-            batch = list(_trails(run.scope_id, after_id=run.last_trail_id, limit=batch_size))
+            batch = list(trails_to_check(run.scope_id, after_id=run.last_trail_id, limit=batch_size))
         else:
-            batch = list(_trails(run.scope_id, [i for i in targets if i > run.last_trail_id][:batch_size]))
+            batch = list(trails_to_check(run.scope_id, [i for i in targets if i > run.last_trail_id][:batch_size]))
         if not batch:
             break
         doomed, dirty = [], []

@@ -27,7 +27,9 @@ from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from ragtrail_site.errors import RequestRefused
 from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
-from trails.models import SIMILARITY_BINS, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.models import SIMILARITY_BINS, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.purge import findings as purge_findings
+from trails.purge import scope_rules, trails_to_check
 from trails.purge import preview as preview_purge
 from trails.purge import run_purge
 from trails.recall import recall
@@ -126,17 +128,53 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
     elif status:
         trails = trails.filter(status=status)
     text = form.cleaned_data.get("q") if form.is_valid() else ""
-    if text:
+    if text and _uuids([text.strip()]):
+        trails = trails.filter(public_id=text.strip())  # a trail id pasted from a log or an agent
+    elif text:
         trails = trails.filter(query__icontains=text)
+    section = form.cleaned_data.get("section") if form.is_valid() else ""
+    if section:
+        # Every trail citing a section, on the (scope, section_id) index of citations.
+        trails = trails.filter(id__in=Citation.objects.filter(scope=scope, section_id=section.strip()).values("trail_id"))
     sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
     return trails.order_by(SORTS[sort], "-id")
 
 
 def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
     page = Paginator(_filtered_trails(scope, form), TRAILS_PER_PAGE).get_page(request.GET.get("page"))
+    _triage(scope, list(page))
     query = request.GET.copy()
     query.pop("page", None)
-    return {"page": page, "form": form, "filters": query.urlencode(), "notice": notice}
+    statuses = {t.status for t in page}
+    return {"page": page, "form": form, "filters": query.urlencode(), "notice": notice,
+            "has_pending": TrailStatus.PENDING in statuses, "has_stale": TrailStatus.STALE in statuses,
+            "has_rejected": TrailStatus.REJECTED in statuses}
+
+
+def _triage(scope: Scope, trails: list[Trail]) -> None:
+    """Gives each row of a page what triage needs, in three reads for the whole page:
+    `cited` (section ids), `would` (what recall would do now from the cited sections'
+    state) and, on pending rows, `pii` (rules of the purge that match what it holds)."""
+    by_id = {t.id: t for t in trails}
+    for trail in trails:
+        trail.cited, trail.pii = [], []
+    citations = Citation.objects.filter(trail_id__in=list(by_id)).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
+    recorded: dict[int, list[CoreCitation]] = {}
+    for trail_id, section_id, recorded_hash in citations:
+        by_id[trail_id].cited.append(section_id)
+        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, recorded_hash))
+    current = {
+        s.section_id: CurrentSection(s.hash, s.text)
+        for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
+    }
+    for trail in trails:
+        trail.would = validate(recorded.get(trail.id, []), current).outcome.value
+    pending = [t.id for t in trails if t.status == TrailStatus.PENDING]
+    if pending:
+        rules = scope_rules(scope.id)
+        for trail in trails_to_check(scope.id, pending):
+            names, _ = purge_findings(trail, rules)
+            by_id[trail.id].pii = sorted(names)
 
 
 @staff_required
@@ -209,14 +247,18 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     trail = _trail(scope, trail_id)
     vote = request.POST.get("vote")
     error = ""
-    if vote not in (Signal.UP, Signal.DOWN):
-        error = "vote must be up or down"
+    if vote not in (Signal.UP, Signal.DOWN, Signal.REINSTATE):
+        error = "vote must be up, down or reinstate"
     else:
         try:
-            trail.vote(vote, by=request.user.get_username())
+            if vote == Signal.REINSTATE:
+                trail.reinstate(by=request.user.get_username())  # undoes a rejection: back to pending
+            else:
+                trail.vote(vote, by=request.user.get_username())
         except ValueError as problem:
             error = str(problem)
     if request.htmx:
+        _triage(trail.scope, [trail])
         return render(request, "trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
     if error:
         return HttpResponse(error, status=400)
@@ -229,23 +271,35 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
 @staff_required
 @require_POST
 def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
+    """Acts on the selected rows where the action applies: approve or reject pending
+    trails, reinstate rejected ones, delete stale ones."""
     found = scope_or_404(scope)
-    vote = request.POST.get("vote")
-    ids = request.POST.getlist("trail")
+    action = request.POST.get("vote")
+    ids = _uuids(request.POST.getlist("trail"))
     form = TrailFilterForm(request.GET)
-    if vote not in (Signal.UP, Signal.DOWN):
-        notice = "Choose approve or reject."
+    applies = {Signal.UP: TrailStatus.PENDING, Signal.DOWN: TrailStatus.PENDING, Signal.REINSTATE: TrailStatus.REJECTED,
+               "delete": TrailStatus.STALE}
+    done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)", "delete": "deleted"}
+    if action not in applies:
+        notice = "Choose approve, reject, reinstate or delete."
     elif not ids:
-        notice = "Select the pending trails to approve or reject first."
+        notice = "Select the trails to act on first."
     else:
-        changed = 0
+        changed, by = 0, request.user.get_username()
         with transaction.atomic():
-            for trail in Trail.objects.select_for_update().select_related("scope").filter(
-                scope=found, public_id__in=_uuids(ids), status=TrailStatus.PENDING
-            ):
-                trail.vote(vote, by=request.user.get_username())
+            chosen = list(Trail.objects.select_for_update().select_related("scope").filter(
+                scope=found, public_id__in=ids, status=applies[action]
+            ))
+            if action == "delete":
+                # Stale trails never come back; deleting them is housekeeping.
+                changed = Trail.delete_by_ids([t.id for t in chosen])
+            for trail in chosen if action != "delete" else []:
+                trail.reinstate(by=by) if action == Signal.REINSTATE else trail.vote(action, by=by)
                 changed += 1
-        notice = f"{changed} trail{'s' if changed != 1 else ''} {'approved' if vote == Signal.UP else 'rejected'}."
+        skipped = len(ids) - changed
+        notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
+            f" {skipped} selected trail{'s' if skipped != 1 else ''} not {applies[action]}, left as {'they were' if skipped != 1 else 'it was'}." if skipped else ""
+        )
     if request.htmx:
         return render(request, "trails/trail_list.html#table", {"scope": found, **_trail_table(request, found, form, notice)})
     return redirect(reverse("ops:trails", args=[scope]) + ("?" + request.GET.urlencode() if request.GET else ""))

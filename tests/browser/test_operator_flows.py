@@ -154,3 +154,18 @@ def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live
     page.goto(f"{live_server.url}/ops/hospital/")
     page.click("#kpi-stale")
     page.wait_for_url("**/ops/hospital/trails/?status=stale")
+
+
+def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citations_in_view(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/trails/")
+    page.fill("#id_section", "parking")
+    page.press("#id_section", "Enter")
+    page.wait_for_url("**section=parking**")
+    rows = page.locator("#trail-table tbody tr")
+    expect(rows).to_have_count(3)
+    pending = page.locator("tr", has_text="Is the car park free for visitors?")
+    expect(pending.locator(".cites")).to_have_text("cites parking")
+    flagged = page.locator("tr", has_text="ana@example.org")
+    expect(flagged.locator(".pii-flag")).to_contain_text("may hold personal data")
+    pending.locator("button:has-text('Approve')").click()
+    expect(page.locator("tr", has_text="Is the car park free for visitors?").locator("[data-status]")).to_have_text("active")

@@ -180,7 +180,7 @@ def test_bulk_approval_activates_only_the_selected_pending_trails(staff, trails,
                           headers={"HX-Request": "true"})
     assert response.status_code == 200 and "1 trail approved." in response.content.decode()
     assert sorted(Trail.objects.values_list("status", flat=True)) == ["active", "active", "pending"]
-    assert staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"}).content.decode().count("Select the pending trails") == 1
+    assert staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"}).content.decode().count("Select the trails to act on first.") == 1
 
 
 def test_another_scopes_trail_is_not_found_on_this_scopes_pages(staff, trails, scope, other_scope):
@@ -348,3 +348,52 @@ def test_overview_numbers_link_to_the_rows_behind_them(staff, api, trails):
     figure = json.loads(page.split('id="chart-outcomes-data" type="application/json">')[1].split("</script>")[0])
     assert figure["layout"]["meta"]["click"] == "/ops/hospital/recalls/?{customdata}"
     assert figure["data"][0]["customdata"][-1].startswith("outcome=prefetch&since=")
+
+
+def test_triage_finds_trails_by_id_and_by_cited_section_and_shows_what_recall_would_do(staff, api, scope, trails):
+    from scopes.models import Section
+
+    icu = Trail.objects.get(query="When are ICU visiting hours?")
+    by_id = staff.get(f"/ops/hospital/trails/?q={icu.public_id}").content.decode()
+    assert by_id.count('<tr id="trail-') == 1 and f'id="trail-{icu.public_id}"' in by_id
+    citing = staff.get("/ops/hospital/trails/?section=parking").content.decode()
+    assert citing.count('<tr id="trail-') == 2 and "ICU" not in citing.split('id="trail-table"')[1]
+    # What recall would do now, from the cited sections' state.
+    assert '<span class="badge prefetch" data-would>prefetch</span>' in by_id
+    Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
+    assert '<span class="badge miss" data-would>miss</span>' in staff.get(f"/ops/hospital/trails/?q={icu.public_id}").content.decode()
+
+
+def test_pending_rows_show_what_they_cite_and_a_personal_data_flag(staff, trails):
+    page = staff.get("/ops/hospital/trails/?status=pending").content.decode()
+    flagged = page.split("Is parking free for visitors?")[1].split("</tr>")[0]
+    assert "cites <code>parking</code>" in flagged and "may hold personal data: email" in flagged
+    clean = page.split("Where do visitors park?")[1].split("</tr>")[0]
+    assert "cites <code>parking</code>" in clean and "personal data" not in clean
+
+
+def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
+    from scopes.models import Section
+
+    icu = Trail.objects.get(query="When are ICU visiting hours?")
+    pending = Trail.objects.filter(status="pending").first()
+    pending.vote("down", by="olga")
+    # The ICU trail goes stale when a recall finds its only cited section changed.
+    Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
+    api.recall("hospital", query="When are ICU visiting hours?")
+    icu.refresh_from_db()
+    assert icu.status == "stale"
+    page = staff.get("/ops/hospital/trails/").content.decode()
+    assert 'value="delete"' in page and 'value="reinstate"' in page and 'id="select-all"' in page
+    both = [str(icu.public_id), str(pending.public_id)]
+    deleted = staff.post("/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}, headers={"HX-Request": "true"}).content.decode()
+    assert "1 trail deleted. 1 selected trail not stale, left as it was." in deleted
+    assert not Trail.objects.filter(pk=icu.pk).exists() and Trail.objects.filter(pk=pending.pk).exists()
+    # Undo a rejection, from its row.
+    row = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "reinstate"}, headers={"HX-Request": "true"}).content.decode()
+    assert "pending" in row
+    pending.refresh_from_db()
+    assert pending.status == "pending" and pending.signals.last().signal == "reinstate" and pending.signals.last().by == "olga"
+    # Where nothing fits, no bulk bar.
+    active_only = staff.get("/ops/hospital/trails/?status=active").content.decode()
+    assert 'id="bulk-bar"' not in active_only
