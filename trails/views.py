@@ -1,12 +1,15 @@
 """Operator pages: function views, each rendering its page or, for htmx, the fragment it swaps."""
 from __future__ import annotations
 
+import csv
 import difflib
 import json
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from functools import wraps
+from typing import Iterable
 
 from django.conf import settings
 from django.contrib import messages
@@ -14,7 +17,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, F, Q
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -57,23 +60,87 @@ def staff_required(view):
     return checked
 
 
+# The most rows one CSV export streams.
+CSV_ROW_LIMIT = 100_000
+
+
+def _csv_cell(value) -> str:
+    """A value for a spreadsheet: times in UTC ISO form, and text that a spreadsheet
+    would run as a formula (caller-written queries may start with = + - @) quoted."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(dt_timezone.utc).isoformat()
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def csv_response(filename: str, header: list[str], rows: Iterable[Iterable]) -> StreamingHttpResponse:
+    """Streams rows as CSV (a download), so a large export never sits in memory."""
+
+    class Line:
+        def write(self, value: str) -> str:
+            return value
+
+    writer = csv.writer(Line())
+
+    def lines():
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow([_csv_cell(v) for v in row])
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def wants_csv(request: HttpRequest) -> bool:
+    return request.GET.get("format") == "csv"
+
+
 def scope_or_404(slug: str) -> Scope:
     """The one lookup of a page's scope by the slug in its URL (staff see every scope)."""
     return get_object_or_404(Scope, slug=slug)
 
 
-def _scope_page(request: HttpRequest, template: str, scope: Scope, context: dict, status: int = 200) -> HttpResponse:
-    context = {"scope": scope, "scopes": Scope.objects.only("slug", "name"), **context}
+# Scopes the benchmarks and the evaluation make (and drop when done): never offered to operators.
+SCRATCH_SCOPE_PREFIXES = ("eval-", "bench-", "toolbench-", "upkeep-", "overview-")
+LAST_SCOPE = "ops_last_scope"
+
+
+def operator_scopes():
+    scratch = Q()
+    for prefix in SCRATCH_SCOPE_PREFIXES:
+        scratch |= Q(slug__startswith=prefix)
+    return Scope.objects.exclude(scratch)
+
+
+def _scope_page(request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200) -> HttpResponse:
+    if scope is not None and scope.pk:
+        request.session[LAST_SCOPE] = scope.slug  # /ops/ opens it next time
+    context = {"scope": scope, "scopes": operator_scopes().only("slug", "name"), **context}
     return render(request, template, context, status=status)
+
+
+def _last_scope(request: HttpRequest) -> Scope | None:
+    """The scope this operator last looked at; else the one the latest trail was recorded
+    in (a scope in use, not the newest empty one); else any."""
+    scopes = operator_scopes()
+    remembered = request.session.get(LAST_SCOPE)
+    found = scopes.filter(slug=remembered).first() if remembered else None
+    if found is None:
+        latest = Trail.objects.filter(scope__in=scopes).order_by("-id").values_list("scope_id", flat=True).first()
+        found = scopes.filter(pk=latest).first() if latest else scopes.first()
+    return found
 
 
 @staff_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    first = Scope.objects.first()
-    if first is None:
+    found = _last_scope(request)
+    if found is None:
         return render(request, "trails/no_scopes.html")
-    return redirect("ops:overview", scope=first.slug)
+    return redirect("ops:overview", scope=found.slug)
 
 
 @staff_required
@@ -182,6 +249,12 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
 def trail_list(request: HttpRequest, scope: str) -> HttpResponse:
     found = scope_or_404(scope)
     form = TrailFilterForm(request.GET)
+    if wants_csv(request):
+        rows = _filtered_trails(found, form).values_list(
+            "public_id", "status", "query", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
+        )[:CSV_ROW_LIMIT]
+        return csv_response(f"{found.slug}-trails.csv", ["trail_id", "status", "query", "hits", "last_hit_at", "created_at",
+                                                         "expires_at", "section_changed_at"], rows.iterator())
     context = _trail_table(request, found, form)
     if request.htmx:
         return render(request, "trails/trail_list.html#table", {"scope": found, **context})
@@ -383,6 +456,13 @@ def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
             events = events.filter(helpful=f["feedback"] == "helpful")
         if f["before"]:
             events = events.filter(id__lt=f["before"])
+    if wants_csv(request):
+        fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful", "feedback_reason"]
+        if found.keep_raw_queries:
+            fields.append("query")
+        rows = events.order_by("-created_at", "-id").values_list(*fields)[:CSV_ROW_LIMIT]
+        header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful", "feedback_reason"]
+        return csv_response(f"{found.slug}-recalls.csv", header + (["query"] if found.keep_raw_queries else []), rows.iterator())
     rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
     older = None
     if len(rows) > RECALLS_PER_PAGE:
@@ -401,6 +481,13 @@ def purge(request: HttpRequest, scope: str) -> HttpResponse:
     """Preview stores the matched trails on a run; confirming runs that run, whatever the
     form's fields say by then."""
     found = scope_or_404(scope)
+    if request.method == "GET" and wants_csv(request):
+        # The audit log: who purged what rule when, never the purged text.
+        runs = PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED).values_list(
+            "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
+        )[:CSV_ROW_LIMIT]
+        return csv_response(f"{found.slug}-purge-audit.csv", ["run_id", "created_at", "requested_by", "rule", "action", "state",
+                                                              "checked", "matched", "finished_at"], runs.iterator())
     form = PurgeForm(request.POST or None)
     preview, status, problem = None, 200, ""
     if request.method == "POST" and request.POST.get("step") == "run":
@@ -471,7 +558,8 @@ def reports(request: HttpRequest) -> HttpResponse:
             "name": folder.name, "report": report, "has_html": (folder / "report.html").is_file(),
             "headline": report.get("headline", []),
         })
-    return _scope_page(request, "trails/reports.html", Scope.objects.first(), {
+    # The Evaluation page keeps the operator's scope in the navigation.
+    return _scope_page(request, "trails/reports.html", _last_scope(request), {
         "entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports",
     })
 

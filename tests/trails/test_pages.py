@@ -397,3 +397,47 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     # Where nothing fits, no bulk bar.
     active_only = staff.get("/ops/hospital/trails/?status=active").content.decode()
     assert 'id="bulk-bar"' not in active_only
+
+
+def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
+    from scopes.models import Scope
+
+    Scope.objects.create(slug="eval-match-1234abcd")
+    Scope.objects.create(slug="zz-newest-empty")
+    # First visit: the scope the latest trail was recorded in, not the newest empty one.
+    assert staff.get("/ops/")["Location"] == "/ops/hospital/"
+    staff.get("/ops/other/trails/")
+    assert staff.get("/ops/")["Location"] == "/ops/other/"
+    page = staff.get("/ops/evaluation/reports/").content.decode()
+    # The Evaluation page keeps the operator's scope, and the switcher offers no scratch scope.
+    assert 'href="/ops/other/"' in page and "eval-match-1234abcd" not in page
+
+
+def test_times_show_their_time_zone(staff, trails):
+    trail = Trail.objects.first()
+    page = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", page)
+    assert re.search(r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">', page)
+
+
+def test_csv_exports_follow_the_filters_and_defuse_formulas(staff, api, scope, trails):
+    import csv as csv_module
+    import io
+
+    def rows(response):
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+        return list(csv_module.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+    api.record("hospital", query='=HYPERLINK("http://evil.example") parking', cited=["parking"], signal=None)
+    trails_csv = rows(staff.get("/ops/hospital/trails/?status=pending&format=csv"))
+    assert trails_csv[0][:3] == ["trail_id", "status", "query"] and len(trails_csv) == 1 + 3
+    assert any(r[2].startswith("'=HYPERLINK") for r in trails_csv[1:])
+    scope.keep_raw_queries = True
+    scope.save()
+    api.recall("hospital", query="When are ICU visiting hours?")
+    api.recall("hospital", query="Where is the pharmacy?")
+    recalls_csv = rows(staff.get("/ops/hospital/recalls/?outcome=miss&format=csv"))
+    assert recalls_csv[0][-1] == "query" and [r[2] for r in recalls_csv[1:]] == ["miss"] and recalls_csv[1][-1] == "Where is the pharmacy?"
+    PurgeRun.request(scope, "", False, "olga").save()
+    audit = rows(staff.get("/ops/hospital/purge/?format=csv"))
+    assert audit[0][:4] == ["run_id", "created_at", "requested_by", "rule"] and audit[1][2] == "olga"

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -28,7 +30,16 @@ def short_hash(value: str | None) -> str:
 
 @register.filter
 def age(value: datetime | None) -> str:
-    """How long ago (or, for a future time, how long until), in the largest whole unit."""
+    """How long ago (or, for a future time, how long until), in the largest whole unit,
+    in a <time> element whose title gives the moment in UTC."""
+    if value is None:
+        return "never"
+    moment = value.astimezone(dt_timezone.utc)
+    return format_html('<time datetime="{}" title="{} UTC">{}</time>', moment.isoformat(), moment.strftime("%Y-%m-%d %H:%M:%S"), age_text(value))
+
+
+def age_text(value: datetime | None) -> str:
+    """The text of `age`, without markup."""
     if value is None:
         return "never"
     seconds = (timezone.now() - value).total_seconds()
