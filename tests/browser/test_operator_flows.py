@@ -161,6 +161,8 @@ def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citat
     page.fill("#id_section", "parking")
     page.press("#id_section", "Enter")
     page.wait_for_url("**section=parking**")
+    # The filter fires on change and on submit; let both swaps land before acting on a row.
+    page.wait_for_load_state("networkidle")
     rows = page.locator("#trail-table tbody tr")
     expect(rows).to_have_count(3)
     pending = page.locator("tr", has_text="Is the car park free for visitors?")

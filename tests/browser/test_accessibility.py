@@ -1,0 +1,72 @@
+"""Every operator page at 390 px (a phone) and through axe-core: no page wider than the
+screen, no serious or critical accessibility violation."""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from scopes.models import Section
+from tests.browser.test_operator_flows import hospital, log_in  # noqa: F401 (fixture)
+from trails.models import PurgeRun, Trail
+from trails.recall import recall
+from trails.upkeep import roll_up
+
+pytestmark = pytest.mark.slow
+
+AXE = (Path(__file__).parent / "vendor" / "axe-4.14.1.min.js").read_text(encoding="utf-8")
+
+
+@pytest.fixture(params=[390, 1280], ids=["phone", "desktop"])
+def phone(request, browser):
+    """A phone (390 px) and a desktop: axe on both, the width check on both."""
+    width = request.param
+    context = browser.new_context(viewport={"width": width, "height": 844}, is_mobile=width < 600, has_touch=width < 600)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+def problems(page) -> list[str]:
+    found = []
+    width, screen = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    if width > screen:
+        wide = page.evaluate(
+            """(screen) => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > screen + 1)
+                 .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.') + ' ' + Math.round(e.getBoundingClientRect().right))""",
+            screen,
+        )
+        found.append(f"page is {width} px wide on a {screen} px screen: {wide}")
+    page.add_script_tag(content=AXE)
+    result = page.evaluate("async () => await axe.run(document)")
+    for violation in result["violations"]:
+        if violation["impact"] in ("serious", "critical"):
+            targets = [node["target"] for node in violation["nodes"][:3]]
+            found.append(f"{violation['impact']} {violation['id']}: {violation['help']} at {targets}")
+    return found
+
+
+def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hospital):  # noqa: F811
+    trail = Trail.objects.get(query="When can I visit the ICU and where do I park?")
+    recall(hospital, "When can I visit the ICU and where do I park?")
+    recall(hospital, "How do I renew my passport?")
+    roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
+    Section.upsert(hospital, {"visiting/icu": "ICU visiting is closed this week."})
+    PurgeRun.request(hospital, "", False, "olga").save()
+    log_in(phone, live_server, "/ops/hospital/")
+    pages = {
+        "overview": "/ops/hospital/", "trails": "/ops/hospital/trails/", "pending trails": "/ops/hospital/trails/?status=pending",
+        "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
+        "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
+    }
+    report = {}
+    for name, path in pages.items():
+        phone.goto(f"{live_server.url}{path}")
+        report[name] = problems(phone)
+    # Replay with an answer and its explanation.
+    phone.goto(f"{live_server.url}/ops/hospital/replay/?trail={trail.public_id}")
+    report["replay answer"] = problems(phone)
+    assert not any(report.values()), "\n".join(f"{k}: {p}" for k, v in report.items() for p in v)
