@@ -121,29 +121,57 @@ def _url_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d+%H:%M")
 
 
+# A bucket with fewer recalls than this is drawn faint: its rate is noise, not a trend.
+LOW_VOLUME = 20
+
+
 def hit_rate_figure(data: Series) -> dict:
+    """The hit rate per bucket with the volume behind it: the marker's size grows with the
+    recalls, low-volume buckets are faint, and the tooltip gives the counts."""
     rates = [None if r is None else round(100 * r, 1) for r in data.hit_rate()]
+    volumes = [sum(data.counts[o][i] for o in OUTCOMES) for i in range(len(data.starts))]
+    hits = [data.counts["prefetch"][i] + data.counts["hint"][i] for i in range(len(data.starts))]
+    biggest = max(volumes, default=0) or 1
     return {
         "data": [{
             "type": "scatter", "mode": "lines+markers", "name": "hit rate", "connectgaps": False,
             "x": [s.isoformat() for s in data.starts], "y": rates, "line": {"color": "#2b6cb0"},
+            "customdata": [[h, v] for h, v in zip(hits, volumes)],
+            "hovertemplate": "%{y:.1f} % hits: %{customdata[0]} of %{customdata[1]} recalls<br>%{x}<extra></extra>",
+            "marker": {
+                "size": [6 + 10 * (v / biggest) for v in volumes],
+                "color": ["#a0aec0" if v < LOW_VOLUME else "#2b6cb0" for v in volumes],
+            },
         }],
-        "layout": _layout("Hit rate (prefetch + hint)", yaxis={"title": {"text": "%"}, "range": [0, 100]}),
+        "layout": _layout(f"Hit rate (prefetch + hint); grey: under {LOW_VOLUME} recalls",
+                          yaxis={"title": {"text": "% of recalls"}, "range": [0, 100]}),
     }
 
 
-def similarity_figure(bins: Sequence[tuple[int, int]], bin_count: int) -> dict:
-    """A histogram of hit similarities from (bin, count) pairs; bin i covers [i, i+1) / bin_count."""
+def similarity_figure(bins: Sequence[tuple[int, int]], bin_count: int, thresholds: dict[str, float] | None = None) -> dict:
+    """A histogram of hit similarities from (bin, count) pairs; bin i covers [i, i+1) / bin_count.
+    Each matcher's threshold in use is drawn as a dashed line."""
     width = 1.0 / bin_count
-    low = min((b for b, _ in bins), default=bin_count // 2) * width
+    lines = dict(thresholds or {})
+    low = min([b * width for b, _ in bins] + list(lines.values()) or [0.5])
+    shapes = [
+        {"type": "line", "x0": t, "x1": t, "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#9b2c2c", "dash": "dash", "width": 2}}
+        for t in lines.values()
+    ]
+    notes = [
+        {"x": t, "yref": "paper", "y": 1, "text": f"{name} threshold {t}", "showarrow": False, "xanchor": "right", "font": {"size": 11}}
+        for name, t in lines.items()
+    ]
     return {
         "data": [{
             "type": "bar", "name": "hits", "x": [round((b + 0.5) * width, 4) for b, _ in bins],
             "y": [c for _, c in bins], "width": width * 0.9, "marker": {"color": "#2b6cb0"},
+            "hovertemplate": "%{y} hits at similarity %{x:.3f} (±" + f"{width / 2:.3f}" + ")<extra></extra>",
         }],
         "layout": _layout(
-            "Similarity of hits",
+            "Similarity of hits, against the threshold",
             xaxis={"title": {"text": "similarity"}, "range": [max(0.0, low - 0.05), 1.0]},
             yaxis={"title": {"text": "hits"}},
+            shapes=shapes, annotations=notes,
         ),
     }

@@ -25,12 +25,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from scopes.models import Scope, Section, SectionRevision
-from trails import charts
+from trails import charts, tool_results
+from trails.matching import matching_settings
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from ragtrail_site.errors import RequestRefused
 from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
-from trails.models import SIMILARITY_BINS, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailStatus
+from trails.models import SIMILARITY_BINS, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailSignal, TrailStatus
 from trails.purge import findings as purge_findings
 from trails.purge import scope_rules, trails_to_check
 from trails.purge import preview as preview_purge
@@ -157,20 +158,41 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     if bucket >= timedelta(days=1):
         # Daily buckets start at midnight so a day's bar is that calendar day.
         start = start.replace(hour=0)
-    rows = RecallStat.hourly(found, start)
-    data = charts.series(rows, start, end, bucket)
+    rows = RecallStat.hourly(found, start - span)
+    current_rows = [r for r in rows if r.hour >= start]
+    data = charts.series(current_rows, start, end, bucket)
+    matching = matching_settings(found)
+    thresholds = {
+        name: value for name, value, used in (
+            ("embedding", matching.embedding_threshold, found.uses_embedding), ("lexical", matching.lexical_threshold, found.uses_lexical)
+        ) if used
+    }
     figures = {
         "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[found.slug]), bucket),
         "hit-rate": charts.hit_rate_figure(data),
-        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS),
+        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS, thresholds),
     }
-    totals = charts.totals(rows)
+    totals = charts.totals(current_rows)
+    # The window before, for comparison (the same roll-up rows, read once).
+    previous = charts.totals(r for r in rows if start - span <= r.hour < start)
     judged = RecallEvent.objects.filter(scope=found, feedback_at__gte=start).aggregate(
         judged=Count("id"), reported=Count("id", filter=Q(helpful=False))
     )
+    voted_down = TrailSignal.objects.filter(
+        trail__scope=found, created_at__gte=start, signal__in=[Signal.DOWN, Signal.REPORTED]
+    ).aggregate(down=Count("id", filter=Q(signal=Signal.DOWN)), reported=Count("id", filter=Q(signal=Signal.REPORTED)))
+    try:
+        tool_counts, tool_error = tool_results.lookup_counts(found), ""
+    except RequestRefused as refused:
+        tool_counts, tool_error = {}, refused.message
     return _scope_page(request, "trails/overview.html", found, {
         "judged": judged["judged"],
         "false_hit_reports": judged["reported"],
+        "voted_down": voted_down["down"],
+        "reported_to_pending": voted_down["reported"],
+        "previous": previous,
+        "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
+        "tool_error": tool_error,
         "window": window,
         "windows": list(WINDOWS),
         "totals": totals,

@@ -85,7 +85,7 @@ def test_overview_counts_outcomes_from_the_roll_up_and_charts_from_static_plotly
     assert response.status_code == 200
     assert '<div class="value" id="kpi-recalls">2</div>' in html
     assert '<div class="value" id="kpi-hit-rate"><a href="/ops/hospital/recalls/">50.0 %</a></div>' in html
-    assert "prefetch 1 · hint 0 · miss 1" in html
+    assert "1 hits of 2 recalls" in html and "(1)</a> <span class=\"help\">no trail</span>" in html
     # Tool calls saved: the prefetched trail's two steps.
     assert '<div class="label">Tool calls saved</div><div class="value">2</div>' in html
     # Pending approvals: the two trails recorded without a signal.
@@ -441,3 +441,27 @@ def test_csv_exports_follow_the_filters_and_defuse_formulas(staff, api, scope, t
     PurgeRun.request(scope, "", False, "olga").save()
     audit = rows(staff.get("/ops/hospital/purge/?format=csv"))
     assert audit[0][:4] == ["run_id", "created_at", "requested_by", "rule"] and audit[1][2] == "olga"
+
+
+def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
+    from django.core.cache import cache
+
+    cache.clear()
+    api.call("put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]})
+    api.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "search", "args": {"q": "x"}, "context": {}})
+    api.recall("hospital", query="When are ICU visiting hours?")
+    api.recall("hospital", query="Where is the pharmacy?")
+    Trail.objects.get(query="Where do visitors park?").vote("down", by="olga")
+    # Last window's recalls (a day before) for the comparison.
+    RecallEvent.objects.filter(outcome="miss").update(created_at=timezone.now() - timedelta(hours=30))
+    roll_up(timezone.now() - timedelta(days=3), timezone.now() + timedelta(hours=1))
+    page = staff.get("/ops/hospital/").content.decode()
+    assert '<div class="detail" id="kpi-recalls-before">before: 1</div>' in page
+    assert "1 hits of 1 recalls · before: 0.0 % of 1" in page
+    assert "(1)</a> <span class=\"help\">served in full</span>" in page
+    assert 'id="kpi-voted-down"><a href="/ops/hospital/trails/?status=rejected">1</a>' in page
+    assert '<td><code>search</code></td><td class="num">0</td><td class="num">1</td>' in page
+    similarity = json.loads(page.split('id="chart-similarity-data" type="application/json">')[1].split("</script>")[0])
+    assert [line["x0"] for line in similarity["layout"]["shapes"]] == [0.5]  # the lexical scope's threshold
+    hit_rate = json.loads(page.split('id="chart-hit-rate-data" type="application/json">')[1].split("</script>")[0])
+    assert "of %{customdata[1]} recalls" in hit_rate["data"][0]["hovertemplate"]
