@@ -154,3 +154,13 @@ def test_upkeep_benchmark_runs_and_checks_its_counts(db):
     call_command("benchmark_upkeep", "--events", "300", "--trails", "20", "--batch-size", "7", stdout=out)
     text = out.getvalue()
     assert "counts sum 300 of 300" in text and "sweep: 10 trails" in text
+
+
+def test_page_benchmark_times_every_operator_page(db):
+    out = StringIO()
+    call_command("benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", stdout=out)
+    text = out.getvalue()
+    for page in ("overview 30d", "trails by section", "trail ", "recalls an hour", "replay a recall", "purge"):
+        assert f"\n{page}" in "\n" + text, page
+    assert "pages over 300 ms at p90:" in text
+    assert not Scope.objects.filter(slug__startswith="overview-").exists()

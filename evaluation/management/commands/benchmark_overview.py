@@ -1,4 +1,4 @@
-"""How fast the operator overview answers with a million recall events in its scope."""
+"""How fast every operator page answers with a million recall events and 100,000 trails in its scope."""
 from __future__ import annotations
 
 import random
@@ -13,38 +13,40 @@ from django.db.models import Count, Sum
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from scopes.models import Scope
-from trails.models import drop_scope
-from trails.models import RecallEvent
+from evaluation.questions import QuestionMaker
+from evaluation.timing import percentile
+from scopes.demo import faq_sections
+from scopes.models import Scope, Section
+from trails.core.hint import RecordedStep
+from trails.models import RecallEvent, Trail, TrailStatus, drop_scope
+from trails.record import RecordInput, TrailRows
 from trails.upkeep import roll_up
+
+# The operator pages' budget (issue 14): every page answers within it at this size.
+BUDGET_MS = 300.0
 
 
 class Command(BaseCommand):
-    help = ("Fills a scope with recall events over 30 days, rolls them up, and times GET /ops/<scope>/ "
-            "for each window through the whole Django stack (session, view, template).")
+    help = ("Fills a scope with recall events over 30 days and trails citing real FAQ sections, rolls the events up, "
+            "and times every operator page through the whole Django stack (session, view, template).")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--events", type=int, default=1_000_000)
-        parser.add_argument("--requests", type=int, default=30, help="timed requests per window")
+        parser.add_argument("--trails", type=int, default=100_000)
+        parser.add_argument("--requests", type=int, default=20, help="timed requests per page")
 
-    def handle(self, *args, events: int, requests: int, **options) -> None:
-        scope = Scope.objects.create(slug=f"overview-{uuid.uuid4().hex[:8]}", matcher="lexical")
+    def handle(self, *args, events: int, trails: int, requests: int, **options) -> None:
+        scope = Scope.objects.create(slug=f"overview-{uuid.uuid4().hex[:8]}", matcher="lexical", keep_raw_queries=True)
         user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:8]}", is_staff=True)
         try:
             now = timezone.now()
             rng = random.Random(3)
             started = time.perf_counter()
-            for start in range(0, events, 20_000):
-                batch = []
-                for _ in range(min(20_000, events - start)):
-                    outcome = rng.choices(["prefetch", "hint", "miss"], [5, 2, 3])[0]
-                    hit = outcome != "miss"
-                    batch.append(RecallEvent(
-                        scope=scope, created_at=now - timedelta(seconds=rng.randrange(30 * 86400)), outcome=outcome,
-                        similarity=0.9375 + rng.random() * 0.0625 if hit else None, latency_ms=2.0, matcher="embedding" if hit else "",
-                        calls_saved=rng.randrange(1, 5) if hit else 0, tokens_saved=rng.randrange(2000) if outcome == "prefetch" else 0,
-                    ))
-                RecallEvent.objects.bulk_create(batch)
+            ids = self.fill_trails(scope, trails, rng, now)
+            self.stdout.write(f"filled {trails:,} trails (citing 2 of 200 FAQ sections; some pending, stale, rejected) "
+                              f"in {time.perf_counter() - started:.0f} s")
+            started = time.perf_counter()
+            self.fill_events(scope, events, ids, rng, now)
             self.stdout.write(f"filled {events:,} recall events over 30 days in {time.perf_counter() - started:.0f} s")
             started = time.perf_counter()
             buckets = roll_up(now - timedelta(days=31), now + timedelta(minutes=1))
@@ -52,20 +54,47 @@ class Command(BaseCommand):
 
             client = Client()
             client.force_login(user)
+            slug = scope.slug
+            trail = Trail.objects.filter(scope=scope, hit_count__gt=0).order_by("-id").first() or Trail.objects.filter(scope=scope).first()
+            event = RecallEvent.objects.filter(scope=scope).exclude(query="").order_by("-id").first()
+            hour = (now - timedelta(hours=5)).strftime("%Y-%m-%d+%H:00")
+            later = (now - timedelta(hours=4)).strftime("%Y-%m-%d+%H:00")
+            pages = {
+                "overview 24h": f"/ops/{slug}/?window=24h",
+                "overview 7d": f"/ops/{slug}/?window=7d",
+                "overview 30d": f"/ops/{slug}/?window=30d",
+                "trails": f"/ops/{slug}/trails/",
+                "trails pending": f"/ops/{slug}/trails/?status=pending",
+                "trails by section": f"/ops/{slug}/trails/?section=s7",
+                "trails by words": f"/ops/{slug}/trails/?q=python",
+                "trails by id": f"/ops/{slug}/trails/?q={trail.public_id}",
+                "trails last page": f"/ops/{slug}/trails/?page=99999",
+                "trail": f"/ops/{slug}/trails/{trail.public_id}/",
+                "recalls": f"/ops/{slug}/recalls/",
+                "recalls misses": f"/ops/{slug}/recalls/?outcome=miss",
+                "recalls similarity": f"/ops/{slug}/recalls/?min_similarity=0.99",
+                "recalls an hour": f"/ops/{slug}/recalls/?outcome=hint&since={hour}&until={later}",
+                "recalls not helpful": f"/ops/{slug}/recalls/?feedback=not_helpful",
+                "replay (form)": f"/ops/{slug}/replay/",
+                "replay a recall": f"/ops/{slug}/replay/?recall={event.public_id}",
+                "purge": f"/ops/{slug}/purge/",
+            }
+            over = []
             with override_settings(DEBUG=False):
-                for window in ("24h", "7d", "30d"):
-                    url = f"/ops/{scope.slug}/?window={window}"
-                    assert client.get(url).status_code == 200  # warm-up
+                for name, url in pages.items():
+                    assert client.get(url).status_code == 200, url  # warm-up
                     timings = []
                     for _ in range(requests):
                         started = time.perf_counter()
                         response = client.get(url)
                         timings.append((time.perf_counter() - started) * 1000)
-                        assert response.status_code == 200
-                    timings.sort()
-                    self.stdout.write(f"overview {window:>3}: median {statistics.median(timings):6.1f} ms, "
-                                      f"p90 {timings[int(len(timings) * 0.9)]:6.1f} ms, max {timings[-1]:6.1f} ms ({requests} requests)")
-                # What the page would cost counting raw events instead of the roll-up.
+                        assert response.status_code == 200, url
+                    worst = percentile(timings, 0.9)
+                    over += [name] if worst > BUDGET_MS else []
+                    self.stdout.write(f"{name:22} median {statistics.median(timings):6.1f} ms, p90 {worst:6.1f} ms, "
+                                      f"max {max(timings):6.1f} ms ({requests} requests)")
+                self.stdout.write(f"pages over {BUDGET_MS:.0f} ms at p90: {', '.join(over) if over else 'none'}")
+                # What the overview would cost counting raw events instead of the roll-up.
                 started = time.perf_counter()
                 list(RecallEvent.objects.filter(scope=scope, created_at__gte=now - timedelta(days=30)).values("outcome").annotate(
                     Count("id"), Sum("calls_saved"), Sum("tokens_saved")))
@@ -73,3 +102,39 @@ class Command(BaseCommand):
         finally:
             user.delete()
             drop_scope(scope)
+
+    def fill_trails(self, scope: Scope, trails: int, rng: random.Random, now) -> list[int]:
+        sections = dict(list(faq_sections("old").items())[:200])
+        Section.upsert(scope, {f"s{i}": text for i, text in enumerate(sections.values())})
+        current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+        section_ids = sorted(current)
+        maker = QuestionMaker(11)
+        statuses = [TrailStatus.ACTIVE] * 90 + [TrailStatus.PENDING] * 5 + [TrailStatus.STALE] * 3 + [TrailStatus.REJECTED] * 2
+        for start in range(0, trails, 5000):
+            rows = []
+            for _ in range(min(5000, trails - start)):
+                cited = rng.sample(section_ids, 2)
+                status = rng.choice(statuses)
+                rows.append(TrailRows.build(scope, RecordInput(
+                    query=maker.question(), cited=cited, signal="accepted" if status == TrailStatus.ACTIVE else None,
+                    steps=[RecordedStep("search", {"q": "faq"}, cited), RecordedStep("read", {"id": cited[0]}, cited[:1])],
+                ), current, status, "", now - timedelta(seconds=rng.randrange(30 * 86400))))
+            TrailRows.save_all(rows)
+        return list(Trail.objects.filter(scope=scope).values_list("id", flat=True))
+
+    def fill_events(self, scope: Scope, events: int, trail_ids: list[int], rng: random.Random, now) -> None:
+        for start in range(0, events, 20_000):
+            batch = []
+            for _ in range(min(20_000, events - start)):
+                outcome = rng.choices(["prefetch", "hint", "miss"], [5, 2, 3])[0]
+                hit = outcome != "miss"
+                judged = hit and rng.random() < 0.02
+                at = now - timedelta(seconds=rng.randrange(30 * 86400))
+                batch.append(RecallEvent(
+                    scope=scope, created_at=at, outcome=outcome, trail_id=rng.choice(trail_ids) if hit else None,
+                    similarity=0.5 + rng.random() * 0.5 if hit else None, latency_ms=2.0, matcher="lexical" if hit else "",
+                    calls_saved=rng.randrange(1, 5) if hit else 0, tokens_saved=rng.randrange(2000) if outcome == "prefetch" else 0,
+                    query=f"question {rng.randrange(10_000)} about python", helpful=(rng.random() > 0.3) if judged else None,
+                    feedback_at=at if judged else None,
+                ))
+            RecallEvent.objects.bulk_create(batch)
