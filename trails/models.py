@@ -448,6 +448,9 @@ class RecallEvent(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["scope", "created_at"], name="recallevent_scope_time"),
+            # The recall log filtered by outcome, newest first: without it a plan without
+            # statistics sorted every event of the scope (303 ms p90 at 1M events).
+            models.Index(fields=["scope", "outcome", "created_at"], name="recallevent_scope_outcome_time"),
             models.Index(fields=["scope", "research_key"], name="recallevent_research", condition=~Q(research_key="")),
             # The scope's labelled recalls, which its learned threshold is computed from.
             models.Index(fields=["scope", "feedback_at"], name="recallevent_labelled", condition=Q(feedback_at__isnull=False)),
