@@ -465,3 +465,12 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     assert [line["x0"] for line in similarity["layout"]["shapes"]] == [0.5]  # the lexical scope's threshold
     hit_rate = json.loads(page.split('id="chart-hit-rate-data" type="application/json">')[1].split("</script>")[0])
     assert "of %{customdata[1]} recalls" in hit_rate["data"][0]["hovertemplate"]
+
+
+def test_the_trails_table_counts_at_most_its_cap(staff, trails, monkeypatch):
+    from trails import views
+
+    monkeypatch.setattr(views.CappedPaginator, "CAP", 2)
+    page = staff.get("/ops/hospital/trails/").content.decode()
+    assert "1–3 of more than 2" in page and "Page 1 of" not in page
+    assert "1–1 of 1" in staff.get("/ops/hospital/trails/?status=active").content.decode()
