@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from trails.core.calibration import upper_bound
+from trails.core.calibration import threshold_within
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -25,11 +25,8 @@ def threshold_for(matcher: str, bound: float, fit: dict | None = None) -> float:
     """The lowest threshold of the fit's grid whose false-hit upper bound is within `bound`
     (the grid's highest where none is)."""
     fit = fit or shipped()
-    curve = fit["matchers"][matcher]["curve"]
-    for point in curve:
-        if upper_bound(point["false_hits"], fit["distinct"], fit["confidence"]) <= bound:
-            return point["threshold"]
-    return curve[-1]["threshold"]
+    curve = [(point["threshold"], point["false_hits"]) for point in fit["matchers"][matcher]["curve"]]
+    return threshold_within(curve, fit["distinct"], bound, fit["confidence"]).threshold
 
 
 def thresholds_for(bound: float, matcher: str = "embedding") -> dict[str, float]:

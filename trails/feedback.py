@@ -124,8 +124,9 @@ def learn_thresholds(scope: Scope) -> dict[str, float | None]:
     confidence that its false-hit bound is broken there.
     """
     fit = calibration.shipped()
-    learned = {}
-    for matcher in ("lexical", "embedding"):
+    learned: dict[str, float | None] = {"lexical": None, "embedding": None}
+    # Only the matchers the scope uses: the other's labels (if any) decide nothing.
+    for matcher in [m for m, used in (("lexical", scope.uses_lexical), ("embedding", scope.uses_embedding)) if used]:
         grid = [point["threshold"] for point in fit["matchers"][matcher]["curve"]]
         learned[matcher] = learned_threshold(
             scope_labels(scope, matcher), getattr(scope, f"{matcher}_threshold"), grid, scope.max_false_hit_rate

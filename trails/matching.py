@@ -131,7 +131,19 @@ class Verdict:
     trail: Candidate
     lexical: float | None  # estimated Jaccard, where the scope matches lexically
     embedding: float | None  # cosine, where the scope matches by embedding and the models agree
-    outcome: str  # "passed", "below the threshold" or "refused by the guard: <rule>"
+    passed: bool
+    refusal: str = ""  # the guard's rule(s), where the threshold was reached but the guard said no
+
+    @property
+    def outcome(self) -> str:
+        if self.passed:
+            return "passed"
+        return f"refused by the guard: {self.refusal}" if self.refusal else "below the threshold"
+
+    @property
+    def nearest(self) -> float:
+        """The higher of its similarities (-1 where none was computed)."""
+        return max(x for x in (self.embedding, self.lexical, -1.0) if x is not None)
 
 
 def score_candidates(
@@ -186,17 +198,12 @@ def score_candidates(
                 # Where both pass, the stronger evidence is the one reported.
                 matches.append(max(passed, key=lambda m: m.similarity))
         if verdicts is not None:
-            if passed:
-                outcome = "passed"
-            elif refusals:
-                outcome = "refused by the guard: " + "; ".join(refusals)
-            else:
-                outcome = "below the threshold"
             verdicts.append(Verdict(
                 candidate,
                 round(float(jaccards[i]), 4) if scope.uses_lexical else None,
-                round(float(cosines[i]), 4) if scope.uses_embedding and i in comparable else None,
-                outcome,
+                # Uncompared candidates keep the -1.0 the array starts with.
+                round(float(cosines[i]), 4) if scope.uses_embedding and cosines[i] > -1.0 else None,
+                bool(passed), "; ".join(refusals),
             ))
     matches.sort(key=lambda m: (m.similarity, m.trail.id), reverse=True)
     return matches

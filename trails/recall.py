@@ -187,10 +187,7 @@ def explanation(scope: Scope, result: RecallResult, verdicts: list[Verdict], sta
     matching = matching_settings(scope)
     stale_ids = {t.id for t in stale}
 
-    def nearest(v: Verdict) -> float:
-        return max(x for x in (v.embedding, v.lexical, -1.0) if x is not None)
-
-    ordered = sorted(verdicts, key=nearest, reverse=True)
+    ordered = sorted(verdicts, key=lambda v: v.nearest, reverse=True)
     rows = []
     for v in ordered[:EXPLAINED_CANDIDATES]:
         if v.trail.id in stale_ids:
@@ -215,12 +212,11 @@ def explanation(scope: Scope, result: RecallResult, verdicts: list[Verdict], sta
     elif stale:
         summary = (f"{len(stale)} matching trail(s) were stale: every section they cite changed. "
                    "A real recall marks them stale; they never come back.")
-    elif any(v.outcome.startswith("refused") for v in verdicts):
-        refused = [v for v in ordered if v.outcome.startswith("refused")]
-        summary = f"{len(refused)} candidate(s) reached the threshold but the look-alike guard refused them: {refused[0].outcome[len('refused by the guard: '):]}."
+    elif refused := [v for v in ordered if v.refusal and not v.passed]:
+        summary = f"{len(refused)} candidate(s) reached the threshold but the look-alike guard refused them: {refused[0].refusal}."
     else:
         best = ordered[0]
         by = "embedding" if best.embedding is not None and (best.lexical is None or best.embedding >= best.lexical) else "lexical"
         summary = (f"None of the {read} candidate(s) compared reached the threshold: the nearest scored "
-                   f"{nearest(best)} by {by} (threshold {thresholds[by + '_threshold']}).")
+                   f"{best.nearest} by {by} (threshold {thresholds[by + '_threshold']}).")
     return {"matcher": scope.matcher, **thresholds, "candidates_read": read, "candidates": rows, "summary": summary}

@@ -404,9 +404,13 @@ def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
             if action == "delete":
                 # Stale trails never come back; deleting them is housekeeping.
                 changed = Trail.delete_by_ids([t.id for t in chosen])
-            for trail in chosen if action != "delete" else []:
-                trail.reinstate(by=by) if action == Signal.REINSTATE else trail.vote(action, by=by)
-                changed += 1
+            else:
+                for trail in chosen:
+                    if action == Signal.REINSTATE:
+                        trail.reinstate(by=by)
+                    else:
+                        trail.vote(action, by=by)
+                changed = len(chosen)
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
             f" {skipped} selected trail{'s' if skipped != 1 else ''} not {applies[action]}, left as {'they were' if skipped != 1 else 'it was'}." if skipped else ""

@@ -130,14 +130,21 @@ def choose_threshold(
         The lowest passing threshold, or the highest of the grid (with `holds` False)
         where none passes.
     """
-    if not grid:
+    similarities = list(false_hit_similarities)
+    counts = [(t, sum(1 for s in similarities if s >= t)) for t in grid]
+    return threshold_within(counts, trials, bound, confidence)
+
+
+def threshold_within(
+    false_hits_at: Sequence[tuple[float, int]], trials: int, bound: float, confidence: float = 0.95
+) -> Calibration:
+    """The lowest threshold whose false-hit count (of `trials`) has its upper bound
+    within `bound`, from (threshold, false hits) pairs; the highest where none does."""
+    if not false_hits_at:
         raise ValueError("the grid of thresholds is empty")
-    similarities = sorted(false_hit_similarities)
     chosen = None
-    for threshold in sorted(grid):
-        false_hits = sum(1 for s in similarities if s >= threshold)
-        upper = upper_bound(false_hits, trials, confidence)
-        chosen = Calibration(threshold, bound, confidence, false_hits, trials, upper)
+    for threshold, false_hits in sorted(false_hits_at):
+        chosen = Calibration(threshold, bound, confidence, false_hits, trials, upper_bound(false_hits, trials, confidence))
         if chosen.holds:
             return chosen
     return chosen
