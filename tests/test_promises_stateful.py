@@ -78,9 +78,6 @@ class TrailModel:
     status: str  # pending, active, rejected, stale
     cited: dict[str, str]  # section id -> hash when recorded
     expired: bool = False
-    reports: int = 0  # agents' "not helpful" reports since the last approval
-    query: str = ""
-    partition: str = ""
 
 
 @dataclass
@@ -108,8 +105,6 @@ class Promises(RuleBasedStateMachine):
         self.scopes: dict[str, ScopeModel] = {}
         self.apis: dict[str, ApiClient] = {}
         self.trails: dict[str, TrailModel] = {}
-        # Recalls that served a trail: recall id -> (scope, incarnation, trail id, judged already).
-        self.served: dict[str, list] = {}
         self.admin = Client()
         self.admin.force_login(User.objects.create_superuser("root", password="x"))
 
@@ -209,9 +204,7 @@ class Promises(RuleBasedStateMachine):
             assert response.status_code == 201, response.content
             answer = response.json()
             assert answer["status"] == ("active" if signal else "pending")
-            self.trails[answer["trail_id"]] = TrailModel(
-                slug, self.scopes[slug].incarnation, answer["status"], current, query=body["query"], partition=body["partition"]
-            )
+            self.trails[answer["trail_id"]] = TrailModel(slug, self.scopes[slug].incarnation, answer["status"], current)
 
     def _live_trails(self):
         # In recording order: trail ids are random, and a replayed example must pick the same trail.
@@ -228,7 +221,7 @@ class Promises(RuleBasedStateMachine):
             trail.status = "rejected"
         elif trail.status in ("pending", "active"):
             assert response.status_code == 200 and response.json()["status"] == "active"
-            trail.status, trail.expired, trail.reports = "active", False, 0
+            trail.status, trail.expired = "active", False
         else:
             assert response.status_code == 409
 
@@ -282,49 +275,8 @@ class Promises(RuleBasedStateMachine):
             answer = response.json()
             if answer["outcome"] != "miss":
                 self._check_served(slug, answer, stale_before)
-                if not dry_run:
-                    self.served[answer["recall_id"]] = [slug, self.scopes[slug].incarnation, answer["trail_id"], False]
             if not dry_run:
                 self._learn_stale_marks(slug)
-
-    @precondition(lambda self: self.served)
-    @rule(data=st.data(), helpful=st.booleans(), reason=st.sampled_from(("",) + DIRTY_VALUES))
-    def feedback_on_a_recall(self, data, helpful, reason) -> None:
-        self._feedback(data.draw(st.sampled_from(list(self.served))), helpful, reason)
-
-    @precondition(lambda self: any(t.status == "active" for t in self.trails.values()))
-    @rule(data=st.data(), times=st.integers(1, 4), reason=st.sampled_from(("",) + DIRTY_VALUES))
-    def agents_report_a_trail_again_and_again(self, data, times, reason) -> None:
-        """Recalls an active trail's own question and reports each answer as not helpful."""
-        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "active"]))
-        trail = self.trails[trail_id]
-        for _ in range(times):
-            stale_before = {t for t, m in self.trails.items() if m.status == "stale"}
-            answer = self._call(trail.scope, "post", "/recall", {"query": trail.query, "partition": trail.partition}).json()
-            if answer["outcome"] != "miss":
-                self._check_served(trail.scope, answer, stale_before)
-                self.served[answer["recall_id"]] = [trail.scope, self.scopes[trail.scope].incarnation, answer["trail_id"], False]
-                self._feedback(answer["recall_id"], False, reason)
-            self._learn_stale_marks(trail.scope)
-
-    def _feedback(self, recall_id: str, helpful: bool, reason: str) -> None:
-        slug, incarnation, trail_id, judged = self.served[recall_id]
-        response = self._call(slug, "post", f"/recalls/{recall_id}/feedback", {"helpful": helpful, "reason": reason})
-        if incarnation != self.scopes[slug].incarnation:
-            assert response.status_code == 404
-            return
-        if judged:
-            assert response.status_code == 409
-            return
-        assert response.status_code == 200, response.content
-        self.served[recall_id][3] = True
-        trail = self.trails.get(trail_id)
-        if helpful or trail is None:
-            return
-        trail.reports += 1
-        if trail.status == "active" and trail.reports >= 3:
-            trail.status, trail.expired = "pending", False
-        assert response.json()["trail_status"] == trail.status
 
     def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
         trail = self.trails.get(answer["trail_id"])
