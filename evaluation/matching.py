@@ -150,7 +150,7 @@ def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.
         correct_hits: dict[str, list[float]] = {m: [] for m in FIT_GRID}
         for index, pair in enumerate(fit):
             question = sign(scope, pair["b"], "")
-            found = read_candidates(scope, "", question.keys, now, with_paths=False)
+            found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for matcher in FIT_GRID:
                 scope.matcher = matcher
                 matches = score_candidates(scope, question, found)
@@ -205,7 +205,7 @@ def sweep(data: list[dict], progress: Callable[[str], None] = lambda _: None) ->
         tallies = {(arm, t, h): Tally() for arm, (m, _) in ARMS.items() for t in SWEEP[m] for h in ("all", "even", "odd")}
         for index, pair in enumerate(data):
             question = sign(scope, pair["b"], "")
-            found = read_candidates(scope, "", question.keys, now, with_paths=False)
+            found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for arm, (matcher, guard) in ARMS.items():
                 scope.matcher = matcher
                 matches = score_candidates(scope, question, found, guard=guard)

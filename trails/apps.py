@@ -1,6 +1,20 @@
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+def register_sqlite_functions(sender, connection, **kwargs) -> None:
+    """SQLite has no popcount: the candidate read's sketch distance is a Python function there."""
+    if connection.vendor == "sqlite":
+        from trails.core.simhash import sketch_distance
+
+        connection.connection.create_function(
+            "ragtrail_sketch_distance", 4, lambda h, l, qh, ql: sketch_distance((h, l), (qh, ql)), deterministic=True
+        )
 
 
 class TrailsConfig(AppConfig):
     name = "trails"
     verbose_name = "Trails"
+
+    def ready(self) -> None:
+        connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")

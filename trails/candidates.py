@@ -85,40 +85,86 @@ def decode(row: tuple) -> TrailRow | CitationRow | StepRow:
     return StepRow(trail_id, position, c1, c2, c3)
 
 
-def candidates(scope: Scope, partition: str, keys: Sequence[int], now: datetime, with_paths: bool = True) -> list[Candidate]:
-    """Servable trails of the scope and partition sharing at least one band key with the query.
+# Embedding collisions read per lookup, nearest sketch first. Past ~100k trails most
+# collisions are same-topic questions under the threshold; the nearest 32 by sketch held
+# the brute-force best in every lookup measured at 1M trails (evaluation.scale).
+NEAREST_EMBEDDING_CANDIDATES = 32
 
-    Reads the band keys on the (key, scope, trail) index, never a scan over the scope's
-    trails. Without paths (where candidates are many, as with embeddings), `add_paths`
-    reads them for the few that win.
+
+@dataclass(frozen=True)
+class Lookup:
+    """What one candidate read looks for."""
+
+    lexical_keys: Sequence[int]
+    embedding_keys: Sequence[int] = ()
+    sketch: tuple[int, int] = (0, 0)
+    # Embedding collisions farther than this from `sketch` (in bits) are not read.
+    max_distance: int = 0
+    nearest: int = NEAREST_EMBEDDING_CANDIDATES
+
+
+def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with_paths: bool = True) -> list[Candidate]:
+    """Servable trails of the scope and partition sharing a band key with the query.
+
+    Lexical collisions are all read. Embedding collisions are read only where their
+    sketch lies within `lookup.max_distance` bits of the query's, and then only the
+    `lookup.nearest` nearest servable ones: the band-key index answers both, so the
+    trails read stay few however many trails the scope holds. Never a scan over the
+    scope's trails. Without paths (as with embeddings), `add_paths` reads them for the
+    few that win.
     """
-    if not keys:
+    if not lookup.lexical_keys and not lookup.embedding_keys:
         return []
+    bands, trails = BandKey._meta.db_table, Trail._meta.db_table
+    servable = [scope.id, partition, TrailStatus.ACTIVE.value, now]
+    where_servable = "t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
+    high, low = lookup.sketch
+    parts, params = [], []
     if connection.vendor == "postgresql":
-        # The keys travel as one array parameter, so the statement text is the same on
-        # every recall and can be prepared (planning took longer than running it). The
-        # band keys are read first, in a MATERIALIZED CTE, and the trails then by primary
-        # key alone, filtered after: without statistics (a scope grown since the last
+        # Keys travel as array parameters, so the statement text is the same on every
+        # recall and can be prepared (planning took longer than running it). Band keys
+        # are read first and trails then by primary key alone, filtered after (OFFSET 0
+        # keeps each subquery apart): without statistics (a scope grown since the last
         # ANALYZE) the planner otherwise walked every trail of the scope and probed band
         # keys for each, 21.9 s for one recall (issue 12). No DISTINCT on the keys
         # (= ANY takes duplicates): for its order a generic plan walked the whole index.
-        found = (
-            f"WITH keyed AS MATERIALIZED (SELECT t.id, t.scope_id, t.partition, t.status, t.expires_at "
-            f"FROM {Trail._meta.db_table} t WHERE t.id = ANY(ARRAY("
-            f"SELECT b.trail_id FROM {BandKey._meta.db_table} b WHERE b.scope_id = %s AND b.key = ANY(%s)))) "
-            "SELECT id FROM keyed WHERE scope_id = %s AND partition = %s AND status = %s AND expires_at > %s"
-        )
-        params = [scope.id, list(keys), scope.id, partition, TrailStatus.ACTIVE.value, now]
+        if lookup.lexical_keys:
+            parts.append(
+                f"SELECT t.id FROM (SELECT * FROM {trails} WHERE id = ANY(ARRAY("
+                f"SELECT b.trail_id FROM {bands} b WHERE b.scope_id = %s AND b.key = ANY(%s))) OFFSET 0) t WHERE {where_servable}"
+            )
+            params += [scope.id, list(lookup.lexical_keys), *servable]
+        if lookup.embedding_keys:
+            # The distance is computed on the index entry (the sketch is an included column).
+            distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
+            parts.append(
+                f"SELECT id FROM (SELECT t.id FROM (SELECT b.trail_id, MIN({distance}) AS distance FROM {bands} b "
+                f"WHERE b.scope_id = %s AND b.key = ANY(%s) AND {distance} <= %s GROUP BY b.trail_id) n "
+                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE id = n.trail_id OFFSET 0) t "
+                f"WHERE {where_servable} ORDER BY n.distance, t.id DESC LIMIT %s) nearest"
+            )
+            params += [high, low, scope.id, list(lookup.embedding_keys), high, low, lookup.max_distance, *servable, lookup.nearest]
     else:
         # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
-        # walks every active trail of the scope.
-        found = (
-            f"SELECT DISTINCT t.id FROM {BandKey._meta.db_table} b CROSS JOIN {Trail._meta.db_table} t "
-            f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(keys))}) AND t.id = b.trail_id "
-            "AND t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
-        )
-        params = [scope.id, *keys, scope.id, partition, TrailStatus.ACTIVE.value, now]
-    return _read(found, params, with_trails=True, with_paths=with_paths)
+        # walks every active trail of the scope. The distance is a registered function
+        # (trails.apps), SQLite having no popcount.
+        if lookup.lexical_keys:
+            parts.append(
+                f"SELECT DISTINCT t.id FROM {bands} b CROSS JOIN {trails} t WHERE b.scope_id = %s "
+                f"AND b.key IN ({', '.join(['%s'] * len(lookup.lexical_keys))}) AND t.id = b.trail_id AND {where_servable}"
+            )
+            params += [scope.id, *lookup.lexical_keys, *servable]
+        if lookup.embedding_keys:
+            distance = "ragtrail_sketch_distance(b.sketch_high, b.sketch_low, %s, %s)"
+            parts.append(
+                f"SELECT id FROM (SELECT t.id, MIN({distance}) AS distance FROM {bands} b CROSS JOIN {trails} t "
+                f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(lookup.embedding_keys))}) "
+                f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
+                "GROUP BY t.id ORDER BY distance, t.id DESC LIMIT %s)"
+            )
+            params += [high, low, scope.id, *lookup.embedding_keys, high, low, lookup.max_distance, *servable, lookup.nearest]
+    # UNION (not ALL): a trail found both ways is read once.
+    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths)
 
 
 def add_paths(found: Sequence[Candidate]) -> None:

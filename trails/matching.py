@@ -17,9 +17,11 @@ from trails.core.banding import BandLayout, band_keys, layout_for_threshold
 from trails.core.guard import Lexicon, check_pair, question_terms
 from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
-from trails.core.simhash import EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits
+from trails.core.simhash import (
+    EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits, sketch, sketch_distance_limit,
+)
 from trails.embedders import get_embedder
-from trails.candidates import Candidate
+from trails.candidates import Candidate, Lookup
 
 # The embedding band layout is derived from a cosine floor this far under the threshold.
 EMBEDDING_BAND_MARGIN = 0.04
@@ -83,7 +85,20 @@ class QuestionSignature:
     text: str
     lexical: MinHashSignature
     embedding: EmbeddingVector | None
-    keys: tuple[int, ...]
+    lexical_keys: tuple[int, ...]
+    embedding_keys: tuple[int, ...] = ()
+    sketch: tuple[int, int] = (0, 0)  # of the embedding; (0, 0) without one
+
+    @property
+    def keys(self) -> tuple[int, ...]:
+        return self.lexical_keys + self.embedding_keys
+
+    def lookup(self, scope: Scope) -> Lookup:
+        """What the candidate read looks for: the band keys, and how near an embedding collision must be."""
+        return Lookup(
+            self.lexical_keys, self.embedding_keys, self.sketch,
+            sketch_distance_limit(matching_settings(scope).embedding_threshold) if self.embedding_keys else 0,
+        )
 
 
 def embedding_namespace(partition: str, model: str) -> str:
@@ -102,12 +117,14 @@ def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
     text = matching.lexicon.rewrite(text)
     lexical = minhash_query(text, matching.minhash)
     keys = lexical_band_keys(text, lexical.params, matching.lexical_layout, namespace=partition)
-    embedding = None
-    if scope.uses_embedding:
-        embedder = get_embedder()
-        embedding = EmbeddingVector(embedder.name, embedder.embed(text))
-        keys += embedding_keys(scope, embedding, partition)
-    return QuestionSignature(text, lexical, embedding, tuple(keys))
+    if not scope.uses_embedding:
+        return QuestionSignature(text, lexical, None, tuple(keys))
+    embedder = get_embedder()
+    embedding = EmbeddingVector(embedder.name, embedder.embed(text))
+    return QuestionSignature(
+        text, lexical, embedding, tuple(keys), tuple(embedding_keys(scope, embedding, partition)),
+        sketch(embedding.values, simhash_params()),
+    )
 
 
 def embedding_keys(scope: Scope, embedding: EmbeddingVector, partition: str) -> list[int]:

@@ -317,12 +317,20 @@ class BandKey(models.Model):
     trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="band_keys")
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
     key = models.BigIntegerField()
+    # The trail's 128-bit embedding sketch (trails.core.simhash.sketch), 0 without an
+    # embedding: the candidate read drops embedding collisions by Hamming distance from
+    # the index alone, before any trail row is read.
+    sketch_high = models.BigIntegerField(default=0, db_default=0)
+    sketch_low = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         # The key leads: a band key (a 64-bit hash) is selective on its own, and with the
         # scope first a plan built on stale statistics ("this new scope has no rows")
-        # read every band key of the scope and filtered them (issue 12).
-        indexes = [models.Index(fields=["key", "scope", "trail"], name="bandkey_key_scope")]
+        # read every band key of the scope and filtered them (issue 12). The sketch is
+        # included so the distance filter needs no heap (PostgreSQL; others ignore it).
+        indexes = [
+            models.Index(fields=["key", "scope", "trail"], include=["sketch_high", "sketch_low"], name="bandkey_key_scope_sketch")
+        ]
 
 
 class TrailSignal(models.Model):

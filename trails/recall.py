@@ -57,7 +57,7 @@ def rank_candidates(
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so paths are read for the winners only.
     with_paths = not scope.uses_embedding
-    found = read_candidates(scope, partition, question.keys, now, with_paths=with_paths)
+    found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=with_paths)
     passing = score_candidates(scope, question, found, verdicts=verdicts)
     if not with_paths:
         add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])

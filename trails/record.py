@@ -16,7 +16,7 @@ from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from ragtrail_site.errors import RequestRefused
 from trails.feedback import learn_from_research
-from trails.matching import matching_settings, sign
+from trails.matching import QuestionSignature, matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
 
@@ -170,7 +170,7 @@ class TrailRows:
             # A rejected trail can never be served, so it gets no band keys.
             band_keys=[]
             if status == TrailStatus.REJECTED
-            else [BandKey(trail=trail, scope=scope, key=key) for key in question.keys],
+            else band_key_rows(scope, trail, question),
             signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
             if request.signal
             else [],
@@ -187,6 +187,12 @@ class TrailRows:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
+
+
+def band_key_rows(scope: Scope, trail: Trail, question: QuestionSignature) -> list[BandKey]:
+    """The trail's band keys, each carrying the sketch of its embedding."""
+    high, low = question.sketch
+    return [BandKey(trail=trail, scope=scope, key=key, sketch_high=high, sketch_low=low) for key in question.keys]
 
 
 def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Section]) -> int:

@@ -8,6 +8,7 @@ from django.db import transaction
 from scopes.models import Scope
 from trails.matching import matching_settings, sign
 from trails.models import BandKey, Trail, TrailStatus
+from trails.record import band_key_rows
 
 
 def resign(scope: Scope, trails: list[Trail]) -> None:
@@ -24,7 +25,7 @@ def resign(scope: Scope, trails: list[Trail]) -> None:
         trail.band_layout = matching_settings(scope).lexical_layout.label
         trail.embedding_model = question.embedding.model if question.embedding else ""
         trail.embedding = question.embedding.to_bytes() if question.embedding else None
-        keys.extend(BandKey(trail=trail, scope=scope, key=key) for key in question.keys)
+        keys.extend(band_key_rows(scope, trail, question))
     Trail.objects.bulk_update(trails, ["lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding"])
     BandKey.objects.bulk_create(keys, batch_size=2000)
 

@@ -51,3 +51,33 @@ def test_wrong_dimension_is_refused():
 def test_hashing_embedder_is_deterministic_and_unit_length():
     one, two = HashingEmbedder().embed("ICU visiting hours"), HashingEmbedder().embed("ICU visiting hours")
     assert np.array_equal(one, two) and abs(float(np.linalg.norm(one)) - 1.0) < 1e-5
+
+
+def test_pairs_at_the_threshold_stay_within_the_sketch_distance_limit():
+    """The candidate read drops collisions past the limit: a pair at the threshold
+    must almost never be past it (the limit promises at most 1 in 10,000)."""
+    from trails.core.simhash import sketch, sketch_distance, sketch_distance_limit
+
+    rng = np.random.RandomState(5)
+    limit = sketch_distance_limit(0.95)
+    over = 0
+    for _ in range(3000):
+        a = rng.standard_normal(384).astype(np.float32)
+        a /= np.linalg.norm(a)
+        u = rng.standard_normal(384).astype(np.float32)
+        u -= (u @ a) * a
+        u /= np.linalg.norm(u)
+        b = (0.95 * a + np.sqrt(1 - 0.95**2) * u).astype(np.float32)
+        over += sketch_distance(sketch(a, P), sketch(b, P)) > limit
+    assert over <= 3  # expected 0.3 at 1e-4
+    assert sketch_distance_limit(0.97) < limit < sketch_distance_limit(0.9)
+
+
+def test_a_sketch_is_two_signed_64_bit_integers_and_its_own_nearest():
+    from trails.core.simhash import sketch, sketch_distance
+
+    v = HashingEmbedder().embed("what are the icu visiting hours")
+    high, low = sketch(v, P)
+    assert all(-(2**63) <= x < 2**63 for x in (high, low))
+    assert sketch_distance((high, low), (high, low)) == 0
+    assert sketch_distance((high, low), sketch(-v, P)) == 128

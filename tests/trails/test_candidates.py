@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.candidates import add_paths, candidates
+from trails.candidates import Lookup, add_paths, candidates
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
 from trails.models import BandKey, Trail, TrailStatus
@@ -80,9 +80,9 @@ def test_the_candidate_sql_reads_what_the_orm_query_reads(db):
         keys = rng.sample(all_keys, rng.randint(1, 8))
         for partition in ("", "east"):
             expected = orm_candidates(scope, partition, keys, now)
-            assert as_dict(candidates(scope, partition, keys, now)) == expected
+            assert as_dict(candidates(scope, partition, Lookup(keys), now)) == expected
             # Without paths, then with them added: the same rows.
-            found = candidates(scope, partition, keys, now, with_paths=False)
+            found = candidates(scope, partition, Lookup(keys), now, with_paths=False)
             assert all(not c.citations and not c.steps for c in found)
             add_paths(found)
             assert as_dict(found) == expected

@@ -66,7 +66,7 @@ def candidate_statement(scope: Scope, query: str) -> tuple[str, list]:
 
     question = sign(scope, query, "")
     with connection.execute_wrapper(capture):
-        found = read_candidates(scope, "", question.keys, timezone.now())
+        found = read_candidates(scope, "", question.lookup(scope), timezone.now())
     assert found, "the stored question must be found"
     return captured[-1]
 

@@ -1,0 +1,103 @@
+"""Embedding recall reads the nearest collisions only, and still answers with the best trail.
+
+Band collisions grow with the store; the candidate read drops those whose sketch is far
+from the query's and keeps the nearest servable ones. These tests build crowds of
+same-topic trails around a question and check what recall answers, on SQLite and PostgreSQL.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Sequence
+
+import numpy as np
+import pytest
+from django.apps import apps
+
+from scopes.models import Scope, Section
+from trails.candidates import NEAREST_EMBEDDING_CANDIDATES
+from trails.embedders import serving
+from trails.embedders.base import BaseEmbedder
+from trails.models import BandKey, Trail
+from trails.recall import recall
+from trails.record import RecordInput, record
+
+QUESTION = "how do i reset my password"
+
+
+class VectorEmbedder(BaseEmbedder):
+    """Gives each text the vector the test chose for it."""
+
+    dim = 384
+
+    def __init__(self) -> None:
+        super().__init__("vectors")
+        self.name = "vectors-384"
+        self.vectors: dict[str, np.ndarray] = {}
+        rng = np.random.RandomState(11)
+        self.query = self._unit(rng.standard_normal(self.dim))
+        self.rng = rng
+
+    @staticmethod
+    def _unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    def at_cosine(self, text: str, cosine: float) -> str:
+        u = self.rng.standard_normal(self.dim)
+        u -= (u @ self.query) * self.query
+        self.vectors[text] = self._unit(cosine * self.query + np.sqrt(1 - cosine**2) * self._unit(u))
+        return text
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.query if t == QUESTION else self.vectors[t] for t in texts])
+
+
+@pytest.fixture
+def crowd(db):
+    scope = Scope.objects.create(slug="crowd", matcher="embedding", embedding_threshold=0.95)
+    Section.upsert(scope, {"s": "Passwords are reset from the account page."})
+    embedder = VectorEmbedder()
+    with serving(embedder):
+        yield scope, embedder
+
+
+def store(scope: Scope, text: str, signal: str | None = "accepted") -> Trail:
+    return record(scope, RecordInput(query=text, cited=["s"], signal=signal)).trail
+
+
+def test_the_best_trail_is_found_in_a_crowd_of_same_topic_trails(crowd):
+    scope, embedder = crowd
+    cosines = np.linspace(0.80, 0.94, 150)
+    for i, cosine in enumerate(cosines):
+        store(scope, embedder.at_cosine(f"topic question {i}", float(cosine)))
+    best = store(scope, embedder.at_cosine("what is the way to reset a password", 0.97))
+    result = recall(scope, QUESTION, dry_run=True)
+    assert result.outcome.value == "prefetch" and result.trail.id == best.id
+    assert round(result.similarity, 2) == 0.97
+    assert result.candidates <= NEAREST_EMBEDDING_CANDIDATES
+
+
+def test_trails_that_cannot_be_served_do_not_crowd_out_one_that_can(crowd):
+    scope, embedder = crowd
+    for i in range(NEAREST_EMBEDDING_CANDIDATES + 8):  # nearer than the servable one, but pending
+        store(scope, embedder.at_cosine(f"pending question {i}", 0.99), signal=None)
+    best = store(scope, embedder.at_cosine("what is the way to reset a password", 0.96))
+    result = recall(scope, QUESTION, dry_run=True)
+    assert result.outcome.value == "prefetch" and result.trail.id == best.id
+
+
+def test_far_collisions_are_not_read(crowd):
+    scope, embedder = crowd
+    for i in range(40):
+        store(scope, embedder.at_cosine(f"far question {i}", 0.6))
+    assert recall(scope, QUESTION, dry_run=True).candidates == 0
+
+
+def test_band_keys_stored_before_sketches_get_them_from_the_migration(crowd):
+    scope, embedder = crowd
+    # No word shared with the question: only the embedding keys can find it.
+    trail = store(scope, embedder.at_cosine("forgotten credentials, what now", 0.97))
+    BandKey.objects.filter(trail=trail).update(sketch_high=0, sketch_low=0)  # as the rows were before the migration
+    assert recall(scope, QUESTION, dry_run=True).outcome.value == "miss"
+    migration = importlib.import_module("trails.migrations.0003_band_key_sketch")
+    migration.sketch_stored_embeddings(apps, None)
+    assert recall(scope, QUESTION, dry_run=True).trail.id == trail.id
