@@ -116,7 +116,9 @@ def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
     # Synonyms become one term before signing: "intensive care" is signed as "icu".
     text = matching.lexicon.rewrite(text)
     lexical = minhash_query(text, matching.minhash)
-    keys = lexical_band_keys(text, lexical.params, matching.lexical_layout, namespace=partition)
+    # An embedding-only scope stores and reads no lexical keys: its lexical collisions
+    # could only pass by cosine, which its own keys find (and they were half its rows).
+    keys = lexical_band_keys(text, lexical.params, matching.lexical_layout, namespace=partition) if scope.uses_lexical else []
     if not scope.uses_embedding:
         return QuestionSignature(text, lexical, None, tuple(keys))
     embedder = get_embedder()
