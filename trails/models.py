@@ -323,6 +323,20 @@ class BandKey(models.Model):
     sketch_high = models.BigIntegerField(default=0, db_default=0)
     sketch_low = models.BigIntegerField(default=0, db_default=0)
 
+    @classmethod
+    def insert_many(cls, rows: list[tuple[int, int, int, int, int]]) -> None:
+        """Inserts (trail id, scope id, key, sketch high, sketch low) rows, a thousand per statement.
+
+        A trail has 30 to 55 band keys; building a model instance for each cost more than
+        signing the question (0.75 ms a trail).
+        """
+        columns = "trail_id, scope_id, key, sketch_high, sketch_low"
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), 1000):
+                chunk = rows[start:start + 1000]
+                values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+                cursor.execute(f"INSERT INTO {cls._meta.db_table} ({columns}) VALUES {values}", [v for row in chunk for v in row])
+
     class Meta:
         # The key leads: a band key (a 64-bit hash) is selective on its own, and with the
         # scope first a plan built on stale statistics ("this new scope has no rows")

@@ -122,7 +122,8 @@ class TrailRows:
     trail: Trail
     steps: list[Step]
     citations: list[Citation]
-    band_keys: list[BandKey]
+    # The question, for its band keys and sketch (none for a rejected trail, which can never be served).
+    question: QuestionSignature | None
     signals: list[TrailSignal]
 
     @classmethod
@@ -167,10 +168,7 @@ class TrailRows:
                 Citation(trail=trail, scope=scope, position=i, section_id=section_id, hash=current[section_id].hash)
                 for i, section_id in enumerate(cited)
             ],
-            # A rejected trail can never be served, so it gets no band keys.
-            band_keys=[]
-            if status == TrailStatus.REJECTED
-            else band_key_rows(scope, trail, question),
+            question=None if status == TrailStatus.REJECTED else question,
             signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
             if request.signal
             else [],
@@ -181,18 +179,23 @@ class TrailRows:
         """Writes the trails and their rows in one transaction, a few statements in all."""
         with transaction.atomic():
             Trail.objects.bulk_create([rows.trail for rows in all_rows])
-            for model, attribute in ((Step, "steps"), (Citation, "citations"), (BandKey, "band_keys"), (TrailSignal, "signals")):
+            for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
                 children = [child for rows in all_rows for child in getattr(rows, attribute)]
                 for child in children:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
+            BandKey.insert_many([row for rows in all_rows for row in rows.band_key_rows()])
+
+    def band_key_rows(self) -> list[tuple[int, int, int, int, int]]:
+        """The trail's band keys as BandKey.insert_many takes them, each with the sketch of its embedding."""
+        return band_key_rows(self.trail, self.question) if self.question else []
 
 
-def band_key_rows(scope: Scope, trail: Trail, question: QuestionSignature) -> list[BandKey]:
-    """The trail's band keys, each carrying the sketch of its embedding."""
+def band_key_rows(trail: Trail, question: QuestionSignature) -> list[tuple[int, int, int, int, int]]:
+    """A saved trail's band keys as BandKey.insert_many takes them, each with the sketch of its embedding."""
     high, low = question.sketch
-    return [BandKey(trail=trail, scope=scope, key=key, sketch_high=high, sketch_low=low) for key in question.keys]
+    return [(trail.id, trail.scope_id, key, high, low) for key in question.keys]
 
 
 def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Section]) -> int:

@@ -25,9 +25,9 @@ def resign(scope: Scope, trails: list[Trail]) -> None:
         trail.band_layout = matching_settings(scope).lexical_layout.label
         trail.embedding_model = question.embedding.model if question.embedding else ""
         trail.embedding = question.embedding.to_bytes() if question.embedding else None
-        keys.extend(band_key_rows(scope, trail, question))
+        keys.extend(band_key_rows(trail, question))
     Trail.objects.bulk_update(trails, ["lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding"])
-    BandKey.objects.bulk_create(keys, batch_size=2000)
+    BandKey.insert_many(keys)
 
 
 def reindex_scope(
@@ -47,7 +47,7 @@ def reindex_scope(
         batch = list(
             Trail.objects.filter(scope=scope, id__gt=after_id, status__in=[TrailStatus.ACTIVE, TrailStatus.PENDING])
             .order_by("id")
-            .only("id", "query", "partition")[:batch_size]
+            .only("id", "scope_id", "query", "partition")[:batch_size]
         )
         if not batch:
             return done

@@ -39,10 +39,13 @@ class PrecomputedEmbedder(BaseEmbedder):
     is embedded by the model as usual.
     """
 
-    def __init__(self, inner: BaseEmbedder, texts: Sequence[str]) -> None:
+    def __init__(self, inner: BaseEmbedder, texts: Sequence[str], vectors: np.ndarray | None = None) -> None:
+        """`vectors`, where given, are the texts' vectors already (made by `inner`'s model)."""
         super().__init__(inner.model)
         self.inner, self.name, self.dim = inner, inner.name, inner.dim
-        self.vectors = dict(zip(texts, inner.embed_many(list(texts)))) if texts else {}
+        if vectors is None and texts:
+            vectors = inner.embed_many(list(texts))
+        self.vectors = dict(zip(texts, vectors)) if texts else {}
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         missing = [t for t in texts if t not in self.vectors]

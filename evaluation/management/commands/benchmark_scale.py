@@ -1,0 +1,167 @@
+"""Embedding recall as one scope grows to a million trails of real-looking questions,
+against brute-force cosine over the same store (evaluation.scale)."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from django.core.management.base import BaseCommand
+from django.db import connection
+from django.utils import timezone
+
+from evaluation.scale import ScaleWorkload, save_fast
+from evaluation.timing import percentile
+from scopes.demo import faq_sections
+from scopes.models import Scope, Section
+from trails.candidates import Candidate
+from trails.core.hint import RecordedStep
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
+from trails.matching import matching_settings, score_candidates, sign
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
+from trails.recall import recall
+from trails.record import RecordInput, TrailRows
+
+
+class Command(BaseCommand):
+    help = "Prints embedding recall latency, candidates per lookup and hit rates against brute force at growing store sizes."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+        parser.add_argument("--recalls", type=int, default=2000, help="questions timed at each size")
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--json", type=Path, help="also write the figures to this file")
+        parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
+        parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
+
+    def handle(self, *args, sizes, recalls, seed, json: Path | None, keep, analyze, **options) -> None:
+        embedder = get_embedder()
+        started = time.perf_counter()
+        workload = ScaleWorkload(embedder, seed)
+        asked = workload.asked(recalls + 50)
+        self.stdout.write(
+            f"workload: {len(workload.base_texts)} QQP questions embedded by {embedder.name} "
+            f"({time.perf_counter() - started:.0f} s), grown with variants; {len(asked)} questions asked at each size"
+        )
+        scope = Scope.objects.create(slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+        try:
+            figures = self._run(scope, workload, asked, sorted(sizes), analyze)
+        finally:
+            if not keep:
+                drop_scope(scope)
+        if json:
+            json.parent.mkdir(parents=True, exist_ok=True)
+            json.write_text(__import__("json").dumps(figures, indent=2))
+
+    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
+        Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
+        current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+        section_ids = sorted(current)
+        matching = matching_settings(scope)
+        threshold = matching.embedding_threshold
+        self.stdout.write(
+            f"database: {connection.vendor}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
+            + ("VACUUM ANALYZE after each fill" if analyze else "statistics and visibility as left by autovacuum")
+        )
+        self.stdout.write("latency: recall() in-process with its event write, excluding the query embedding (vectors precomputed)")
+        self.stdout.write(
+            f"{'trails':>9} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'cands':>6} {'c p99':>6} "
+            f"{'fill s':>7}  correct hits (index / brute force)  false hits (index / brute force)  index missed"
+        )
+        ids: list[int] = []
+        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "sizes": {}}
+        for size in sizes:
+            started = time.perf_counter()
+            texts, vectors = workload.grow(size)
+            rng = np.random.default_rng(size)
+            for start in range(0, len(texts), 5000):
+                chunk, chunk_vectors = texts[start:start + 5000], vectors[start:start + 5000]
+                now = timezone.now()
+                with serving(PrecomputedEmbedder(get_embedder(), chunk, chunk_vectors)):
+                    batch = []
+                    for text in chunk:
+                        cited = [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
+                        batch.append(TrailRows.build(scope, RecordInput(query=text, cited=cited, signal="accepted",
+                                     steps=[RecordedStep("search", {"query": text}, cited)]), current, TrailStatus.ACTIVE, "", now))
+                save_fast(batch)
+                ids.extend(rows.trail.id for rows in batch)
+            fill = time.perf_counter() - started
+            if analyze and connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    for model in (Trail, BandKey, Citation, Step, TrailSignal):
+                        cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+            figures["sizes"][size] = self._measure(scope, workload, asked, ids, size, threshold, fill)
+        low, high = figures["sizes"][sizes[0]], figures["sizes"][sizes[-1]]
+        if len(sizes) > 1:
+            figures["p50_ratio"] = round(high["p50_ms"] / low["p50_ms"], 2)
+            figures["p99_ratio"] = round(high["p99_ms"] / low["p99_ms"], 2)
+            self.stdout.write(
+                f"p50 {sizes[-1]:,}/{sizes[0]:,} trails: {figures['p50_ratio']:.2f}x; p99: {figures['p99_ratio']:.2f}x"
+            )
+        return figures
+
+    def _measure(self, scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float, fill: float) -> dict:
+        by_index: dict[int, int | None] = {}
+        timings: list[tuple[str, float, int]] = []
+        with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))):
+            for i, question in enumerate(asked):
+                t0 = time.perf_counter()
+                result = recall(scope, question.text)
+                elapsed = (time.perf_counter() - t0) * 1000.0
+                by_index[i] = result.trail.id if result.outcome.value != "miss" else None
+                if i >= 50:  # the first 50 warm up connections, caches and prepared statements
+                    timings.append((question.kind, elapsed, result.candidates))
+            brute = self._brute_force(scope, workload, asked, ids, size, threshold)
+        latencies = [t for _, t, _ in timings]
+        hits = [t for (kind, t, _), i in zip(timings, range(50, len(asked))) if by_index[i] is not None]
+        misses = [t for (kind, t, _), i in zip(timings, range(50, len(asked))) if by_index[i] is None]
+        candidates = [c for _, _, c in timings]
+        rates = {}
+        for kind in ("duplicate", "not duplicate"):
+            rows = [i for i, a in enumerate(asked) if a.kind == kind]
+            rates[kind] = (sum(by_index[i] is not None for i in rows), sum(brute[i] is not None for i in rows), len(rows))
+        missed = sum(1 for i in by_index if brute[i] is not None and by_index[i] is None)
+        other = sum(1 for i in by_index if brute[i] is not None and by_index[i] is not None and by_index[i] != brute[i])
+        extra = sum(1 for i in by_index if brute[i] is None and by_index[i] is not None)
+        row = {
+            "p50_ms": round(statistics.median(latencies), 3), "p99_ms": round(percentile(latencies, 0.99), 3),
+            "hit_p50_ms": round(statistics.median(hits), 3) if hits else None,
+            "miss_p50_ms": round(statistics.median(misses), 3) if misses else None,
+            "candidates_mean": round(statistics.mean(candidates), 2), "candidates_p99": percentile(candidates, 0.99),
+            "fill_s": round(fill, 1),
+            "correct_hits": {"index": rates["duplicate"][0], "brute_force": rates["duplicate"][1], "of": rates["duplicate"][2]},
+            "false_hits": {"index": rates["not duplicate"][0], "brute_force": rates["not duplicate"][1], "of": rates["not duplicate"][2]},
+            "index_missed": missed, "other_trail": other, "index_only": extra,
+        }
+        dup, non = rates["duplicate"], rates["not duplicate"]
+        self.stdout.write(
+            f"{size:>9,} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['hit_p50_ms'] or 0:8.2f} {row['miss_p50_ms'] or 0:9.2f} "
+            f"{row['candidates_mean']:6.1f} {row['candidates_p99']:6d} {fill:7.0f}  "
+            f"{dup[0] / dup[2]:6.2%} / {dup[1] / dup[2]:6.2%} of {dup[2]}      "
+            f"{non[0] / non[2]:6.2%} / {non[1] / non[2]:6.2%} of {non[2]}      "
+            f"{missed} of {sum(b is not None for b in brute.values())} answered (another trail: {other}, index only: {extra})"
+        )
+        return row
+
+    @staticmethod
+    def _brute_force(scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float) -> dict[int, int | None]:
+        """What recall would answer from a full cosine scan: the best trail at the threshold that the guard lets through."""
+        matrix = workload.matrix()[:size]
+        queries = np.stack([a.vector for a in asked])
+        answers: dict[int, int | None] = {}
+        model = get_embedder().name
+        for start in range(0, len(asked), 256):
+            cosines = queries[start:start + 256] @ matrix.T
+            for offset, row in enumerate(cosines):
+                i = start + offset
+                above = np.flatnonzero(row >= threshold)
+                found = [
+                    Candidate(ids[j], uuid.uuid4(), workload.texts[j], "", b"", model, matrix[j].astype("<f4").tobytes())
+                    for j in above
+                ]
+                matches = score_candidates(scope, sign(scope, asked[i].text, ""), found) if found else []
+                answers[i] = matches[0].trail.id if matches else None
+        return answers

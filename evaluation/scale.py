@@ -1,0 +1,172 @@
+"""Real-looking questions at any store size, for the scale benchmark.
+
+The store starts with the first question of every QQP dev pair, embedded by the model,
+and grows with paraphrase-like variants of them. A variant's vector relates to its base
+question as a real pair's second question relates to its first: the cosine is drawn
+from the dev pairs' own cosines (those of same-topic pairs, 0.5 and over), the rest
+leans towards another stored question (so the variants stay inside the region real
+questions occupy, not on an isotropic sphere). Its text is the base question reworded by templates. The asked questions are the pairs'
+second questions (labelled duplicate or not), stored questions asked again, and unseen
+variants. The same seed gives the same store and questions at every size.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from django.conf import settings
+
+from evaluation.matching import DEFAULT_PAIRS, load_pairs
+from trails.embedders.base import BaseEmbedder
+
+OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
+            "Serious question: ", "Does anyone know: ", "Help please: "]
+CLOSINGS = ["", "", "", " Thanks!", " Any ideas?", " Please explain.", " Asking for a friend.", " Any advice?",
+            " Thanks in advance.", " Looking for real answers."]
+# How many variants are made at once (one random stream per block, so growing a store
+# from 10,000 to 100,000 trails keeps the first 10,000 as they were).
+BLOCK = 10_000
+
+
+def embedded(texts: list[str], embedder: BaseEmbedder) -> np.ndarray:
+    """The model's vectors of these texts, kept in bench-out/ so a rerun does not embed them again."""
+    digest = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
+    path = Path(settings.BASE_DIR) / "bench-out" / f"vectors-{embedder.name}-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = embedder.embed_many(texts)
+    path.parent.mkdir(exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+@dataclass(frozen=True)
+class Asked:
+    text: str
+    vector: np.ndarray
+    kind: str  # "duplicate" / "not duplicate" (a pair's second question), "stored", "unseen"
+
+
+class ScaleWorkload:
+    def __init__(self, embedder: BaseEmbedder, seed: int = 7, pairs_path: Path = DEFAULT_PAIRS) -> None:
+        self.seed = seed
+        pairs = load_pairs(pairs_path)
+        firsts = list(dict.fromkeys(p["a"] for p in pairs))
+        seconds = [p for p in pairs if p["b"] not in set(firsts)]
+        texts = list(dict.fromkeys(firsts + [p["b"] for p in seconds]))
+        vectors = embedded(texts, embedder)
+        self.vector_of = dict(zip(texts, vectors))
+        self.base_texts = firsts
+        self.base = np.stack([self.vector_of[t] for t in firsts])
+        self.pairs = seconds
+        # Same-topic pairs only (three in four): under 0.5 a variant would be mostly its
+        # donor's vector under its base's text.
+        cosines = np.array([float(self.vector_of[p["a"]] @ self.vector_of[p["b"]]) for p in seconds])
+        self.pair_cosines = cosines[cosines >= 0.5]
+        self.texts: list[str] = list(firsts)
+        self.vectors: list[np.ndarray] = [self.base]
+        self.used = set(firsts)
+        self.count = len(firsts)
+        self.handed_out = 0
+
+    def grow(self, size: int) -> tuple[list[str], np.ndarray]:
+        """Grows the store to `size` trails; returns the trails not handed out before (texts and vectors)."""
+        start, self.handed_out = self.handed_out, size
+        while self.count < size:
+            texts, vectors = self._variants(min(BLOCK - self.count % BLOCK, size - self.count), self.count)
+            self.texts.extend(texts)
+            self.vectors.append(vectors)
+            self.count += len(texts)
+        return self.texts[start:size], self.matrix()[start:size]
+
+    def matrix(self) -> np.ndarray:
+        if len(self.vectors) > 1:
+            self.vectors = [np.concatenate(self.vectors)]
+        return self.vectors[0]
+
+    def _variants(self, count: int, stream: int) -> tuple[list[str], np.ndarray]:
+        rng = np.random.default_rng([self.seed, stream])
+        words = random.Random(f"{self.seed}:{stream}")
+        base = rng.integers(0, len(self.base), count)
+        # Donors are stored questions, never asked ones: a variant leaning towards an
+        # asked question would be a near copy of it under another question's text.
+        donor = self.base[rng.integers(0, len(self.base), count)]
+        cosine = np.clip(rng.choice(self.pair_cosines, count), -0.999, 0.999)[:, None]
+        b = self.base[base]
+        lean = donor - (donor * b).sum(1, keepdims=True) * b
+        lean /= np.maximum(np.linalg.norm(lean, axis=1, keepdims=True), 1e-9)
+        vectors = cosine * b + np.sqrt(1.0 - cosine**2) * lean
+        vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+        texts = [self._reworded(self.base_texts[i], words) for i in base]
+        return texts, vectors
+
+    def _reworded(self, text: str, words: random.Random) -> str:
+        # Texts stay distinct: each maps to its own vector. After many tries the
+        # variant is told apart by a plain word, never a number (the guard reads numbers).
+        for _ in range(20):
+            candidate = f"{words.choice(OPENINGS)}{text}{words.choice(CLOSINGS)}"
+            if candidate not in self.used:
+                break
+        else:
+            candidate = f"{text} (another {words.choice(['take', 'view', 'angle', 'case', 'one'])} {len(self.used):x})"
+            candidate = candidate.translate(str.maketrans("0123456789", "ghijklmnop"))
+        self.used.add(candidate)
+        return candidate
+
+    def asked(self, count: int) -> list[Asked]:
+        """Questions to time: half the pairs' second questions, a quarter stored ones, a quarter unseen variants."""
+        rng = random.Random(self.seed)
+        pairs = rng.sample(self.pairs, min(len(self.pairs), count // 2))
+        result = [Asked(p["b"], self.vector_of[p["b"]], "duplicate" if p["duplicate"] else "not duplicate") for p in pairs]
+        stored = rng.sample(range(len(self.base_texts)), count // 4)
+        result += [Asked(self.base_texts[i], self.base[i], "stored") for i in stored]
+        texts, vectors = self._variants(count - len(result), stream=2**40)  # no store block uses it
+        result += [Asked(t, v, "unseen") for t, v in zip(texts, vectors)]
+        rng.shuffle(result)
+        return result
+
+
+def save_fast(all_rows: list) -> None:
+    """Writes built trails (trails.record.TrailRows) as TrailRows.save_all does, but the
+    child rows through COPY on PostgreSQL: a million trails are 30 million band keys."""
+    from django.db import connection, transaction
+
+    from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+    from trails.record import TrailRows
+
+    if connection.vendor != "postgresql":
+        TrailRows.save_all(all_rows)
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A fill is not a request: the service's 5 s statement timeout would cancel a big COPY.
+        cursor.execute("SET LOCAL statement_timeout = 0")
+        Trail.objects.bulk_create([rows.trail for rows in all_rows], batch_size=5000)
+        for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
+            fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+            with cursor.cursor.copy(_copy_statement(model, [f.column for f in fields])) as copy:
+                for rows in all_rows:
+                    for child in getattr(rows, attribute):
+                        child.trail_id = child.trail.id
+                        copy.write_row([_copy_value(f, child) for f in fields])
+        with cursor.cursor.copy(_copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"])) as copy:
+            for rows in all_rows:
+                for row in rows.band_key_rows():
+                    copy.write_row(row)
+
+
+def _copy_statement(model, columns: list[str]) -> str:
+    return f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN"
+
+
+def _copy_value(field, obj):
+    from django.db.models import JSONField
+    from django.db.models.expressions import DatabaseDefault
+
+    value = getattr(obj, field.attname)
+    if isinstance(value, DatabaseDefault):
+        return getattr(field.db_default, "value", field.db_default)  # COPY has no DEFAULT per value
+    return json.dumps(value) if isinstance(field, JSONField) else value
