@@ -14,6 +14,7 @@ from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
 from ragtrail_site.strict_json import StrictJsonParser
 from ragtrail_site.errors import RequestRefused
+from ragtrail_site.load import Overloaded
 
 logger = logging.getLogger("ragtrail.api")
 
@@ -35,7 +36,19 @@ def _error(request: HttpRequest, status: int, code: str, message: str, field: st
 
 @api.exception_handler(RequestRefused)
 def refused(request: HttpRequest, exc: RequestRefused) -> HttpResponse:
-    return api.create_response(request, exc.as_json(), status=exc.status)
+    response = api.create_response(request, exc.as_json(), status=exc.status)
+    if isinstance(exc, Overloaded):
+        response["Retry-After"] = str(OVERLOADED_RETRY_AFTER_S)
+    return response
+
+
+# Seconds an overloaded server asks a client to wait: short, the overload may be a burst.
+OVERLOADED_RETRY_AFTER_S = 1
+
+
+def overloaded_response(request: HttpRequest, exc: Overloaded) -> HttpResponse:
+    """The 503 the load-shedding middleware answers with (before ninja sees the request)."""
+    return refused(request, exc)
 
 
 def _field_of(loc: list) -> str:

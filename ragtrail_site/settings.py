@@ -58,6 +58,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a request already past its time budget is answered before any other work.
+    "ragtrail_site.load.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -131,6 +133,13 @@ RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-Mini
 # Torch intra-op threads per process (each gunicorn worker is one process); raise it only
 # for a single process with the machine to itself, e.g. a long evaluation run.
 RAGTRAIL_TORCH_THREADS = env_int("RAGTRAIL_TORCH_THREADS", 1)
+# Recent questions' vectors kept per process (384 floats each: 1.5 kB, so 10,000 is 15 MB).
+RAGTRAIL_EMBEDDING_CACHE_SIZE = env_int("RAGTRAIL_EMBEDDING_CACHE_SIZE", 10_000)
+# Requests inside the model at once per process; the others wait, up to their time budget.
+RAGTRAIL_EMBEDDING_CONCURRENCY = env_int("RAGTRAIL_EMBEDDING_CONCURRENCY", 1)
+# Time budgets (ragtrail_site/load.py): past them a request is answered 503 with Retry-After.
+RAGTRAIL_RECALL_BUDGET_MS = env_int("RAGTRAIL_RECALL_BUDGET_MS", 500)
+RAGTRAIL_API_BUDGET_MS = env_int("RAGTRAIL_API_BUDGET_MS", 2000)
 RAGTRAIL_SIMHASH_BITS = env_int("RAGTRAIL_SIMHASH_BITS", 512)
 RAGTRAIL_SIMHASH_SEED = env_int("RAGTRAIL_SIMHASH_SEED", 1)
 

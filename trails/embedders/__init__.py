@@ -5,6 +5,8 @@ The model is loaded once per process (`get_embedder`), never per request.
 from __future__ import annotations
 
 import importlib
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Iterator, Sequence
@@ -16,8 +18,54 @@ from .base import BaseEmbedder
 
 @lru_cache(maxsize=4)
 def load_embedder(module: str, model: str) -> BaseEmbedder:
-    """Returns the embedder of a backend module, built once per process for each model."""
-    return importlib.import_module(module).Embedder(model)
+    """Returns the embedder of a backend module, built once per process for each model,
+    behind the process's cache of recent questions."""
+    from django.conf import settings
+
+    return CachedEmbedder(importlib.import_module(module).Embedder(model), settings.RAGTRAIL_EMBEDDING_CACHE_SIZE)
+
+
+class CachedEmbedder(BaseEmbedder):
+    """A model behind a per-process cache of text → vector, entered through the load gate.
+
+    Agents ask the same questions again and again; a repeat costs a dictionary read
+    instead of 8-15 ms of CPU. Texts that only differ in whitespace (or in case, for an
+    uncased model) are one entry: the model's tokenizer sees the same tokens.
+    """
+
+    def __init__(self, inner: BaseEmbedder, size: int) -> None:
+        super().__init__(inner.model)
+        self.inner, self.name, self.dim, self.size = inner, inner.name, inner.dim, size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def key(self, text: str) -> str:
+        text = " ".join(text.split())
+        return text.lower() if getattr(self.inner, "lowercases", False) else text
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        from ragtrail_site.load import embedding_gate
+
+        keys = [self.key(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for key in keys:
+                vector = self._vectors.get(key)
+                if vector is not None:
+                    self._vectors.move_to_end(key)
+                    found[key] = vector
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        if missing:
+            with embedding_gate().entered("the embedding model"):
+                vectors = self.inner.embed_many(missing)
+            vectors.setflags(write=False)  # shared between requests: nobody may change one
+            found.update(zip(missing, vectors))
+            with self._lock:
+                for key, vector in zip(missing, vectors):
+                    self._vectors[key] = vector
+                while len(self._vectors) > self.size:
+                    self._vectors.popitem(last=False)
+        return np.stack([found[k] for k in keys])
 
 
 _override: list[BaseEmbedder] = []

@@ -41,6 +41,8 @@ class Embedder(BaseEmbedder):
         self._model = SentenceTransformer(model_path(model), device="cpu")
         self.dim = int(self._model.get_embedding_dimension())
         self.name = "all-MiniLM-L6-v2" if model == BUNDLED else Path(model).name
+        # An uncased model lowercases every text itself, so case need not split the cache.
+        self.lowercases = bool(getattr(self._model.tokenizer, "do_lower_case", False))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         vectors = self._model.encode(list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)

@@ -1,0 +1,133 @@
+"""A small HTTP/1.1 load generator for the HTTP benchmark: asyncio, keep-alive, no dependencies.
+
+Closed loop: N clients, each sends its next request when the last one answered (the
+throughput at N concurrent clients). Open loop: requests start on a fixed schedule
+whatever the server does (how an overload arrives); each is timed from its scheduled
+start, so a client that fell behind does not hide the server's queue. Every request
+carries X-Request-Start with that start, as a proxy would stamp it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    body: dict | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    status: int  # 0: no answer (connection refused or reset, or past the client's timeout)
+    latency_ms: float
+    started: float  # seconds since the run began
+
+
+class Connection:
+    def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
+        self.host, self.port, self.headers = host, port, headers
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def send(self, request: Request, stamp: float) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        body = json.dumps(request.body).encode() if request.body is not None else b""
+        head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}", f"X-Request-Start: t={stamp:.6f}",
+                f"Content-Length: {len(body)}", "Content-Type: application/json"]
+        head += [f"{k}: {v}" for k, v in self.headers.items()]
+        self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("closed")
+        length, close = 0, False
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+            elif name.lower() == "connection" and value.strip().lower() == "close":
+                close = True
+        await self.reader.readexactly(length)
+        if close:
+            self.close()
+        return int(status_line.split()[1])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def _timed(connection: Connection, request: Request, start: float, began: float, timeout: float) -> Result:
+    try:
+        status = await asyncio.wait_for(connection.send(request, time.time() - (time.perf_counter() - start)), timeout)
+    except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+        connection.close()
+        status = 0
+    return Result(status, (time.perf_counter() - start) * 1000.0, start - began)
+
+
+async def closed_loop(host: str, port: int, headers: dict[str, str], make: Callable[[int], Request], clients: int,
+                      seconds: float | None = None, requests: int | None = None, timeout: float = 10.0) -> list[Result]:
+    """`clients` clients send requests back to back, for `seconds` or until `requests` were sent."""
+    began = time.perf_counter()
+    results: list[Result] = []
+    sent = 0
+
+    async def client() -> None:
+        nonlocal sent
+        connection = Connection(host, port, headers)
+        while (seconds is None or time.perf_counter() - began < seconds) and (requests is None or sent < requests):
+            sent += 1
+            results.append(await _timed(connection, make(sent - 1), time.perf_counter(), began, timeout))
+        connection.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return results
+
+
+async def open_loop(host: str, port: int, headers: dict[str, str], make: Callable[[int], Request], rate: float,
+                    seconds: float, timeout: float = 10.0, max_connections: int = 1000) -> list[Result]:
+    """Starts `rate` requests a second for `seconds`, then waits for the last to end (at most `timeout`)."""
+    began = time.perf_counter()
+    idle: list[Connection] = []
+    open_count = 0
+    results: list[Result] = []
+    tasks = []
+
+    async def one(i: int, start: float) -> None:
+        nonlocal open_count
+        if idle:
+            connection = idle.pop()
+        elif open_count < max_connections:
+            open_count += 1
+            connection = Connection(host, port, headers)
+        else:
+            results.append(Result(0, 0.0, start - began))  # the client ran out of connections
+            return
+        results.append(await _timed(connection, make(i), start, began, timeout))
+        idle.append(connection)
+
+    i = 0
+    while True:
+        start = began + i / rate
+        if start - began >= seconds:
+            break
+        delay = start - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, start)))
+        i += 1
+    await asyncio.gather(*tasks)
+    for connection in idle:
+        connection.close()
+    return results

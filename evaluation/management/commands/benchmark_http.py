@@ -1,0 +1,244 @@
+"""Recall and record over HTTP: gunicorn (the production config) on PostgreSQL, driven by
+evaluation.loadgen on the same machine: throughput and latency at 16 clients, an overload
+that stops by itself, and each worker's memory over 100,000 requests."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.utils import timezone
+
+from evaluation.loadgen import Request, Result, closed_loop, open_loop
+from evaluation.scale import ScaleWorkload, save_fast
+from evaluation.timing import percentile
+from scopes.demo import faq_sections
+from scopes.models import ApiKey, Scope, Section
+from trails.core.hint import RecordedStep
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
+from trails.models import TrailStatus, drop_scope
+from trails.record import RecordInput, TrailRows
+
+
+def summary(results: list[Result], seconds: float) -> dict:
+    ok = [r.latency_ms for r in results if 200 <= r.status < 300]
+    shed = [r.latency_ms for r in results if r.status == 503]
+    failed = [r for r in results if r.status == 0 or (r.status >= 300 and r.status != 503)]
+    return {
+        "requests": len(results), "ok": len(ok), "per_second": round(len(ok) / seconds, 1),
+        "p50_ms": round(statistics.median(ok), 1) if ok else None,
+        "p99_ms": round(percentile(ok, 0.99), 1) if ok else None,
+        "shed_503": len(shed), "shed_p99_ms": round(percentile(shed, 0.99), 1) if shed else None,
+        "failed": len(failed), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
+    }
+
+
+def worker_rss_mb(master: int) -> dict[int, float]:
+    """Resident memory of each gunicorn worker (the master's children)."""
+    found = {}
+    for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                found[int(pid)] = int(line.split()[1]) / 1024.0
+    return found
+
+
+class Command(BaseCommand):
+    help = "Prints HTTP recall/record throughput and latency, an overload run and worker memory (gunicorn, PostgreSQL)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--seconds", type=float, default=20.0, help="length of each throughput run")
+        parser.add_argument("--clients", type=int, default=16)
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--overload-seconds", type=float, default=30.0)
+        parser.add_argument("--memory-requests", type=int, default=100_000)
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--json", type=Path, help="also write the figures to this file")
+
+    def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json: Path | None, **options) -> None:
+        if connection.vendor != "postgresql":
+            raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
+        self.clients = clients
+        workload = ScaleWorkload(get_embedder(), seed)
+        scopes, key = self._fill(workload)
+        port = self._free_port()
+        figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts)}
+        server = self._start(port, workers)
+        try:
+            figures.update(self._run(workload, scopes, key, port, server, seconds, overload_seconds, memory_requests))
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+            for scope in scopes.values():
+                drop_scope(scope)
+        if json:
+            json.parent.mkdir(parents=True, exist_ok=True)
+            json.write_text(__import__("json").dumps(figures, indent=2))
+
+    def _fill(self, workload: ScaleWorkload) -> tuple[dict[str, Scope], str]:
+        """Two scopes holding the QQP first questions as trails: one matched lexically, one by embedding."""
+        suffix = uuid.uuid4().hex[:8]
+        texts = dict(list(faq_sections("old").items())[:200])
+        scopes = {}
+        for matcher in ("lexical", "embedding"):
+            scope = scopes[matcher] = Scope.objects.create(slug=f"bench-http-{matcher}-{suffix}", name="HTTP benchmark", matcher=matcher)
+            Section.upsert(scope, texts)
+            current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+            ids = sorted(current)
+            stored = workload.base_texts
+            with serving(PrecomputedEmbedder(get_embedder(), stored, workload.base)):
+                rows = [
+                    TrailRows.build(scope, RecordInput(query=q, cited=ids[i % 200:i % 200 + 1], signal="accepted",
+                                    steps=[RecordedStep("search", {"query": q}, ids[i % 200:i % 200 + 1])]),
+                                    current, TrailStatus.ACTIVE, "", timezone.now())
+                    for i, q in enumerate(stored)
+                ]
+            save_fast(rows)
+        _, key = ApiKey.issue(list(scopes.values()), name=f"bench-http-{suffix}")
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        return scopes, key
+
+    @staticmethod
+    def _free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def _start(self, port: int, workers: int) -> subprocess.Popen:
+        env = {
+            **os.environ, "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
+            # Production settings: DEBUG off (its query log costs time), a throwaway key,
+            # and no worker recycling, so memory growth shows.
+            "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": secrets.token_urlsafe(50), "RAGTRAIL_MAX_REQUESTS": "0",
+        }
+        conf = Path(settings.BASE_DIR) / "ragtrail_site" / "gunicorn_conf.py"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", str(conf), "ragtrail_site.wsgi"], env=env, cwd=settings.BASE_DIR,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise CommandError(f"gunicorn exited with {server.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        return server
+
+    def _load(self, port: int, key: str, make, **kwargs) -> list[Result]:
+        headers = {"Authorization": f"Bearer {key}"}
+        if "rate" in kwargs:
+            return asyncio.run(open_loop("127.0.0.1", port, headers, make, **kwargs))
+        return asyncio.run(closed_loop("127.0.0.1", port, headers, make, self.clients, **kwargs))
+
+    def _run(self, workload, scopes, key, port, server, seconds, overload_seconds, memory_requests) -> dict:
+        rng = np.random.default_rng(11)
+        stored = workload.base_texts
+        asked = [p["b"] for p in workload.pairs]
+        distinct = list(dict.fromkeys(asked + stored))
+        rng.shuffle(distinct)
+        popular = [distinct[i] for i in rng.choice(len(distinct), 500, replace=False)]
+        zipf = np.minimum(rng.zipf(1.2, 1_000_000), 500) - 1
+
+        def recall(matcher: str, questions):
+            path = f"/api/v1/scopes/{scopes[matcher].slug}/recall"
+            return lambda i: Request("POST", path, {"query": questions(i)})
+
+        # Half stored questions (hits), half the pairs' other questions (mostly misses).
+        half_and_half = lambda i: stored[(i * 7919) % len(stored)] if i % 2 else asked[(i * 104729) % len(asked)]
+        # Agents repeat themselves: half the questions come from 500 popular ones (Zipf), half are new.
+        repeating = lambda i: popular[zipf[i]] if i % 2 else distinct[(i // 2) % len(distinct)]
+        offset = [0]
+
+        def fresh(i):  # never asked before in this run: every one pays the model
+            return distinct[(offset[0] + i) % len(distinct)]
+
+        section_ids = sorted(Section.objects.filter(scope=scopes["lexical"]).values_list("section_id", flat=True))
+        record_path = f"/api/v1/scopes/{scopes['lexical'].slug}/trails"
+        run_id = uuid.uuid4().hex[:6]
+        record = lambda i: Request("POST", record_path, {
+            "query": f"{distinct[i % len(distinct)]} ({run_id})", "cited": [section_ids[i % 200]], "signal": "accepted",
+            "steps": [{"tool": "search", "args": {"q": "x"}, "section_ids": [section_ids[i % 200]]}],
+        })
+
+        self.stdout.write(f"gunicorn: {server.pid}, {len(worker_rss_mb(server.pid))} workers (gthread), PostgreSQL; "
+                          f"{self.clients} clients, keep-alive; load generator on the same 2 cores")
+        self._load(port, key, recall("lexical", half_and_half), requests=400)  # warm up
+        self._load(port, key, recall("embedding", repeating), requests=400)
+        offset[0] = 400
+        figures = {}
+        runs = [
+            ("recall lexical (half hits)", recall("lexical", half_and_half), 500),
+            ("recall embedding (distinct questions)", recall("embedding", fresh), 150),
+            ("recall embedding (half repeats)", recall("embedding", repeating), 150),
+            ("record", record, 100),
+        ]
+        self.stdout.write(f"{'run':<40} {'per s':>7} {'p50 ms':>7} {'p99 ms':>7} {'503':>5} {'failed':>6}  target")
+        for name, make, target in runs:
+            if make is runs[1][1]:
+                offset[0] += 10_000
+            row = summary(self._load(port, key, make, seconds=seconds), seconds)
+            figures[name] = row
+            self.stdout.write(f"{name:<40} {row['per_second']:7.1f} {row['p50_ms'] or 0:7.1f} {row['p99_ms'] or 0:7.1f} "
+                              f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms")
+
+        # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
+        capacity = figures["recall embedding (distinct questions)"]["per_second"]
+        rate = max(50.0, 3 * capacity)
+        offset[0] += 20_000
+        started = time.perf_counter()
+        results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
+        elapsed = time.perf_counter() - started
+        row = summary(results, overload_seconds)
+        row.update({"offered_per_second": round(rate, 1), "run_s": round(elapsed, 1), "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS})
+        figures["overload"] = row
+        self.stdout.write(
+            f"overload: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
+            f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
+            f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
+            f"slowest {row['max_ms']} ms"
+        )
+        after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
+        figures["after overload"] = after_overload
+        self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
+                          f"{after_overload['shed_503']} shed")
+
+        # Memory over many requests: lexical and embedding recalls of ever new questions.
+        before = worker_rss_mb(server.pid)
+        mixed = lambda i: Request("POST", f"/api/v1/scopes/{scopes['lexical' if i % 3 else 'embedding'].slug}/recall",
+                                  {"query": distinct[i % len(distinct)] + ("" if i < len(distinct) else f" again {i // len(distinct)}")})
+        started = time.perf_counter()
+        memory_run = summary(self._load(port, key, mixed, requests=memory_requests), 1.0)
+        took = time.perf_counter() - started
+        after = worker_rss_mb(server.pid)
+        growth = {pid: round(after.get(pid, 0.0) - mb, 1) for pid, mb in before.items()}
+        figures["memory"] = {
+            "requests": memory_requests, "seconds": round(took, 1), "failed": memory_run["failed"],
+            "rss_before_mb": {str(k): round(v, 1) for k, v in before.items()}, "rss_after_mb": {str(k): round(v, 1) for k, v in after.items()},
+            "growth_mb": {str(k): v for k, v in growth.items()},
+        }
+        self.stdout.write(
+            f"memory: {memory_requests:,} requests in {took:.0f} s (a third embedding recalls, all questions new to the cache "
+            f"until it holds {settings.RAGTRAIL_EMBEDDING_CACHE_SIZE:,}), {memory_run['failed']} failed; RSS per worker "
+            + ", ".join(f"{before[p]:.0f} -> {after.get(p, 0):.0f} MB" for p in before)
+        )
+        return figures

@@ -1,0 +1,118 @@
+"""Shedding load: past capacity, an API request is answered 503 within its time budget
+instead of waiting in a queue that grows without bound.
+
+Two queues can grow. Before the app: the proxy's and gunicorn's (a request's wait there
+is read from the X-Request-Start header a proxy stamps, as nginx does with
+`proxy_set_header X-Request-Start "t=${msec}";`): a request that waited past its budget
+is answered 503 before any work. Inside the app: the embedding model, the one CPU-bound
+step, is entered by a few requests at a time (`embedding_gate`); a request that cannot
+enter before its budget runs out is answered 503 then. A 503 carries Retry-After; the
+client library backs off, and an agent treats it as a miss.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
+
+from django.conf import settings
+
+from ragtrail_site.errors import RequestRefused
+
+_deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=None)
+
+
+class Overloaded(RequestRefused):
+    """The request could not be served within its time budget."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(503, "overloaded", message)
+
+
+def queued_since(header: str | None, now: float) -> float | None:
+    """The wall-clock time a proxy received the request, from X-Request-Start ("t=…" or a
+    bare number, in seconds, milliseconds or microseconds); None if absent or unreadable."""
+    if not header:
+        return None
+    value = header.strip().removeprefix("t=")
+    try:
+        stamp = float(value)
+    except ValueError:
+        return None
+    for scale in (1.0, 1e3, 1e6):
+        # The unit whose reading lies within a day of now.
+        if abs(stamp / scale - now) < 86_400:
+            return stamp / scale
+    return None
+
+
+def budget_for(path: str) -> float | None:
+    """The time budget (seconds) of an API path, or None for paths not shed."""
+    if not path.startswith("/api/"):
+        return None
+    if path.endswith("/recall") or "/tool-results/" in path:
+        return settings.RAGTRAIL_RECALL_BUDGET_MS / 1000.0
+    return settings.RAGTRAIL_API_BUDGET_MS / 1000.0
+
+
+class LoadSheddingMiddleware:
+    """Sets each API request's deadline, and answers 503 at once where it already passed."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        budget = budget_for(request.path)
+        if budget is None:
+            return self.get_response(request)
+        now = time.time()
+        arrived = queued_since(request.headers.get("X-Request-Start"), now)
+        waited = max(0.0, now - arrived) if arrived is not None else 0.0
+        if waited >= budget:
+            from ragtrail_site.api import overloaded_response
+
+            return overloaded_response(request, Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly"))
+        token = _deadline.set(time.monotonic() + budget - waited)
+        try:
+            return self.get_response(request)
+        finally:
+            _deadline.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left of the current request's budget (None outside a budgeted request)."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
+class Gate:
+    """At most `permits` callers inside at once; the others wait until their deadline."""
+
+    def __init__(self, permits: int) -> None:
+        self._semaphore = threading.BoundedSemaphore(permits)
+
+    @contextmanager
+    def entered(self, what: str) -> Iterator[None]:
+        left = remaining()
+        if left is None:
+            self._semaphore.acquire()
+        elif left <= 0 or not self._semaphore.acquire(timeout=left):
+            raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
+        try:
+            yield
+        finally:
+            self._semaphore.release()
+
+
+_gates: dict[str, Gate] = {}
+_gates_lock = threading.Lock()
+
+
+def embedding_gate() -> Gate:
+    """The process's gate in front of the embedding model."""
+    with _gates_lock:
+        if "embedding" not in _gates:
+            _gates["embedding"] = Gate(settings.RAGTRAIL_EMBEDDING_CONCURRENCY)
+        return _gates["embedding"]

@@ -1,0 +1,112 @@
+"""Past capacity, requests are answered 503 within their time budget; repeats skip the model."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from ragtrail_site.load import embedding_gate, queued_since
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import ApiClient
+from trails.embedders import CachedEmbedder, get_embedder
+from trails.embedders.base import BaseEmbedder
+from trails.models import Trail
+
+
+def test_a_proxy_stamp_is_read_in_seconds_milliseconds_or_microseconds():
+    now = 1_800_000_000.0
+    assert queued_since("t=1799999999.5", now) == 1799999999.5
+    assert queued_since("1799999999500", now) == 1799999999.5
+    assert queued_since("t=1799999999500000", now) == 1799999999.5
+    assert queued_since("yesterday", now) is None and queued_since(None, now) is None
+    assert queued_since("t=12", now) is None  # no unit puts it near now
+
+
+def test_a_request_that_waited_past_its_budget_is_answered_503_and_changes_nothing(api, scope, sections, settings):
+    settings.RAGTRAIL_API_BUDGET_MS = 500
+    stale = f"t={time.time() - 2:.3f}"
+    response = api.client.post(
+        "/api/v1/scopes/hospital/trails", data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
+        content_type="application/json", headers={**api.headers, "X-Request-Start": stale},
+    )
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert response.json()["error"]["code"] == "overloaded"
+    assert not Trail.objects.filter(scope=scope).exists()
+    fresh = f"t={time.time():.3f}"
+    response = api.client.post(
+        "/api/v1/scopes/hospital/trails", data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
+        content_type="application/json", headers={**api.headers, "X-Request-Start": fresh},
+    )
+    assert response.status_code == 201
+
+
+def test_pages_are_never_shed(admin_client):
+    stale = f"t={time.time() - 60:.3f}"
+    assert admin_client.get("/ops/", headers={"X-Request-Start": stale}).status_code in (200, 302)
+
+
+def test_a_recall_that_cannot_reach_the_model_within_its_budget_is_answered_503(db, settings):
+    settings.RAGTRAIL_RECALL_BUDGET_MS = 300
+    scope = Scope.objects.create(slug="busy")  # the embedding matcher, the real model
+    Section.upsert(scope, {"s": "text"})
+    _, key = ApiKey.issue([scope])
+    api = ApiClient(key)
+    get_embedder().embed("warm the model up before the gate is held")
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_model():
+        with embedding_gate().entered("test"):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_model)
+    holder.start()
+    try:
+        held.wait(10)
+        started = time.monotonic()
+        response = api.recall("busy", query="a question never asked before in this process")
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        holder.join()
+    assert response.status_code == 503 and response.json()["error"]["code"] == "overloaded"
+    assert response["Retry-After"] == "1"
+    assert waited < 5  # it gave up at its budget, not when the model came free
+    # With the model free again, the same question is answered.
+    assert api.recall("busy", query="a question never asked before in this process").status_code == 200
+
+
+class CountingEmbedder(BaseEmbedder):
+    dim = 4
+    lowercases = True
+
+    def __init__(self) -> None:
+        super().__init__("counting")
+        self.name, self.calls = "counting", []
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return np.stack([np.array([len(t), t.count("a"), 1.0, 0.0], dtype=np.float32) for t in texts])
+
+
+def test_a_repeated_question_pays_the_model_once_and_the_cache_stays_bounded(db):
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner, size=2)
+    first = cached.embed("What are the  ICU hours?")
+    again = cached.embed("what are the icu hours? ")  # the same tokens to an uncased model
+    assert inner.calls == [["what are the icu hours?"]]
+    assert np.array_equal(first, again)
+    cached.embed("b")
+    cached.embed("c")  # the cache holds two: the first question went
+    cached.embed("What are the ICU hours?")
+    assert len(inner.calls) == 4
+
+
+def test_the_bundled_model_gives_the_same_vector_to_whitespace_and_case_variants(db):
+    embedder = get_embedder()
+    inner = embedder.inner
+    a, b = inner.embed_many(["How do I  copy a list in Python?", "how do i copy a list in python?"])
+    assert float(a @ b) > 1 - 1e-5
