@@ -95,11 +95,14 @@ class Gate:
 
     @contextmanager
     def entered(self, what: str) -> Iterator[None]:
-        left = remaining()
-        if left is None:
-            self._semaphore.acquire()
-        elif left <= 0 or not self._semaphore.acquire(timeout=left):
-            raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
+        # A free gate is entered whatever the clock says (a slow first call, such as the
+        # model loading, is no queue); only a wait is bounded by the budget.
+        if not self._semaphore.acquire(blocking=False):
+            left = remaining()
+            if left is None:
+                self._semaphore.acquire()
+            elif left <= 0 or not self._semaphore.acquire(timeout=left):
+                raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
         try:
             yield
         finally:

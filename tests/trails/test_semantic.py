@@ -139,3 +139,15 @@ def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic)
     # Nearly the same words, so a cosine over the threshold: the guard's order rule refuses it.
     assert nearest["embedding"] >= 0.95 and nearest["lexical"] is None
     assert nearest["verdict"] == "refused by the guard: terms in another order"
+
+
+def test_the_direct_path_for_a_few_questions_gives_encodes_vectors():
+    """Recall embeds one question by calling the model's modules directly; the vectors
+    must be encode()'s to within 1e-4 cosine (issue 13), here to float precision."""
+    model = get_embedder().inner
+    texts = ["How do I copy an object in Python?", "What are the ICU visiting hours on weekends?", "why is python slow"]
+    direct = model.embed_many(texts)
+    batched = model.embed_many(texts * 4)[: len(texts)]  # over DIRECT_BATCH: through encode()
+    one_by_one = np.stack([model.embed(t) for t in texts])
+    for vectors in (batched, one_by_one):
+        assert float(np.min(np.sum(direct * vectors, axis=1))) > 1 - 1e-6
