@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import signal
 import socket
 import statistics
@@ -14,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ def summary(results: list[Result], seconds: float) -> dict:
         "p50_ms": round(statistics.median(ok), 1) if ok else None,
         "p99_ms": round(percentile(ok, 0.99), 1) if ok else None,
         "shed_503": len(shed), "shed_p99_ms": round(percentile(shed, 0.99), 1) if shed else None,
-        "failed": len(failed), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
+        "failed": len(failed), "statuses": dict(sorted(Counter(r.status for r in results).items())), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
     }
 
 
@@ -104,8 +104,8 @@ class Command(BaseCommand):
             stored = workload.base_texts
             with serving(PrecomputedEmbedder(get_embedder(), stored, workload.base)):
                 rows = [
-                    TrailRows.build(scope, RecordInput(query=q, cited=ids[i % 200:i % 200 + 1], signal="accepted",
-                                    steps=[RecordedStep("search", {"query": q}, ids[i % 200:i % 200 + 1])]),
+                    TrailRows.build(scope, RecordInput(query=q, cited=ids[i % len(ids):i % len(ids) + 1], signal="accepted",
+                                    steps=[RecordedStep("search", {"query": q}, ids[i % len(ids):i % len(ids) + 1])]),
                                     current, TrailStatus.ACTIVE, "", timezone.now())
                     for i, q in enumerate(stored)
                 ]
@@ -124,9 +124,9 @@ class Command(BaseCommand):
     def _start(self, port: int, workers: int) -> subprocess.Popen:
         env = {
             **os.environ, "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
-            # Production settings: DEBUG off (its query log costs time), a throwaway key,
-            # and no worker recycling, so memory growth shows.
-            "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": secrets.token_urlsafe(50), "RAGTRAIL_MAX_REQUESTS": "0",
+            # Production settings: DEBUG off (its query log costs time), this process's key
+            # (API keys are checked with it), and no worker recycling, so memory growth shows.
+            "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": settings.SECRET_KEY, "RAGTRAIL_MAX_REQUESTS": "0",
         }
         conf = Path(settings.BASE_DIR) / "ragtrail_site" / "gunicorn_conf.py"
         server = subprocess.Popen(
@@ -176,8 +176,8 @@ class Command(BaseCommand):
         record_path = f"/api/v1/scopes/{scopes['lexical'].slug}/trails"
         run_id = uuid.uuid4().hex[:6]
         record = lambda i: Request("POST", record_path, {
-            "query": f"{distinct[i % len(distinct)]} ({run_id})", "cited": [section_ids[i % 200]], "signal": "accepted",
-            "steps": [{"tool": "search", "args": {"q": "x"}, "section_ids": [section_ids[i % 200]]}],
+            "query": f"{distinct[i % len(distinct)]} ({run_id})", "cited": [section_ids[i % len(section_ids)]], "signal": "accepted",
+            "steps": [{"tool": "search", "args": {"q": "x"}, "section_ids": [section_ids[i % len(section_ids)]]}],
         })
 
         self.stdout.write(f"gunicorn: {server.pid}, {len(worker_rss_mb(server.pid))} workers (gthread), PostgreSQL; "
@@ -199,7 +199,8 @@ class Command(BaseCommand):
             row = summary(self._load(port, key, make, seconds=seconds), seconds)
             figures[name] = row
             self.stdout.write(f"{name:<40} {row['per_second']:7.1f} {row['p50_ms'] or 0:7.1f} {row['p99_ms'] or 0:7.1f} "
-                              f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms")
+                              f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms"
+                              + (f"  statuses {row['statuses']}" if row["failed"] else ""))
 
         # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
         capacity = figures["recall embedding (distinct questions)"]["per_second"]
