@@ -67,9 +67,22 @@ class Connection:
         self.reader = self.writer = None
 
 
+async def _send(connection: Connection, request: Request, stamp: float) -> int:
+    reused = connection.writer is not None
+    try:
+        return await connection.send(request, stamp)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        if not reused:
+            raise
+        # The server closed an idle keep-alive connection as the request left: HTTP
+        # clients send it again on a new connection.
+        connection.close()
+        return await connection.send(request, stamp)
+
+
 async def _timed(connection: Connection, request: Request, start: float, began: float, timeout: float) -> Result:
     try:
-        status = await asyncio.wait_for(connection.send(request, time.time() - (time.perf_counter() - start)), timeout)
+        status = await asyncio.wait_for(_send(connection, request, time.time() - (time.perf_counter() - start)), timeout)
     except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
         connection.close()
         status = 0

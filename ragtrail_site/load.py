@@ -88,10 +88,20 @@ def remaining() -> float | None:
 
 
 class Gate:
-    """At most `permits` callers inside at once; the others wait until their deadline."""
+    """At most `permits` callers inside at once. A caller that would wait past its deadline,
+    judged by the callers ahead of it and how long one stays inside, is refused at once:
+    a wait it cannot win would only hold a server thread the queue behind it needs."""
 
     def __init__(self, permits: int) -> None:
+        self.permits = permits
         self._semaphore = threading.BoundedSemaphore(permits)
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._held_s = 0.0  # a moving average of the time one caller stays inside
+
+    def expected_wait(self) -> float:
+        with self._lock:
+            return (self._waiting // self.permits + 1) * self._held_s
 
     @contextmanager
     def entered(self, what: str) -> Iterator[None]:
@@ -101,11 +111,25 @@ class Gate:
             left = remaining()
             if left is None:
                 self._semaphore.acquire()
-            elif left <= 0 or not self._semaphore.acquire(timeout=left):
-                raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
+            else:
+                if left <= 0 or self.expected_wait() > left:
+                    raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
+                with self._lock:
+                    self._waiting += 1
+                try:
+                    entered = self._semaphore.acquire(timeout=left)
+                finally:
+                    with self._lock:
+                        self._waiting -= 1
+                if not entered:
+                    raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
+        started = time.monotonic()
         try:
             yield
         finally:
+            held = time.monotonic() - started
+            with self._lock:
+                self._held_s = held if self._held_s == 0.0 else 0.9 * self._held_s + 0.1 * held
             self._semaphore.release()
 
 

@@ -110,3 +110,31 @@ def test_the_bundled_model_gives_the_same_vector_to_whitespace_and_case_variants
     inner = embedder.inner
     a, b = inner.embed_many(["How do I  copy a list in Python?", "how do i copy a list in python?"])
     assert float(a @ b) > 1 - 1e-5
+
+
+def test_a_wait_the_gate_cannot_grant_in_time_is_refused_at_once():
+    from ragtrail_site.load import Gate, Overloaded, _deadline
+
+    gate = Gate(1)
+    gate._held_s = 20.0  # one caller stays inside 20 s, as measured
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gate.entered("test"):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    token = _deadline.set(time.monotonic() + 10.0)  # 10 s left: less than the expected 20 s wait
+    started = time.monotonic()
+    try:
+        with pytest.raises(Overloaded):
+            with gate.entered("the model"):
+                pass
+    finally:
+        _deadline.reset(token)
+        release.set()
+        holder.join()
+    assert time.monotonic() - started < 5  # refused at once, not after its 10 s
