@@ -10,7 +10,8 @@ from ragtrail_site.errors import RequestRefused
 
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
-        return ApiKey.objects.authenticate(token)
+        match = getattr(request, "resolver_match", None)
+        return ApiKey.objects.authenticate(token, scope_slug=match.kwargs.get("scope") if match else None)
 
 
 def granted_scope(request: HttpRequest, slug: str) -> Scope:

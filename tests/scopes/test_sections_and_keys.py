@@ -96,3 +96,14 @@ def test_create_scope_and_create_api_key_commands(db):
     assert sorted(key.scopes.values_list("slug", flat=True)) == ["docs", "wiki"]
     with pytest.raises(CommandError):
         call_command("create_api_key", "--scope", "missing", stdout=StringIO())
+
+
+def test_a_right_lookup_with_a_wrong_secret_is_refused_on_a_granted_scope(scope):
+    """The key and the scope it names are read in one query: the secret is still checked."""
+    key, text = ApiKey.issue([scope])
+    tampered = text[:-1] + ("A" if text[-1] != "A" else "B")
+    assert ApiClient(text).recall("hospital", query="hello there").status_code == 200
+    response = ApiClient(tampered).recall("hospital", query="hello there")
+    assert response.status_code == 401
+    assert ApiKey.objects.authenticate(tampered, scope_slug="hospital") is None
+    assert ApiKey.objects.authenticate(text, scope_slug="hospital").grants("hospital") == scope
