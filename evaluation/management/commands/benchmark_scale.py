@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.utils import timezone
 
@@ -35,9 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", type=Path, help="also write the figures to this file")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
+        parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
 
-    def handle(self, *args, sizes, recalls, seed, json: Path | None, keep, analyze, **options) -> None:
+    def handle(self, *args, sizes, recalls, seed, json: Path | None, keep, analyze, reuse, **options) -> None:
         embedder = get_embedder()
         started = time.perf_counter()
         workload = ScaleWorkload(embedder, seed)
@@ -46,12 +47,17 @@ class Command(BaseCommand):
             f"workload: {len(workload.base_texts)} QQP questions embedded by {embedder.name} "
             f"({time.perf_counter() - started:.0f} s), grown with variants; {len(asked)} questions asked at each size"
         )
-        scope = Scope.objects.create(slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+        if reuse:
+            scope, keep = Scope.objects.get(slug=reuse), True
+        else:
+            scope = Scope.objects.create(slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
         try:
             figures = self._run(scope, workload, asked, sorted(sizes), analyze)
         finally:
             if not keep:
                 drop_scope(scope)
+            else:
+                self.stdout.write(f"kept scope {scope.slug} (--reuse {scope.slug})")
         if json:
             json.parent.mkdir(parents=True, exist_ok=True)
             json.write_text(__import__("json").dumps(figures, indent=2))
@@ -60,6 +66,9 @@ class Command(BaseCommand):
         Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
         current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
         section_ids = sorted(current)
+        # A kept scope's trails are the workload's first ones, in id order (the same seed).
+        ids: list[int] = list(Trail.objects.filter(scope=scope).order_by("id").values_list("id", flat=True))
+        workload.grow(len(ids))
         matching = matching_settings(scope)
         threshold = matching.embedding_threshold
         self.stdout.write(
@@ -71,9 +80,10 @@ class Command(BaseCommand):
             f"{'trails':>9} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'cands':>6} {'c p99':>6} "
             f"{'fill s':>7}  correct hits (index / brute force)  false hits (index / brute force)  index missed"
         )
-        ids: list[int] = []
         figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "sizes": {}}
         for size in sizes:
+            if size < len(ids):
+                raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
             rng = np.random.default_rng(size)
