@@ -27,6 +27,7 @@ class Result:
     status: int  # 0: no answer (connection refused or reset, or past the client's timeout)
     latency_ms: float
     started: float  # seconds since the run began
+    error: str = ""  # why there was no answer (status 0)
 
 
 class Connection:
@@ -83,9 +84,9 @@ async def _send(connection: Connection, request: Request, stamp: float) -> int:
 async def _timed(connection: Connection, request: Request, start: float, began: float, timeout: float) -> Result:
     try:
         status = await asyncio.wait_for(_send(connection, request, time.time() - (time.perf_counter() - start)), timeout)
-    except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+    except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
         connection.close()
-        status = 0
+        return Result(0, (time.perf_counter() - start) * 1000.0, start - began, type(error).__name__)
     return Result(status, (time.perf_counter() - start) * 1000.0, start - began)
 
 
@@ -125,7 +126,7 @@ async def open_loop(host: str, port: int, headers: dict[str, str], make: Callabl
             open_count += 1
             connection = Connection(host, port, headers)
         else:
-            results.append(Result(0, 0.0, start - began))  # the client ran out of connections
+            results.append(Result(0, 0.0, start - began, "the client ran out of connections"))
             return
         results.append(await _timed(connection, make(i), start, began, timeout))
         idle.append(connection)

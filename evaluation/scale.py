@@ -32,14 +32,16 @@ CLOSINGS = ["", "", "", " Thanks!", " Any ideas?", " Please explain.", " Asking 
 BLOCK = 10_000
 
 
-def embedded(texts: list[str], embedder: BaseEmbedder) -> np.ndarray:
-    """The model's vectors of these texts, kept in bench-out/ so a rerun does not embed them again."""
+def embedded(texts: list[str], embedder: BaseEmbedder, cache: Path | None) -> np.ndarray:
+    """The model's vectors of these texts, kept in `cache` (a directory) so a rerun does not embed them again."""
+    if cache is None:
+        return embedder.embed_many(texts)
     digest = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
-    path = Path(settings.BASE_DIR) / "bench-out" / f"vectors-{embedder.name}-{digest}.npy"
+    path = cache / f"vectors-{embedder.name}-{digest}.npy"
     if path.exists():
         return np.load(path)
     vectors = embedder.embed_many(texts)
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, vectors)
     return vectors
 
@@ -52,13 +54,14 @@ class Asked:
 
 
 class ScaleWorkload:
-    def __init__(self, embedder: BaseEmbedder, seed: int = 7, pairs_path: Path = DEFAULT_PAIRS) -> None:
+    def __init__(self, embedder: BaseEmbedder, seed: int = 7, pairs_path: Path = DEFAULT_PAIRS,
+                 cache: Path | None = Path(settings.BASE_DIR) / "bench-out") -> None:
         self.seed = seed
         pairs = load_pairs(pairs_path)
         firsts = list(dict.fromkeys(p["a"] for p in pairs))
         seconds = [p for p in pairs if p["b"] not in set(firsts)]
         texts = list(dict.fromkeys(firsts + [p["b"] for p in seconds]))
-        vectors = embedded(texts, embedder)
+        vectors = embedded(texts, embedder, cache)
         self.vector_of = dict(zip(texts, vectors))
         self.base_texts = firsts
         self.base = np.stack([self.vector_of[t] for t in firsts])
@@ -77,7 +80,8 @@ class ScaleWorkload:
         """Grows the store to `size` trails; returns the trails not handed out before (texts and vectors)."""
         start, self.handed_out = self.handed_out, size
         while self.count < size:
-            texts, vectors = self._variants(min(BLOCK - self.count % BLOCK, size - self.count), self.count)
+            # Whole blocks only, each from its own stream, whatever sizes are asked for.
+            texts, vectors = self._variants(BLOCK - self.count % BLOCK, self.count // BLOCK)
             self.texts.extend(texts)
             self.vectors.append(vectors)
             self.count += len(texts)
@@ -98,7 +102,13 @@ class ScaleWorkload:
         cosine = np.clip(rng.choice(self.pair_cosines, count), -0.999, 0.999)[:, None]
         b = self.base[base]
         lean = donor - (donor * b).sum(1, keepdims=True) * b
-        lean /= np.maximum(np.linalg.norm(lean, axis=1, keepdims=True), 1e-9)
+        # A donor that is (nearly) the base itself leaves only rounding noise to lean on,
+        # which may point anywhere (even at -base): lean on a random direction instead.
+        flat = np.linalg.norm(lean, axis=1) < 1e-3
+        if flat.any():
+            noise = rng.standard_normal((int(flat.sum()), b.shape[1])).astype(b.dtype)
+            lean[flat] = noise - (noise * b[flat]).sum(1, keepdims=True) * b[flat]
+        lean /= np.linalg.norm(lean, axis=1, keepdims=True)
         vectors = cosine * b + np.sqrt(1.0 - cosine**2) * lean
         vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
         texts = [self._reworded(self.base_texts[i], words) for i in base]

@@ -42,7 +42,8 @@ def summary(results: list[Result], seconds: float) -> dict:
         "p50_ms": round(statistics.median(ok), 1) if ok else None,
         "p99_ms": round(percentile(ok, 0.99), 1) if ok else None,
         "shed_503": len(shed), "shed_p99_ms": round(percentile(shed, 0.99), 1) if shed else None,
-        "failed": len(failed), "statuses": dict(sorted(Counter(r.status for r in results).items())), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
+        "failed": len(failed), "statuses": dict(sorted(Counter(r.status for r in results).items())),
+        "no_answer": dict(Counter(r.error for r in results if r.status == 0)), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
     }
 
 
@@ -200,7 +201,7 @@ class Command(BaseCommand):
             figures[name] = row
             self.stdout.write(f"{name:<40} {row['per_second']:7.1f} {row['p50_ms'] or 0:7.1f} {row['p99_ms'] or 0:7.1f} "
                               f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms"
-                              + (f"  statuses {row['statuses']}" if row["failed"] else ""))
+                              + (f"  statuses {row['statuses']} {row['no_answer']}" if row["failed"] else ""))
 
         # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
         capacity = figures["recall embedding (distinct questions)"]["per_second"]
@@ -216,7 +217,7 @@ class Command(BaseCommand):
             f"overload: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
             f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
             f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
-            f"slowest {row['max_ms']} ms"
+            f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
         )
         after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
         figures["after overload"] = after_overload
