@@ -47,7 +47,7 @@ class Connection:
         status_line = await self.reader.readline()
         if not status_line:
             raise ConnectionError("closed")
-        length, close = 0, False
+        length, close, chunked = 0, False, False
         while True:
             line = await self.reader.readline()
             if line in (b"\r\n", b""):
@@ -57,7 +57,14 @@ class Connection:
                 length = int(value)
             elif name.lower() == "connection" and value.strip().lower() == "close":
                 close = True
-        await self.reader.readexactly(length)
+            elif name.lower() == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True
+        if chunked:
+            while (size := int((await self.reader.readline()).split(b";")[0], 16)) > 0:
+                await self.reader.readexactly(size + 2)
+            await self.reader.readline()  # the empty trailer
+        else:
+            await self.reader.readexactly(length)
         if close:
             self.close()
         return int(status_line.split()[1])

@@ -47,8 +47,13 @@ OVERLOADED_RETRY_AFTER_S = 1
 
 
 def overloaded_response(request: HttpRequest, exc: Overloaded) -> HttpResponse:
-    """The 503 the load-shedding middleware answers with (before ninja sees the request)."""
-    return refused(request, exc)
+    """The 503 the load-shedding middleware answers with (before ninja sees the request).
+
+    It sets Content-Length itself: the middleware that would runs after it, and without
+    one gunicorn sends the body chunked."""
+    response = refused(request, exc)
+    response["Content-Length"] = str(len(response.content))
+    return response
 
 
 def _field_of(loc: list) -> str:

@@ -138,3 +138,12 @@ def test_a_wait_the_gate_cannot_grant_in_time_is_refused_at_once():
         release.set()
         holder.join()
     assert time.monotonic() - started < 5  # refused at once, not after its 10 s
+
+
+def test_a_shed_request_says_how_long_its_body_is(api, scope, settings):
+    """Answered before the middleware that would add it: without Content-Length gunicorn sends it chunked."""
+    response = api.client.post(
+        "/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"}, content_type="application/json",
+        headers={**api.headers, "X-Request-Start": f"t={time.time() - 5:.3f}"},
+    )
+    assert response.status_code == 503 and int(response["Content-Length"]) == len(response.content)
