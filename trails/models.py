@@ -227,8 +227,12 @@ def delete_rows(rows: models.QuerySet) -> int:
     """
     select, params = rows.values("pk").query.sql_with_params()
     meta = rows.model._meta
+    # On PostgreSQL the ids are read first (an InitPlan) and the rows then by primary key:
+    # with statistics from before a table grew, `IN (SELECT …)` ran for minutes over
+    # 121,000 recall events of a benchmark scope.
+    match = f"= ANY(ARRAY({select}))" if connection.vendor == "postgresql" else f"IN ({select})"
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {meta.db_table} WHERE {meta.pk.column} IN ({select})", params)
+        cursor.execute(f"DELETE FROM {meta.db_table} WHERE {meta.pk.column} {match}", params)
         return cursor.rowcount
 
 
