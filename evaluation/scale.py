@@ -5,8 +5,8 @@ and grows with paraphrase-like variants of them. A variant's vector relates to i
 question as a real pair's second question relates to its first: the cosine is drawn
 from the dev pairs' own cosines (those of same-topic pairs, 0.5 and over), the rest
 leans towards another stored question (so the variants stay inside the region real
-questions occupy, not on an isotropic sphere). Its text is the base question reworded by templates. The asked questions are the pairs'
-second questions (labelled duplicate or not), stored questions asked again, and unseen
+questions occupy, not on an isotropic sphere). Its text is the base question reworded
+by templates. The asked questions are the pairs' second questions (labelled duplicate or not), stored questions asked again, and unseen
 variants. The same seed gives the same store and questions at every size.
 """
 from __future__ import annotations
@@ -17,11 +17,22 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Callable
+
 import numpy as np
 from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import JSONField
+from django.db.models.expressions import DatabaseDefault
+from django.utils import timezone
 
 from evaluation.matching import DEFAULT_PAIRS, load_pairs
+from scopes.models import Scope, Section
+from trails.core.hint import RecordedStep
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.record import RecordInput, TrailRows, band_key_rows
 
 OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
             "Serious question: ", "Does anyone know: ", "Help please: "]
@@ -140,14 +151,24 @@ class ScaleWorkload:
         return result
 
 
-def save_fast(all_rows: list) -> None:
-    """Writes built trails (trails.record.TrailRows) as TrailRows.save_all does, but the
-    child rows through COPY on PostgreSQL: a million trails are 30 million band keys."""
-    from django.db import connection, transaction
+def store_trails(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section],
+                 cited: Callable[[int], list[str]]) -> list[int]:
+    """Stores these questions as accepted trails with the vectors given (no model), the i-th
+    citing `cited(i)` after one search step; returns their ids in order."""
+    now = timezone.now()
+    rows = []
+    with serving(PrecomputedEmbedder(get_embedder(), texts, vectors)):
+        for i, text in enumerate(texts):
+            sections = cited(i)
+            rows.append(TrailRows.build(scope, RecordInput(query=text, cited=sections, signal="accepted",
+                        steps=[RecordedStep("search", {"query": text}, sections)]), current, TrailStatus.ACTIVE, "", now))
+    save_fast(rows)
+    return [r.trail.id for r in rows]
 
-    from trails.models import BandKey, Citation, Step, Trail, TrailSignal
-    from trails.record import TrailRows
 
+def save_fast(all_rows: list[TrailRows]) -> None:
+    """Writes built trails as TrailRows.save_all does, but the child rows through COPY on
+    PostgreSQL: a million trails are 30 million band keys."""
     if connection.vendor != "postgresql":
         TrailRows.save_all(all_rows)
         return
@@ -164,7 +185,7 @@ def save_fast(all_rows: list) -> None:
                         copy.write_row([_copy_value(f, child) for f in fields])
         with cursor.cursor.copy(_copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"])) as copy:
             for rows in all_rows:
-                for row in rows.band_key_rows():
+                for row in band_key_rows(rows.trail, rows.question):
                     copy.write_row(row)
 
 
@@ -173,9 +194,6 @@ def _copy_statement(model, columns: list[str]) -> str:
 
 
 def _copy_value(field, obj):
-    from django.db.models import JSONField
-    from django.db.models.expressions import DatabaseDefault
-
     value = getattr(obj, field.attname)
     if isinstance(value, DatabaseDefault):
         return getattr(field.db_default, "value", field.db_default)  # COPY has no DEFAULT per value

@@ -15,6 +15,7 @@ import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Iterator
 
 from django.conf import settings
@@ -133,13 +134,7 @@ class Gate:
             self._semaphore.release()
 
 
-_gates: dict[str, Gate] = {}
-_gates_lock = threading.Lock()
-
-
+@lru_cache(maxsize=1)
 def embedding_gate() -> Gate:
     """The process's gate in front of the embedding model."""
-    with _gates_lock:
-        if "embedding" not in _gates:
-            _gates["embedding"] = Gate(settings.RAGTRAIL_EMBEDDING_CONCURRENCY)
-        return _gates["embedding"]
+    return Gate(settings.RAGTRAIL_EMBEDDING_CONCURRENCY)

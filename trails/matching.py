@@ -40,6 +40,8 @@ class MatchingSettings:
     # higher threshold needs no re-banding: the configured layout finds a superset.
     lexical_threshold: float
     embedding_threshold: float
+    # How near (in sketch bits) an embedding collision must be to be read, at that threshold.
+    embedding_sketch_limit: int
 
 
 def matching_settings(scope: Scope) -> MatchingSettings:
@@ -67,9 +69,10 @@ def _matching_settings(
     floor = max(0.5, embedding_threshold - EMBEDDING_BAND_MARGIN)
     embedding_layout = layout_for_threshold(round(bit_agreement(floor), 4), simhash_bits_count, 0.05)
     lexicon = Lexicon.from_groups(line.split(",") for line in synonyms.splitlines() if line.strip())
+    embedding_in_use = max(embedding_threshold, learned_embedding or 0.0)
     return MatchingSettings(
-        minhash, lexical_layout, embedding_layout, lexicon,
-        max(lexical_threshold, learned_lexical or 0.0), max(embedding_threshold, learned_embedding or 0.0),
+        minhash, lexical_layout, embedding_layout, lexicon, max(lexical_threshold, learned_lexical or 0.0),
+        embedding_in_use, sketch_distance_limit(embedding_in_use),
     )
 
 
@@ -97,7 +100,7 @@ class QuestionSignature:
         """What the candidate read looks for: the band keys, and how near an embedding collision must be."""
         return Lookup(
             self.lexical_keys, self.embedding_keys, self.sketch,
-            sketch_distance_limit(matching_settings(scope).embedding_threshold) if self.embedding_keys else 0,
+            matching_settings(scope).embedding_sketch_limit if self.embedding_keys else 0,
         )
 
 

@@ -185,15 +185,14 @@ class TrailRows:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
-            BandKey.insert_many([row for rows in all_rows for row in rows.band_key_rows()])
-
-    def band_key_rows(self) -> list[tuple[int, int, int, int, int]]:
-        """The trail's band keys as BandKey.insert_many takes them, each with the sketch of its embedding."""
-        return band_key_rows(self.trail, self.question) if self.question else []
+            BandKey.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
 
 
-def band_key_rows(trail: Trail, question: QuestionSignature) -> list[tuple[int, int, int, int, int]]:
-    """A saved trail's band keys as BandKey.insert_many takes them, each with the sketch of its embedding."""
+def band_key_rows(trail: Trail, question: QuestionSignature | None) -> list[tuple[int, int, int, int, int]]:
+    """A saved trail's band keys as BandKey.insert_many takes them, each with the sketch of
+    its embedding (none without a question: a rejected trail is never served)."""
+    if question is None:
+        return []
     high, low = question.sketch
     return [(trail.id, trail.scope_id, key, high, low) for key in question.keys]
 

@@ -13,6 +13,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ragtrail_site.load import embedding_gate
+
 from .base import BaseEmbedder
 
 
@@ -44,8 +46,6 @@ class CachedEmbedder(BaseEmbedder):
         return text.lower() if getattr(self.inner, "lowercases", False) else text
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
-        from ragtrail_site.load import embedding_gate
-
         keys = [self.key(t) for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:

@@ -62,9 +62,9 @@ class Command(BaseCommand):
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         scale_file, http_file = out / f"scale-{stamp}.json", out / f"http-{stamp}.json"
         self.stdout.write("== embedding recall as one scope grows (in-process, PostgreSQL) ==")
-        call_command("benchmark_scale", sizes=sizes, json=scale_file, stdout=self.stdout)
+        call_command("benchmark_scale", sizes=sizes, json_path=scale_file, stdout=self.stdout)
         self.stdout.write("\n== HTTP: gunicorn on PostgreSQL, load generator included ==")
-        call_command("benchmark_http", seconds=seconds, memory_requests=memory_requests, json=http_file, stdout=self.stdout)
+        call_command("benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout)
         scale = json.loads(scale_file.read_text())
         scale["largest"] = scale["sizes"][str(max(sizes))]
         http = json.loads(http_file.read_text())

@@ -11,19 +11,16 @@ from pathlib import Path
 import numpy as np
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
-from django.utils import timezone
 
-from evaluation.scale import ScaleWorkload, save_fast
+from evaluation.scale import ScaleWorkload, store_trails
 from evaluation.timing import percentile
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.candidates import Candidate
-from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings, score_candidates, sign
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, drop_scope
 from trails.recall import recall
-from trails.record import RecordInput, TrailRows
 
 
 class Command(BaseCommand):
@@ -33,12 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
         parser.add_argument("--recalls", type=int, default=2000, help="questions timed at each size")
         parser.add_argument("--seed", type=int, default=7)
-        parser.add_argument("--json", type=Path, help="also write the figures to this file")
+        parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
         parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
 
-    def handle(self, *args, sizes, recalls, seed, json: Path | None, keep, analyze, reuse, **options) -> None:
+    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, **options) -> None:
         embedder = get_embedder()
         started = time.perf_counter()
         workload = ScaleWorkload(embedder, seed)
@@ -58,9 +55,9 @@ class Command(BaseCommand):
                 drop_scope(scope)
             else:
                 self.stdout.write(f"kept scope {scope.slug} (--reuse {scope.slug})")
-        if json:
-            json.parent.mkdir(parents=True, exist_ok=True)
-            json.write_text(__import__("json").dumps(figures, indent=2))
+        if json_path:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(figures, indent=2))
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
         Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
@@ -87,17 +84,9 @@ class Command(BaseCommand):
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
             rng = np.random.default_rng(size)
+            two_sections = lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
             for start in range(0, len(texts), 5000):
-                chunk, chunk_vectors = texts[start:start + 5000], vectors[start:start + 5000]
-                now = timezone.now()
-                with serving(PrecomputedEmbedder(get_embedder(), chunk, chunk_vectors)):
-                    batch = []
-                    for text in chunk:
-                        cited = [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
-                        batch.append(TrailRows.build(scope, RecordInput(query=text, cited=cited, signal="accepted",
-                                     steps=[RecordedStep("search", {"query": text}, cited)]), current, TrailStatus.ACTIVE, "", now))
-                save_fast(batch)
-                ids.extend(rows.trail.id for rows in batch)
+                ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
             fill = time.perf_counter() - started
             if analyze and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
