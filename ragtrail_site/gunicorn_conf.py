@@ -9,7 +9,7 @@ import os
 import time
 
 bind = os.environ.get("RAGTRAIL_BIND", "127.0.0.1:8000")
-# Recall is CPU-bound (a query embedding is 8-15 ms of CPU): one process per core, each
+# Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
 # with a few threads for the time spent waiting on PostgreSQL and Redis.
 workers = int(os.environ.get("RAGTRAIL_WORKERS", os.cpu_count() or 2))
 worker_class = "gthread"

@@ -6,7 +6,7 @@ import pytest
 
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
-from trails.embedders import get_embedder
+from trails.embedders import get_embedder, load_embedder
 from trails.reindex import reindex_scope
 
 SECTIONS = {"s1": "Section one.", "s2": "Section two."}
@@ -102,11 +102,11 @@ def test_both_matchers_report_which_one_decided(semantic):
 
 def test_a_model_change_needs_a_reindex_and_never_compares_across_models(semantic, settings):
     scope, api = semantic
+    serving = (settings.RAGTRAIL_EMBEDDER, settings.RAGTRAIL_EMBEDDING_MODEL)
     settings.RAGTRAIL_EMBEDDER = "trails.embedders.hashing"
     settings.RAGTRAIL_EMBEDDING_MODEL = "hashing"
     api.record("help", query="How do I copy an object in Python?", cited=["s1"])
-    settings.RAGTRAIL_EMBEDDER = "trails.embedders.sentence_transformer"
-    settings.RAGTRAIL_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+    settings.RAGTRAIL_EMBEDDER, settings.RAGTRAIL_EMBEDDING_MODEL = serving
     # The stored vector is the hashing model's: it is not compared with the new model's.
     assert api.recall("help", query="How do I copy an object in Python?").json()["outcome"] == "miss"
     assert reindex_scope(scope) == 1
@@ -120,13 +120,15 @@ def test_embedder_is_loaded_once_per_process():
     assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-4
 
 
-def test_the_model_runs_one_torch_thread_per_process_by_default(settings):
+def test_the_model_runs_one_thread_per_process_by_default(settings):
     import torch
 
-    get_embedder().embed("hello")
-    # Under gunicorn each worker runs its own torch: one thread each keeps 2 workers on
-    # 2 cores from oversubscribing the CPU (issue 12).
-    assert settings.RAGTRAIL_TORCH_THREADS == 1 and torch.get_num_threads() == 1
+    # Under gunicorn each worker runs its own model: one thread each keeps 2 workers on
+    # 2 cores from oversubscribing the CPU (issue 12), in ONNX Runtime and in torch.
+    assert settings.RAGTRAIL_MODEL_THREADS == 1
+    assert get_embedder().inner._session.get_session_options().intra_op_num_threads == 1
+    load_embedder("trails.embedders.sentence_transformer", settings.RAGTRAIL_EMBEDDING_MODEL).embed("hello")
+    assert torch.get_num_threads() == 1
 
 
 def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic):
@@ -141,10 +143,10 @@ def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic)
     assert nearest["verdict"] == "refused by the guard: terms in another order"
 
 
-def test_the_direct_path_for_a_few_questions_gives_encodes_vectors():
+def test_the_direct_path_for_a_few_questions_gives_encodes_vectors(settings):
     """Recall embeds one question by calling the model's modules directly; the vectors
     must be encode()'s to within 1e-4 cosine (issue 13), here to float precision."""
-    model = get_embedder().inner
+    model = load_embedder("trails.embedders.sentence_transformer", settings.RAGTRAIL_EMBEDDING_MODEL).inner
     texts = ["How do I copy an object in Python?", "What are the ICU visiting hours on weekends?", "why is python slow"]
     direct = model.embed_many(texts)
     batched = model.embed_many(texts * 4)[: len(texts)]  # over DIRECT_BATCH: through encode()

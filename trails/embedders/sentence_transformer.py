@@ -26,6 +26,11 @@ def model_path(model: str) -> str:
     return model
 
 
+def model_name(model: str) -> str:
+    """The name stored with every vector: vectors of differently named models are never compared."""
+    return "all-MiniLM-L6-v2" if model == BUNDLED else Path(model).name
+
+
 class Embedder(BaseEmbedder):
     def __init__(self, model: str = BUNDLED) -> None:
         super().__init__(model)
@@ -39,14 +44,16 @@ class Embedder(BaseEmbedder):
         # One intra-op thread per process by default: under gunicorn every worker runs its
         # own torch, and one thread per core in each oversubscribed the CPU (p99 1,073 ms
         # against 92 ms with one thread, 2 workers on 2 cores; issue 12).
-        torch.set_num_threads(max(1, getattr(settings, "RAGTRAIL_TORCH_THREADS", 1)))
+        torch.set_num_threads(max(1, settings.RAGTRAIL_MODEL_THREADS))
         self._model = SentenceTransformer(model_path(model), device="cpu")
         self.dim = int(self._model.get_embedding_dimension())
-        self.name = "all-MiniLM-L6-v2" if model == BUNDLED else Path(model).name
+        self.name = model_name(model)
         # An uncased model lowercases every text itself, so case need not split the cache.
         self.lowercases = bool(getattr(self._model.tokenizer, "do_lower_case", False))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
         if len(texts) <= DIRECT_BATCH:
             # A recall embeds one question: the model's own modules called directly skip
             # encode()'s sorting, batching and checks, 8.3-9.4 ms down to 7.6 ms on one

@@ -1,0 +1,143 @@
+"""Every embedder backend keeps one contract; the ONNX one gives the torch model's vectors."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from scopes.demo import faq_questions, faq_sections
+from trails.embedders import load_embedder, onnx
+from trails.embedders.sentence_transformer import model_path
+
+TEXTS = ["How do I copy an object in Python?", "What are the ICU visiting hours?", "why is python slow", "How do I copy an object in Python?"]
+
+
+class EmbedderContract:
+    """What recall and record rely on, for one backend module."""
+
+    module: str
+    model: str
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def embedder(cls):
+        return importlib.import_module(cls.module).Embedder(cls.model)
+
+    def test_rows_are_unit_vectors_of_the_stated_dimension(self, embedder):
+        vectors = embedder.embed_many(TEXTS)
+        assert vectors.shape == (len(TEXTS), embedder.dim) and vectors.dtype == np.float32
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+    def test_a_text_gets_the_same_vector_alone_in_a_batch_and_repeated(self, embedder):
+        batch = embedder.embed_many(TEXTS)
+        assert float(batch[0] @ batch[3]) > 1 - 1e-6
+        for text, row in zip(TEXTS, batch):
+            assert float(embedder.embed(text) @ row) > 1 - 1e-6
+
+    def test_different_questions_get_different_vectors(self, embedder):
+        vectors = embedder.embed_many(TEXTS[:3])
+        assert float(vectors[0] @ vectors[1]) < 0.9 and float(vectors[0] @ vectors[2]) < 0.9
+
+    def test_no_texts_give_no_rows(self, embedder):
+        assert embedder.embed_many([]).shape == (0, embedder.dim)
+
+    def test_vectors_name_their_model(self, embedder):
+        assert isinstance(embedder.name, str) and embedder.name
+
+
+class TestHashingEmbedder(EmbedderContract):
+    module, model = "trails.embedders.hashing", "hashing"
+
+
+class TestSentenceTransformerEmbedder(EmbedderContract):
+    module, model = "trails.embedders.sentence_transformer", "bundled:all-MiniLM-L6-v2"
+
+
+class TestOnnxEmbedder(EmbedderContract):
+    module, model = "trails.embedders.onnx", "bundled:all-MiniLM-L6-v2"
+
+
+def test_onnx_gives_the_torch_models_vectors_on_real_questions():
+    """Issue 13: a faster inference path is welcome if its vectors are the model's to 1e-4 cosine.
+    Measured here to float precision on the FAQ's questions and sections, one by one (as recall
+    embeds) and in batches; most sections run past the model's 256-token limit, which both
+    must cut at the same token. (On 2,000 QQP questions the largest gap was 1.2e-7.)"""
+    model = "bundled:all-MiniLM-L6-v2"
+    fast = load_embedder("trails.embedders.onnx", model).inner
+    torch_model = load_embedder("trails.embedders.sentence_transformer", model).inner
+    texts = [q["question"] for q in faq_questions()] + list(faq_sections("new").values())[:60] + ["  padded   with spaces  ", "ÉCOLE? École!"]
+    expected = torch_model.embed_many(texts * 2)[: len(texts)]  # over 8 texts: through encode()
+    for got in (fast.embed_many(texts), np.stack([fast.embed(t) for t in texts[:100] + texts[-3:]])):
+        want = expected if len(got) == len(texts) else np.concatenate([expected[:100], expected[-3:]])
+        assert float(np.max(1 - np.sum(got * want, axis=1))) < 1e-5
+    assert fast.name == torch_model.name and fast.dim == torch_model.dim and fast.lowercases == torch_model.lowercases
+
+
+def test_a_worker_serving_the_onnx_model_never_imports_torch(tmp_path):
+    """torch costs a worker 350 MB and 5 s of start-up; the ONNX path must not pull it in."""
+    load_embedder("trails.embedders.onnx", "bundled:all-MiniLM-L6-v2")  # the export exists from here on
+    code = (
+        "import sys, django; django.setup()\n"
+        "from trails.embedders import get_embedder\n"
+        "vector = get_embedder().embed('How do I copy an object in Python?')\n"
+        "assert vector.shape == (384,), vector.shape\n"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragtrail_site.settings", "RAGTRAIL_EMBEDDER": "trails.embedders.onnx",
+           "RAGTRAIL_MODEL_CACHE": settings.RAGTRAIL_MODEL_CACHE}
+    done = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+
+
+def copy_of_the_model(tmp_path: Path) -> Path:
+    """The bundled model's files, the big ones linked rather than copied."""
+    source = Path(model_path("bundled:all-MiniLM-L6-v2"))
+    target = tmp_path / "model"
+    for path in source.rglob("*"):
+        if path.is_file():
+            dest = target / path.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if path.stat().st_size > 1_000_000:
+                dest.symlink_to(path)
+            else:
+                shutil.copy(path, dest)
+    return target
+
+
+def test_an_export_is_named_by_the_models_content_so_a_changed_model_is_never_served_an_old_one(tmp_path):
+    model = copy_of_the_model(tmp_path)
+    before = onnx.export_path(model, tmp_path / "cache")
+    assert onnx.export_path(model, tmp_path / "cache") == before
+    config = model / "config.json"
+    config.write_text(config.read_text().replace("}", ', "note": "fine-tuned"}', 1))
+    assert onnx.export_path(model, tmp_path / "cache") != before
+
+
+def test_a_model_the_graph_cannot_reproduce_is_refused_and_nothing_is_written(tmp_path):
+    model = copy_of_the_model(tmp_path)
+    pooling = model / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps(json.loads(pooling.read_text()) | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    with pytest.raises(onnx.ExportRefused, match="pools with"):
+        onnx.ensure_export(model, tmp_path / "cache")
+    assert not any(p.suffix == ".onnx" for p in (tmp_path / "cache").glob("*"))
+
+
+def test_export_model_makes_the_export_once(tmp_path, settings, capsys):
+    settings.RAGTRAIL_MODEL_CACHE = str(tmp_path / "cache")
+    call_command("export_model")
+    assert "exported in" in capsys.readouterr().out
+    made = list((tmp_path / "cache").glob("*.onnx"))
+    assert len(made) == 1 and not list((tmp_path / "cache").glob("*.partial"))
+    stamp = made[0].stat().st_mtime_ns
+    call_command("export_model")
+    assert "already exported" in capsys.readouterr().out and made[0].stat().st_mtime_ns == stamp
