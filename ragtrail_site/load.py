@@ -3,8 +3,10 @@ instead of waiting in a queue that grows without bound.
 
 Two queues can grow. Before the app: the proxy's and gunicorn's (a request's wait there
 is read from the X-Request-Start header a proxy stamps, as nginx does with
-`proxy_set_header X-Request-Start "t=${msec}";`): a request that waited past its budget
-is answered 503 before any work. Inside the app: the embedding model, the one CPU-bound
+`proxy_set_header X-Request-Start "t=${msec}";`): a request whose wait there leaves too
+little of its budget for the time such a request takes in the app (measured, but never
+more than half the budget) is answered 503 before any work, so the 503 itself comes back
+within the budget. Inside the app: the embedding model, the one CPU-bound
 step, is entered by a few requests at a time (`embedding_gate`); a request that cannot
 enter before its budget runs out is answered 503 then. A 503 carries Retry-After; the
 client library backs off, and an agent treats it as a miss.
@@ -58,8 +60,32 @@ def budget_for(path: str) -> float | None:
     return settings.RAGTRAIL_API_BUDGET_MS / 1000.0
 
 
+class ServiceTime:
+    """A moving average of how long requests of one budget stay in the app once started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds = 0.0
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds = seconds if self.seconds == 0.0 else 0.95 * self.seconds + 0.05 * seconds
+
+    def headroom(self, budget: float) -> float:
+        """What a request must have left of its budget to be started. Capped at half the
+        budget: with no queue, a request is always started, whatever slow ones came before."""
+        return min(self.seconds, budget / 2)
+
+
+_service_times: dict[float, ServiceTime] = {}
+
+
+def service_time(budget: float) -> ServiceTime:
+    return _service_times.setdefault(budget, ServiceTime())
+
+
 class LoadSheddingMiddleware:
-    """Sets each API request's deadline, and answers 503 at once where it already passed."""
+    """Sets each API request's deadline, and answers 503 at once where too little of it is left."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
@@ -71,15 +97,20 @@ class LoadSheddingMiddleware:
         now = time.time()
         arrived = queued_since(request.headers.get("X-Request-Start"), now)
         waited = max(0.0, now - arrived) if arrived is not None else 0.0
-        if waited >= budget:
+        served = service_time(budget)
+        if waited > 0 and waited + served.headroom(budget) >= budget:
             from ragtrail_site.api import overloaded_response
 
             return overloaded_response(request, Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly"))
-        token = _deadline.set(time.monotonic() + budget - waited)
+        started = time.monotonic()
+        token = _deadline.set(started + budget - waited)
         try:
-            return self.get_response(request)
+            response = self.get_response(request)
         finally:
             _deadline.reset(token)
+        if response.status_code != 503:  # refusals are quick: they would hide what serving takes
+            served.add(time.monotonic() - started)
+        return response
 
 
 def remaining() -> float | None:
@@ -100,9 +131,10 @@ class Gate:
         self._waiting = 0
         self._held_s = 0.0  # a moving average of the time one caller stays inside
 
-    def expected_wait(self) -> float:
+    def expected_time_through(self) -> float:
+        """Until a caller arriving now would be through: the callers ahead, then its own turn."""
         with self._lock:
-            return (self._waiting // self.permits + 1) * self._held_s
+            return (self._waiting // self.permits + 2) * self._held_s
 
     @contextmanager
     def entered(self, what: str) -> Iterator[None]:
@@ -113,7 +145,7 @@ class Gate:
             if left is None:
                 self._semaphore.acquire()
             else:
-                if left <= 0 or self.expected_wait() > left:
+                if left <= 0 or self.expected_time_through() > left:
                     raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
                 with self._lock:
                     self._waiting += 1

@@ -147,3 +147,30 @@ def test_a_shed_request_says_how_long_its_body_is(api, scope, settings):
         headers={**api.headers, "X-Request-Start": f"t={time.time() - 5:.3f}"},
     )
     assert response.status_code == 503 and int(response["Content-Length"]) == len(response.content)
+
+
+def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_it(api, scope, sections, settings):
+    """The 503 must itself come back within the budget: a request whose queue wait leaves less
+    than recalls take (measured; at most half the budget) is refused before any work."""
+    from ragtrail_site.load import service_time
+
+    settings.RAGTRAIL_RECALL_BUDGET_MS = 500
+    served = service_time(0.5)
+    before = served.seconds
+    api.record("hospital", query="icu visiting hours", cited=["visiting/icu"])
+
+    def recall(waited_s: float):
+        headers = {**api.headers, "X-Request-Start": f"t={time.time() - waited_s:.3f}"}
+        return api.client.post("/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"},
+                               content_type="application/json", headers=headers)
+
+    try:
+        served.seconds = 0.2  # recalls have been taking 200 ms
+        assert recall(0.35).status_code == 503  # 350 ms waited + 200 ms to serve > 500 ms
+        assert recall(0.2).status_code == 200
+        served.seconds = 30.0  # one very slow request must not shut the door on the rest:
+        assert recall(0.2).status_code == 200  # headroom is at most half the budget
+        assert recall(0.3).status_code == 503
+        assert api.recall("hospital", query="icu visiting hours").status_code == 200  # no queue, no refusal
+    finally:
+        served.seconds = before

@@ -62,7 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--clients", type=int, default=16)
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--overload-seconds", type=float, default=30.0)
-        parser.add_argument("--memory-requests", type=int, default=100_000)
+        parser.add_argument("--memory-requests", type=int, default=100_000, help="0 skips the memory run")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
 
@@ -212,6 +212,8 @@ class Command(BaseCommand):
         self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
                           f"{after_overload['shed_503']} shed")
 
+        if not memory_requests:
+            return figures
         # Memory over many requests: lexical and embedding recalls of ever new questions.
         before = worker_rss_mb(server.pid)
         mixed = lambda i: Request("POST", f"/api/v1/scopes/{scopes['lexical' if i % 3 else 'embedding'].slug}/recall",
