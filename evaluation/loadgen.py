@@ -28,6 +28,9 @@ class Result:
     latency_ms: float
     started: float  # seconds since the run began
     error: str = ""  # why there was no answer (status 0)
+    # From the scheduled start until the request was written: the load generator's own lag
+    # (it shares the CPU with the server), part of latency_ms.
+    lag_ms: float = 0.0
 
 
 class Connection:
@@ -35,6 +38,7 @@ class Connection:
         self.host, self.port, self.headers = host, port, headers
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.sent_at = 0.0
 
     async def send(self, request: Request, stamp: float) -> int:
         if self.writer is None:
@@ -43,6 +47,7 @@ class Connection:
         head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}", f"X-Request-Start: t={stamp:.6f}",
                 f"Content-Length: {len(body)}", "Content-Type: application/json"]
         head += [f"{k}: {v}" for k, v in self.headers.items()]
+        self.sent_at = time.perf_counter()
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         status_line = await self.reader.readline()
         if not status_line:
@@ -94,7 +99,7 @@ async def _timed(connection: Connection, request: Request, start: float, began: 
     except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
         connection.close()
         return Result(0, (time.perf_counter() - start) * 1000.0, start - began, type(error).__name__)
-    return Result(status, (time.perf_counter() - start) * 1000.0, start - began)
+    return Result(status, (time.perf_counter() - start) * 1000.0, start - began, lag_ms=max(0.0, connection.sent_at - start) * 1000.0)
 
 
 async def closed_loop(host: str, port: int, headers: dict[str, str], make: Callable[[int], Request], clients: int,

@@ -6,7 +6,10 @@ is read from the X-Request-Start header a proxy stamps, as nginx does with
 `proxy_set_header X-Request-Start "t=${msec}";`): a request whose wait there leaves too
 little of its budget for the time such a request takes in the app (measured, but never
 more than half the budget) is answered 503 before any work, so the 503 itself comes back
-within the budget. Inside the app: the embedding model, the one CPU-bound
+within the budget. And a queue that stands (no request of that budget reached the app
+after a short wait for a while: CoDel, as in Maurer's "Fail at Scale") is drained by
+refusing every request that waited longer than that short wait, so under a sustained
+overload answers and 503s come back in a fraction of the budget instead of at its edge. Inside the app: the embedding model, the one CPU-bound
 step, is entered by a few requests at a time (`embedding_gate`); a request that cannot
 enter before its budget runs out is answered 503 then. A 503 carries Retry-After; the
 client library backs off, and an agent treats it as a miss.
@@ -77,7 +80,46 @@ class ServiceTime:
         return min(self.seconds, budget / 2)
 
 
+class QueueWatch:
+    """Tells a standing queue from a passing burst by the waits requests report on arrival.
+
+    A burst makes some requests wait, then the queue empties and a short wait is seen
+    again. A standing queue (offered load above capacity) shows no short wait for
+    `interval` seconds; while it stands, the longest wait allowed is `target`, so the queue
+    drains at the rate of quick refusals rather than of answers. It stands until a wait of
+    under a quarter of the target shows the queue nearly empty: requests let through at
+    the target itself prove nothing.
+    """
+
+    def __init__(self, target: float, interval: float) -> None:
+        self.target, self.interval = target, interval
+        self._long_since: float | None = None  # since when every wait seen was over the target
+        self._last_seen = float("-inf")
+        self.standing = False
+
+    def allowed_wait(self, waited: float, longest: float, now: float) -> float:
+        if now - self._last_seen > self.interval:
+            # Quiet for a while: what was seen before says nothing of the queue now.
+            self._long_since, self.standing = None, False
+        self._last_seen = now
+        if waited <= (self.target / 4 if self.standing else self.target):
+            self._long_since, self.standing = None, False
+        elif self._long_since is None:
+            self._long_since = now
+        elif now - self._long_since > self.interval:
+            self.standing = True
+        return self.target if self.standing else longest
+
+
 _service_times: dict[float, ServiceTime] = {}
+_queue_watches: dict[float, QueueWatch] = {}
+
+
+def queue_watch(budget: float) -> QueueWatch:
+    """The process's watch over the queue of requests with this budget: the target is 30 %
+    of the budget, the interval twice it. (A fifth of the budget also shed at 16 clients
+    just at capacity, a bounded queue, not an overload.)"""
+    return _queue_watches.setdefault(budget, QueueWatch(0.3 * budget, 2 * budget))
 
 
 def service_time(budget: float) -> ServiceTime:
@@ -98,7 +140,8 @@ class LoadSheddingMiddleware:
         arrived = queued_since(request.headers.get("X-Request-Start"), now)
         waited = max(0.0, now - arrived) if arrived is not None else 0.0
         served = service_time(budget)
-        if waited > 0 and waited + served.headroom(budget) >= budget:
+        longest = queue_watch(budget).allowed_wait(waited, budget - served.headroom(budget), time.monotonic())
+        if waited > 0 and waited >= longest:
             from ragtrail_site.api import overloaded_response
 
             return overloaded_response(request, Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly"))

@@ -152,10 +152,11 @@ def test_a_shed_request_says_how_long_its_body_is(api, scope, settings):
 def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_it(api, scope, sections, settings):
     """The 503 must itself come back within the budget: a request whose queue wait leaves less
     than recalls take (measured; at most half the budget) is refused before any work."""
-    from ragtrail_site.load import service_time
+    from ragtrail_site import load
 
     settings.RAGTRAIL_RECALL_BUDGET_MS = 500
-    served = service_time(0.5)
+    load._queue_watches.clear()
+    served = load.service_time(0.5)
     before = served.seconds
     api.record("hospital", query="icu visiting hours", cited=["visiting/icu"])
 
@@ -174,3 +175,21 @@ def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_i
         assert api.recall("hospital", query="icu visiting hours").status_code == 200  # no queue, no refusal
     finally:
         served.seconds = before
+
+
+def test_a_standing_queue_is_drained_to_a_short_wait_and_a_burst_is_not():
+    from ragtrail_site.load import QueueWatch
+
+    watch = QueueWatch(target=0.15, interval=1.0)
+    longest = 0.4
+    # A burst: waits grow, then a short one shows the queue emptied; nothing is cut short.
+    assert [watch.allowed_wait(w, longest, now=t) for w, t in [(0.05, 0.0), (0.3, 0.5), (0.35, 0.9), (0.1, 1.2), (0.3, 1.3)]] == [longest] * 5
+    # A long wait after a quiet hour is no standing queue either.
+    assert watch.allowed_wait(0.3, longest, now=3600.0) == longest
+    # Overload: no wait under the target for a whole interval, so the queue stands...
+    assert [watch.allowed_wait(0.3, longest, now=3600.0 + t) for t in (0.4, 0.8, 1.2)] == [longest, longest, 0.15]
+    # ...and keeps standing while requests come through at about the target...
+    assert watch.allowed_wait(0.14, longest, now=3601.3) == 0.15
+    # ...until one that hardly waited shows it drained.
+    assert watch.allowed_wait(0.02, longest, now=3601.4) == longest
+    assert watch.allowed_wait(0.3, longest, now=3601.5) == longest

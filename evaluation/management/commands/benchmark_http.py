@@ -41,6 +41,9 @@ def summary(results: list[Result], seconds: float) -> dict:
         "shed_503": len(shed), "shed_p99_ms": round(percentile(shed, 0.99), 1) if shed else None,
         "failed": len(failed), "statuses": dict(sorted(Counter(r.status for r in results).items())),
         "no_answer": dict(Counter(r.error for r in results if r.status == 0)), "max_ms": round(max(r.latency_ms for r in results), 1) if results else None,
+        # The load generator's own lag before sending (it shares the 2 cores), and latency without it.
+        "client_lag_p99_ms": round(percentile([r.lag_ms for r in results], 0.99), 1) if results else None,
+        "sent_to_answer_p99_ms": round(percentile([r.latency_ms - r.lag_ms for r in results if r.status], 0.99), 1) if results else None,
     }
 
 
@@ -206,6 +209,7 @@ class Command(BaseCommand):
             f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
             f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
             f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
+            + f"; the load generator's own lag before sending p99 {row['client_lag_p99_ms']} ms, sent to answered p99 {row['sent_to_answer_p99_ms']} ms"
         )
         after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
         figures["after overload"] = after_overload
