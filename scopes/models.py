@@ -6,15 +6,16 @@ import hashlib
 import hmac
 import secrets
 from datetime import timedelta
+from functools import lru_cache
 from typing import Iterable
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models, transaction
-from django.db.models import F
+from django.db import connection, models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from ragtrail_site.prepared import prepared_cursor
 from scopes.hashing import section_hash
 
 
@@ -323,6 +324,40 @@ def _hash_secret(secret: str) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), secret.encode(), hashlib.sha256).hexdigest()
 
 
+@lru_cache(maxsize=4)
+def _scope_converters(vendor: str) -> list[tuple]:
+    columns = [f.get_col(Scope._meta.db_table) for f in Scope._meta.concrete_fields]
+    return [(col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)) for col in columns]
+
+
+def _scope_with_granting_key(slug: str, lookup: str) -> tuple["Scope", int, str, str] | None:
+    """The scope and the live key of this lookup that grants it, in one prepared query.
+
+    Every API request runs it: written out, it skips the ORM's query building and, on
+    PostgreSQL, planning (about 1 ms of a lexical recall's 5)."""
+    columns = [f.column for f in Scope._meta.concrete_fields]
+    sql = (
+        "SELECT " + ", ".join(f"s.{c}" for c in columns) + ", k.id, k.secret_hash, k.name "
+        f"FROM {Scope._meta.db_table} s "
+        f"JOIN {ApiKey.scopes.through._meta.db_table} g ON g.scope_id = s.id "
+        f"JOIN {ApiKey._meta.db_table} k ON k.id = g.apikey_id "
+        "WHERE s.slug = %s AND k.lookup = %s AND k.revoked_at IS NULL"
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, [slug, lookup])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = list(row[: len(columns)])
+    # What the database returns becomes Python values the way the ORM does it (SQLite's
+    # datetimes are text, for one).
+    for i, (expression, converters) in enumerate(_scope_converters(connection.vendor)):
+        for convert in converters:
+            values[i] = convert(values[i], expression, connection)
+    scope = Scope.from_db(connection.alias, [f.attname for f in Scope._meta.concrete_fields], values)
+    return scope, row[-3], row[-2], row[-1]
+
+
 class ApiKeyQuerySet(models.QuerySet):
     def authenticate(self, presented: str, scope_slug: str | None = None) -> "ApiKey | None":
         """Returns the live key matching a presented `rt_<lookup>_<secret>` string, or None.
@@ -337,16 +372,12 @@ class ApiKeyQuerySet(models.QuerySet):
         if not lookup or not secret:
             return None
         if scope_slug:
-            scope = (
-                Scope.objects.filter(slug=scope_slug, api_keys__lookup=lookup, api_keys__revoked_at__isnull=True)
-                .annotate(granting_key_id=F("api_keys__id"), granting_key_hash=F("api_keys__secret_hash"),
-                          granting_key_name=F("api_keys__name"))
-                .first()
-            )
-            if scope is not None:
-                if not hmac.compare_digest(scope.granting_key_hash, _hash_secret(secret)):
+            found = _scope_with_granting_key(scope_slug, lookup)
+            if found is not None:
+                scope, key_id, key_hash, key_name = found
+                if not hmac.compare_digest(key_hash, _hash_secret(secret)):
                     return None
-                key = ApiKey(id=scope.granting_key_id, lookup=lookup, secret_hash=scope.granting_key_hash, name=scope.granting_key_name)
+                key = ApiKey(id=key_id, lookup=lookup, secret_hash=key_hash, name=key_name)
                 key.granted = {scope_slug: scope}
                 return key
         key = self.filter(lookup=lookup, revoked_at__isnull=True).first()

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import NamedTuple, Sequence
 
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 
+from ragtrail_site.prepared import prepared_cursor
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
@@ -212,7 +212,7 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
         )
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
-    with _server_bound_cursor() if postgres else connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[int, Candidate] = into if into is not None else {}
@@ -230,13 +230,3 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
         else:
             result[row.trail_id].steps.append(RecordedStep(row.tool, json.loads(row.args_json), tuple(json.loads(row.section_ids_json))))
     return list(result.values())
-
-
-def _server_bound_cursor() -> CursorWrapper:
-    """A cursor on Django's PostgreSQL connection (same transaction) that binds on the
-    server, so psycopg prepares a statement after its fifth run; Django's own cursor
-    binds on the client and never prepares."""
-    import psycopg
-
-    connection.ensure_connection()
-    return CursorWrapper(psycopg.Cursor(connection.connection), connection)

@@ -5,6 +5,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -107,3 +108,27 @@ def test_a_right_lookup_with_a_wrong_secret_is_refused_on_a_granted_scope(scope)
     assert response.status_code == 401
     assert ApiKey.objects.authenticate(tampered, scope_slug="hospital") is None
     assert ApiKey.objects.authenticate(text, scope_slug="hospital").grants("hospital") == scope
+
+
+def test_the_scope_read_with_its_key_is_the_scope_the_orm_reads(scope, other_scope):
+    """Authentication reads the scope in a hand-written query: every setting must come back
+    as the ORM gives it (types included), and a revoked key or an ungranted scope never."""
+    scope.synonyms = "ICU, intensive care"
+    scope.learned_embedding_threshold = 0.97
+    scope.save()
+    key, text = ApiKey.issue([scope])
+    queries = []
+    # Counted at the connection: on PostgreSQL the query runs on a server-binding cursor,
+    # which Django's query log does not see.
+    with connection.execute_wrapper(lambda execute, sql, *args: queries.append(sql) or execute(sql, *args)):
+        granted = ApiKey.objects.authenticate(text, scope_slug="hospital").grants("hospital")
+    assert len(queries) == 1
+    expected = Scope.objects.get(pk=scope.pk)
+    for field in Scope._meta.concrete_fields:
+        got, want = getattr(granted, field.attname), getattr(expected, field.attname)
+        assert (got, type(got)) == (want, type(want)), field.name
+    assert not granted._state.adding  # a loaded row: saving it updates, never inserts
+    assert ApiKey.objects.authenticate(text, scope_slug="other").grants("other") is None
+    key.revoked_at = timezone.now()
+    key.save()
+    assert ApiKey.objects.authenticate(text, scope_slug="hospital") is None

@@ -90,8 +90,12 @@ class Command(BaseCommand):
             fill = time.perf_counter() - started
             if analyze and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
+                    # A vacuum of a table an earlier run filled and dropped takes minutes, past
+                    # the API's statement timeout this connection carries.
+                    cursor.execute("SET statement_timeout = 0")
                     for model in (Trail, BandKey, Citation, Step, TrailSignal):
                         cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+                    cursor.execute("RESET statement_timeout")
             figures["sizes"][size] = self._measure(scope, workload, asked, ids, size, threshold, fill)
         low, high = figures["sizes"][sizes[0]], figures["sizes"][sizes[-1]]
         if len(sizes) > 1:
