@@ -145,6 +145,8 @@ RAGTRAIL_EMBEDDING_CONCURRENCY = env_int("RAGTRAIL_EMBEDDING_CONCURRENCY", 1)
 # Time budgets (ragtrail_site/load.py): past them a request is answered 503 with Retry-After.
 RAGTRAIL_RECALL_BUDGET_MS = env_int("RAGTRAIL_RECALL_BUDGET_MS", 500)
 RAGTRAIL_API_BUDGET_MS = env_int("RAGTRAIL_API_BUDGET_MS", 2000)
+# Embedding collisions read per lookup, nearest by sketch first (trails/candidates.py).
+RAGTRAIL_EMBEDDING_NEAREST = env_int("RAGTRAIL_EMBEDDING_NEAREST", 32)
 RAGTRAIL_SIMHASH_BITS = env_int("RAGTRAIL_SIMHASH_BITS", 512)
 RAGTRAIL_SIMHASH_SEED = env_int("RAGTRAIL_SIMHASH_SEED", 1)
 

@@ -41,6 +41,7 @@ class Candidate:
     citations: list[CoreCitation] = field(default_factory=list)
     current: dict[str, CurrentSection] = field(default_factory=dict)
     steps: list[RecordedStep] = field(default_factory=list)
+    has_paths: bool = False  # citations and steps read (an embedding lookup reads them for winners only)
 
 
 class TrailRow(NamedTuple):
@@ -79,16 +80,10 @@ TRAIL, CITATION, STEP = 0, 1, 2
 def decode(row: tuple) -> TrailRow | CitationRow | StepRow:
     kind, trail_id, position, c1, c2, c3, c4, c5, b1, b2 = row
     if kind == TRAIL:
-        return TrailRow(trail_id, c1, c2, c3, c4, c5, bytes(b1), bytes(b2) if b2 is not None else None)
+        return TrailRow(trail_id, c1, c2, c3, c4, c5, bytes(b1) if b1 is not None else b"", bytes(b2) if b2 is not None else None)
     if kind == CITATION:
         return CitationRow(trail_id, position, c1, c2, c3, c5)
     return StepRow(trail_id, position, c1, c2, c3)
-
-
-# Embedding collisions read per lookup, nearest sketch first. Past ~100k trails most
-# collisions are same-topic questions under the threshold; the nearest 32 by sketch held
-# the brute-force best in every lookup measured at 1M trails (evaluation.scale).
-NEAREST_EMBEDDING_CANDIDATES = 32
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,9 @@ class Lookup:
     sketch: tuple[int, int] = (0, 0)
     # Embedding collisions farther than this from `sketch` (in bits) are not read.
     max_distance: int = 0
-    nearest: int = NEAREST_EMBEDDING_CANDIDATES
+    # Embedding collisions read at most, nearest sketch first (RAGTRAIL_EMBEDDING_NEAREST).
+    # Past ~100k trails most collisions are same-topic questions under the threshold.
+    nearest: int = 32
 
 
 def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with_paths: bool = True) -> list[Candidate]:
@@ -139,9 +136,9 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
             parts.append(
                 f"SELECT id FROM (SELECT t.id FROM (SELECT b.trail_id, MIN({distance}) AS distance FROM {bands} b "
-                f"WHERE b.scope_id = %s AND b.key = ANY(%s) AND {distance} <= %s GROUP BY b.trail_id) n "
+                f"WHERE b.scope_id = %s AND b.key = ANY(%s) AND {distance} <= %s GROUP BY b.trail_id ORDER BY 2, 1 DESC) n "
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE id = n.trail_id OFFSET 0) t "
-                f"WHERE {where_servable} ORDER BY n.distance, t.id DESC LIMIT %s) nearest"
+                f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
             )
             params += [high, low, scope.id, list(lookup.embedding_keys), high, low, lookup.max_distance, *servable, lookup.nearest]
     else:
@@ -164,7 +161,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             )
             params += [high, low, scope.id, *lookup.embedding_keys, high, low, lookup.max_distance, *servable, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths)
+    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths, with_lexical=scope.uses_lexical)
 
 
 def add_paths(found: Sequence[Candidate]) -> None:
@@ -178,7 +175,8 @@ def add_paths(found: Sequence[Candidate]) -> None:
     _read(sql, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in found})
 
 
-def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None) -> list[Candidate]:
+def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None,
+          with_lexical: bool = True) -> list[Candidate]:
     trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
 
@@ -199,7 +197,8 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
     if with_trails:
         parts.append(
             f"SELECT {TRAIL}, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, "
-            f"CAST(t.path_tokens AS TEXT), t.lexical_signature, t.embedding FROM {per_found(trail, 't', 'id')}"
+            # A scope that does not match lexically never compares signatures: not sent.
+            f"CAST(t.path_tokens AS TEXT), {'t.lexical_signature' if with_lexical else 'NULL'}, t.embedding FROM {per_found(trail, 't', 'id')}"
         )
     if with_paths:
         parts.append(
@@ -229,4 +228,7 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
                 candidate.current[row.section_id] = CurrentSection(row.current_hash, row.current_text)
         else:
             result[row.trail_id].steps.append(RecordedStep(row.tool, json.loads(row.args_json), tuple(json.loads(row.section_ids_json))))
+    if with_paths:
+        for candidate in result.values():
+            candidate.has_paths = True
     return list(result.values())

@@ -55,12 +55,9 @@ def rank_candidates(
 ) -> tuple[list[Match], int]:
     """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
     # Lexical lookups find about one candidate, so its path comes in the same read;
-    # embedding lookups find tens, so paths are read for the winners only.
-    with_paths = not scope.uses_embedding
-    found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=with_paths)
+    # embedding lookups find tens, so `recall` reads the path of a winner when it gets to it.
+    found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=not scope.uses_embedding)
     passing = score_candidates(scope, question, found, verdicts=verdicts)
-    if not with_paths:
-        add_paths([m.trail for m in passing[:MAX_VALIDATED_CANDIDATES]])
     return passing, len(found)
 
 
@@ -108,6 +105,9 @@ def recall(
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
     for match in candidates[:MAX_VALIDATED_CANDIDATES]:
+        if not match.trail.has_paths:
+            # One winner at a time: the best is nearly always valid, so one read, not three.
+            add_paths([match.trail])
         validation = validate(match.trail.citations, match.trail.current)
         if validation.outcome is Outcome.MISS:
             stale.append(match.trail)

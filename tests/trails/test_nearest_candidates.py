@@ -12,9 +12,9 @@ from typing import Sequence
 import numpy as np
 import pytest
 from django.apps import apps
+from django.conf import settings
 
 from scopes.models import Scope, Section
-from trails.candidates import NEAREST_EMBEDDING_CANDIDATES
 from trails.embedders import serving
 from trails.embedders.base import BaseEmbedder
 from trails.models import BandKey, Trail
@@ -73,12 +73,12 @@ def test_the_best_trail_is_found_in_a_crowd_of_same_topic_trails(crowd):
     result = recall(scope, QUESTION, dry_run=True)
     assert result.outcome.value == "prefetch" and result.trail.id == best.id
     assert round(result.similarity, 2) == 0.97
-    assert result.candidates <= NEAREST_EMBEDDING_CANDIDATES
+    assert result.candidates <= settings.RAGTRAIL_EMBEDDING_NEAREST
 
 
 def test_trails_that_cannot_be_served_do_not_crowd_out_one_that_can(crowd):
     scope, embedder = crowd
-    for i in range(NEAREST_EMBEDDING_CANDIDATES + 8):  # nearer than the servable one, but pending
+    for i in range(settings.RAGTRAIL_EMBEDDING_NEAREST + 8):  # nearer than the servable one, but pending
         store(scope, embedder.at_cosine(f"pending question {i}", 0.99), signal=None)
     best = store(scope, embedder.at_cosine("what is the way to reset a password", 0.96))
     result = recall(scope, QUESTION, dry_run=True)

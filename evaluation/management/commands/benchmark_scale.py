@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
@@ -70,6 +71,7 @@ class Command(BaseCommand):
         threshold = matching.embedding_threshold
         self.stdout.write(
             f"database: {connection.vendor}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
+            f"sketch limit {matching.embedding_sketch_limit} bits, nearest {settings.RAGTRAIL_EMBEDDING_NEAREST} read; "
             + ("VACUUM ANALYZE after each fill" if analyze else "statistics and visibility as left by autovacuum")
         )
         self.stdout.write("latency: recall() in-process with its event write, excluding the query embedding (vectors precomputed)")
