@@ -149,6 +149,7 @@ def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.
         false_hits: dict[str, list[float]] = {m: [] for m in FIT_GRID}
         correct_hits: dict[str, list[float]] = {m: [] for m in FIT_GRID}
         for index, pair in enumerate(fit):
+            scope.matcher = "both"  # read with both matchers' keys; each is scored below
             question = sign(scope, pair["b"], "")
             found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for matcher in FIT_GRID:
@@ -204,6 +205,9 @@ def sweep(data: list[dict], progress: Callable[[str], None] = lambda _: None) ->
         now = timezone.now()
         tallies = {(arm, t, h): Tally() for arm, (m, _) in ARMS.items() for t in SWEEP[m] for h in ("all", "even", "odd")}
         for index, pair in enumerate(data):
+            # Read as "both": each arm below scores the same candidates with its own matcher
+            # (and the read sends signatures only to a scope that matches lexically).
+            scope.matcher = "both"
             question = sign(scope, pair["b"], "")
             found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for arm, (matcher, guard) in ARMS.items():
