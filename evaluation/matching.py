@@ -117,6 +117,16 @@ def halves(index: int) -> tuple[str, str]:
     return ("all", "even" if index % 2 == 0 else "odd")
 
 
+def score_as(scope: Scope, matcher: str, question, found, guard: bool = True) -> list:
+    """Scores one read of candidates as a scope of `matcher` would, and leaves the scope as it
+    was: the fit and the sweep sign and read as "both", then score each matcher in turn."""
+    kept, scope.matcher = scope.matcher, matcher
+    try:
+        return score_candidates(scope, question, found, guard=guard)
+    finally:
+        scope.matcher = kept
+
+
 def fit_split(data: list[dict]) -> list[dict]:
     """The pairs thresholds are fitted on: even line numbers. Odd ones are for validation only."""
     return data[0::2]
@@ -149,12 +159,10 @@ def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.
         false_hits: dict[str, list[float]] = {m: [] for m in FIT_GRID}
         correct_hits: dict[str, list[float]] = {m: [] for m in FIT_GRID}
         for index, pair in enumerate(fit):
-            scope.matcher = "both"  # read with both matchers' keys; each is scored below
             question = sign(scope, pair["b"], "")
             found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for matcher in FIT_GRID:
-                scope.matcher = matcher
-                matches = score_candidates(scope, question, found)
+                matches = score_as(scope, matcher, question, found)
                 if not matches:
                     continue
                 best, own = matches[0], normalise_query(pair["a"])
@@ -205,14 +213,10 @@ def sweep(data: list[dict], progress: Callable[[str], None] = lambda _: None) ->
         now = timezone.now()
         tallies = {(arm, t, h): Tally() for arm, (m, _) in ARMS.items() for t in SWEEP[m] for h in ("all", "even", "odd")}
         for index, pair in enumerate(data):
-            # Read as "both": each arm below scores the same candidates with its own matcher
-            # (and the read sends signatures only to a scope that matches lexically).
-            scope.matcher = "both"
             question = sign(scope, pair["b"], "")
             found = read_candidates(scope, "", question.lookup(scope), now, with_paths=False)
             for arm, (matcher, guard) in ARMS.items():
-                scope.matcher = matcher
-                matches = score_candidates(scope, question, found, guard=guard)
+                matches = score_as(scope, matcher, question, found, guard=guard)
                 for threshold in SWEEP[matcher]:
                     best = next((m for m in matches if m.similarity >= threshold), None)
                     for half in halves(index):

@@ -6,8 +6,9 @@ question as a real pair's second question relates to its first: the cosine is dr
 from the dev pairs' own cosines (those of same-topic pairs, 0.5 and over), the rest
 leans towards another stored question (so the variants stay inside the region real
 questions occupy, not on an isotropic sphere). Its text is the base question reworded
-by templates. The asked questions are the pairs' second questions (labelled duplicate or not), stored questions asked again, and unseen
-variants. The same seed gives the same store and questions at every size.
+by templates. The asked questions are the pairs' second questions (labelled duplicate or
+not), stored questions asked again, and unseen variants. The same seed gives the same
+store and questions at every size.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Callable
 
 import numpy as np

@@ -9,9 +9,10 @@ more than half the budget) is answered 503 before any work, so the 503 itself co
 within the budget. And a queue that stands (no request of that budget reached the app
 after a short wait for a while: CoDel, as in Maurer's "Fail at Scale") is drained by
 refusing every request that waited longer than that short wait, so under a sustained
-overload answers and 503s come back in a fraction of the budget instead of at its edge. Inside the app: the embedding model, the one CPU-bound
-step, is entered by a few requests at a time (`embedding_gate`); a request that cannot
-enter before its budget runs out is answered 503 then. A 503 carries Retry-After; the
+overload answers and 503s come back in a fraction of the budget instead of at its edge.
+Inside the app: the embedding model, the one CPU-bound step, is entered by a few
+requests at a time (`embedding_gate`); a request that cannot enter before its budget
+runs out is answered 503 then. A 503 carries Retry-After; the
 client library backs off, and an agent treats it as a miss.
 """
 from __future__ import annotations
@@ -111,19 +112,18 @@ class QueueWatch:
         return self.target if self.standing else longest
 
 
-_service_times: dict[float, ServiceTime] = {}
-_queue_watches: dict[float, QueueWatch] = {}
-
-
+@lru_cache(maxsize=None)
 def queue_watch(budget: float) -> QueueWatch:
     """The process's watch over the queue of requests with this budget: the target is 30 %
     of the budget, the interval twice it. (A fifth of the budget also shed at 16 clients
     just at capacity, a bounded queue, not an overload.)"""
-    return _queue_watches.setdefault(budget, QueueWatch(0.3 * budget, 2 * budget))
+    return QueueWatch(0.3 * budget, 2 * budget)
 
 
+@lru_cache(maxsize=None)
 def service_time(budget: float) -> ServiceTime:
-    return _service_times.setdefault(budget, ServiceTime())
+    """The process's moving average for requests with this budget."""
+    return ServiceTime()
 
 
 class LoadSheddingMiddleware:

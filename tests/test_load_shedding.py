@@ -155,7 +155,7 @@ def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_i
     from ragtrail_site import load
 
     settings.RAGTRAIL_RECALL_BUDGET_MS = 500
-    load._queue_watches.clear()
+    load.queue_watch.cache_clear()
     served = load.service_time(0.5)
     before = served.seconds
     api.record("hospital", query="icu visiting hours", cited=["visiting/icu"])

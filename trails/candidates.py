@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Sequence
 
+from django.conf import settings
 from django.db import connection
 
 from ragtrail_site.prepared import prepared_cursor
@@ -95,9 +96,9 @@ class Lookup:
     sketch: tuple[int, int] = (0, 0)
     # Embedding collisions farther than this from `sketch` (in bits) are not read.
     max_distance: int = 0
-    # Embedding collisions read at most, nearest sketch first (RAGTRAIL_EMBEDDING_NEAREST).
-    # Past ~100k trails most collisions are same-topic questions under the threshold.
-    nearest: int = 32
+    # Embedding collisions read at most, nearest sketch first. Past ~100k trails most
+    # collisions are same-topic questions under the threshold.
+    nearest: int = field(default_factory=lambda: settings.RAGTRAIL_EMBEDDING_NEAREST)
 
 
 def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with_paths: bool = True) -> list[Candidate]:

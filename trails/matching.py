@@ -101,7 +101,6 @@ class QuestionSignature:
         return Lookup(
             self.lexical_keys, self.embedding_keys, self.sketch,
             matching_settings(scope).embedding_sketch_limit if self.embedding_keys else 0,
-            settings.RAGTRAIL_EMBEDDING_NEAREST,
         )
 
 

@@ -78,7 +78,8 @@ def load_tokenizer(model_dir: Path):
         raise ExportRefused(f"{model_dir} has no tokenizer.json")
     tokenizer = Tokenizer.from_file(str(path))
     tokenizer.enable_truncation(max_length=max_seq_length(model_dir))
-    pad_token = (json.loads((model_dir / "special_tokens_map.json").read_text()).get("pad_token") if (model_dir / "special_tokens_map.json").exists() else None) or "[PAD]"
+    special = model_dir / "special_tokens_map.json"
+    pad_token = (json.loads(special.read_text()).get("pad_token") if special.exists() else None) or "[PAD]"
     if isinstance(pad_token, dict):
         pad_token = pad_token["content"]
     pad_id = tokenizer.token_to_id(pad_token)
@@ -110,10 +111,14 @@ def open_session(path: Path, threads: int):
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def run(session, tokenizer, texts: Sequence[str]) -> np.ndarray:
+def input_names(session) -> frozenset[str]:
+    """The inputs the graph takes (the tracer may drop one the model never reads)."""
+    return frozenset(i.name for i in session.get_inputs())
+
+
+def run(session, names: frozenset[str], tokenizer, texts: Sequence[str]) -> np.ndarray:
     inputs = tokenize(tokenizer, texts)
-    wanted = {i.name for i in session.get_inputs()}
-    return session.run(None, {name: value for name, value in inputs.items() if name in wanted})[0]
+    return session.run(None, {name: value for name, value in inputs.items() if name in names})[0]
 
 
 def export(model_dir: Path, target: Path) -> None:
@@ -162,8 +167,9 @@ def export(model_dir: Path, target: Path) -> None:
                 opset_version=17, dynamo=False,
             )
         session = open_session(partial, 1)
+        names = input_names(session)
         expected = model.encode(PROBE_TEXTS, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
-        for got in (run(session, tokenizer, PROBE_TEXTS), np.concatenate([run(session, tokenizer, [t]) for t in PROBE_TEXTS])):
+        for got in (run(session, names, tokenizer, PROBE_TEXTS), np.concatenate([run(session, names, tokenizer, [t]) for t in PROBE_TEXTS])):
             gap = float(np.max(1 - np.sum(unit_rows(got) * unit_rows(expected), axis=1)))
             if not gap <= MAX_COSINE_GAP:
                 raise ExportRefused(f"the export's vectors differ from the model's by {gap:.2e} cosine")
@@ -196,6 +202,7 @@ class Embedder(BaseEmbedder):
         # One intra-op thread per process by default: under gunicorn every worker runs its own
         # session, and a thread per core in each oversubscribed the CPU (issue 12).
         self._session = open_session(path, max(1, settings.RAGTRAIL_MODEL_THREADS))
+        self._inputs = input_names(self._session)
         self.dim = int(self._session.get_outputs()[0].shape[-1])
         self.name = model_name(model)
         normalizer = json.loads((model_dir / "tokenizer.json").read_text()).get("normalizer") or {}
@@ -210,5 +217,5 @@ class Embedder(BaseEmbedder):
         vectors = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(order), 32):
             chunk = order[start:start + 32]
-            vectors[chunk] = run(self._session, self._tokenizer, [texts[i] for i in chunk])
+            vectors[chunk] = run(self._session, self._inputs, self._tokenizer, [texts[i] for i in chunk])
         return unit_rows(vectors)

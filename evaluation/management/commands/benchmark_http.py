@@ -4,7 +4,6 @@ that stops by itself, and each worker's memory over 100,000 requests."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -23,7 +22,7 @@ from django.db import connection
 
 from evaluation.loadgen import Request, Result, closed_loop, open_loop
 from evaluation.scale import ScaleWorkload, store_trails
-from evaluation.timing import percentile
+from evaluation.timing import percentile, save_figures
 from scopes.demo import faq_sections
 from scopes.models import ApiKey, Scope, Section
 from trails.embedders import get_embedder
@@ -88,9 +87,7 @@ class Command(BaseCommand):
                 server.kill()
             for scope in scopes.values():
                 drop_scope(scope)
-        if json_path:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(figures, indent=2))
+        save_figures(json_path, figures)
 
     def _fill(self, workload: ScaleWorkload) -> tuple[dict[str, Scope], str]:
         """Two scopes holding the QQP first questions as trails: one matched lexically, one by embedding."""

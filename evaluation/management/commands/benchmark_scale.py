@@ -2,7 +2,6 @@
 against brute-force cosine over the same store (evaluation.scale)."""
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -14,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from evaluation.scale import ScaleWorkload, store_trails
-from evaluation.timing import percentile
+from evaluation.timing import percentile, save_figures
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.candidates import Candidate
@@ -56,9 +55,7 @@ class Command(BaseCommand):
                 drop_scope(scope)
             else:
                 self.stdout.write(f"kept scope {scope.slug} (--reuse {scope.slug})")
-        if json_path:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(figures, indent=2))
+        save_figures(json_path, figures)
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
         Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
