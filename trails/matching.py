@@ -14,9 +14,10 @@ from django.conf import settings
 
 from scopes.models import Scope
 from trails.core.banding import BandLayout, band_keys, layout_for_threshold
-from trails.core.guard import Lexicon, check_pair, question_terms
+from trails.core.guard import EMPTY_LEXICON, Lexicon, QuestionTerms, check_pair, question_terms
 from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
+from trails.core.normalise import words
 from trails.core.simhash import (
     EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits, sketch, sketch_distance_limit,
 )
@@ -86,11 +87,19 @@ class QuestionSignature:
     """Everything a scope's matchers need of one question."""
 
     text: str
-    lexical: MinHashSignature
+    lexical: MinHashSignature | None  # None: not asked for (a recall that matches by embedding alone)
     embedding: EmbeddingVector | None
     lexical_keys: tuple[int, ...]
     embedding_keys: tuple[int, ...] = ()
     sketch: tuple[int, int] = (0, 0)  # of the embedding; (0, 0) without one
+    # The guard's terms of the text without synonyms, where the lexical keys were made from them.
+    plain_terms: QuestionTerms | None = None
+
+    def guard_terms(self, lexicon: Lexicon) -> QuestionTerms:
+        """The question's terms as the guard compares them under this lexicon."""
+        if self.plain_terms is not None and not lexicon.canonical:
+            return self.plain_terms
+        return question_terms(self.text, lexicon)
 
     @property
     def keys(self) -> tuple[int, ...]:
@@ -109,8 +118,11 @@ def embedding_namespace(partition: str, model: str) -> str:
     return f"{partition}\x00embedding:{model}"
 
 
-def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
+def sign(scope: Scope, text: str, partition: str, lexical_signature: bool = True) -> QuestionSignature:
     """Signs a question for the scope's matchers and computes its band keys.
+
+    `lexical_signature=False` skips the MinHash signature where the scope does not match
+    lexically (a recall compares none then; a stored trail keeps one either way).
 
     Raises:
         ValueError: the question has no words.
@@ -118,17 +130,22 @@ def sign(scope: Scope, text: str, partition: str) -> QuestionSignature:
     matching = matching_settings(scope)
     # Synonyms become one term before signing: "intensive care" is signed as "icu".
     text = matching.lexicon.rewrite(text)
-    lexical = minhash_query(text, matching.minhash)
+    lexical = minhash_query(text, matching.minhash) if lexical_signature or scope.uses_lexical else None
     # An embedding-only scope stores and reads no lexical keys: its lexical collisions
     # could only pass by cosine, which its own keys find (and they were half its rows).
-    keys = lexical_band_keys(text, lexical.params, matching.lexical_layout, namespace=partition) if scope.uses_lexical else []
+    terms, keys = None, []
+    if scope.uses_lexical:
+        terms = question_terms(text, EMPTY_LEXICON)
+        keys = lexical_band_keys(text, matching.minhash, matching.lexical_layout, namespace=partition, terms=terms)
     if not scope.uses_embedding:
-        return QuestionSignature(text, lexical, None, tuple(keys))
+        return QuestionSignature(text, lexical, None, tuple(keys), plain_terms=terms)
+    if lexical is None and not words(text):
+        raise ValueError("the question has no words")
     embedder = get_embedder()
     embedding = EmbeddingVector(embedder.name, embedder.embed(text))
     return QuestionSignature(
         text, lexical, embedding, tuple(keys), tuple(embedding_keys(scope, embedding, partition)),
-        sketch(embedding.values, simhash_params()),
+        sketch(embedding.values, simhash_params()), plain_terms=terms,
     )
 
 
@@ -198,14 +215,16 @@ def score_candidates(
             question.embedding, [candidates[i].embedding for i in comparable], [candidates[i].embedding_model for i in comparable]
         )
     matching = matching_settings(scope)
-    query_terms = question_terms(question.text, matching.lexicon)
+    query_terms: QuestionTerms | None = None  # only once a candidate reaches a threshold
     matches = []
     for i, candidate in enumerate(candidates):
         lexical_pass = scope.uses_lexical and jaccards[i] >= matching.lexical_threshold
         embedding_pass = scope.uses_embedding and cosines[i] >= matching.embedding_threshold
         refusals, passed = [], []
         if lexical_pass or embedding_pass:
-            terms = question_terms(candidate.query, matching.lexicon)
+            if guard and query_terms is None:
+                query_terms = question.guard_terms(matching.lexicon)
+            terms = question_terms(candidate.query, matching.lexicon) if guard else None
             for matcher, passes, score, unshared in (
                 ("embedding", embedding_pass, cosines[i], None), ("lexical", lexical_pass, jaccards[i], 0)
             ):

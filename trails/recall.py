@@ -96,7 +96,7 @@ def recall(
     now = now or timezone.now()
     budget = scope.token_budget if token_budget is None else token_budget
     try:
-        question = sign(scope, query, partition)
+        question = sign(scope, query, partition, lexical_signature=False)
     except ValueError:
         raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
 

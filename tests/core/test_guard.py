@@ -43,3 +43,21 @@ def test_swapped_entities_are_refused():
 
 def test_a_question_and_its_narrower_version_are_refused():
     assert not allowed("What is Python?", "What is Python good for?")
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What are the ICU visiting hours?",
+        "Can't I park in car park B on the 2nd floor?",
+        "How do I install Python 3.11 without admin rights?",
+        "why doesn't my x² formula work in Excel",
+        "Which queries run faster: the first or the last ones?",
+        "How do I do it?",
+    ],
+)
+def test_a_scope_without_synonyms_gets_the_terms_a_lexicon_would_give(question):
+    # A scope without synonyms takes a shorter path; it must find the same terms as the
+    # phrase-by-phrase path does under a lexicon that names none of the question's words.
+    unrelated = Lexicon.from_groups([["zyxwv", "vwxyz"]])
+    assert question_terms(question) == question_terms(question, unrelated)

@@ -75,6 +75,18 @@ def test_synonym_lexicon_joins_terms_and_keeps_others_apart(semantic):
     assert api.recall("help", query="What are the general ward visiting hours?").json()["outcome"] == "miss"
 
 
+@pytest.mark.parametrize("matcher", ["embedding", "lexical", "both"])
+def test_a_question_without_words_is_refused_naming_the_query_and_logs_nothing(semantic, matcher):
+    from trails.models import RecallEvent
+
+    scope, api = semantic
+    scope.matcher = matcher
+    scope.save()
+    response = api.recall("help", query="?!  ...")
+    assert response.status_code == 422 and response.json()["error"]["field"] == "query"
+    assert not RecallEvent.objects.filter(scope=scope).exists()
+
+
 def test_shared_context_belongs_in_the_partition_not_the_query(semantic):
     _, api = semantic
     embedder = get_embedder()

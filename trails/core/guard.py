@@ -10,6 +10,7 @@ shared terms in the same order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Mapping
 
 from .normalise import shingles, words
@@ -55,7 +56,7 @@ class Lexicon:
                 canonical[term] = terms[0]
         return cls(canonical)
 
-    @property
+    @cached_property
     def longest_phrase(self) -> int:
         return max((len(t.split()) for t in self.canonical), default=1)
 
@@ -149,31 +150,45 @@ def _singular(word: str) -> str:
     return word
 
 
+# Words that are never content terms.
+_NOT_CONTENT = STOPWORDS | NEGATIONS | _NEGATED_STEMS
+
+
+def _is_number(token: str) -> bool:
+    # isalpha() first: most words have no digit, and no letter is a digit.
+    return (
+        token in NUMBER_WORDS
+        or (len(token) == 1 and token not in STOPWORDS)
+        or (not token.isalpha() and any(map(str.isdigit, token)))
+    )
+
+
 def question_terms(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> QuestionTerms:
     """Extracts the terms the guard compares from a question."""
     tokens = words(text)
-    numbers = frozenset(
-        t for t in tokens if any(ch.isdigit() for ch in t) or t in NUMBER_WORDS or (len(t) == 1 and t not in STOPWORDS)
+    numbers = frozenset(t for t in tokens if _is_number(t))
+    negated = any(
+        token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS) for i, token in enumerate(tokens)
     )
-    negated = False
-    for i, token in enumerate(tokens):
-        if token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS):
-            negated = True
-    order: list[str] = []
-    longest = lexicon.longest_phrase
-    i = 0
-    while i < len(tokens):
-        for size in range(min(longest, len(tokens) - i), 0, -1):
-            phrase = " ".join(tokens[i : i + size])
-            if phrase in lexicon.canonical:
-                order.append(lexicon.canonical[phrase])
-                i += size
-                break
-        else:
-            token = tokens[i]
-            if token not in STOPWORDS and token not in NEGATIONS and token not in _NEGATED_STEMS and token not in numbers:
-                order.append(lexicon.canonical.get(_singular(token), _singular(token)))
-            i += 1
+    if not lexicon.canonical:
+        # Every recall of a scope without synonyms comes here: no phrase to look up.
+        order = [_singular(t) for t in tokens if t not in _NOT_CONTENT and t not in numbers]
+    else:
+        order = []
+        longest = lexicon.longest_phrase
+        i = 0
+        while i < len(tokens):
+            for size in range(min(longest, len(tokens) - i), 0, -1):
+                phrase = " ".join(tokens[i : i + size])
+                if phrase in lexicon.canonical:
+                    order.append(lexicon.canonical[phrase])
+                    i += size
+                    break
+            else:
+                token = tokens[i]
+                if token not in _NOT_CONTENT and token not in numbers:
+                    order.append(lexicon.canonical.get(_singular(token), _singular(token)))
+                i += 1
     order = list(dict.fromkeys(order))
     return QuestionTerms(numbers, negated, frozenset(order), tuple(order))
 
@@ -224,15 +239,16 @@ def check_pair(
     return GuardVerdict(True)
 
 
-def content_shingles(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> set[str]:
+def content_shingles(text: str, lexicon: Lexicon = EMPTY_LEXICON, terms: QuestionTerms | None = None) -> set[str]:
     """Returns the content terms of a question and their adjacent pairs.
 
     Candidates are found by these rather than by all shingles: two questions that
     share only "how do I" should not meet at all, while any pair the guard lets
     through has the same content terms in the same order, so the same set here.
     A question made only of function words falls back to all its shingles.
+    `terms`, where given, are `question_terms(text, lexicon)` already.
     """
-    order = question_terms(text, lexicon).order
+    order = (terms or question_terms(text, lexicon)).order
     if not order:
         return shingles(text)
     result = set(order)

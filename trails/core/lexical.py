@@ -6,15 +6,17 @@ from typing import Sequence
 import numpy as np
 
 from .banding import BandLayout, band_keys
-from .guard import EMPTY_LEXICON, Lexicon, content_shingles
+from .guard import EMPTY_LEXICON, Lexicon, QuestionTerms, content_shingles
 from .minhash import MinHashParams, MinHashSignature, minhash_of_shingles
 
 
 def lexical_band_keys(
-    text: str, params: MinHashParams, layout: BandLayout, namespace: str = "", lexicon: Lexicon = EMPTY_LEXICON
+    text: str, params: MinHashParams, layout: BandLayout, namespace: str = "", lexicon: Lexicon = EMPTY_LEXICON,
+    terms: QuestionTerms | None = None,
 ) -> list[int]:
-    """Band keys of the MinHash of a question's content shingles (see `guard.content_shingles`)."""
-    return band_keys(minhash_of_shingles(content_shingles(text, lexicon), params).values, layout, namespace)
+    """Band keys of the MinHash of a question's content shingles (see `guard.content_shingles`);
+    `terms`, where given, are the text's `question_terms` under `lexicon` already."""
+    return band_keys(minhash_of_shingles(content_shingles(text, lexicon, terms), params).values, layout, namespace)
 
 
 def jaccard_many(query: MinHashSignature, stored: Sequence[bytes], stored_params: Sequence[str]) -> np.ndarray:
