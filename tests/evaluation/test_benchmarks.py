@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from evaluation.management.commands.bench import comparison
 from evaluation.scale import ScaleWorkload
@@ -53,3 +54,30 @@ def test_the_comparison_flags_what_got_worse_past_the_tolerance():
     assert "REGRESSION" in lines["HTTP lexical recalls/s"]  # 20 % fewer
     assert "REGRESSION" not in lines["HTTP lexical recall p99 ms"]  # better
     assert "REGRESSION" not in lines["embedding recall p50 ms at the largest size"]  # 5 %: within the tolerance
+
+
+def test_the_cpu_meter_charges_the_work_done_to_the_process_that_did_it():
+    import os
+    import subprocess
+    import sys
+
+    from evaluation.cpu import CpuMeter, process_cpu_seconds
+
+    # A stand-in worker that burns about 0.3 s of CPU while the meter runs.
+    worker = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+                               "while time.process_time() - t < 0.3: pass\nprint(flush=True)\nsys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        meter = CpuMeter(lambda: [worker.pid])
+        meter.start()
+        worker.stdin.write("go\n"); worker.stdin.flush()
+        worker.stdout.readline()  # its 0.3 s are spent
+        figures = meter.stop(requests=10)
+    finally:
+        worker.stdin.write("done\n"); worker.stdin.flush()
+        worker.wait(10)
+    per_request = figures["cpu_ms_per_request"]
+    assert 25 <= per_request["workers"] <= 60  # 0.3 s over 10 requests, read in clock ticks
+    assert per_request["total"] >= per_request["workers"]
+    assert figures["cpu_ceiling_per_second"] == pytest.approx((os.cpu_count() or 1) * 1000.0 / per_request["total"], rel=0.01)
+    assert process_cpu_seconds(worker.pid) == 0.0  # gone: nothing to read

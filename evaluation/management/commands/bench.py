@@ -21,6 +21,8 @@ WATCHED = [
     ("HTTP embedding recall p99 ms (distinct)", ("http", "recall embedding (distinct questions)", "p99_ms"), False),
     ("HTTP embedding recalls/s (half repeats)", ("http", "recall embedding (half repeats)", "per_second"), True),
     ("HTTP records/s", ("http", "record", "per_second"), True),
+    ("HTTP lexical recall CPU ms (all processes)", ("http", "recall lexical (half hits)", "cpu_ms_per_request", "total"), False),
+    ("HTTP embedding recall CPU ms (distinct)", ("http", "recall embedding (distinct questions)", "cpu_ms_per_request", "total"), False),
     ("overload: slowest answer ms", ("http", "overload", "max_ms"), False),
     ("worker RSS growth MB (largest)", ("http", "memory", "largest_growth_mb"), False),
 ]

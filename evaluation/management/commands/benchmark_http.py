@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from evaluation.cpu import CpuMeter, reference_timings
 from evaluation.loadgen import Request, Result, closed_loop, open_loop
 from evaluation.scale import ScaleWorkload, store_trails
 from evaluation.timing import percentile, save_figures
@@ -46,10 +47,15 @@ def summary(results: list[Result], seconds: float) -> dict:
     }
 
 
+def worker_pids(master: int) -> list[int]:
+    """The gunicorn master's children: its workers."""
+    return [int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+
+
 def worker_rss_mb(master: int) -> dict[int, float]:
-    """Resident memory of each gunicorn worker (the master's children)."""
+    """Resident memory of each gunicorn worker."""
     found = {}
-    for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split():
+    for pid in worker_pids(master):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 found[int(pid)] = int(line.split()[1]) / 1024.0
@@ -72,11 +78,18 @@ class Command(BaseCommand):
         if connection.vendor != "postgresql":
             raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
         self.clients = clients
-        workload = ScaleWorkload(get_embedder(), seed)
+        embedder = get_embedder()
+        workload = ScaleWorkload(embedder, seed)
         scopes, key = self._fill(workload)
         port = self._free_port()
-        figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts)}
+        # The model itself, past the process's cache of recent questions.
+        model = getattr(embedder, "inner", embedder)
+        reference = reference_timings(lambda text: model.embed_many([text]))
+        self.stdout.write(f"reference workload now: the model {reference['model_ms']} ms a question, "
+                          f"a pure-Python loop {reference['python_loop_ms']} ms (medians; compare runs at similar figures)")
+        figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts), "reference": reference}
         server = self._start(port, workers)
+        self.meter = CpuMeter(lambda: worker_pids(server.pid))
         try:
             figures.update(self._run(workload, scopes, key, port, server, seconds, overload_seconds, memory_requests))
         finally:
@@ -182,13 +195,19 @@ class Command(BaseCommand):
             ("recall embedding (half repeats)", recall("embedding", repeating), 150),
             ("record", record, 100),
         ]
-        self.stdout.write(f"{'run':<40} {'per s':>7} {'p50 ms':>7} {'p99 ms':>7} {'503':>5} {'failed':>6}  target")
+        self.stdout.write(f"{'run':<40} {'per s':>7} {'p50 ms':>7} {'p99 ms':>7} {'503':>5} {'failed':>6}  target; "
+                          "CPU ms a request (workers + PostgreSQL + load generator) and the rate the cores could carry at it")
         for name, make, target in runs:
             offset[0] += 10_000  # the new-question run asks none asked before
-            row = summary(self._load(port, key, make, seconds=seconds), seconds)
+            self.meter.start()
+            results = self._load(port, key, make, seconds=seconds)
+            row = summary(results, seconds) | self.meter.stop(len(results))
             figures[name] = row
+            cpu = row["cpu_ms_per_request"]
             self.stdout.write(f"{name:<40} {row['per_second']:7.1f} {row['p50_ms'] or 0:7.1f} {row['p99_ms'] or 0:7.1f} "
-                              f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms"
+                              f"{row['shed_503']:5d} {row['failed']:6d}  >= {target}/s, p99 <= 100 ms; "
+                              f"CPU {cpu['workers']} + {cpu['postgres']} + {cpu['load_generator']} = {cpu['total']} ms, "
+                              f"at most {row['cpu_ceiling_per_second']}/s"
                               + (f"  statuses {row['statuses']} {row['no_answer']}" if row["failed"] else ""))
 
         # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
