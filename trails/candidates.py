@@ -116,6 +116,9 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     bands, trails = BandKey._meta.db_table, Trail._meta.db_table
     servable = [scope.id, partition, TrailStatus.ACTIVE.value, now]
     where_servable = "t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
+    # Each part returns the found trails' columns, not only their ids: the row the
+    # servability filter fetched is the one decoded, not looked up again by key.
+    columns = trail_columns(with_lexical=scope.uses_lexical)
     high, low = lookup.sketch
     parts, params = [], []
     if connection.vendor == "postgresql":
@@ -128,7 +131,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         # (= ANY takes duplicates): for its order a generic plan walked the whole index.
         if lookup.lexical_keys:
             parts.append(
-                f"SELECT t.id FROM (SELECT * FROM {trails} WHERE id = ANY(ARRAY("
+                f"SELECT {columns} FROM (SELECT * FROM {trails} WHERE id = ANY(ARRAY("
                 f"SELECT b.trail_id FROM {bands} b WHERE b.scope_id = %s AND b.key = ANY(%s))) OFFSET 0) t WHERE {where_servable}"
             )
             params += [scope.id, list(lookup.lexical_keys), *servable]
@@ -136,7 +139,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             # The distance is computed on the index entry (the sketch is an included column).
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
             parts.append(
-                f"SELECT id FROM (SELECT t.id FROM (SELECT b.trail_id, MIN({distance}) AS distance FROM {bands} b "
+                f"SELECT * FROM (SELECT {columns} FROM (SELECT b.trail_id, MIN({distance}) AS distance FROM {bands} b "
                 f"WHERE b.scope_id = %s AND b.key = ANY(%s) AND {distance} <= %s GROUP BY b.trail_id ORDER BY 2, 1 DESC) n "
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
@@ -148,21 +151,31 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         # (trails.apps), SQLite having no popcount.
         if lookup.lexical_keys:
             parts.append(
-                f"SELECT DISTINCT t.id FROM {bands} b CROSS JOIN {trails} t WHERE b.scope_id = %s "
+                f"SELECT DISTINCT {columns} FROM {bands} b CROSS JOIN {trails} t WHERE b.scope_id = %s "
                 f"AND b.key IN ({', '.join(['%s'] * len(lookup.lexical_keys))}) AND t.id = b.trail_id AND {where_servable}"
             )
             params += [scope.id, *lookup.lexical_keys, *servable]
         if lookup.embedding_keys:
             distance = "ragtrail_sketch_distance(b.sketch_high, b.sketch_low, %s, %s)"
             parts.append(
-                f"SELECT id FROM (SELECT t.id, MIN({distance}) AS distance FROM {bands} b CROSS JOIN {trails} t "
+                f"SELECT * FROM (SELECT {columns} FROM {bands} b CROSS JOIN {trails} t "
                 f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(lookup.embedding_keys))}) "
                 f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
-                "GROUP BY t.id ORDER BY distance, t.id DESC LIMIT %s)"
+                f"GROUP BY t.id ORDER BY MIN({distance}), t.id DESC LIMIT %s)"
             )
-            params += [high, low, scope.id, *lookup.embedding_keys, high, low, lookup.max_distance, *servable, lookup.nearest]
+            params += [scope.id, *lookup.embedding_keys, high, low, lookup.max_distance, *servable, high, low, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths, with_lexical=scope.uses_lexical)
+    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths)
+
+
+def trail_columns(with_lexical: bool) -> str:
+    """What the candidate read returns of each trail, in TrailRow's order after the id."""
+    # A scope that does not match lexically never compares signatures: not sent.
+    signature = "t.lexical_signature" if with_lexical else "CAST(NULL AS BYTEA)"
+    return (
+        "t.id, CAST(t.public_id AS TEXT) AS public_id, t.query, t.lexical_params, t.embedding_model, "
+        f"CAST(t.path_tokens AS TEXT) AS path_tokens, {signature} AS lexical_signature, t.embedding"
+    )
 
 
 def add_paths(found: Sequence[Candidate]) -> None:
@@ -176,9 +189,9 @@ def add_paths(found: Sequence[Candidate]) -> None:
     _read(sql, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in found})
 
 
-def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None,
-          with_lexical: bool = True) -> list[Candidate]:
-    trail, citation, step, section = (m._meta.db_table for m in (Trail, Citation, Step, Section))
+def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None) -> list[Candidate]:
+    """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths."""
+    citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
 
     def per_found(table: str, alias: str, column: str) -> str:
@@ -197,9 +210,8 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
     parts = []
     if with_trails:
         parts.append(
-            f"SELECT {TRAIL}, t.id, 0, CAST(t.public_id AS TEXT), t.query, t.lexical_params, t.embedding_model, "
-            # A scope that does not match lexically never compares signatures: not sent.
-            f"CAST(t.path_tokens AS TEXT), {'t.lexical_signature' if with_lexical else 'NULL'}, t.embedding FROM {per_found(trail, 't', 'id')}"
+            f"SELECT {TRAIL}, f.id, 0, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
+            "f.lexical_signature, f.embedding FROM found f"
         )
     if with_paths:
         parts.append(
@@ -212,7 +224,8 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
         )
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
-    with prepared_cursor() as cursor:
+    # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
+    with prepared_cursor(binary=True) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[int, Candidate] = into if into is not None else {}

@@ -187,10 +187,10 @@ class Verdict:
 
 def score_candidates(
     scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], guard: bool = True,
-    verdicts: list[Verdict] | None = None,
+    verdicts: list[Verdict] | None = None, limit: int | None = None,
 ) -> list[Match]:
     """Scores candidates with the scope's matchers; returns those that pass, best first
-    (equal scores: the newest trail first).
+    (equal scores: the newest trail first), or only the best `limit` of them.
 
     Lexical: word-shingle Jaccard at the scope's threshold in use, and the guard with every
     content term shared. Embedding: cosine at the scope's threshold, and the guard
@@ -216,35 +216,60 @@ def score_candidates(
         )
     matching = matching_settings(scope)
     query_terms: QuestionTerms | None = None  # only once a candidate reaches a threshold
-    matches = []
-    for i, candidate in enumerate(candidates):
-        lexical_pass = scope.uses_lexical and jaccards[i] >= matching.lexical_threshold
-        embedding_pass = scope.uses_embedding and cosines[i] >= matching.embedding_threshold
+
+    def judged(i: int) -> tuple[Match | None, list[str]]:
+        """The candidate's match where a matcher and the guard pass it, and the guard's refusals."""
+        nonlocal query_terms
+        candidate = candidates[i]
         refusals, passed = [], []
-        if lexical_pass or embedding_pass:
-            if guard and query_terms is None:
-                query_terms = question.guard_terms(matching.lexicon)
-            terms = question_terms(candidate.query, matching.lexicon) if guard else None
-            for matcher, passes, score, unshared in (
-                ("embedding", embedding_pass, cosines[i], None), ("lexical", lexical_pass, jaccards[i], 0)
-            ):
-                if not passes:
-                    continue
-                verdict = check_pair(query_terms, terms, max_unshared_terms=unshared) if guard else None
-                if verdict is None or verdict.allowed:
-                    passed.append(Match(candidate, matcher, float(score)))
-                else:
-                    refusals.append(verdict.reason)
-            if passed:
-                # Where both pass, the stronger evidence is the one reported.
-                matches.append(max(passed, key=lambda m: m.similarity))
+        if guard and query_terms is None:
+            query_terms = question.guard_terms(matching.lexicon)
+        terms = question_terms(candidate.query, matching.lexicon) if guard else None
+        for matcher, passes, score, unshared in (
+            ("embedding", embedding_passes[i], cosines[i], None), ("lexical", lexical_passes[i], jaccards[i], 0)
+        ):
+            if not passes:
+                continue
+            verdict = check_pair(query_terms, terms, max_unshared_terms=unshared) if guard else None
+            if verdict is None or verdict.allowed:
+                passed.append(Match(candidate, matcher, float(score)))
+            else:
+                refusals.append(verdict.reason)
+        # Where both pass, the stronger evidence is the one reported.
+        return (max(passed, key=lambda m: m.similarity) if passed else None), refusals
+
+    lexical_passes = [scope.uses_lexical and jaccards[i] >= matching.lexical_threshold for i in range(count)]
+    embedding_passes = [scope.uses_embedding and cosines[i] >= matching.embedding_threshold for i in range(count)]
+    rank = lambda m: (m.similarity, m.trail.id)  # noqa: E731
+    matches: list[Match] = []
+    if verdicts is None and limit is not None:
+        # Only the best few are wanted (recall validates at most three): judge candidates
+        # from the highest score a matcher gives them down, and stop once `limit` matches
+        # rank above anything left. A match never ranks above its highest score, so these
+        # are the best `limit` that judging every candidate would give.
+        def bound(i: int) -> tuple[float, int]:
+            scores = [s for s, p in ((cosines[i], embedding_passes[i]), (jaccards[i], lexical_passes[i])) if p]
+            return float(max(scores)), candidates[i].id
+
+        for i in sorted((i for i in range(count) if lexical_passes[i] or embedding_passes[i]), key=bound, reverse=True):
+            if len(matches) >= limit and rank(sorted(matches, key=rank, reverse=True)[limit - 1]) >= bound(i):
+                break
+            match, _ = judged(i)
+            if match is not None:
+                matches.append(match)
+        matches.sort(key=rank, reverse=True)
+        return matches[:limit]
+    for i, candidate in enumerate(candidates):
+        match, refusals = (judged(i) if lexical_passes[i] or embedding_passes[i] else (None, []))
+        if match is not None:
+            matches.append(match)
         if verdicts is not None:
             verdicts.append(Verdict(
                 candidate,
                 round(float(jaccards[i]), 4) if scope.uses_lexical else None,
                 # Uncompared candidates keep the -1.0 the array starts with.
                 round(float(cosines[i]), 4) if scope.uses_embedding and cosines[i] > -1.0 else None,
-                bool(passed), "; ".join(refusals),
+                match is not None, "; ".join(refusals),
             ))
-    matches.sort(key=lambda m: (m.similarity, m.trail.id), reverse=True)
-    return matches
+    matches.sort(key=rank, reverse=True)
+    return matches[:limit] if limit is not None else matches

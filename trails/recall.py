@@ -57,7 +57,7 @@ def rank_candidates(
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so `recall` reads the path of a winner when it gets to it.
     found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=not scope.uses_embedding)
-    passing = score_candidates(scope, question, found, verdicts=verdicts)
+    passing = score_candidates(scope, question, found, verdicts=verdicts, limit=MAX_VALIDATED_CANDIDATES)
     return passing, len(found)
 
 
