@@ -247,17 +247,17 @@ def score_candidates(
         # from the highest score a matcher gives them down, and stop once `limit` matches
         # rank above anything left. A match never ranks above its highest score, so these
         # are the best `limit` that judging every candidate would give.
-        def bound(i: int) -> tuple[float, int]:
-            scores = [s for s, p in ((cosines[i], embedding_passes[i]), (jaccards[i], lexical_passes[i])) if p]
-            return float(max(scores)), candidates[i].id
-
-        for i in sorted((i for i in range(count) if lexical_passes[i] or embedding_passes[i]), key=bound, reverse=True):
-            if len(matches) >= limit and rank(sorted(matches, key=rank, reverse=True)[limit - 1]) >= bound(i):
+        bounds = sorted(
+            ((max(s for s, p in ((cosines[i], embedding_passes[i]), (jaccards[i], lexical_passes[i])) if p), candidates[i].id), i)
+            for i in range(count) if lexical_passes[i] or embedding_passes[i]
+        )
+        for highest, i in reversed(bounds):
+            if len(matches) >= limit and rank(matches[limit - 1]) >= highest:
                 break
             match, _ = judged(i)
             if match is not None:
                 matches.append(match)
-        matches.sort(key=rank, reverse=True)
+                matches.sort(key=rank, reverse=True)
         return matches[:limit]
     for i, candidate in enumerate(candidates):
         match, refusals = (judged(i) if lexical_passes[i] or embedding_passes[i] else (None, []))
