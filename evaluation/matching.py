@@ -92,7 +92,7 @@ def load_pairs(path: Path, limit: int = 0) -> list[dict]:
 
 
 def _scope(**fields) -> Scope:
-    scope = Scope.objects.create(slug=f"eval-match-{uuid.uuid4().hex[:8]}", **fields)
+    scope = Scope.objects.create(scratch=True, slug=f"eval-match-{uuid.uuid4().hex[:8]}", **fields)
     Section.upsert(scope, {"s": "a section"})
     return scope
 

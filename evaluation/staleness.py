@@ -71,7 +71,7 @@ def staleness(
     drawing on two sections would; then a trail whose sections changed only in part
     comes back as a hint.
     """
-    scope = Scope.objects.create(slug=f"eval-{uuid.uuid4().hex[:8]}", matcher=matcher)
+    scope = Scope.objects.create(scratch=True, slug=f"eval-{uuid.uuid4().hex[:8]}", matcher=matcher)
     try:
         Section.upsert(scope, before)
         text_cache: dict[str, dict[str, str]] = {}

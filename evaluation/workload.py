@@ -83,7 +83,7 @@ def run_arm(
     tools = Tools(sections, BM25(sections))
     scope = None
     if use_cache:
-        scope = Scope.objects.create(slug=f"eval-calls-{uuid.uuid4().hex[:8]}", matcher=matcher)
+        scope = Scope.objects.create(scratch=True, slug=f"eval-calls-{uuid.uuid4().hex[:8]}", matcher=matcher)
         Section.upsert(scope, sections)
     try:
         calls = tokens = reached = recorded = input_tokens = output_tokens = 0

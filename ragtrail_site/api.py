@@ -13,8 +13,7 @@ from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
 from ragtrail_site.strict_json import StrictJsonParser
-from ragtrail_site.errors import RequestRefused
-from ragtrail_site.load import Overloaded
+from ragtrail_site.errors import RequestRefused, Unavailable
 
 logger = logging.getLogger("ragtrail.api")
 
@@ -31,29 +30,12 @@ api.add_router("/scopes", trails_router)
 
 
 def _error(request: HttpRequest, status: int, code: str, message: str, field: str | None = None, **detail) -> HttpResponse:
-    return api.create_response(request, RequestRefused(status, code, message, field, **detail).as_json(), status=status)
+    return RequestRefused(status, code, message, field, **detail).response()
 
 
 @api.exception_handler(RequestRefused)
 def refused(request: HttpRequest, exc: RequestRefused) -> HttpResponse:
-    response = api.create_response(request, exc.as_json(), status=exc.status)
-    if isinstance(exc, Overloaded):
-        response["Retry-After"] = str(OVERLOADED_RETRY_AFTER_S)
-    return response
-
-
-# Seconds an overloaded server asks a client to wait: short, the overload may be a burst.
-OVERLOADED_RETRY_AFTER_S = 1
-
-
-def overloaded_response(request: HttpRequest, exc: Overloaded) -> HttpResponse:
-    """The 503 the load-shedding middleware answers with (before ninja sees the request).
-
-    It sets Content-Length itself: the middleware that would runs after it, and without
-    one gunicorn sends the body chunked."""
-    response = refused(request, exc)
-    response["Content-Length"] = str(len(response.content))
-    return response
+    return exc.response()
 
 
 def _field_of(loc: list) -> str:
@@ -98,10 +80,6 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not_found", "not found")
 
 
-# Seconds a client should wait before retrying when the database is away.
-RETRY_AFTER_S = 5
-
-
 @api.exception_handler(Exception)
 def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Every 5xx of the API in the one error shape: a database that is down, hung past its
@@ -110,8 +88,6 @@ def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     # a socket shut by the deadline watchdog all arrive as one of these.
     if isinstance(exc, (OperationalError, InterfaceError)):
         logger.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
-        response = _error(request, 503, "unavailable", "the database is not answering; retry shortly")
-        response["Retry-After"] = str(RETRY_AFTER_S)
-        return response
+        return Unavailable().response()
     logger.exception("unhandled error on %s %s", request.method, request.path)
     return _error(request, 500, "server_error", "the server failed to answer this request")

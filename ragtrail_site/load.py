@@ -26,16 +26,9 @@ from typing import Iterator
 
 from django.conf import settings
 
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Overloaded
 
 _deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=None)
-
-
-class Overloaded(RequestRefused):
-    """The request could not be served within its time budget."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(503, "overloaded", message)
 
 
 def queued_since(header: str | None, now: float) -> float | None:
@@ -142,9 +135,7 @@ class LoadSheddingMiddleware:
         served = service_time(budget)
         longest = queue_watch(budget).allowed_wait(waited, budget - served.headroom(budget), time.monotonic())
         if waited > 0 and waited >= longest:
-            from ragtrail_site.api import overloaded_response
-
-            return overloaded_response(request, Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly"))
+            return Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly").response()
         started = time.monotonic()
         token = _deadline.set(started + budget - waited)
         try:

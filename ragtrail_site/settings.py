@@ -170,6 +170,8 @@ RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 *
 # A purge from the operator pages runs in the request when the scope holds at most
 # this many trails (a second or so); bigger ones go to a worker with a progress bar.
 RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
+# A matching change re-signs up to this many trails in the saving request; more go to the re-signing task.
+RAGTRAIL_RESIGN_INLINE_LIMIT = env_int("RAGTRAIL_RESIGN_INLINE_LIMIT", 2000)
 # The demo's admin password and API key, kept between `make run`s (ignored by git).
 RAGTRAIL_DEMO_CREDENTIALS = Path(env_str("RAGTRAIL_DEMO_CREDENTIALS", str(BASE_DIR / ".demo-credentials.json")))
 # Where `evaluate` writes reports by default, and where the dashboard lists them.

@@ -12,19 +12,19 @@ import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from ninja.parser import Parser
+
+from ragtrail_site.errors import RequestRefused
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-class BodyRefused(Exception):
-    def __init__(self, status: int, code: str, message: str, field: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
+class BodyRefused(RequestRefused):
+    """A body refused before ninja reads it: the API's one error shape, always naming a field."""
 
-    def response(self) -> JsonResponse:
-        return JsonResponse({"error": {"code": self.code, "message": self.message, "field": self.field}}, status=self.status)
+    def __init__(self, status: int, code: str, message: str, field: str) -> None:
+        super().__init__(status, code, message, field)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

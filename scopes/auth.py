@@ -25,3 +25,11 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
     if scope is None:
         raise RequestRefused(404, "not_found", "no such scope", field="scope")
     return scope
+
+
+def reporter(request: HttpRequest) -> str:
+    """Who an agent's request speaks for, where it judges or reports: its API key ("key:<lookup>").
+
+    Sessions are not reporters: a key can name as many sessions as it likes, so trust
+    (how many reporters agree, how far one may move a threshold) is counted per key."""
+    return f"key:{request.auth.lookup}"

@@ -43,6 +43,8 @@ class Scope(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # A scope the evaluation or a benchmark made for itself: the operator pages leave it out.
+    scratch = models.BooleanField(default=False, editable=False)
 
     lexical_threshold = models.FloatField(
         default=0.5,
@@ -90,15 +92,26 @@ class Scope(models.Model):
         help_text="The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the "
         "lowest whose 99 % upper confidence bound on the calibration pairs is within it.",
     )
-    false_hit_reports_to_pending = models.PositiveSmallIntegerField(
-        default=3,
-        validators=[MinValueValidator(1)],
-        help_text="Agents' 'not helpful' reports on recalls that send a trail back to pending approval.",
+    false_hit_reporters_to_pending = models.PositiveSmallIntegerField(
+        default=2,
+        # One agent, however many reports it sends, never demotes a trail on its own.
+        validators=[MinValueValidator(2)],
+        help_text="How many different API keys must report a trail's recalls as not helpful before it goes "
+        "back to pending approval (an operator can send it back at once from the trail's page).",
     )
-    # Raised (never lowered) from the scope's own labelled recalls when they show with
-    # confidence that the bound is broken at the configured threshold; None: not needed.
+    # Moved by the scope's own labels (trails/thresholds.py): up where they show with
+    # confidence that the bound is broken, down where they show it holds lower; None: the
+    # configured threshold stands. Every move is a ThresholdChange row with its evidence.
     learned_lexical_threshold = models.FloatField(null=True, blank=True, editable=False)
     learned_embedding_threshold = models.FloatField(null=True, blank=True, editable=False)
+    threshold_pinned = models.BooleanField(
+        default=False,
+        help_text="Learning off: the configured thresholds are used as they are, whatever the labels say.",
+    )
+    # Labels older than this are not read: an operator's reset starts the evidence afresh.
+    labels_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # Why the scope waits for an operator ("ceiling", "reporter:key:…"), comma-separated; "" when it does not.
+    threshold_flags = models.CharField(max_length=300, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["slug"]

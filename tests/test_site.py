@@ -68,10 +68,10 @@ def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
     api.record("docs", query="How do I reset the device?", cited=["s"])
     before = set(BandKey.objects.values_list("key", flat=True))
     form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
-                                           "pending_ttl_days", "event_retention_days", "max_false_hit_rate", "false_hit_reports_to_pending")}
+                                           "pending_ttl_days", "event_retention_days", "max_false_hit_rate", "false_hit_reporters_to_pending")}
     form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
-    assert any("Re-signed 1 trail" in str(m) for m in response.context["messages"])
+    assert any("re-signed 1 trail" in str(m) for m in response.context["messages"])
     assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
     assert api.recall("docs", query="How do I reset the device?").json()["outcome"] == "prefetch"
 
@@ -81,10 +81,10 @@ def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_cal
 
     scope = Scope.objects.create(slug="docs", matcher="lexical")
     form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget",
-                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reports_to_pending")}
+                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reporters_to_pending")}
     form.update({"max_false_hit_rate": 0.005, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
-    assert any("Thresholds set for a 0.5% false-hit bound" in str(m) for m in response.context["messages"])
+    assert any("Thresholds for a 0.5% false-hit bound" in str(m) for m in response.context["messages"])
     scope.refresh_from_db()
     expected = thresholds_for(0.005)
     assert scope.embedding_threshold == expected["embedding_threshold"] > Scope._meta.get_field("embedding_threshold").default
@@ -96,7 +96,7 @@ def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client)
 
     scope = Scope.objects.create(slug="docs")
     form = {f: getattr(scope, f) for f in ("slug", "name", "embedding_threshold", "lexical_threshold", "token_budget", "max_false_hit_rate",
-                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reports_to_pending")}
+                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reporters_to_pending")}
     form.update({"matcher": "both", "synonyms": "", "band_count": "", "band_rows": ""})
     admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     scope.refresh_from_db()

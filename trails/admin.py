@@ -1,54 +1,84 @@
+import uuid
+
 from django.contrib import admin, messages
+from django.utils.html import format_html_join
 from django.http import HttpRequest
 
 from scopes.models import Scope
-from trails.calibration import thresholds_for
 from trails.matching import matching_settings
-from trails.models import Citation, PiiPattern, PurgeRun, Step, ToolPolicy, Trail
-from trails.reindex import reindex_scope
-
-# Fields whose change alters how questions are signed or banded.
-SIGNING_FIELDS = {"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows", "max_false_hit_rate"}
-THRESHOLD_FIELDS = {"embedding_threshold", "lexical_threshold"}
+from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail
+from trails.thresholds import pin_thresholds, reset_learning
 
 
 @admin.register(Scope)
 class ScopeAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget", "active_ttl_days", "keep_raw_queries"]
+    list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "thresholds_in_use", "threshold_pinned", "token_budget", "active_ttl_days", "keep_raw_queries"]
     search_fields = ["slug", "name"]
-    readonly_fields = ["band_layout_in_use", "thresholds_in_use"]
+    readonly_fields = ["band_layout_in_use", "thresholds_in_use", "threshold_flags", "threshold_history"]
+    actions = ["reset_learned_thresholds", "pin_configured_thresholds", "unpin_thresholds"]
     fieldsets = [
         (None, {"fields": ["slug", "name"]}),
         ("Matching", {
             "fields": ["matcher", "max_false_hit_rate", "embedding_threshold", "lexical_threshold", "thresholds_in_use",
-                       "false_hit_reports_to_pending", "synonyms", "band_count", "band_rows", "band_layout_in_use"],
+                       "threshold_pinned", "threshold_flags", "false_hit_reporters_to_pending", "synonyms", "band_count",
+                       "band_rows", "band_layout_in_use", "threshold_history"],
             "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
-            "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. Saving a change here re-signs the scope's trails, so they "
-            "stay findable. After a change of embedding model, run `manage.py reindex_scope --scope SLUG`.",
+            "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. "
+            "Saving a change of how questions are signed re-signs the scope's trails (large scopes in the background), "
+            "so they stay findable, on every path that saves a scope. After a change of embedding model, run "
+            "`manage.py reindex_scope --scope SLUG`. The scope's labels move the threshold in use within limits; "
+            "pin the configured thresholds to turn that off.",
         }),
         ("Prefetch", {"fields": ["token_budget"]}),
         ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
     ]
 
     def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
-        if {"max_false_hit_rate", "matcher"} & set(form.changed_data) and not THRESHOLD_FIELDS & set(form.changed_data):
-            for name, value in thresholds_for(obj.max_false_hit_rate, obj.matcher).items():
-                setattr(obj, name, value)
-            messages.info(request, f"Thresholds set for a {obj.max_false_hit_rate:.1%} false-hit bound: "
+        super().save_model(request, obj, form, change)  # the rules run on the save itself (trails.thresholds)
+        changed = getattr(obj, "_matching_changed", frozenset())
+        if changed & {"max_false_hit_rate", "matcher"}:
+            messages.info(request, f"Thresholds for a {obj.max_false_hit_rate:.1%} false-hit bound: "
                           f"embedding {obj.embedding_threshold}, lexical {obj.lexical_threshold}.")
-        super().save_model(request, obj, form, change)
-        if change and set(form.changed_data) & SIGNING_FIELDS:
-            count = reindex_scope(obj)
-            messages.info(request, f"Re-signed {count} trail(s) for the new matching settings.")
+        if getattr(obj, "resigning", ""):
+            messages.info(request, f"Matching settings changed: {obj.resigning}.")
 
-    @admin.display(description="Thresholds in use (raised by the scope's own labels where they demand it)")
+    @admin.display(description="Thresholds in use (moved by the scope's own labels, within limits)")
     def thresholds_in_use(self, scope: Scope) -> str:
         matching = matching_settings(scope)
         return f"embedding {matching.embedding_threshold}, lexical {matching.lexical_threshold}"
 
+    @admin.display(description="Threshold history (newest 10)")
+    def threshold_history(self, scope: Scope) -> str:
+        if not scope.pk:
+            return "-"
+        rows = ThresholdChange.objects.filter(scope=scope).order_by("-created_at", "-id")[:10]
+        return format_html_join(
+            "", "<div>{} {} {}: {} &rarr; {} {} {}</div>",
+            ((c.created_at.strftime("%Y-%m-%d %H:%M"), c.matcher or "settings", c.get_kind_display(), c.before, c.after,
+              f"by {c.by}" if c.by else "", c.evidence) for c in rows),
+        ) or "none yet"
+
     @admin.display(description="Band layout in use (bands x rows)")
     def band_layout_in_use(self, scope: Scope) -> str:
         return matching_settings(scope).lexical_layout.label if scope.pk else "-"
+
+    @admin.action(description="Reset learned thresholds (back to the configured ones; labels so far set aside)")
+    def reset_learned_thresholds(self, request, queryset) -> None:
+        for scope in queryset:
+            reset_learning(scope, by=request.user.get_username())
+        messages.info(request, f"Reset {queryset.count()} scope(s).")
+
+    @admin.action(description="Pin the configured thresholds (learning off)")
+    def pin_configured_thresholds(self, request, queryset) -> None:
+        for scope in queryset:
+            pin_thresholds(scope, by=request.user.get_username())
+        messages.info(request, f"Pinned {queryset.count()} scope(s).")
+
+    @admin.action(description="Unpin the thresholds (learning on, from new labels)")
+    def unpin_thresholds(self, request, queryset) -> None:
+        for scope in queryset:
+            pin_thresholds(scope, by=request.user.get_username(), pinned=False)
+        messages.info(request, f"Unpinned {queryset.count()} scope(s).")
 
 
 class StepInline(admin.TabularInline):
@@ -78,27 +108,30 @@ class TrailAdmin(admin.ModelAdmin):
     inlines = [StepInline, CitationInline]
     actions = ["approve", "reject", "reinstate"]
 
-    def _apply(self, request, queryset, change) -> None:
-        done, refused = 0, 0
-        for trail in queryset.select_related("scope"):
-            try:
-                change(trail, request.user.get_username())
-                done += 1
-            except ValueError:
-                refused += 1
-        messages.info(request, f"{done} trail(s) changed" + (f"; {refused} refused by the vote rules" if refused else "") + ".")
+    def get_search_results(self, request, queryset, search_term):
+        """The query text, or a trail's public id (what the API, the pages and the logs show)."""
+        queryset, duplicates = super().get_search_results(request, queryset, search_term)
+        try:
+            public_id = uuid.UUID(search_term.strip())
+        except ValueError:
+            return queryset, duplicates
+        return queryset | self.model.objects.filter(public_id=public_id), duplicates
+
+    def _act(self, request, queryset, action: str) -> None:
+        changed, skipped = queryset.act(action, by=request.user.get_username())
+        messages.info(request, f"{changed} trail(s) changed" + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "") + ".")
 
     @admin.action(description="Approve the selected pending trails")
     def approve(self, request, queryset) -> None:
-        self._apply(request, queryset, lambda trail, by: trail.vote("up", by=by))
+        self._act(request, queryset, "up")
 
     @admin.action(description="Reject the selected trails")
     def reject(self, request, queryset) -> None:
-        self._apply(request, queryset, lambda trail, by: trail.vote("down", by=by))
+        self._act(request, queryset, "down")
 
     @admin.action(description="Reinstate the selected rejected trails (back to pending)")
     def reinstate(self, request, queryset) -> None:
-        self._apply(request, queryset, lambda trail, by: trail.reinstate(by=by))
+        self._act(request, queryset, "reinstate")
 
 
 @admin.register(ToolPolicy)

@@ -6,11 +6,11 @@ import uuid
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from scopes.auth import granted_scope
+from scopes.auth import granted_scope, reporter
 from ragtrail_site.errors import RequestRefused
 from trails import tool_results
 from trails.feedback import give_feedback
-from trails.models import ToolPolicy, Trail
+from trails.models import ActionRefused, ToolPolicy, Trail
 from trails.recall import recall
 from trails.core.hint import RecordedStep
 from trails.record import RecordInput, record
@@ -64,6 +64,7 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
             answer=payload.answer,
             idempotency_key=payload.idempotency_key,
             session=payload.session,
+            reporter=reporter(request),
         ),
     )
     trail = result.trail
@@ -110,8 +111,8 @@ def get_trail(request: HttpRequest, scope: str, trail_id: str):
 def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackIn):
     trail = _trail(request, scope, trail_id)
     try:
-        trail.vote(payload.vote)
-    except ValueError as refusal:
+        trail.vote(payload.vote, by=reporter(request))
+    except ActionRefused as refusal:
         raise RequestRefused(409, "conflict", str(refusal), field="vote") from None
     return _trail_json(trail)
 
@@ -119,15 +120,18 @@ def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackI
 @router.post("/{scope}/recalls/{recall_id}/feedback", response=RecallFeedbackOut)
 def recall_feedback(request: HttpRequest, scope: str, recall_id: str, payload: RecallFeedbackIn):
     """An agent's verdict on what a recall served. "Not helpful" on a prefetch or hint is a
-    reported false hit: at the scope's number of reports the trail goes back to pending."""
-    event = give_feedback(granted_scope(request, scope), recall_id, payload.helpful, payload.reason)
-    trail = Trail.objects.filter(pk=event.trail_id).only("public_id", "status", "false_hit_reports").first()
+    reported false hit: once the scope's number of different keys (at least two) have
+    reported it, the trail goes back to pending. Every verdict labels the recall for the
+    scope's threshold, counted per key."""
+    event = give_feedback(granted_scope(request, scope), recall_id, payload.helpful, payload.reason, reporter=reporter(request))
+    trail = Trail.objects.filter(pk=event.trail_id).only("public_id", "status", "false_hit_reports", "false_hit_reporters").first()
     return {
         "recall_id": str(event.public_id),
         "helpful": event.helpful,
         "trail_id": str(trail.public_id) if trail else None,
         "trail_status": trail.status if trail else None,
         "false_hit_reports": trail.false_hit_reports if trail else None,
+        "false_hit_reporters": trail.false_hit_reporters if trail else None,
     }
 
 

@@ -18,3 +18,6 @@ class TrailsConfig(AppConfig):
 
     def ready(self) -> None:
         connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")
+        # Their receivers act on every path: scope saves (thresholds, re-signing) and trail
+        # status changes (rejection labels, signing a reinstated trail).
+        from trails import feedback, reindex, thresholds  # noqa: F401

@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from trails.core.calibration import threshold_within
+from trails.core.calibration import LearningLimits, threshold_within
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -37,3 +37,41 @@ def thresholds_for(bound: float, matcher: str = "embedding") -> dict[str, float]
     """
     share = bound / 2 if matcher == "both" else bound
     return {f"{name}_threshold": threshold_for(name, share) for name in ("lexical", "embedding")}
+
+
+# The learned threshold never rises past the point where fewer than this share of the
+# paraphrases matched at the configured threshold (on the fit split) still match.
+CEILING_REUSE_SHARE = 0.5
+# How far under the configured threshold labels may lower it: embedding band keys are
+# drawn 0.04 under the configured threshold (trails.matching.EMBEDDING_BAND_MARGIN), so
+# candidates down to 0.03 under are still found. Lexical band layouts follow the
+# configured threshold's S-curve closely, so lexical thresholds are never lowered.
+LOWERING_ROOM = {"embedding": 0.03, "lexical": 0.0}
+# The most one untrusted reporter's labels may move a threshold on their own.
+REPORTER_SHIFT = {"embedding": 0.01, "lexical": 0.05}
+
+
+def ceiling_for(matcher: str, configured: float, fit: dict | None = None) -> float:
+    """The highest threshold at which at least CEILING_REUSE_SHARE of the paraphrases that
+    match at `configured` (on the fit split) still match; never below `configured`."""
+    fit = fit or shipped()
+    curve = sorted((point["threshold"], point["correct_hits"]) for point in fit["matchers"][matcher]["curve"])
+    at_configured = next((hits for threshold, hits in curve if threshold >= configured - 1e-9), None)
+    if at_configured is None:
+        return configured
+    kept = [threshold for threshold, hits in curve if threshold >= configured - 1e-9 and hits >= CEILING_REUSE_SHARE * at_configured]
+    return max([configured, *kept])
+
+
+def grid_for(matcher: str, fit: dict | None = None) -> list[float]:
+    fit = fit or shipped()
+    return [point["threshold"] for point in fit["matchers"][matcher]["curve"]]
+
+
+def limits_for(matcher: str, configured: float, fit: dict | None = None) -> LearningLimits:
+    """How far a scope's labels may move this matcher's configured threshold."""
+    return LearningLimits(
+        floor=round(configured - LOWERING_ROOM[matcher], 6),
+        ceiling=ceiling_for(matcher, configured, fit),
+        reporter_shift=REPORTER_SHIFT[matcher],
+    )

@@ -1,10 +1,13 @@
-"""An agent's verdict on a recall, and what the scope learns from its verdicts.
+"""An agent's verdict on a recall, and the labels a scope's threshold is learned from.
 
 "Not helpful" on a prefetch or hint is a reported false hit: it counts against the
-trail served (which goes back to pending at the scope's number of reports) and, with
-the scope's other labels, can raise the threshold the scope runs at. A re-search is
-a label too: a path recorded for the same question in the same session soon after a
-prefetch or hint, citing none of the sections served.
+trail served (which goes back to pending once enough different reporters said so) and
+is a label. Labels that cost the agent nothing come from the paths it records: a path
+recorded for the same question in the same session soon after a recall says whether
+what the recall served (a hit) or would have served (a miss's nearest candidate) was
+right, by whether it cites any of those sections. A served trail that is rejected
+labels the recalls that served it. Every label names its reporter (trails/thresholds.py
+bounds what one reporter can move).
 """
 from __future__ import annotations
 
@@ -14,20 +17,23 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 from django.db import transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
 from scopes.models import Scope
-from trails import calibration
-from trails.core.calibration import Label, learned_threshold
 from trails.core.normalise import normalise_query
 from ragtrail_site.errors import RequestRefused
-from trails.models import Citation, RecallEvent, RecallOutcome, Trail, TrailStatus
+from trails.models import (
+    Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed,
+)
+from trails.thresholds import learn_thresholds
 
-# The newest labels a scope's threshold is learned from: bounded work per feedback.
-LABELS_READ = 5000
 # How soon after a recall a path recorded for the same question counts as a re-search.
 RESEARCH_WINDOW = timedelta(minutes=10)
 RESEARCHED = "re-searched: a path citing none of the sections served was recorded for the same question"
+# The most recalls one rejection labels: the recalls of one popular trail are not
+# independent evidence about the scope's threshold.
+REJECTION_LABELS = 20
 
 
 def research_key(session: str, query: str) -> str:
@@ -36,38 +42,68 @@ def research_key(session: str, query: str) -> str:
     return hashlib.sha256(f"{session}\x00{normalise_query(query)}".encode()).hexdigest()
 
 
-def learn_from_research(scope: Scope, session: str, query: str, cited: Iterable[str], now: datetime) -> bool:
-    """Labels the session's last prefetch or hint for this question a false hit when the
-    path now recorded cites none of the sections it served.
+def learn_from_research(
+    scope: Scope, session: str, query: str, cited: Iterable[str], now: datetime, reporter: str = ""
+) -> MatchLabel | None:
+    """Labels the session's last recall of this question by the path now recorded for it.
 
-    The label feeds the scope's threshold; it is not a report against the trail (the
-    agent did not say the trail misled it). Returns whether a recall was labelled.
+    A hit (prefetch or hint) is labelled right where the path cites any section it
+    served, and a false hit where it cites none (the agent searched again; the recall
+    then shows as not helpful). A miss whose nearest candidate was within reach is
+    labelled the same way by that candidate's sections: these are the labels that can
+    show a scope that a lower threshold would serve well. No label is a report against
+    a trail (the agent did not say a trail misled it).
+
+    Returns:
+        The label made, or None where no recall of the session qualifies.
     """
     event = (
         RecallEvent.objects.filter(
             scope=scope, research_key=research_key(session, query), created_at__gte=now - RESEARCH_WINDOW,
-            feedback_at__isnull=True, trail__isnull=False,
+            feedback_at__isnull=True,
         )
-        .exclude(outcome=RecallOutcome.MISS)
         .order_by("-created_at")
-        .only("id", "trail_id")
+        .only("id", "trail_id", "outcome", "similarity", "matcher", "nearest_trail_id", "nearest_similarity")
         .first()
     )
     if event is None:
-        return False
-    served = set(Citation.objects.filter(trail_id=event.trail_id).values_list("section_id", flat=True))
-    if served & set(cited):
-        return False
-    labelled = RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
-        helpful=False, feedback_reason=RESEARCHED, feedback_at=now
-    )
-    if labelled:
-        learn_thresholds(scope)
-    return bool(labelled)
+        return None
+    hit = event.outcome != RecallOutcome.MISS and event.trail_id is not None
+    judged_trail, similarity = (event.trail_id, event.similarity) if hit else (event.nearest_trail_id, event.nearest_similarity)
+    if judged_trail is None or similarity is None:
+        return None
+    served = set(Citation.objects.filter(trail_id=judged_trail).values_list("section_id", flat=True))
+    false_hit = not served & set(cited)
+    with transaction.atomic():
+        made = _label(scope, event, event.matcher or "embedding", similarity, false_hit,
+                      MatchLabel.Source.RESEARCH if hit else MatchLabel.Source.NEAR_MISS, reporter, judged_trail, now)
+        if made is not None and hit and false_hit:
+            RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
+                helpful=False, feedback_reason=RESEARCHED, feedback_at=now
+            )
+    if made is not None:
+        learn_thresholds(scope, now)
+    return made
 
 
-def give_feedback(scope: Scope, recall_id: str, helpful: bool, reason: str = "", now: datetime | None = None) -> RecallEvent:
+def _label(scope: Scope, event: RecallEvent | None, matcher: str, similarity: float, false_hit: bool, source: str,
+           reporter: str, trail_id: int | None, now: datetime) -> MatchLabel | None:
+    """Stores a label unless the recall already has one; returns it, or None."""
+    if event is not None and MatchLabel.objects.filter(recall_event_id=event.pk).exists():
+        return None
+    made = MatchLabel(scope=scope, matcher=matcher, similarity=similarity, false_hit=false_hit, source=source,
+                      reporter=reporter[:100], recall_event_id=event.pk if event else None, trail_id=trail_id, created_at=now)
+    made.save()
+    return made
+
+
+def give_feedback(
+    scope: Scope, recall_id: str, helpful: bool, reason: str = "", reporter: str = "", now: datetime | None = None
+) -> RecallEvent:
     """Records an agent's verdict on one of the scope's recalls, once.
+
+    The verdict labels the recall; "not helpful" is also a report against the trail
+    served, counted per reporter (Trail.report_false_hit).
 
     Raises:
         RequestRefused: 404 for an unknown recall (or another scope's); 409 for a miss,
@@ -88,51 +124,39 @@ def give_feedback(scope: Scope, recall_id: str, helpful: bool, reason: str = "",
             raise RequestRefused(409, "conflict", "this recall already has feedback", field="recall_id")
         event.helpful, event.feedback_reason, event.feedback_at = helpful, reason[:500], now
         event.save(update_fields=["helpful", "feedback_reason", "feedback_at"])
+        labelled = event.similarity is not None and _label(
+            scope, event, event.matcher, event.similarity, not helpful, MatchLabel.Source.FEEDBACK, reporter, event.trail_id, now
+        ) is not None
         if not helpful and event.trail_id is not None:
-            Trail(pk=event.trail_id).report_false_hit(reason, now)
-    if not helpful:
-        learn_thresholds(scope)
+            Trail(pk=event.trail_id).report_false_hit(reason, reporter=reporter, now=now)
+    if labelled:
+        learn_thresholds(scope, now)
     return event
 
 
-def scope_labels(scope: Scope, matcher: str) -> list[Label]:
-    """The scope's judged hits by one matcher: agents' feedback, and hits on trails an
-    operator or user later rejected (counted as false where no agent said otherwise)."""
-    judged = (
-        RecallEvent.objects.filter(scope=scope, feedback_at__isnull=False, matcher=matcher, similarity__isnull=False)
-        .order_by("-feedback_at")
-        .values_list("similarity", "helpful")[:LABELS_READ]
-    )
-    labels = [Label(similarity, not helpful) for similarity, helpful in judged]
-    rejected = (
-        RecallEvent.objects.filter(
-            scope=scope, feedback_at__isnull=True, matcher=matcher, similarity__isnull=False,
-            trail__status=TrailStatus.REJECTED,
-        )
+@receiver(trail_status_changed, dispatch_uid="trails.feedback.label_rejections")
+def label_rejections(sender, trail: Trail, action: str, before: str, by: str, at: datetime, **kwargs) -> None:
+    """A served trail that is rejected labels the recent recalls that served it (those no
+    agent judged) as false hits, by whoever rejected it; reinstating it takes them back."""
+    if action == Signal.REINSTATE:
+        if MatchLabel.objects.filter(trail_id=trail.pk, source=MatchLabel.Source.REJECTION).delete()[0]:
+            learn_thresholds(Scope.objects.get(pk=trail.scope_id), at)
+        return
+    if action != Signal.DOWN or before == trail.status:
+        return
+    reporter = by if is_agent(by) else f"operator:{by or 'unknown'}"
+    served = list(
+        RecallEvent.objects.filter(trail_id=trail.pk, helpful__isnull=True, similarity__isnull=False)
         .exclude(outcome=RecallOutcome.MISS)
         .order_by("-created_at")
-        .values_list("similarity", flat=True)[:LABELS_READ]
+        .only("id", "similarity", "matcher")[:REJECTION_LABELS]
     )
-    return labels + [Label(similarity, True) for similarity in rejected]
-
-
-def learn_thresholds(scope: Scope) -> dict[str, float | None]:
-    """Recomputes the scope's learned thresholds from its labels and stores them.
-
-    Never below the configured threshold (that one was calibrated on labelled pairs
-    with a confidence bound); raised only where the scope's own labels show with
-    confidence that its false-hit bound is broken there.
-    """
-    fit = calibration.shipped()
-    learned: dict[str, float | None] = {"lexical": None, "embedding": None}
-    # Only the matchers the scope uses: the other's labels (if any) decide nothing.
-    for matcher in [m for m, used in (("lexical", scope.uses_lexical), ("embedding", scope.uses_embedding)) if used]:
-        grid = [point["threshold"] for point in fit["matchers"][matcher]["curve"]]
-        learned[matcher] = learned_threshold(
-            scope_labels(scope, matcher), getattr(scope, f"{matcher}_threshold"), grid, scope.max_false_hit_rate
-        )
-    Scope.objects.filter(pk=scope.pk).update(
-        learned_lexical_threshold=learned["lexical"], learned_embedding_threshold=learned["embedding"]
-    )
-    scope.learned_lexical_threshold, scope.learned_embedding_threshold = learned["lexical"], learned["embedding"]
-    return learned
+    already = set(MatchLabel.objects.filter(recall_event_id__in=[e.pk for e in served]).values_list("recall_event_id", flat=True))
+    labels = [
+        MatchLabel(scope_id=trail.scope_id, matcher=e.matcher, similarity=e.similarity, false_hit=True,
+                   source=MatchLabel.Source.REJECTION, reporter=reporter[:100], recall_event_id=e.pk, trail_id=trail.pk, created_at=at)
+        for e in served if e.pk not in already
+    ]
+    if labels:
+        MatchLabel.objects.bulk_create(labels)
+        learn_thresholds(Scope.objects.get(pk=trail.scope_id), at)

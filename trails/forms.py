@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from django import forms
 
-from trails.models import PurgeRun
+from trails.models import DISPLAY_STATUSES, PurgeRun
 
-STATUS_CHOICES = [("", "Any status"), ("pending", "Pending"), ("active", "Active"), ("stale", "Stale"), ("rejected", "Rejected"), ("expired", "Expired")]
+STATUS_CHOICES = [("", "Any status"), *((status, status.capitalize()) for status in DISPLAY_STATUSES)]
 SORT_CHOICES = [("age", "Newest first"), ("last_hit", "Last hit"), ("hits", "Most hits")]
 
 

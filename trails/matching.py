@@ -37,8 +37,9 @@ class MatchingSettings:
     lexical_layout: BandLayout
     embedding_layout: BandLayout
     lexicon: Lexicon
-    # The configured thresholds, or those the scope's labels demand where higher. A
-    # higher threshold needs no re-banding: the configured layout finds a superset.
+    # The configured thresholds, or those the scope's labels moved them to (within the
+    # limits of trails.calibration.limits_for, where the configured layout still finds
+    # the candidates).
     lexical_threshold: float
     embedding_threshold: float
     # How near (in sketch bits) an embedding collision must be to be read, at that threshold.
@@ -70,9 +71,11 @@ def _matching_settings(
     floor = max(0.5, embedding_threshold - EMBEDDING_BAND_MARGIN)
     embedding_layout = layout_for_threshold(round(bit_agreement(floor), 4), simhash_bits_count, 0.05)
     lexicon = Lexicon.from_groups(line.split(",") for line in synonyms.splitlines() if line.strip())
-    embedding_in_use = max(embedding_threshold, learned_embedding or 0.0)
+    # A learned threshold replaces the configured one (labels may lower it within the band
+    # margin, so the configured layout still finds its candidates).
+    embedding_in_use = learned_embedding if learned_embedding is not None else embedding_threshold
     return MatchingSettings(
-        minhash, lexical_layout, embedding_layout, lexicon, max(lexical_threshold, learned_lexical or 0.0),
+        minhash, lexical_layout, embedding_layout, lexicon, learned_lexical if learned_lexical is not None else lexical_threshold,
         embedding_in_use, sketch_distance_limit(embedding_in_use),
     )
 
@@ -273,3 +276,28 @@ def score_candidates(
             ))
     matches.sort(key=rank, reverse=True)
     return matches[:limit] if limit is not None else matches
+
+
+# How many of a miss's nearest candidates the guard is asked about.
+NEAREST_JUDGED = 3
+
+
+def nearest_allowed(scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], floor: float) -> Match | None:
+    """A miss's nearest candidate by embedding at or above `floor` that the guard allows:
+    what a lower threshold would have served. None where there is none, or the scope
+    does not match by embedding."""
+    if not scope.uses_embedding or question.embedding is None:
+        return None
+    comparable = [c for c in candidates if c.embedding is not None and c.embedding_model == question.embedding.model]
+    if not comparable:
+        return None
+    cosines = cosine_many(question.embedding, [c.embedding for c in comparable], [c.embedding_model for c in comparable])
+    lexicon = matching_settings(scope).lexicon
+    query_terms = question.guard_terms(lexicon)
+    for i in np.argsort(-cosines, kind="stable")[:NEAREST_JUDGED]:
+        if cosines[i] < floor:
+            break
+        verdict = check_pair(query_terms, question_terms(comparable[i].query, lexicon), max_unshared_terms=None)
+        if verdict.allowed:
+            return Match(comparable[i], "embedding", float(cosines[i]))
+    return None

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
 from django.db import connection, models, transaction
 from django.db.models import Q
+from django.dispatch import Signal as DjangoSignal
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -33,10 +35,87 @@ class Signal(models.TextChoices):
     UP = "up", "Approved"
     DOWN = "down", "Rejected"
     REINSTATE = "reinstate", "Rejection reversed by an operator"
+    DEMOTE = "demote", "Sent back to pending by an operator"
     REPORTED = "reported", "Reported not helpful by agents"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
+
+
+class ActionRefused(ValueError):
+    """An action that does not apply to a trail in its state (the API answers 409, a page says why)."""
+
+
+def is_agent(by: str) -> bool:
+    """Whether an actor is an agent's API key ("key:<lookup>") rather than an operator."""
+    return by.startswith("key:")
+
+
+@dataclass(frozen=True)
+class TrailAction:
+    """One thing that can be done to a trail: from which statuses, to which, and how it reads."""
+
+    signal: str
+    allowed: tuple[str, ...]
+    status: str | None  # None: the trail is deleted
+    reason: str  # the status line afterwards; {by} and {reason} are filled in
+    refusal: str
+    verb: str
+    operator_only: bool = False
+
+
+# The one table of which action applies to which status: the API, the operator pages,
+# Django admin and the bulk actions all act through it (Trail.act, TrailQuerySet.act).
+TRAIL_ACTIONS: dict[str, TrailAction] = {
+    Signal.UP: TrailAction(Signal.UP, (TrailStatus.PENDING, TrailStatus.ACTIVE), TrailStatus.ACTIVE, "",
+                           "a {status} trail cannot be approved", "approve"),
+    # A rejection is final for votes: only reinstate, an operator's act, reverses it.
+    Signal.DOWN: TrailAction(Signal.DOWN, tuple(TrailStatus), TrailStatus.REJECTED, "rejected by {by}{reason}",
+                             "a {status} trail cannot be rejected", "reject"),
+    Signal.REINSTATE: TrailAction(Signal.REINSTATE, (TrailStatus.REJECTED,), TrailStatus.PENDING,
+                                  "rejection reversed by {by}{reason}",
+                                  "only a rejected trail can be reinstated; this one is {status}", "reinstate", operator_only=True),
+    Signal.DEMOTE: TrailAction(Signal.DEMOTE, (TrailStatus.ACTIVE,), TrailStatus.PENDING, "sent back to pending by {by}{reason}",
+                               "only an active trail can be sent back to pending; this one is {status}", "send back", operator_only=True),
+    # Stale trails never come back; deleting them is housekeeping.
+    "delete": TrailAction("delete", (TrailStatus.STALE,), None, "", "only a stale trail can be deleted; this one is {status}",
+                          "delete", operator_only=True),
+}
+
+# Sent inside the transaction of every status change, with `trail`, `action`, `before`,
+# `by` and `at`: the upper modules (labels and learning, re-signing) act on it, so the
+# model never calls up into them.
+trail_status_changed = DjangoSignal()
+
+
+# What an operator sees a trail as: its status, except that an active trail past its
+# expiry shows as expired (the sweep deletes it; recall never serves it meanwhile).
+EXPIRED = "expired"
+DISPLAY_STATUSES = [*TrailStatus.values, EXPIRED]
+
+
+class TrailQuerySet(models.QuerySet):
+    def showing(self, display_status: str, now: datetime | None = None) -> "TrailQuerySet":
+        """The trails an operator sees with this display status (Trail.display_status)."""
+        now = now or timezone.now()
+        if display_status == EXPIRED:
+            return self.filter(status=TrailStatus.ACTIVE, expires_at__lte=now)
+        if display_status == TrailStatus.ACTIVE:
+            return self.filter(status=TrailStatus.ACTIVE, expires_at__gt=now)
+        return self.filter(status=display_status)
+
+    def act(self, action: str, by: str, reason: str = "") -> tuple[int, int]:
+        """Applies an action to each of these trails where it applies (Trail.act), in one
+        transaction; returns (changed, skipped)."""
+        changed = skipped = 0
+        with transaction.atomic():
+            for trail in self.select_for_update().order_by("id"):
+                try:
+                    trail.act(action, by=by, reason=reason)
+                    changed += 1
+                except ActionRefused:
+                    skipped += 1
+        return changed, skipped
 
 
 class Trail(models.Model):
@@ -69,9 +148,13 @@ class Trail(models.Model):
     last_hit_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
-    # Agents' "not helpful" reports on recalls that served this trail, since it was
-    # last approved; at the scope's number it goes back to pending.
+    # Agents' "not helpful" reports on recalls that served this trail since it was last
+    # approved, and how many different reporters (API keys) sent them: at the scope's
+    # number of reporters it goes back to pending (TrailReport holds who).
     false_hit_reports = models.PositiveIntegerField(default=0, db_default=0)
+    false_hit_reporters = models.PositiveIntegerField(default=0, db_default=0)
+
+    objects = TrailQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -120,74 +203,80 @@ class Trail(models.Model):
     def display_status(self) -> str:
         """The status an operator sees: an active trail past its expiry shows as expired."""
         if self.status == TrailStatus.ACTIVE and self.is_expired():
-            return "expired"
+            return EXPIRED
         return self.status
 
-    def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
-        """Applies an operator's or user's vote, under a lock on the trail's row.
+    def act(self, action: str, by: str = "", reason: str = "", now: datetime | None = None) -> None:
+        """Applies an action (TRAIL_ACTIONS) under a lock on the trail's row.
 
-        An up vote activates a pending trail (its active lifetime starts now) or
-        refreshes an active one; a down vote rejects it. A rejection is final for
-        votes: only `reinstate`, an operator's explicit act, reverses it. Votes racing
-        on one trail are applied one at a time, each against the state the one
-        before it left, and each is in the signal history.
+        Actions racing on one trail are applied one at a time, each against the state
+        the one before it left, and each is in the signal history with who and why.
+        `by` is the actor: "key:<lookup>" for an agent's API key, else an operator's name.
 
         Raises:
-            ValueError: an up vote on a stale or rejected trail, which cannot come back.
+            ActionRefused: the action does not apply to the trail's status now (the
+                trail is left as it was, and this instance shows its current state).
         """
-        if vote == Signal.UP:
-            allowed, status, reason = (TrailStatus.PENDING, TrailStatus.ACTIVE), TrailStatus.ACTIVE, ""
-        elif vote == Signal.DOWN:
-            allowed, status, reason = tuple(TrailStatus), TrailStatus.REJECTED, "voted down"
-        else:
-            raise ValueError(f"unknown vote {vote!r}")
-        self._change_status(vote, allowed, status, reason, by, now, "a {status} trail cannot be approved")
-        if status == TrailStatus.REJECTED and RecallEvent.objects.filter(trail_id=self.pk).exists():
-            # The recalls that served a rejected trail are labels the scope learns from.
-            from trails.feedback import learn_thresholds
-
-            learn_thresholds(Scope.objects.get(pk=self.scope_id))
-
-    def reinstate(self, by: str, now: datetime | None = None) -> None:
-        """Reverses a rejection: the trail goes back to pending, to be approved again.
-
-        Raises:
-            ValueError: the trail is not rejected.
-        """
-        self._change_status(
-            Signal.REINSTATE, (TrailStatus.REJECTED,), TrailStatus.PENDING, f"rejection reversed by {by}", by, now,
-            "only a rejected trail can be reinstated; this one is {status}",
-        )
-
-    def _change_status(self, signal: str, allowed: tuple, status: str, reason: str, by: str, now, refusal: str) -> None:
+        rule = TRAIL_ACTIONS.get(action)
+        if rule is None:
+            raise ActionRefused(f"unknown action {action!r}; one of {', '.join(TRAIL_ACTIONS)}")
+        if rule.operator_only and is_agent(by):
+            raise ActionRefused(f"only an operator can {rule.verb} a trail")
         with transaction.atomic():
             locked = Trail.objects.select_for_update().select_related("scope").get(pk=self.pk)
-            if locked.status not in allowed:
+            before = locked.status
+            if before not in rule.allowed:
                 self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-                raise ValueError(refusal.format(status=locked.status))
-            # Read the clock after the lock: the history's order is the order votes applied.
+                raise ActionRefused(rule.refusal.format(status=locked.display_status))
+            if action == Signal.DOWN and is_agent(by) and before == TrailStatus.ACTIVE:
+                # One agent's key does not take an approved trail out of service: its down
+                # vote is a report, and reports from enough reporters send it back to pending.
+                self.report_false_hit(reason or "voted down", reporter=by, now=now)
+                return
+            # Read the clock after the lock: the history's order is the order actions applied.
             at = now or timezone.now()
-            locked.status, locked.reason = status, reason
+            if rule.status is None:
+                Trail.delete_by_ids([locked.pk])
+                self.status = "deleted"
+                return
+            locked.status = rule.status
+            locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "")[:200]
             fields = ["status", "reason"]
-            if status == TrailStatus.ACTIVE:
+            if rule.status == TrailStatus.ACTIVE:
                 # An approval answers the reports so far: counting starts again.
-                locked.false_hit_reports = 0
-                fields.append("false_hit_reports")
-            if status != TrailStatus.REJECTED:
-                locked.expires_at = locked.scope.expiry_for(active=status == TrailStatus.ACTIVE, now=at)
+                locked.false_hit_reports = locked.false_hit_reporters = 0
+                fields += ["false_hit_reports", "false_hit_reporters"]
+                TrailReport.objects.filter(trail_id=locked.pk).delete()
+            if rule.status != TrailStatus.REJECTED:
+                locked.expires_at = locked.scope.expiry_for(active=rule.status == TrailStatus.ACTIVE, now=at)
                 fields.append("expires_at")
             locked.save(update_fields=fields)
-            source = TrailSignal.Source.OPERATOR if signal == Signal.REINSTATE else TrailSignal.Source.FEEDBACK
-            TrailSignal.objects.create(trail=locked, signal=signal, source=source, by=by[:150], created_at=at)
+            source = TrailSignal.Source.FEEDBACK if is_agent(by) or not by else TrailSignal.Source.OPERATOR
+            TrailSignal.objects.create(trail=locked, signal=rule.signal, source=source, by=by[:150], reason=reason[:500], created_at=at)
+            trail_status_changed.send(Trail, trail=locked, action=action, before=before, by=by, at=at)
         self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+        self.false_hit_reports, self.false_hit_reporters = locked.false_hit_reports, locked.false_hit_reporters
 
-    def report_false_hit(self, reason: str = "", now: datetime | None = None) -> bool:
+    def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
+        """An up vote approves (activates a pending trail, refreshes an active one); a down
+        vote rejects, final for votes: only `reinstate`, an operator's act, reverses it."""
+        if vote not in (Signal.UP, Signal.DOWN):
+            raise ActionRefused(f"unknown vote {vote!r}")
+        self.act(vote, by=by, now=now)
+
+    def reinstate(self, by: str, now: datetime | None = None) -> None:
+        """Reverses a rejection: the trail goes back to pending, to be approved again."""
+        self.act(Signal.REINSTATE, by=by, now=now)
+
+    def report_false_hit(self, reason: str = "", reporter: str = "", now: datetime | None = None) -> bool:
         """Counts an agent's "not helpful" report on a recall that served this trail.
 
-        At the scope's `false_hit_reports_to_pending` an active trail goes back to
-        pending (not served until an operator approves it again), with the reason in
-        its status and signal history. Reports are counted under the row lock, so
-        racing reports each count once.
+        Reports are counted per reporter: once `false_hit_reporters_to_pending` different
+        reporters (API keys, never fewer than two) have reported it since it was last
+        approved, an active trail goes back to pending (not served until an operator
+        approves it again), with the reason in its signal history. One key repeating its
+        report counts once. Reports are counted under the row lock, so racing reports
+        each count once.
 
         Returns:
             Whether this report sent the trail back to pending.
@@ -197,24 +286,40 @@ class Trail(models.Model):
             at = now or timezone.now()
             locked.false_hit_reports += 1
             fields = ["false_hit_reports"]
+            _, new_reporter = TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100], defaults={"created_at": at})
+            if new_reporter:
+                locked.false_hit_reporters += 1
+                fields.append("false_hit_reporters")
             demoted = (
                 locked.status == TrailStatus.ACTIVE
-                and locked.false_hit_reports >= locked.scope.false_hit_reports_to_pending
+                and locked.false_hit_reporters >= locked.scope.false_hit_reporters_to_pending
             )
             if demoted:
                 locked.status = TrailStatus.PENDING
-                # The agent's words go to the signal history, not to the status line.
-                locked.reason = f"reported not helpful {locked.false_hit_reports} times"
+                # The agents' words go to the signal history, not to the status line.
+                locked.reason = f"reported not helpful by {locked.false_hit_reporters} reporters"
                 locked.expires_at = locked.scope.expiry_for(active=False, now=at)
                 fields += ["status", "reason", "expires_at"]
             locked.save(update_fields=fields)
             if demoted:
                 TrailSignal.objects.create(
-                    trail=locked, signal=Signal.REPORTED, source=TrailSignal.Source.FEEDBACK, reason=reason[:500], created_at=at
+                    trail=locked, signal=Signal.REPORTED, source=TrailSignal.Source.FEEDBACK, by=reporter[:150],
+                    reason=reason[:500], created_at=at,
                 )
         self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-        self.false_hit_reports = locked.false_hit_reports
+        self.false_hit_reports, self.false_hit_reporters = locked.false_hit_reports, locked.false_hit_reporters
         return demoted
+
+
+class TrailReport(models.Model):
+    """One reporter's "not helpful" on a trail since its last approval: reports count per reporter."""
+
+    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="+")
+    reporter = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["trail", "reporter"], name="trail_report_once_per_reporter")]
 
 
 def delete_rows(rows: models.QuerySet) -> int:
@@ -470,6 +575,13 @@ class RecallEvent(models.Model):
     # A hash of the caller's session id and the normalised query (never either in
     # clear): a path recorded for the same question in the same session finds it.
     research_key = models.CharField(max_length=64, blank=True, db_default="")
+    # For a miss by embedding: the nearest candidate the guard allowed, under the threshold.
+    # A path the agent then records for the same question says whether serving it would
+    # have been right (a label that can lower the threshold: trails/feedback.py).
+    nearest_trail = models.ForeignKey(
+        Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    nearest_similarity = models.FloatField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -502,6 +614,8 @@ def write_recall_effects(
     calls_saved: int = 0,
     tokens_saved: int = 0,
     research_key: str = "",
+    nearest_trail_id: int | None = None,
+    nearest_similarity: float | None = None,
 ) -> uuid.UUID:
     """Marks trails stale, counts the hit and logs the recall event, in one transaction.
 
@@ -523,9 +637,11 @@ def write_recall_effects(
         ))
     statements.append((
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-        "stale_marked, calls_saved, tokens_saved, query, research_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "stale_marked, calls_saved, tokens_saved, query, research_key, nearest_trail_id, nearest_similarity) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, research_key],
+         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, research_key,
+         nearest_trail_id, nearest_similarity],
     ))
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the
@@ -543,6 +659,69 @@ def write_recall_effects(
             for sql, params in statements:
                 cursor.execute(sql, params)
     return public_id
+
+
+class MatchLabel(models.Model):
+    """A judged match: was serving a trail at this similarity right or wrong, and who said so.
+
+    The scope's thresholds are learned from these (trails/thresholds.py). Sources: an
+    agent's feedback on a recall, a re-search (a path recorded for the same question in
+    the same session: citing the served sections or not), a near miss (the nearest
+    candidate of a miss, judged by the path then recorded), a rejection of a trail that
+    was served. Each names its reporter, so no one reporter's labels weigh without bound.
+    """
+
+    class Source(models.TextChoices):
+        FEEDBACK = "feedback", "Agent's feedback"
+        RESEARCH = "research", "Re-search after a hit"
+        NEAR_MISS = "near_miss", "Path recorded after a near miss"
+        REJECTION = "rejection", "Served trail rejected"
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
+    matcher = models.CharField(max_length=16)
+    similarity = models.FloatField()
+    false_hit = models.BooleanField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    reporter = models.CharField(max_length=100, blank=True)
+    recall_event = models.ForeignKey("RecallEvent", on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False)
+    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["scope", "matcher", "created_at"], name="matchlabel_scope_time"),
+            models.Index(fields=["trail", "source"], name="matchlabel_trail", condition=Q(trail__isnull=False)),
+        ]
+        constraints = [
+            # One label per recall: feedback, a re-search and a rejection do not count one recall twice.
+            models.UniqueConstraint(fields=["recall_event"], condition=Q(recall_event__isnull=False), name="matchlabel_once_per_recall"),
+        ]
+
+
+class ThresholdChange(models.Model):
+    """Every move of a scope's threshold in use, with its cause and evidence: what the
+    overview and Django admin show, and what an operator resets or pins against."""
+
+    class Kind(models.TextChoices):
+        LEARNED = "learned", "Learned from labels"
+        FLAGGED = "flagged", "Flagged for an operator"
+        RESET = "reset", "Reset by an operator"
+        PINNED = "pinned", "Pinned by an operator (learning off)"
+        UNPINNED = "unpinned", "Unpinned by an operator (learning on)"
+        CONFIGURED = "configured", "Matching settings changed"
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="threshold_changes")
+    matcher = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    before = models.FloatField(null=True, blank=True)
+    after = models.FloatField(null=True, blank=True)
+    by = models.CharField(max_length=150, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["scope", "created_at"], name="thresholdchange_scope_time")]
 
 
 class RecallStat(models.Model):

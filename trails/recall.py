@@ -15,7 +15,8 @@ from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import RequestRefused
 from trails.feedback import research_key
-from trails.matching import Match, QuestionSignature, Verdict, matching_settings, score_candidates, sign
+from trails.calibration import limits_for
+from trails.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
 from trails.candidates import Candidate, add_paths, candidates as read_candidates
 from trails.models import write_recall_effects
 
@@ -52,13 +53,13 @@ class RecallResult:
 
 def rank_candidates(
     scope: Scope, question: QuestionSignature, partition: str, now: datetime, verdicts: list[Verdict] | None = None
-) -> tuple[list[Match], int]:
-    """Returns the candidates that pass a matcher and the guard, best first, and how many were read."""
+) -> tuple[list[Match], list[Candidate]]:
+    """Returns the candidates that pass a matcher and the guard, best first, and those read."""
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so `recall` reads the path of a winner when it gets to it.
     found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=not scope.uses_embedding)
     passing = score_candidates(scope, question, found, verdicts=verdicts, limit=MAX_VALIDATED_CANDIDATES)
-    return passing, len(found)
+    return passing, found
 
 
 def recall(
@@ -101,7 +102,8 @@ def recall(
         raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
 
     verdicts: list[Verdict] | None = [] if explain else None
-    candidates, read = rank_candidates(scope, question, partition, now, verdicts)
+    candidates, found = rank_candidates(scope, question, partition, now, verdicts)
+    read = len(found)
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
     for match in candidates[:MAX_VALIDATED_CANDIDATES]:
@@ -122,6 +124,11 @@ def recall(
 
     if verdicts is not None:
         result.explanation = explanation(scope, result, verdicts, stale, read)
+    nearest = None
+    if not dry_run and session and not candidates and found:
+        # What a lower threshold would have served: the path this session records next
+        # for the question says whether that would have been right (feedback.learn_from_research).
+        nearest = nearest_allowed(scope, question, found, limits_for("embedding", scope.embedding_threshold).floor)
     if not dry_run:
         recall_id = write_recall_effects(
             scope=scope,
@@ -137,6 +144,8 @@ def recall(
             calls_saved=result.calls_saved,
             tokens_saved=result.tokens_saved,
             research_key=research_key(session, query) if session else "",
+            nearest_trail_id=nearest.trail.id if nearest else None,
+            nearest_similarity=round(nearest.similarity, 4) if nearest else None,
         )
         result.recall_id = str(recall_id)
     return result

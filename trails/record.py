@@ -33,6 +33,8 @@ class RecordInput:
     # The caller's session id: a recall of this question in the same session whose
     # sections this path does not cite is labelled a false hit (feedback.learn_from_research).
     session: str | None = None
+    # Who records (an API key, "key:<lookup>"): the labels this path gives are theirs.
+    reporter: str = ""
 
     def fingerprint(self) -> str:
         """A hash of everything that defines the request, to spot a reused idempotency key."""
@@ -111,7 +113,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
                 return RecordResult(earlier, created=False)
         raise
     if request.session:
-        learn_from_research(scope, request.session, request.query, cited, now)
+        learn_from_research(scope, request.session, request.query, cited, now, request.reporter)
     return RecordResult(rows.trail, created=True)
 
 
@@ -147,16 +149,12 @@ class TrailRows:
             status=status,
             signal=request.signal or "",
             reason=reason,
-            lexical_params=question.lexical.params.label,
-            lexical_signature=question.lexical.to_bytes(),
-            band_layout=matching_settings(scope).lexical_layout.label,
-            embedding_model=question.embedding.model if question.embedding else "",
-            embedding=question.embedding.to_bytes() if question.embedding else None,
             created_at=now,
             expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
             idempotency_key=request.idempotency_key,
             request_fingerprint=fingerprint,
         )
+        take_signature(scope, trail, question)
         cited = list(dict.fromkeys(request.cited))
         return cls(
             trail=trail,
@@ -186,6 +184,20 @@ class TrailRows:
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
             BandKey.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
+
+
+# The fields a trail's signature is stored in, beside its band keys.
+SIGNED_FIELDS = ("lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding")
+
+
+def take_signature(scope: Scope, trail: Trail, question: QuestionSignature) -> None:
+    """Sets a trail's signed fields from its question: the one place record and re-signing
+    both write them (band_key_rows gives the keys that go with them)."""
+    trail.lexical_params = question.lexical.params.label
+    trail.lexical_signature = question.lexical.to_bytes()
+    trail.band_layout = matching_settings(scope).lexical_layout.label
+    trail.embedding_model = question.embedding.model if question.embedding else ""
+    trail.embedding = question.embedding.to_bytes() if question.embedding else None
 
 
 def band_key_rows(trail: Trail, question: QuestionSignature | None) -> list[tuple[int, int, int, int, int]]:

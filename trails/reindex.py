@@ -1,14 +1,22 @@
 """Re-signing a scope's trails after its matcher, threshold, lexicon or embedding model changed."""
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
+from celery import current_app
+from django.conf import settings
 from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
 from scopes.models import Scope
-from trails.matching import matching_settings, sign
-from trails.models import BandKey, Trail, TrailStatus
-from trails.record import band_key_rows
+from trails.matching import sign
+from trails.models import BandKey, Trail, TrailStatus, trail_status_changed
+from trails.record import SIGNED_FIELDS, band_key_rows, take_signature
+from trails.thresholds import SIGNING_FIELDS
+
+logger = logging.getLogger(__name__)
 
 
 def resign(scope: Scope, trails: list[Trail]) -> None:
@@ -20,13 +28,9 @@ def resign(scope: Scope, trails: list[Trail]) -> None:
     keys = []
     for trail in trails:
         question = sign(scope, trail.query, trail.partition)
-        trail.lexical_params = question.lexical.params.label
-        trail.lexical_signature = question.lexical.to_bytes()
-        trail.band_layout = matching_settings(scope).lexical_layout.label
-        trail.embedding_model = question.embedding.model if question.embedding else ""
-        trail.embedding = question.embedding.to_bytes() if question.embedding else None
+        take_signature(scope, trail, question)
         keys.extend(band_key_rows(trail, question))
-    Trail.objects.bulk_update(trails, ["lexical_params", "lexical_signature", "band_layout", "embedding_model", "embedding"])
+    Trail.objects.bulk_update(trails, list(SIGNED_FIELDS))
     BandKey.insert_many(keys)
 
 
@@ -57,3 +61,38 @@ def reindex_scope(
         after_id = batch[-1].id
         if progress:
             progress(done, after_id)
+
+
+@receiver(post_save, sender=Scope, dispatch_uid="trails.reindex.resign_after_matching_change")
+def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bool = False, **kwargs) -> None:
+    """Whoever saves a scope with changed signing settings (admin, shell, a command), its
+    trails are re-signed so they stay findable: inline for a small scope, else by the
+    re-signing task once the save commits. What happened is left on `instance.resigning`."""
+    if raw or created or not getattr(instance, "_matching_changed", frozenset()) & SIGNING_FIELDS:
+        return
+    servable = Trail.objects.filter(scope=instance, status__in=[TrailStatus.ACTIVE, TrailStatus.PENDING])
+    limit = settings.RAGTRAIL_RESIGN_INLINE_LIMIT
+    if servable[: limit + 1].count() <= limit:
+        instance.resigning = f"re-signed {reindex_scope(instance)} trail(s)"
+        return
+    scope_id = instance.pk
+
+    def queue() -> None:
+        try:
+            # By name: trails.tasks imports this module.
+            current_app.tasks["trails.tasks.reindex_scope_task"].delay(scope_id)
+        except Exception as problem:  # the broker is away: re-sign here rather than leave trails unfindable
+            logger.error("re-signing scope %s could not be queued (%s): re-signing inline", scope_id, type(problem).__name__)
+            reindex_scope(Scope.objects.get(pk=scope_id))
+
+    transaction.on_commit(queue)
+    instance.resigning = "re-signing queued"
+
+
+@receiver(trail_status_changed, dispatch_uid="trails.reindex.sign_on_becoming_servable")
+def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, **kwargs) -> None:
+    """A trail coming back from rejection has no band keys (a rejected trail is stored
+    without them): it is signed now, so once approved it is found like any other."""
+    if before == TrailStatus.REJECTED and trail.status in (TrailStatus.PENDING, TrailStatus.ACTIVE):
+        if not BandKey.objects.filter(trail_id=trail.pk).exists():
+            resign(Scope.objects.get(pk=trail.scope_id), [trail])

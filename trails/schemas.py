@@ -133,6 +133,8 @@ class RecallFeedbackOut(Schema):
     # The trail's state after this feedback: "pending" when the reports sent it back.
     trail_status: Optional[str]
     false_hit_reports: Optional[int]
+    # How many different keys reported it since it was last approved (the scope's number sends it back).
+    false_hit_reporters: Optional[int]
 
 
 ToolName = Annotated[str, Field(min_length=1, max_length=200)]

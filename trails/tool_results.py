@@ -98,9 +98,8 @@ def _rule_and_key(scope: Scope, tool: str, args: dict, context: dict, caller: st
         return rule, None, "the tool's policy says it is not cacheable"
     try:
         return rule, toolkey.tool_result_key(namespace(scope), rule, args, context, caller), ""
-    except ValueError as problem:
-        field = "caller" if "caller" in str(problem) else "args"
-        raise RequestRefused(422, "invalid", str(problem), field=field) from None
+    except toolkey.KeyRefused as problem:
+        raise RequestRefused(422, "invalid", str(problem), field=problem.field) from None
 
 
 def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | None = None) -> dict[str, Any]:

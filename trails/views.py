@@ -32,7 +32,10 @@ from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from ragtrail_site.errors import RequestRefused
 from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
-from trails.models import SIMILARITY_BINS, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail, TrailSignal, TrailStatus
+from trails.models import (
+    SIMILARITY_BINS, TRAIL_ACTIONS, ActionRefused, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail,
+    TrailSignal, TrailStatus,
+)
 from trails.purge import findings as purge_findings
 from trails.purge import scope_rules, trails_to_check
 from trails.purge import preview as preview_purge
@@ -120,16 +123,12 @@ def scope_or_404(slug: str) -> Scope:
     return get_object_or_404(Scope, slug=slug)
 
 
-# Scopes the benchmarks and the evaluation make (and drop when done): never offered to operators.
-SCRATCH_SCOPE_PREFIXES = ("eval-", "bench-", "toolbench-", "upkeep-", "overview-")
 LAST_SCOPE = "ops_last_scope"
 
 
 def operator_scopes():
-    scratch = Q()
-    for prefix in SCRATCH_SCOPE_PREFIXES:
-        scratch |= Q(slug__startswith=prefix)
-    return Scope.objects.exclude(scratch)
+    # Scopes the benchmarks and the evaluation make (and drop when done) are never offered.
+    return Scope.objects.filter(scratch=False)
 
 
 def _scope_page(request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200) -> HttpResponse:
@@ -226,12 +225,8 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
         "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
     )
     status = form.cleaned_data.get("status") if form.is_valid() else ""
-    if status == "expired":
-        trails = trails.filter(status=TrailStatus.ACTIVE, expires_at__lte=now)
-    elif status == TrailStatus.ACTIVE:
-        trails = trails.filter(status=status, expires_at__gt=now)
-    elif status:
-        trails = trails.filter(status=status)
+    if status:
+        trails = trails.showing(status, now)
     text = form.cleaned_data.get("q") if form.is_valid() else ""
     if text and _uuids([text.strip()]):
         trails = trails.filter(public_id=text.strip())  # a trail id pasted from a log or an agent
@@ -356,18 +351,14 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
 @require_POST
 def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     trail = _trail(scope, trail_id)
-    vote = request.POST.get("vote")
+    action = request.POST.get("vote", "")
     error = ""
-    if vote not in (Signal.UP, Signal.DOWN, Signal.REINSTATE):
-        error = "vote must be up, down or reinstate"
-    else:
-        try:
-            if vote == Signal.REINSTATE:
-                trail.reinstate(by=request.user.get_username())  # undoes a rejection: back to pending
-            else:
-                trail.vote(vote, by=request.user.get_username())
-        except ValueError as problem:
-            error = str(problem)
+    try:
+        trail.act(action, by=request.user.get_username(), reason=request.POST.get("reason", "").strip()[:500])
+    except ActionRefused as problem:
+        error = str(problem)
+    if trail.status == "deleted":
+        return redirect(reverse("ops:trails", args=[scope]))
     if request.htmx:
         _triage(trail.scope, [trail])
         return render(request, "trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
@@ -388,32 +379,18 @@ def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
     action = request.POST.get("vote")
     ids = _uuids(request.POST.getlist("trail"))
     form = TrailFilterForm(request.GET)
-    applies = {Signal.UP: TrailStatus.PENDING, Signal.DOWN: TrailStatus.PENDING, Signal.REINSTATE: TrailStatus.REJECTED,
-               "delete": TrailStatus.STALE}
-    done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)", "delete": "deleted"}
-    if action not in applies:
-        notice = "Choose approve, reject, reinstate or delete."
+    done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)",
+            Signal.DEMOTE: "sent back to pending", "delete": "deleted"}
+    if action not in TRAIL_ACTIONS:
+        notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."
     else:
-        changed, by = 0, request.user.get_username()
-        with transaction.atomic():
-            chosen = list(Trail.objects.select_for_update().select_related("scope").filter(
-                scope=found, public_id__in=ids, status=applies[action]
-            ))
-            if action == "delete":
-                # Stale trails never come back; deleting them is housekeeping.
-                changed = Trail.delete_by_ids([t.id for t in chosen])
-            else:
-                for trail in chosen:
-                    if action == Signal.REINSTATE:
-                        trail.reinstate(by=by)
-                    else:
-                        trail.vote(action, by=by)
-                changed = len(chosen)
+        changed, _ = Trail.objects.filter(scope=found, public_id__in=ids).act(action, by=request.user.get_username())
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
-            f" {skipped} selected trail{'s' if skipped != 1 else ''} not {applies[action]}, left as {'they were' if skipped != 1 else 'it was'}." if skipped else ""
+            f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "
+            f"the action does not apply to {'their' if skipped != 1 else 'its'} status." if skipped else ""
         )
     if request.htmx:
         return render(request, "trails/trail_list.html#table", {"scope": found, **_trail_table(request, found, form, notice)})

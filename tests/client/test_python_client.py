@@ -74,13 +74,15 @@ def test_api_errors_are_raised_with_the_apis_body(client):
     assert elsewhere.value.status == 404 and elsewhere.value.body["error"]["code"] == "not_found"
 
 
-def test_feedback_demotes_a_misleading_trail(client, scope):
+def test_feedback_from_two_keys_demotes_a_misleading_trail(client, scope, live_server):
     client.put_sections(VISITING)
     client.record("What are the ICU visiting hours?", ["visiting/icu"])
-    for _ in range(scope.false_hit_reports_to_pending):
-        answer = client.recall("what are the ICU visiting hours")
-        verdict = client.feedback(answer.recall_id, helpful=False, reason="it was about the ward")
-    assert verdict.trail_status == "pending"
+    other = RagtrailClient(live_server.url, api_key=ApiKey.issue([scope])[1], scope="hospital", timeout=5, retries=2, backoff=0.01)
+    for agent, status in ((client, "active"), (client, "active"), (other, "pending")):
+        answer = agent.recall("what are the ICU visiting hours")
+        verdict = agent.feedback(answer.recall_id, helpful=False, reason="it was about the ward")
+        assert verdict.trail_status == status
+    assert (verdict.false_hit_reports, verdict.false_hit_reporters) == (3, 2)
     assert client.recall("what are the ICU visiting hours").outcome == "miss"
     assert Trail.objects.get().status == TrailStatus.PENDING
 

@@ -145,7 +145,7 @@ def test_approving_a_pending_trail_with_htmx_returns_its_row_now_active(staff, t
     assert response.status_code == 200 and row.strip().startswith(f'<tr id="trail-{pending.public_id}">')
     assert 'data-status>active</span>' in row and "Approve" not in row
     pending.refresh_from_db()
-    assert pending.status == "active" and list(pending.signals.values_list("signal", "source")) == [("up", "feedback")]
+    assert pending.status == "active" and list(pending.signals.values_list("signal", "source")) == [("up", "operator")]
 
 
 def test_without_javascript_a_rows_approve_button_posts_the_table_form_and_returns_to_the_table(staff, trails, scope):
@@ -178,7 +178,8 @@ def test_bulk_approval_activates_only_the_selected_pending_trails(staff, trails,
     response = staff.post("/ops/hospital/trails/vote/?status=pending",
                           {"vote": "up", "trail": [str(pending[0].public_id), str(active.public_id), "not-a-uuid"]},
                           headers={"HX-Request": "true"})
-    assert response.status_code == 200 and "1 trail approved." in response.content.decode()
+    # Approval applies to pending and active trails (it refreshes an active one's lifetime).
+    assert response.status_code == 200 and "2 trails approved." in response.content.decode()
     assert sorted(Trail.objects.values_list("status", flat=True)) == ["active", "active", "pending"]
     assert staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"}).content.decode().count("Select the trails to act on first.") == 1
 
@@ -387,7 +388,7 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     assert 'value="delete"' in page and 'value="reinstate"' in page and 'id="select-all"' in page
     both = [str(icu.public_id), str(pending.public_id)]
     deleted = staff.post("/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}, headers={"HX-Request": "true"}).content.decode()
-    assert "1 trail deleted. 1 selected trail not stale, left as it was." in deleted
+    assert "1 trail deleted. 1 selected trail left as it was: the action does not apply to its status." in deleted
     assert not Trail.objects.filter(pk=icu.pk).exists() and Trail.objects.filter(pk=pending.pk).exists()
     # Undo a rejection, from its row.
     row = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "reinstate"}, headers={"HX-Request": "true"}).content.decode()
@@ -402,7 +403,7 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 
-    Scope.objects.create(slug="eval-match-1234abcd")
+    Scope.objects.create(slug="eval-match-1234abcd", scratch=True)  # as the evaluation makes them
     Scope.objects.create(slug="zz-newest-empty")
     # First visit: the scope the latest trail was recorded in, not the newest empty one.
     assert staff.get("/ops/")["Location"] == "/ops/hospital/"

@@ -45,12 +45,20 @@ def test_approving_a_pending_trail_makes_it_servable(api, sections):
 
 
 def test_a_down_vote_rejects_and_a_rejected_trail_cannot_be_approved(api, sections):
-    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
+    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"], signal=None).json()["trail_id"]
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "rejected"
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"
     again = api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"})
     assert again.status_code == 409 and again.json()["error"]["field"] == "vote"
-    assert [s.signal for s in TrailSignal.objects.order_by("id")] == ["accepted", "down"]
+    assert [s.signal for s in TrailSignal.objects.order_by("id")] == ["down"]
+
+
+def test_an_agents_down_vote_on_an_approved_trail_is_a_report_not_a_rejection(api, sections):
+    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
+    assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "active"
+    assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
+    trail = Trail.objects.get(public_id=trail_id)
+    assert (trail.false_hit_reports, trail.false_hit_reporters) == (1, 1)
 
 
 def test_an_answer_saying_the_sources_do_not_cover_it_is_rejected(api, sections):

@@ -6,12 +6,14 @@ threshold is chosen where the one-sided Clopper-Pearson upper bound of the false
 rate, not the observed rate, is within the bound; the figure is then checked on a
 split the choice never saw.
 
-A scope's own labels (feedback on recalls, operator rejections) can only raise the
-threshold, and only when they show with confidence that the bound is broken: a
-handful of labels cannot lower a calibrated threshold, nor push it to the ceiling.
+A scope's own labels (feedback on recalls, re-searches, near misses, operator
+rejections) move the threshold only where they show with confidence that the bound
+is broken (up) or holds (down), within a floor and a ceiling, and no single reporter
+moves it more than a bounded step on its own.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -152,35 +154,150 @@ def threshold_within(
 
 @dataclass(frozen=True)
 class Label:
-    """A served hit that someone judged: its similarity and whether it was a false hit."""
+    """A judged recall: the similarity of the trail it served (or, for a miss, of the nearest
+    candidate), whether serving it was a false hit, and who said so."""
 
     similarity: float
     false_hit: bool
+    # Who gave the label: an API key ("key:…"), an operator ("operator:…"), or "" (unknown).
+    # Operators are trusted; every other reporter's weight is bounded (LearningLimits).
+    reporter: str = ""
+
+    @property
+    def trusted(self) -> bool:
+        return self.reporter.startswith("operator:")
 
 
 # Fewer labels than this leave the threshold alone: one bad trail is the business of
 # that trail's reports (it goes back to pending), not of the scope's threshold.
 MIN_LABELS = 20
+# Lowering opens a band of similarities the scope has not served: it needs this many
+# labels inside that band, so the decision rests on evidence about the band itself.
+MIN_BAND_LABELS = 10
+
+
+@dataclass(frozen=True)
+class LearningLimits:
+    """How far a scope's labels may move its threshold, and how sure they must be.
+
+    Raising protects users, so it needs less certainty (95 %) than lowering, which
+    serves more (99 %: the threshold is recomputed on every label, and each look is
+    another chance for an unlucky sample to pass).
+    """
+
+    floor: float  # the lowest threshold labels may lower it to (candidates are found down to it)
+    ceiling: float  # the highest it may rise to; a demand past it flags the scope for an operator
+    reporter_shift: float  # the most one reporter's labels, added to everyone else's, may move it
+    raise_confidence: float = 0.95
+    lower_confidence: float = 0.99
+    min_labels: int = MIN_LABELS
+    min_band_labels: int = MIN_BAND_LABELS
+
+
+@dataclass(frozen=True)
+class LearnedThreshold:
+    """What a scope's labels decide for one matcher, with the evidence."""
+
+    threshold: float | None  # None: the configured (calibrated) threshold stands
+    demanded: float  # what all labels together demand, before the ceiling and the reporter limit
+    flags: tuple[str, ...]  # "ceiling": the labels demand more than the ceiling; "reporter:<id>": one reporter was held back
+    labels: int
+    false_hits: int
+    reporters: int
+    at_threshold: tuple[int, int]  # (false hits, labels) at or above the threshold in use
+    bound: float
+
+    def evidence(self) -> dict:
+        false_hits, judged = self.at_threshold
+        return {
+            "labels": self.labels, "false_hits": self.false_hits, "reporters": self.reporters,
+            "at_threshold": {"false_hits": false_hits, "labels": judged}, "demanded": self.demanded,
+            "bound": self.bound, "flags": list(self.flags),
+        }
+
+
+class _Counts:
+    """False hits and labels at or above any threshold, from labels sorted once."""
+
+    def __init__(self, labels: Sequence[Label]) -> None:
+        self.similarities = sorted(label.similarity for label in labels)
+        self.false_similarities = sorted(label.similarity for label in labels if label.false_hit)
+
+    def at(self, threshold: float) -> tuple[int, int]:
+        # A label counts at a threshold it reaches; a tiny tolerance keeps 0.95 from failing 0.95.
+        edge = threshold - 1e-9
+        return (len(self.false_similarities) - bisect.bisect_left(self.false_similarities, edge),
+                len(self.similarities) - bisect.bisect_left(self.similarities, edge))
+
+
+def demanded_threshold(
+    labels: Sequence[Label], calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+) -> float:
+    """The threshold a set of labels demands: higher where they show with confidence that
+    the bound is broken at the calibrated one, lower where they show with confidence that
+    it holds lower, else the calibrated one.
+
+    The false-hit share among labelled hits at or above a threshold is never below the
+    false-hit rate per question there (hits are a subset of questions), so bounding the
+    share bounds the rate. Lowering tests thresholds one after the other downwards from
+    the calibrated one and stops at the first that fails (fixed-sequence testing: the
+    chosen threshold holds at the stated confidence without a correction for the grid).
+    """
+    if len(labels) < limits.min_labels:
+        return calibrated
+    counts = _Counts(labels)
+    false_hits, judged = counts.at(calibrated)
+    if judged and lower_bound(false_hits, judged, limits.raise_confidence) > bound:
+        # 1.0 is the last resort: where even the grid's top shows the bound broken, only
+        # identical questions match (a misleading trail among those is its reports' business).
+        for threshold in sorted(t for t in set(grid) | {1.0} if t > calibrated):
+            false_hits, judged = counts.at(threshold)
+            if lower_bound(false_hits, judged, limits.raise_confidence) <= bound:
+                return threshold
+        return 1.0
+    chosen, above = calibrated, counts.at(calibrated)[1]
+    for threshold in sorted((t for t in grid if limits.floor <= t < calibrated), reverse=True):
+        false_hits, judged = counts.at(threshold)
+        if upper_bound(false_hits, judged, limits.lower_confidence) > bound:
+            break
+        # Only down to where labels are: a step no label reached says nothing of its similarities.
+        if judged > above and judged - counts.at(calibrated)[1] >= limits.min_band_labels:
+            chosen = threshold
+        above = judged
+    return chosen
 
 
 def learned_threshold(
-    labels: Sequence[Label], calibrated: float, grid: Sequence[float], bound: float, confidence: float = 0.95
-) -> float | None:
-    """A scope's own threshold from its labelled hits, where they demand a higher one.
+    labels: Sequence[Label], calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+) -> LearnedThreshold:
+    """A scope's threshold from its own labels, within the limits of trust.
 
-    The share of false hits among served hits is at least their share among all
-    questions, so judging it against the bound is conservative. At the calibrated
-    threshold and above, the lowest threshold where the labels no longer show with
-    confidence (lower bound > bound) that the bound is broken is returned; None where
-    the calibrated threshold already stands or there are fewer than MIN_LABELS labels.
+    What all labels demand is held within `reporter_shift` of what the labels without
+    any one untrusted reporter demand (so no single key, however many labels it sends,
+    moves the threshold further than that on its own), then within [floor, ceiling].
+    Each limit that held the threshold back is named in `flags`: the scope then waits
+    for an operator.
     """
-    if len(labels) < MIN_LABELS:
-        return None
-    # 1.0 is the last resort: where even the grid's top shows the bound broken, only
-    # identical questions match (a misleading trail among those is its reports' business).
-    for threshold in sorted(t for t in set(grid) | {calibrated, 1.0} if t >= calibrated):
-        above = [label for label in labels if label.similarity >= threshold]
-        false_hits = sum(1 for label in above if label.false_hit)
-        if lower_bound(false_hits, len(above), confidence) <= bound:
-            return None if threshold == calibrated else threshold
-    return 1.0
+    demanded = demanded_threshold(labels, calibrated, grid, bound, limits)
+    low, high, low_by, high_by = limits.floor, limits.ceiling, "", ""
+    for reporter in sorted({label.reporter for label in labels if not label.trusted}):
+        without = demanded_threshold([l for l in labels if l.reporter != reporter], calibrated, grid, bound, limits)
+        if without - limits.reporter_shift > low:
+            low, low_by = without - limits.reporter_shift, reporter
+        if without + limits.reporter_shift < high:
+            high, high_by = without + limits.reporter_shift, reporter
+    threshold = min(max(demanded, low), high)
+    flags: list[str] = []
+    if threshold > demanded and low_by:
+        flags.append(f"reporter:{low_by}")
+    if threshold < demanded and high_by:
+        flags.append(f"reporter:{high_by}")
+    if demanded > limits.ceiling:
+        flags.append("ceiling")
+    threshold = round(min(max(threshold, limits.floor), limits.ceiling), 6)
+    counts = _Counts(labels)
+    return LearnedThreshold(
+        None if abs(threshold - calibrated) < 1e-9 else threshold,
+        demanded, tuple(flags), len(labels), sum(1 for l in labels if l.false_hit),
+        len({label.reporter for label in labels}), counts.at(threshold), bound,
+    )

@@ -20,6 +20,14 @@ class ToolPolicy:
     per_caller: bool = False
 
 
+class KeyRefused(ValueError):
+    """Input a tool-result key cannot be made from, naming the field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def normalise_path(path: str) -> str:
     """Folds a relative path to one spelling: "./a/../b.py" and "b.py" are one path."""
     folded = posixpath.normpath(path.replace("\\", "/"))
@@ -42,7 +50,7 @@ def canonical_args(args: Mapping[str, Any], policy: ToolPolicy) -> str:
             continue
         if name in policy.path_args:
             if not isinstance(value, str):
-                raise ValueError(f"path argument {name!r} must be a string")
+                raise KeyRefused("args", f"path argument {name!r} must be a string")
             value = normalise_path(value)
         kept[name] = value
     return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -60,7 +68,7 @@ def tool_result_key(
         ValueError: the policy keys by caller and no caller was given, or an argument is malformed.
     """
     if policy.per_caller and not caller:
-        raise ValueError(f"tool {policy.tool!r} is cached per caller: a caller is required")
+        raise KeyRefused("caller", f"tool {policy.tool!r} is cached per caller: a caller is required")
     parts = [
         scope,
         policy.tool,

@@ -105,6 +105,8 @@ class RecallFeedback:
     trail_id: str | None
     trail_status: str | None
     false_hit_reports: int | None
+    # Different keys that reported it since its last approval (the scope's number, at least two, sends it back).
+    false_hit_reporters: int | None = None
 
 
 @dataclass(frozen=True)

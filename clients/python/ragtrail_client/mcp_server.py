@@ -109,7 +109,7 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         reports send the trail back to an operator for approval."""
         verdict = await call(ctx, "feedback", recall_id, helpful, reason, scope=scope)
         return {"recall_id": verdict.recall_id, "trail_status": verdict.trail_status,
-                "false_hit_reports": verdict.false_hit_reports}
+                "false_hit_reports": verdict.false_hit_reports, "false_hit_reporters": verdict.false_hit_reporters}
 
     @server.tool()
     async def get_section(ctx: Context, section_id: str, scope: str | None = None) -> dict[str, Any]:

@@ -108,7 +108,7 @@ class Command(BaseCommand):
         texts = dict(list(faq_sections("old").items())[:200])
         scopes = {}
         for matcher in ("lexical", "embedding"):
-            scope = scopes[matcher] = Scope.objects.create(slug=f"bench-http-{matcher}-{suffix}", name="HTTP benchmark", matcher=matcher)
+            scope = scopes[matcher] = Scope.objects.create(scratch=True, slug=f"bench-http-{matcher}-{suffix}", name="HTTP benchmark", matcher=matcher)
             Section.upsert(scope, texts)
             current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
             ids = sorted(current)

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=20, help="timed requests per page")
 
     def handle(self, *args, events: int, trails: int, requests: int, **options) -> None:
-        scope = Scope.objects.create(slug=f"overview-{uuid.uuid4().hex[:8]}", matcher="lexical", keep_raw_queries=True)
+        scope = Scope.objects.create(scratch=True, slug=f"overview-{uuid.uuid4().hex[:8]}", matcher="lexical", keep_raw_queries=True)
         user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:8]}", is_staff=True)
         try:
             now = timezone.now()

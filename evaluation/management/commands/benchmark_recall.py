@@ -43,7 +43,7 @@ class Command(BaseCommand):
         self.analyze = analyze
         if vendor == "postgresql":
             self._analyze()  # the last statistics before the benchmark scope grows
-        scope = Scope.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
+        scope = Scope.objects.create(scratch=True, slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
         try:
             self._run(scope, sorted(sizes), recalls, records, seed, vendor)
         finally:

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         if reuse:
             scope, keep = Scope.objects.get(slug=reuse), True
         else:
-            scope = Scope.objects.create(slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+            scope = Scope.objects.create(scratch=True, slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
         try:
             figures = self._run(scope, workload, asked, sorted(sizes), analyze)
         finally:

@@ -25,7 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, entries: int, lookups: int, seed: int, **options) -> None:
         rng = random.Random(seed)
-        scope = Scope.objects.create(slug=f"toolbench-{uuid.uuid4().hex[:8]}")
+        scope = Scope.objects.create(scratch=True, slug=f"toolbench-{uuid.uuid4().hex[:8]}")
         try:
             tool_results.replace_policies(scope, [
                 {"tool": "read_file", "cacheable": True, "ttl_s": 3600, "ignore_args": ["intention"], "path_args": ["path"]},

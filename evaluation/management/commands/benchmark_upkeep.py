@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=5000)
 
     def handle(self, *args, events: int, trails: int, batch_size: int, **options) -> None:
-        scope = Scope.objects.create(slug=f"upkeep-{uuid.uuid4().hex[:8]}", matcher="lexical", event_retention_days=30)
+        scope = Scope.objects.create(scratch=True, slug=f"upkeep-{uuid.uuid4().hex[:8]}", matcher="lexical", event_retention_days=30)
         try:
             now = timezone.now()
             rng = random.Random(5)

@@ -1,0 +1,196 @@
+"""A scope's thresholds in use, and every path that moves them.
+
+- Configured: from the shipped calibration for the scope's false-hit bound and matcher
+  (`apply_matching_change`, run on every save of a Scope, whoever saves it).
+- Learned: from the scope's own labels (MatchLabel), up or down, within a floor, a
+  ceiling and a bounded step per reporter (`learn_thresholds`; the rule itself is
+  trails.core.calibration.learned_threshold).
+- Operator: reset the learned threshold (the evidence starts afresh) or pin the
+  configured one (learning off).
+
+Every move is a ThresholdChange row with its evidence; a demand past the ceiling, or
+one reporter held back, flags the scope for an operator (`Scope.threshold_flags`).
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models.signals import post_save, pre_save
+from django.dispatch import receiver
+from django.utils import timezone
+
+from scopes.models import Scope
+from trails import calibration
+from trails.core.calibration import Label, LearnedThreshold, learned_threshold
+from trails.models import MatchLabel, ThresholdChange, Trail, TrailStatus
+
+logger = logging.getLogger(__name__)
+
+# The newest labels a scope's threshold is learned from: bounded work per label.
+LABELS_READ = 5000
+MATCHERS = ("lexical", "embedding")
+
+
+def used_matchers(scope: Scope) -> list[str]:
+    return [m for m, used in (("lexical", scope.uses_lexical), ("embedding", scope.uses_embedding)) if used]
+
+
+def bound_for(scope: Scope) -> float:
+    """Each matcher's share of the scope's bound: a scope matching by both serves a hit
+    that either finds, so each gets half (as the configured thresholds do)."""
+    return scope.max_false_hit_rate / 2 if scope.matcher == "both" else scope.max_false_hit_rate
+
+
+def scope_labels(scope: Scope, matcher: str) -> list[Label]:
+    """The scope's labels for one matcher since its last reset, newest first."""
+    rows = MatchLabel.objects.filter(scope=scope, matcher=matcher)
+    if scope.labels_since is not None:
+        rows = rows.filter(created_at__gte=scope.labels_since)
+    return [
+        Label(similarity, false_hit, reporter)
+        for similarity, false_hit, reporter in rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter")[:LABELS_READ]
+    ]
+
+
+def decide(scope: Scope, matcher: str, labels: list[Label] | None = None) -> LearnedThreshold:
+    """What the scope's labels decide for one matcher now (nothing is written)."""
+    configured = getattr(scope, f"{matcher}_threshold")
+    return learned_threshold(
+        scope_labels(scope, matcher) if labels is None else labels, configured, calibration.grid_for(matcher),
+        bound_for(scope), calibration.limits_for(matcher, configured),
+    )
+
+
+def in_use(scope: Scope, matcher: str) -> float:
+    learned = getattr(scope, f"learned_{matcher}_threshold")
+    return learned if learned is not None else getattr(scope, f"{matcher}_threshold")
+
+
+def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, LearnedThreshold]:
+    """Recomputes the scope's learned thresholds from its labels and stores any move.
+
+    Runs under a lock on the scope's row, so labels arriving together are learned from
+    one after the other and the stored result is the one of all of them. A pinned
+    scope learns nothing.
+
+    Returns:
+        The decision per matcher the scope uses (empty when pinned).
+    """
+    with transaction.atomic():
+        locked = Scope.objects.select_for_update().get(pk=scope.pk)
+        if locked.threshold_pinned:
+            return {}
+        at = now or timezone.now()
+        decisions = {matcher: decide(locked, matcher) for matcher in used_matchers(locked)}
+        learned = {matcher: None for matcher in MATCHERS}
+        learned.update({matcher: decision.threshold for matcher, decision in decisions.items()})
+        flags = ",".join(f"{matcher}:{flag}" for matcher, decision in decisions.items() for flag in decision.flags)
+        changes = []
+        for matcher in MATCHERS:
+            before, after = getattr(locked, f"learned_{matcher}_threshold"), learned[matcher]
+            if before != after:
+                changes.append(ThresholdChange(
+                    scope=locked, matcher=matcher, kind=ThresholdChange.Kind.LEARNED,
+                    before=in_use(locked, matcher), after=after if after is not None else getattr(locked, f"{matcher}_threshold"),
+                    evidence=decisions[matcher].evidence() if matcher in decisions else {}, created_at=at,
+                ))
+        new_flags = set(flags.split(",")) - set(locked.threshold_flags.split(",")) - {""}
+        if new_flags:
+            for flag in sorted(new_flags):
+                matcher = flag.split(":", 1)[0]
+                changes.append(ThresholdChange(
+                    scope=locked, matcher=matcher, kind=ThresholdChange.Kind.FLAGGED,
+                    before=in_use(locked, matcher), after=learned[matcher] or getattr(locked, f"{matcher}_threshold"),
+                    evidence={**decisions[matcher].evidence(), "flag": flag.split(":", 1)[1]}, created_at=at,
+                ))
+            logger.warning("scope %s flagged for an operator: %s", locked.slug, ", ".join(sorted(new_flags)))
+        if changes or flags != locked.threshold_flags:
+            Scope.objects.filter(pk=locked.pk).update(
+                learned_lexical_threshold=learned["lexical"], learned_embedding_threshold=learned["embedding"],
+                threshold_flags=flags[:300],
+            )
+            ThresholdChange.objects.bulk_create(changes)
+    scope.learned_lexical_threshold, scope.learned_embedding_threshold = learned["lexical"], learned["embedding"]
+    scope.threshold_flags = flags[:300]
+    return decisions
+
+
+def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fields) -> None:
+    with transaction.atomic():
+        locked = Scope.objects.select_for_update().get(pk=scope.pk)
+        at = now or timezone.now()
+        ThresholdChange.objects.bulk_create([
+            ThresholdChange(scope=locked, matcher=matcher, kind=kind, before=in_use(locked, matcher),
+                            after=getattr(locked, f"{matcher}_threshold"), by=by[:150], created_at=at)
+            for matcher in used_matchers(locked)
+        ])
+        values = {"learned_lexical_threshold": None, "learned_embedding_threshold": None, "threshold_flags": "", **fields}
+        values = {name: (at if value is _NOW else value) for name, value in values.items()}
+        Scope.objects.filter(pk=locked.pk).update(**values)
+    for name, value in values.items():
+        setattr(scope, name, value)
+
+
+_NOW = object()
+
+
+def reset_learning(scope: Scope, by: str, now: datetime | None = None) -> None:
+    """Back to the configured thresholds; labels so far are set aside (the evidence starts afresh)."""
+    _operator_move(scope, ThresholdChange.Kind.RESET, by, now, labels_since=_NOW)
+
+
+def pin_thresholds(scope: Scope, by: str, pinned: bool = True, now: datetime | None = None) -> None:
+    """Pins the configured thresholds (learning off), or unpins them: learning resumes
+    from the labels given since the pin."""
+    if pinned:
+        _operator_move(scope, ThresholdChange.Kind.PINNED, by, now, threshold_pinned=True)
+    else:
+        _operator_move(scope, ThresholdChange.Kind.UNPINNED, by, now, threshold_pinned=False, labels_since=_NOW)
+
+
+# -- matching changes, on every path that saves a Scope -------------------------------------
+
+# Fields whose change alters how questions are signed or banded: the trails are re-signed.
+SIGNING_FIELDS = frozenset({"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows"})
+BOUND_FIELDS = frozenset({"max_false_hit_rate", "matcher"})
+THRESHOLD_FIELDS = frozenset({"embedding_threshold", "lexical_threshold"})
+MATCHING_FIELDS = SIGNING_FIELDS | BOUND_FIELDS
+
+
+@receiver(pre_save, sender=Scope, dispatch_uid="trails.thresholds.matching_change")
+def apply_matching_change(sender, instance: Scope, raw: bool = False, **kwargs) -> None:
+    """Before any save of a scope (admin, shell, a command, the evaluation): a changed bound
+    or matcher sets both thresholds from the calibration (unless a threshold was changed
+    in the same save), and a changed threshold or bound drops what was learned against
+    the old one. What changed is kept on the instance for `after_matching_change`."""
+    instance._matching_changed = frozenset()
+    if raw or instance.pk is None:
+        return
+    before = Scope.objects.filter(pk=instance.pk).values(*MATCHING_FIELDS).first()
+    if before is None:
+        return
+    changed = {name for name in MATCHING_FIELDS if before[name] != getattr(instance, name)}
+    if changed & BOUND_FIELDS and not changed & THRESHOLD_FIELDS:
+        for name, value in calibration.thresholds_for(instance.max_false_hit_rate, instance.matcher).items():
+            setattr(instance, name, value)
+        changed |= {name for name in THRESHOLD_FIELDS if before[name] != getattr(instance, name)}
+    if changed & (THRESHOLD_FIELDS | BOUND_FIELDS):
+        instance.learned_lexical_threshold = instance.learned_embedding_threshold = None
+        instance.threshold_flags = ""
+    instance._matching_changed = frozenset(changed)
+    instance._matching_before = before
+
+
+@receiver(post_save, sender=Scope, dispatch_uid="trails.thresholds.after_matching_change")
+def after_matching_change(sender, instance: Scope, created: bool, raw: bool = False, **kwargs) -> None:
+    """After the save: records the change (trails.reindex re-signs where signing changed)."""
+    changed = getattr(instance, "_matching_changed", frozenset())
+    if raw or created or not changed:
+        return
+    before = instance._matching_before
+    ThresholdChange.objects.create(
+        scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED,
+        evidence={name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)},
+    )
