@@ -66,7 +66,7 @@ def headline(report: dict) -> list[list[str]]:
         for matcher, point in results["matching"]["defaults"].items():
             threshold = point["embedding_threshold"] if matcher == "embedding" else point["lexical_threshold"]
             label = f"Matching, {matcher} default" + (f" @ {threshold}" if matcher != "both" else "")
-            held = point["odd"]
+            held = point["validation"]
             rows.append([label + ", validation split (not fitted)",
                          f"correct hits {_pct(held['correct_rate'])} [{_pct(held['correct_ci'][0])}, {_pct(held['correct_ci'][1])}], "
                          f"false hits {_pct(held['false_rate'])} [{_pct(held['false_ci'][0])}, {_pct(held['false_ci'][1])}] (95 % CI), "

@@ -57,11 +57,11 @@ class Scope(models.Model):
     band_rows = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Override of the rows per band derived from the threshold."
     )
-    # The threshold defaults keep a 2 % false-hit bound at 99 % confidence on the fit split
+    # The threshold defaults keep a 2 % false-hit bound at 95 % confidence on the fit split
     # of the Quora dev pairs (trails/calibration.json; README, "How matching works").
     matcher = models.CharField(max_length=16, choices=Matcher.choices, default=Matcher.EMBEDDING)
     embedding_threshold = models.FloatField(
-        default=0.95,
+        default=0.945,
         validators=[MinValueValidator(0.5), MaxValueValidator(0.999)],
         help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
     )
@@ -89,8 +89,8 @@ class Scope(models.Model):
     max_false_hit_rate = models.FloatField(
         default=0.02,
         validators=[MinValueValidator(0.001), MaxValueValidator(0.2)],
-        help_text="The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the "
-        "lowest whose 99 % upper confidence bound on the calibration pairs is within it.",
+        help_text="The false-hit rate the scope accepts. Changing it sets both thresholds to the "
+        "lowest whose 95 % upper confidence bound on the calibration pairs is within it.",
     )
     false_hit_reporters_to_pending = models.PositiveSmallIntegerField(
         default=2,

@@ -212,8 +212,14 @@ def test_racing_votes_never_revive_a_rejected_trail():
             t.join()
         trail = Trail.objects.get(public_id=trail_id)
         history = list(TrailSignal.objects.filter(trail=trail).order_by("id").values_list("signal", flat=True))
-        assert "down" in history and trail.status == "rejected"
-        assert "up" not in history[history.index("down"):], history
+        if history[0] == "down":
+            # Rejected first: final for votes, no up applies after it.
+            assert trail.status == "rejected" and "up" not in history, history
+        else:
+            # Approved first: this one key's down votes are its reports (counted once), not a rejection.
+            assert trail.status == "active" and "down" not in history, history
+            # (an up applied after some of them restarts the count: one reporter at most remains)
+            assert trail.false_hit_reporters <= 1
 
 
 def test_an_operator_reinstates_a_rejected_trail_explicitly_and_it_is_in_the_history(api, scope, sections):

@@ -60,6 +60,7 @@ NAME = "Bob Baker"  # purged by an erasure request
 EMAIL = "ann.archer@example.org"  # purged by the built-in rules too
 DIRTY_VALUES = (NAME, EMAIL)
 TOOL = "search"
+REFUSING_ANSWER = "The documents I found don't cover this."
 
 scopes_st = st.sampled_from(SLUGS)
 sections_st = st.sampled_from(SECTION_IDS)
@@ -78,6 +79,10 @@ class TrailModel:
     status: str  # pending, active, rejected, stale
     cited: dict[str, str]  # section id -> hash when recorded
     expired: bool = False
+    query: str = ""
+    partition: str = ""
+    # The keys ("a", "b") that reported it not helpful since its last approval: two send it back.
+    reporters: set = field(default_factory=set)
 
 
 @dataclass
@@ -92,6 +97,8 @@ class ScopeModel:
 class Totals:
     examples = 0
     steps = 0
+    servable_checked = 0  # misses checked against an approved trail of the very question
+    findable_checked = 0  # approved trails checked to be found by their own question
 
 
 class Promises(RuleBasedStateMachine):
@@ -104,7 +111,11 @@ class Promises(RuleBasedStateMachine):
         User.objects.all().delete()
         self.scopes: dict[str, ScopeModel] = {}
         self.apis: dict[str, ApiClient] = {}
+        # A second agent's key per scope: reports count per key, and two keys demote.
+        self.second_apis: dict[str, ApiClient] = {}
         self.trails: dict[str, TrailModel] = {}
+        # Recalls that served a trail: recall id -> [scope, incarnation, trail id, judged already].
+        self.served: dict[str, list] = {}
         self.admin = Client()
         self.admin.force_login(User.objects.create_superuser("root", password="x"))
 
@@ -118,15 +129,16 @@ class Promises(RuleBasedStateMachine):
     def _create_scope(self, slug: str, incarnation: int) -> None:
         scope = Scope.objects.create(slug=slug, matcher="lexical")
         self.apis[slug] = ApiClient(ApiKey.issue([scope])[1])
+        self.second_apis[slug] = ApiClient(ApiKey.issue([scope], name="second")[1])
         self.scopes[slug] = ScopeModel(incarnation=incarnation)
         # Every scope starts caching the tool, as the first one did: the cache paths are walked often.
         self.set_tool_policy(slug, True)
 
     # -- checks shared by the rules --------------------------------------------------
 
-    def _call(self, slug: str, method: str, path: str, body=None):
+    def _call(self, slug: str, method: str, path: str, body=None, second: bool = False):
         Totals.steps += 1
-        response = self.apis[slug].call(method, f"/scopes/{slug}{path}", body)
+        response = (self.second_apis if second else self.apis)[slug].call(method, f"/scopes/{slug}{path}", body)
         assert response.status_code < 500, response.content[:500]
         text = response.content.decode()
         for other in SLUGS:
@@ -180,8 +192,9 @@ class Promises(RuleBasedStateMachine):
         hashes=st.sampled_from(["none", "current", "old"]),
         dirty=st.sampled_from(["", "query", "partition", "args"]),
         dirty_value=st.sampled_from(DIRTY_VALUES),
+        refusing=st.booleans(),
     )
-    def record(self, slug, question, cited, signal, hashes, dirty, dirty_value) -> None:
+    def record(self, slug, question, cited, signal, hashes, dirty, dirty_value, refusing) -> None:
         body = {
             "query": f"{question} {dirty_value}" if dirty == "query" else question,
             "partition": f"ward {dirty_value}" if dirty == "partition" else "",
@@ -190,6 +203,8 @@ class Promises(RuleBasedStateMachine):
         }
         if signal:
             body["signal"] = "accepted"
+        if refusing:
+            body["answer"] = REFUSING_ANSWER  # admission rejects it; an operator may reinstate it
         current = {s: self._current_hash(slug, s) for s in cited}
         if hashes == "current":
             body["hashes"] = {s: h for s, h in current.items() if h}
@@ -203,32 +218,51 @@ class Promises(RuleBasedStateMachine):
         else:
             assert response.status_code == 201, response.content
             answer = response.json()
-            assert answer["status"] == ("active" if signal else "pending")
-            self.trails[answer["trail_id"]] = TrailModel(slug, self.scopes[slug].incarnation, answer["status"], current)
+            assert answer["status"] == ("rejected" if refusing else "active" if signal else "pending")
+            self.trails[answer["trail_id"]] = TrailModel(
+                slug, self.scopes[slug].incarnation, answer["status"], current, query=body["query"], partition=body["partition"]
+            )
 
     def _live_trails(self):
         # In recording order: trail ids are random, and a replayed example must pick the same trail.
         return list(self.trails)
 
     @precondition(lambda self: self.trails)
-    @rule(data=st.data(), vote=st.sampled_from(["up", "down"]))
-    def vote(self, data, vote) -> None:
+    @rule(data=st.data(), vote=st.sampled_from(["up", "down"]), second=st.booleans())
+    def vote(self, data, vote, second) -> None:
         trail_id = data.draw(st.sampled_from(self._live_trails()))
         trail = self.trails[trail_id]
-        response = self._call(trail.scope, "post", f"/trails/{trail_id}/feedback", {"vote": vote})
-        if vote == "down":
+        response = self._call(trail.scope, "post", f"/trails/{trail_id}/feedback", {"vote": vote}, second=second)
+        if vote == "down" and trail.status == "active":
+            # One agent's key never takes an approved trail out: its down vote is a report.
+            assert response.status_code == 200
+            self._reported(trail, "b" if second else "a")
+            assert response.json()["status"] == trail.status
+        elif vote == "down":
             assert response.status_code == 200 and response.json()["status"] == "rejected"
             trail.status = "rejected"
         elif trail.status in ("pending", "active"):
             assert response.status_code == 200 and response.json()["status"] == "active"
-            trail.status, trail.expired = "active", False
+            self._approved(trail)
+            self._check_findable(trail_id)
         else:
             assert response.status_code == 409
 
-    @precondition(lambda self: self.trails and connection.vendor == "postgresql")
+    def _approved(self, trail: TrailModel) -> None:
+        trail.status, trail.expired = "active", False
+        trail.reporters.clear()
+
+    def _reported(self, trail: TrailModel, reporter: str) -> None:
+        trail.reporters.add(reporter)
+        if trail.status == "active" and len(trail.reporters) >= 2:
+            trail.status, trail.expired = "pending", False
+
+    @precondition(lambda self: connection.vendor == "postgresql" and any(m.status in ("pending", "rejected") for m in self.trails.values()))
     @rule(data=st.data(), ups=st.integers(0, 3), downs=st.integers(1, 3))
     def racing_votes(self, data, ups, downs) -> None:
-        trail_id = data.draw(st.sampled_from(self._live_trails()))
+        """Votes racing on a trail not yet approved: the first applied decides (an approval,
+        after which the downs are one key's reports; or a rejection, final for votes)."""
+        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status in ("pending", "rejected")]))
         trail = self.trails[trail_id]
         key = self.apis[trail.scope].headers["Authorization"].split()[1]
         barrier = threading.Barrier(ups + downs)
@@ -251,17 +285,49 @@ class Promises(RuleBasedStateMachine):
         Totals.steps += 1
         assert set(codes) <= {200, 409} and len(codes) == ups + downs, codes
         row = Trail.objects.get(public_id=trail_id)
-        # The signals this race wrote, in the order they were applied.
+        # The signals this race wrote, in the order they were applied (an agent's down vote
+        # on an active trail is a report, and writes none).
         history = list(TrailSignal.objects.filter(trail=row).order_by("id").values_list("signal", flat=True))[before:]
-        assert row.status == "rejected" and "up" not in history[history.index("down"):], history
-        trail.status = "rejected"
+        if trail.status in ("pending", "active") and history and history[0] == "up":
+            # Approved first: the downs that followed were this one key's reports.
+            assert row.status == "active" and "down" not in history, history
+            self._approved(trail)
+            trail.reporters.add("a")
+        else:
+            assert row.status == "rejected" and "up" not in history[history.index("down"):], history
+            trail.status = "rejected"
 
     @precondition(lambda self: any(t.status == "rejected" for t in self.trails.values()))
-    @rule(data=st.data())
-    def operator_reinstates(self, data) -> None:
+    @rule(data=st.data(), approve=st.booleans())
+    def operator_reinstates(self, data, approve) -> None:
+        """Undoes a rejection (at record time or later), and perhaps approves at once."""
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "rejected"]))
-        Trail.objects.get(public_id=trail_id).reinstate(by="root")
+        trail = Trail.objects.get(public_id=trail_id)
+        trail.reinstate(by="root")
+        self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
+        if approve:
+            trail.act("up", by="root")
+            self._approved(self.trails[trail_id])
+            self._check_findable(trail_id)
+
+    def _check_findable(self, trail_id: str) -> None:
+        """An approved trail is found by its own question: recall reads it as a candidate.
+        (Served is another matter: a newer trail of the same question may win.)"""
+        model = self.trails[trail_id]
+        alike = [m for m in self.trails.values() if (m.scope, m.query, m.partition) == (model.scope, model.query, model.partition)]
+        answer = self._call(model.scope, "post", "/recall", {"query": model.query, "partition": model.partition,
+                                                              "dry_run": True, "explain": True}).json()
+        if len(alike) <= 10:  # an explanation lists the ten nearest candidates
+            Totals.findable_checked += 1
+            assert trail_id in {c["trail_id"] for c in answer["explanation"]["candidates"]}, ("approved but not found", model)
+
+    @precondition(lambda self: any(t.status == "active" for t in self.trails.values()))
+    @rule(data=st.data())
+    def operator_sends_back_to_pending(self, data) -> None:
+        Totals.steps += 1
+        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "active"]))
+        Trail.objects.get(public_id=trail_id).act("demote", by="root", reason="checking it")
         self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
 
     @rule(slug=scopes_st, question=st.sampled_from(QUESTIONS), dirty_value=st.sampled_from(("",) + DIRTY_VALUES), dry_run=st.booleans())
@@ -275,8 +341,76 @@ class Promises(RuleBasedStateMachine):
             answer = response.json()
             if answer["outcome"] != "miss":
                 self._check_served(slug, answer, stale_before)
+                if not dry_run:
+                    self.served[answer["recall_id"]] = [slug, self.scopes[slug].incarnation, answer["trail_id"], False]
+            else:
+                self._check_nothing_servable(slug, query, partition)
             if not dry_run:
                 self._learn_stale_marks(slug)
+
+    def _check_nothing_servable(self, slug: str, query: str, partition: str) -> None:
+        """A miss is right only if no approved, unexpired trail of this very question holds:
+        an approved trail that is never served breaks the promise as surely as a stale one served."""
+        same = [m for m in self.trails.values() if m.scope == slug and m.query == query and m.partition == partition
+                and m.status == "active" and not m.expired]
+        # Recall validates at most three candidates of equal similarity; past that it may stop short.
+        if 0 < len(same) <= 3:
+            Totals.servable_checked += 1
+            assert all(self._all_changed(m) for m in same), ("an approved trail of this question was not served", query, same)
+
+    @precondition(lambda self: self.served)
+    @rule(data=st.data(), helpful=st.booleans(), second=st.booleans(), reason=st.sampled_from(("",) + DIRTY_VALUES))
+    def feedback_on_a_recall(self, data, helpful, second, reason) -> None:
+        self._feedback(data.draw(st.sampled_from(list(self.served))), helpful, second, reason)
+
+    @precondition(lambda self: any(t.status == "active" for t in self.trails.values()))
+    @rule(data=st.data(), times=st.integers(1, 3), second=st.booleans(), reason=st.sampled_from(("",) + DIRTY_VALUES))
+    def agents_report_a_trail_again_and_again(self, data, times, second, reason) -> None:
+        """Recalls an active trail's own question and reports each answer as not helpful."""
+        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "active"]))
+        trail = self.trails[trail_id]
+        for _ in range(times):
+            stale_before = {t for t, m in self.trails.items() if m.status == "stale"}
+            answer = self._call(trail.scope, "post", "/recall", {"query": trail.query, "partition": trail.partition}).json()
+            if answer["outcome"] != "miss":
+                self._check_served(trail.scope, answer, stale_before)
+                self.served[answer["recall_id"]] = [trail.scope, self.scopes[trail.scope].incarnation, answer["trail_id"], False]
+                self._feedback(answer["recall_id"], False, second, reason)
+            self._learn_stale_marks(trail.scope)
+
+    def _feedback(self, recall_id: str, helpful: bool, second: bool, reason: str) -> None:
+        slug, incarnation, trail_id, judged = self.served[recall_id]
+        response = self._call(slug, "post", f"/recalls/{recall_id}/feedback", {"helpful": helpful, "reason": reason}, second=second)
+        if incarnation != self.scopes[slug].incarnation:
+            assert response.status_code == 404
+            return
+        if judged:
+            assert response.status_code == 409
+            return
+        assert response.status_code == 200, response.content
+        self.served[recall_id][3] = True
+        trail = self.trails.get(trail_id)
+        if helpful or trail is None:
+            return
+        self._reported(trail, "b" if second else "a")
+        assert response.json()["trail_status"] == trail.status
+
+    @rule(slug=scopes_st, threshold=st.sampled_from([0.5, 0.6, 0.8]), through_admin=st.booleans())
+    def change_matching(self, slug, threshold, through_admin) -> None:
+        """An operator changes how questions are matched, in admin or from a shell: the
+        trails are re-signed, so approved ones are still found (checked by recall)."""
+        Totals.steps += 1
+        scope = Scope.objects.get(slug=slug)
+        if through_admin:
+            form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
+                                                   "pending_ttl_days", "event_retention_days", "max_false_hit_rate",
+                                                   "false_hit_reporters_to_pending")}
+            form.update({"lexical_threshold": threshold, "synonyms": "", "band_count": "", "band_rows": ""})
+            assert self.admin.post(f"/admin/scopes/scope/{scope.pk}/change/", form).status_code == 302
+        else:
+            scope.lexical_threshold = threshold
+            scope.save()
+        assert Scope.objects.get(slug=slug).lexical_threshold == threshold
 
     def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
         trail = self.trails.get(answer["trail_id"])
@@ -439,7 +573,7 @@ def examples() -> int:
 
 
 def test_every_promise_holds_on_every_path(capsys):
-    Totals.examples = Totals.steps = 0
+    Totals.examples = Totals.steps = Totals.servable_checked = Totals.findable_checked = 0
     run_state_machine_as_test(
         Promises,
         settings=settings(
@@ -451,4 +585,6 @@ def test_every_promise_holds_on_every_path(capsys):
         ),
     )
     with capsys.disabled():
-        print(f"\nstateful promises: {Totals.examples} examples, {Totals.steps} steps on {connection.vendor}")
+        print(f"\nstateful promises: {Totals.examples} examples, {Totals.steps} steps on {connection.vendor}, "
+              f"{Totals.servable_checked} misses checked against an approved trail of the same question, "
+              f"{Totals.findable_checked} approved trails checked findable")

@@ -70,13 +70,18 @@ def learn_from_research(
         return None
     hit = event.outcome != RecallOutcome.MISS and event.trail_id is not None
     judged_trail, similarity = (event.trail_id, event.similarity) if hit else (event.nearest_trail_id, event.nearest_similarity)
-    if judged_trail is None or similarity is None:
+    if hit and similarity is None:
         return None
-    served = set(Citation.objects.filter(trail_id=judged_trail).values_list("section_id", flat=True))
-    false_hit = not served & set(cited)
+    if judged_trail is None:
+        # A miss with nothing within reach: no threshold the scope may learn would have served
+        # anything, which is evidence too (a question asked that no lowering puts at risk).
+        source, false_hit, similarity = MatchLabel.Source.MISS, False, 0.0
+    else:
+        served = set(Citation.objects.filter(trail_id=judged_trail).values_list("section_id", flat=True))
+        source = MatchLabel.Source.RESEARCH if hit else MatchLabel.Source.NEAR_MISS
+        false_hit = not served & set(cited)
     with transaction.atomic():
-        made = _label(scope, event, event.matcher or "embedding", similarity, false_hit,
-                      MatchLabel.Source.RESEARCH if hit else MatchLabel.Source.NEAR_MISS, reporter, judged_trail, now)
+        made = _label(scope, event, event.matcher or scope_matcher(scope), similarity, false_hit, source, reporter, judged_trail, now)
         if made is not None and hit and false_hit:
             RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
                 helpful=False, feedback_reason=RESEARCHED, feedback_at=now
@@ -84,6 +89,11 @@ def learn_from_research(
     if made is not None:
         learn_thresholds(scope, now)
     return made
+
+
+def scope_matcher(scope: Scope) -> str:
+    """The matcher a miss's label counts for: the one a lower threshold would serve by."""
+    return "embedding" if scope.uses_embedding else "lexical"
 
 
 def _label(scope: Scope, event: RecallEvent | None, matcher: str, similarity: float, false_hit: bool, source: str,

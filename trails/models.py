@@ -192,7 +192,10 @@ class Trail(models.Model):
         if not ids:
             return 0
         RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
-        for model in (BandKey, Citation, Step, TrailSignal):
+        RecallEvent.objects.filter(nearest_trail_id__in=ids).update(nearest_trail=None)
+        # Labels stay: they are the scope's evidence about its threshold, not the trail's.
+        MatchLabel.objects.filter(trail_id__in=ids).update(trail=None)
+        for model in (BandKey, Citation, Step, TrailSignal, TrailReport):
             delete_rows(model.objects.filter(trail_id__in=ids))
         return delete_rows(cls.objects.filter(id__in=ids))
 
@@ -352,11 +355,14 @@ def drop_scope(scope: Scope) -> None:
             cursor.execute("SET statement_timeout = 0")
     try:
         for queryset in (
+            MatchLabel.objects.filter(scope=scope),
+            ThresholdChange.objects.filter(scope=scope),
             RecallEvent.objects.filter(scope=scope),
             BandKey.objects.filter(scope=scope),
             Citation.objects.filter(scope=scope),
             Step.objects.filter(trail__in=trails),
             TrailSignal.objects.filter(trail__in=trails),
+            TrailReport.objects.filter(trail__in=trails),
             trails,
             Section.objects.filter(scope=scope),
         ):
@@ -590,6 +596,8 @@ class RecallEvent(models.Model):
             # statistics sorted every event of the scope (303 ms p90 at 1M events).
             models.Index(fields=["scope", "outcome", "created_at"], name="recallevent_scope_outcome_time"),
             models.Index(fields=["scope", "research_key"], name="recallevent_research", condition=~Q(research_key="")),
+            # Deleting a trail unlinks the misses it was nearest to; most events have none.
+            models.Index(fields=["nearest_trail"], name="recallevent_nearest", condition=Q(nearest_trail__isnull=False)),
             # The scope's labelled recalls, which its learned threshold is computed from.
             models.Index(fields=["scope", "feedback_at"], name="recallevent_labelled", condition=Q(feedback_at__isnull=False)),
         ]
@@ -675,6 +683,7 @@ class MatchLabel(models.Model):
         FEEDBACK = "feedback", "Agent's feedback"
         RESEARCH = "research", "Re-search after a hit"
         NEAR_MISS = "near_miss", "Path recorded after a near miss"
+        MISS = "miss", "Path recorded after a miss with nothing near"
         REJECTION = "rejection", "Served trail rejected"
 
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -683,8 +692,8 @@ class MatchLabel(models.Model):
     false_hit = models.BooleanField()
     source = models.CharField(max_length=16, choices=Source.choices)
     reporter = models.CharField(max_length=100, blank=True)
-    recall_event = models.ForeignKey("RecallEvent", on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False)
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False)
+    recall_event = models.ForeignKey("RecallEvent", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
+    trail = models.ForeignKey(Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

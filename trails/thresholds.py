@@ -24,7 +24,9 @@ from django.utils import timezone
 from scopes.models import Scope
 from trails import calibration
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
-from trails.models import MatchLabel, ThresholdChange, Trail, TrailStatus
+from django.db.models import Max, Sum
+
+from trails.models import MatchLabel, RecallEvent, RecallStat, ThresholdChange
 
 logger = logging.getLogger(__name__)
 
@@ -43,22 +45,35 @@ def bound_for(scope: Scope) -> float:
     return scope.max_false_hit_rate / 2 if scope.matcher == "both" else scope.max_false_hit_rate
 
 
-def scope_labels(scope: Scope, matcher: str) -> list[Label]:
-    """The scope's labels for one matcher since its last reset, newest first."""
+def scope_labels(scope: Scope, matcher: str) -> tuple[list[Label], datetime | None]:
+    """The scope's labels for one matcher since its last reset, newest first, and when the
+    oldest of them was given (None without labels)."""
     rows = MatchLabel.objects.filter(scope=scope, matcher=matcher)
     if scope.labels_since is not None:
         rows = rows.filter(created_at__gte=scope.labels_since)
-    return [
-        Label(similarity, false_hit, reporter)
-        for similarity, false_hit, reporter in rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter")[:LABELS_READ]
-    ]
+    read = list(rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter", "created_at")[:LABELS_READ])
+    return [Label(similarity, false_hit, reporter) for similarity, false_hit, reporter, _ in read], (read[-1][3] if read else None)
 
 
-def decide(scope: Scope, matcher: str, labels: list[Label] | None = None) -> LearnedThreshold:
+def questions_asked(scope: Scope, since: datetime | None) -> int:
+    """Recalls of the scope since a moment: the hourly roll-up for the hours it holds, the
+    raw events after them (so a busy scope's count is never a scan of its events)."""
+    if since is None:
+        return 0
+    start = since.replace(minute=0, second=0, microsecond=0)
+    last_hour = RecallStat.objects.filter(scope=scope, hour__gte=start).aggregate(last=Max("hour"))["last"]
+    if last_hour is None:
+        return RecallEvent.objects.filter(scope=scope, created_at__gte=since).count()
+    rolled = RecallStat.objects.filter(scope=scope, hour__gte=start, hour__lt=last_hour).aggregate(n=Sum("count"))["n"] or 0
+    return rolled + RecallEvent.objects.filter(scope=scope, created_at__gte=last_hour).count()
+
+
+def decide(scope: Scope, matcher: str) -> LearnedThreshold:
     """What the scope's labels decide for one matcher now (nothing is written)."""
     configured = getattr(scope, f"{matcher}_threshold")
+    labels, oldest = scope_labels(scope, matcher)
     return learned_threshold(
-        scope_labels(scope, matcher) if labels is None else labels, configured, calibration.grid_for(matcher),
+        labels, questions_asked(scope, oldest), configured, calibration.grid_for(matcher),
         bound_for(scope), calibration.limits_for(matcher, configured),
     )
 
@@ -66,6 +81,18 @@ def decide(scope: Scope, matcher: str, labels: list[Label] | None = None) -> Lea
 def in_use(scope: Scope, matcher: str) -> float:
     learned = getattr(scope, f"learned_{matcher}_threshold")
     return learned if learned is not None else getattr(scope, f"{matcher}_threshold")
+
+
+def describe_flag(flag: str) -> str:
+    """An operator's reading of one of Scope.threshold_flags ("embedding:ceiling", "embedding:reporter:key:…")."""
+    matcher, _, reason = flag.partition(":")
+    if reason == "ceiling":
+        return (f"The {matcher} labels demand a threshold past its ceiling (where fewer than half the paraphrases would "
+                "still match): it is held at the ceiling or below. Look at the reports, then reset or pin.")
+    if reason.startswith("reporter:"):
+        return (f"One reporter ({reason.removeprefix('reporter:')}) would move the {matcher} threshold further than one "
+                "reporter may on its own: it is held within a step of what the others' labels say.")
+    return flag
 
 
 def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, LearnedThreshold]:

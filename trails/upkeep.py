@@ -8,7 +8,7 @@ from django.db.models import Count, Exists, F, OuterRef, Sum
 from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
-from trails.models import SIMILARITY_BINS, Citation, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
+from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -39,7 +39,10 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
             )
             if not ids:
                 break
-            deleted["events"] += delete_rows(RecallEvent.objects.filter(id__in=ids))
+            with transaction.atomic():
+                # A label outlives its recall (it holds no text): the scope's evidence keeps its size.
+                MatchLabel.objects.filter(recall_event_id__in=ids).update(recall_event=None)
+                deleted["events"] += delete_rows(RecallEvent.objects.filter(id__in=ids))
     # Old section texts are kept only to show operators what a cited section said.
     cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
     deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()

@@ -6,6 +6,7 @@ app_name = "ops"
 urlpatterns = [
     path("", views.index, name="index"),
     path("<slug:scope>/", views.overview, name="overview"),
+    path("<slug:scope>/thresholds/", views.threshold_action, name="thresholds"),
     path("<slug:scope>/trails/", views.trail_list, name="trails"),
     path("<slug:scope>/trails/vote/", views.trail_bulk_vote, name="bulk-vote"),
     path("<slug:scope>/trails/<uuid:trail_id>/", views.trail_detail, name="trail"),

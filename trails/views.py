@@ -26,15 +26,15 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from scopes.models import Scope, Section, SectionRevision
-from trails import charts, tool_results
+from trails import calibration, charts, thresholds, tool_results
 from trails.matching import matching_settings
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from ragtrail_site.errors import RequestRefused
 from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
 from trails.models import (
-    SIMILARITY_BINS, TRAIL_ACTIONS, ActionRefused, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat, Trail,
-    TrailSignal, TrailStatus,
+    SIMILARITY_BINS, TRAIL_ACTIONS, ActionRefused, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat,
+    ThresholdChange, Trail, TrailSignal, TrailStatus,
 )
 from trails.purge import findings as purge_findings
 from trails.purge import scope_rules, trails_to_check
@@ -216,7 +216,40 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         "last_hour": RecallStat.last_hour(found),
         "figures": figures,
         "tab": "overview",
+        **threshold_context(found),
     })
+
+
+def threshold_context(scope: Scope) -> dict:
+    """The thresholds configured and in use, why the scope waits for an operator (if it
+    does), and the latest moves with their evidence."""
+    return {
+        "thresholds_in_use": [
+            {"matcher": matcher, "configured": getattr(scope, f"{matcher}_threshold"), "in_use": thresholds.in_use(scope, matcher),
+             "ceiling": calibration.limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling}
+            for matcher in thresholds.used_matchers(scope)
+        ],
+        "threshold_flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
+        "threshold_changes": list(ThresholdChange.objects.filter(scope=scope)[:5]),
+    }
+
+
+@staff_required
+@require_POST
+def threshold_action(request: HttpRequest, scope: str) -> HttpResponse:
+    """Reset the learned threshold, or pin / unpin the configured one: recorded with who."""
+    found = scope_or_404(scope)
+    action, by = request.POST.get("action"), request.user.get_username()
+    if action == "reset":
+        thresholds.reset_learning(found, by=by)
+        messages.info(request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside.")
+    elif action in ("pin", "unpin"):
+        thresholds.pin_thresholds(found, by=by, pinned=action == "pin")
+        messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
+                      else "Learning on again, from labels given from now on.")
+    else:
+        return HttpResponse("action must be reset, pin or unpin", status=400)
+    return redirect(reverse("ops:overview", args=[scope]) + "#thresholds")
 
 
 def _filtered_trails(scope: Scope, form: TrailFilterForm):

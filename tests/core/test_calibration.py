@@ -51,6 +51,7 @@ def test_no_passing_threshold_says_so():
 
 GRID = [round(0.90 + 0.0025 * i, 4) for i in range(37)]
 LIMITS = LearningLimits(floor=0.92, ceiling=0.975, reporter_shift=0.01)
+ASKED = 3000  # questions asked in the labels' window
 
 
 def labels(similarity: float, count: int, false_hit: bool = False, reporters: int = 5) -> list[Label]:
@@ -59,13 +60,14 @@ def labels(similarity: float, count: int, false_hit: bool = False, reporters: in
 
 
 def test_few_labels_do_not_move_a_calibrated_threshold():
-    assert learned_threshold(labels(0.95, 3, True), 0.95, GRID, 0.02, LIMITS).threshold is None
-    assert learned_threshold(labels(0.93, 15), 0.95, GRID, 0.02, LIMITS).threshold is None
+    assert learned_threshold(labels(0.95, 3, True), 100, 0.95, GRID, 0.02, LIMITS).threshold is None
+    assert learned_threshold(labels(0.93, 15), 100, 0.95, GRID, 0.02, LIMITS).threshold is None
 
 
 def test_labels_that_show_a_broken_bound_raise_the_threshold_to_where_it_holds():
+    # 8 false hits among 100 questions asked: the bound is broken even if no other hit was false.
     found = labels(0.955, 8, True) + labels(0.955, 20) + labels(0.965, 30)
-    decided = learned_threshold(found, 0.95, GRID, 0.02, LIMITS)
+    decided = learned_threshold(found, 100, 0.95, GRID, 0.02, LIMITS)
     assert decided.threshold == 0.9575 and decided.flags == ()
     assert decided.at_threshold == (0, 30)
 
@@ -73,33 +75,39 @@ def test_labels_that_show_a_broken_bound_raise_the_threshold_to_where_it_holds()
 def test_labels_that_show_the_bound_holds_lower_lower_it_with_evidence_in_the_new_band():
     # 400 right hits above the threshold, and near misses all right down to 0.925.
     easy = labels(0.97, 400) + [Label(0.925 + 0.0025 * (i % 10), False, f"key:{i % 7}") for i in range(200)]
-    decided = learned_threshold(easy, 0.95, GRID, 0.02, LIMITS)
+    decided = learned_threshold(easy, ASKED, 0.95, GRID, 0.02, LIMITS)
     assert decided.threshold == 0.925
     # Hits alone say nothing about similarities never served: no lowering without labels there.
-    assert learned_threshold(labels(0.97, 2000), 0.95, GRID, 0.02, LIMITS).threshold is None
+    assert learned_threshold(labels(0.97, 2000), ASKED, 0.95, GRID, 0.02, LIMITS).threshold is None
     # False near misses stop the descent where the bound would break (99 % upper bound).
     mixed = easy + labels(0.93, 12, True)
-    assert learned_threshold(mixed, 0.95, GRID, 0.02, LIMITS).threshold > 0.93
+    assert learned_threshold(mixed, ASKED, 0.95, GRID, 0.02, LIMITS).threshold > 0.93
     # Never under the floor, however easy.
     far = labels(0.97, 400) + [Label(0.90 + 0.0025 * (i % 20), False, f"key:{i % 7}") for i in range(800)]
-    assert learned_threshold(far, 0.95, GRID, 0.02, LIMITS).threshold == LIMITS.floor
+    assert learned_threshold(far, ASKED, 0.95, GRID, 0.02, LIMITS).threshold == LIMITS.floor
 
 
 def test_one_reporter_moves_the_threshold_one_bounded_step_and_past_the_ceiling_never():
     honest = labels(0.96, 100) + labels(0.99, 100)
     flood = [Label(s, True, "key:flood") for s in (0.955, 0.97, 0.99, 1.0) for _ in range(100)]
-    decided = learned_threshold(honest + flood, 0.95, GRID, 0.02, LIMITS)
+    decided = learned_threshold(honest + flood, ASKED, 0.95, GRID, 0.02, LIMITS)
     assert decided.demanded == 1.0
     assert decided.threshold == pytest.approx(0.95 + LIMITS.reporter_shift)
     assert set(decided.flags) == {"reporter:key:flood", "ceiling"}
     # Its flood alone, with no other reporter: the same bounded step.
-    assert learned_threshold(flood, 0.95, GRID, 0.02, LIMITS).threshold == pytest.approx(0.96)
+    assert learned_threshold(flood, ASKED, 0.95, GRID, 0.02, LIMITS).threshold == pytest.approx(0.96)
     # Two reporters that agree move it as far as the evidence says, up to the ceiling and no further.
     agreeing = [Label(s, True, f"key:{i % 2}") for i, s in enumerate([0.955, 0.97, 0.99, 1.0] * 100)]
-    decided = learned_threshold(agreeing, 0.95, GRID, 0.02, LIMITS)
+    decided = learned_threshold(agreeing, ASKED, 0.95, GRID, 0.02, LIMITS)
     assert decided.threshold == LIMITS.ceiling and "ceiling" in decided.flags
+
+
+def test_false_labels_among_many_questions_asked_raise_nothing():
+    # 8 false hits among 3,000 questions asked is 0.27 %, well within a 2 % bound.
+    found = labels(0.955, 8, True) + labels(0.955, 20) + labels(0.965, 30)
+    assert learned_threshold(found, ASKED, 0.95, GRID, 0.02, LIMITS).threshold is None
 
 
 def test_operators_labels_are_trusted_whole():
     rejected = [Label(0.955, True, "operator:ann") for _ in range(30)] + labels(0.955, 10)
-    assert learned_threshold(rejected, 0.95, GRID, 0.02, LIMITS).threshold == 0.9575
+    assert learned_threshold(rejected, 300, 0.95, GRID, 0.02, LIMITS).threshold == 0.9575

@@ -475,3 +475,30 @@ def test_the_trails_table_counts_at_most_its_cap(staff, trails, monkeypatch):
     page = staff.get("/ops/hospital/trails/").content.decode()
     assert "1–3 of more than 2" in page and "Page 1 of" not in page
     assert "1–1 of 1" in staff.get("/ops/hospital/trails/?status=active").content.decode()
+
+
+def test_the_overview_says_when_the_threshold_waits_for_an_operator_and_a_reset_brings_the_configured_one_back(staff, scope):
+    from trails.models import ThresholdChange
+
+    scope.learned_lexical_threshold, scope.threshold_flags = 0.55, "lexical:ceiling,lexical:reporter:key:abc"
+    scope.save()
+    ThresholdChange.objects.create(scope=scope, matcher="lexical", kind="learned", before=0.5, after=0.55,
+                                   evidence={"labels": 60, "false_hits": 60, "reporters": 1, "asked": 80})
+    page = staff.get("/ops/hospital/").content.decode()
+    assert "Needs an operator." in page and "past its ceiling" in page and "key:abc" in page
+    assert 'id="threshold-in-use-lexical">0.55' in page and "60 false of 60 labels from 1 reporter, 80 questions asked" in page
+    response = staff.post("/ops/hospital/thresholds/", {"action": "reset"}, follow=True)
+    page = response.content.decode()
+    assert response.status_code == 200 and "Needs an operator." not in page and 'id="threshold-in-use-lexical">0.5<' in page
+    reset = ThresholdChange.objects.filter(scope=scope).first()
+    assert (reset.kind, reset.by, reset.before, reset.after) == ("reset", "olga", 0.55, 0.5)
+    staff.post("/ops/hospital/thresholds/", {"action": "pin"})
+    scope.refresh_from_db()
+    assert scope.threshold_pinned and "Unpin" in staff.get("/ops/hospital/").content.decode()
+    assert staff.post("/ops/hospital/thresholds/", {"action": "lower it"}).status_code == 400
+
+
+def test_threshold_actions_need_staff_and_post(client, scope):
+    assert client.post("/ops/hospital/thresholds/", {"action": "reset"}).status_code == 302  # to log in
+    scope.refresh_from_db()
+    assert scope.labels_since is None

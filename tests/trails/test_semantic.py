@@ -148,10 +148,10 @@ def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic)
     assert api.record("help", query="How do I convert a string to a number?", cited=["s1"]).status_code == 201
     body = api.recall("help", query="How do I convert a number to a string?", dry_run=True, explain=True).json()
     why = body["explanation"]
-    assert body["outcome"] == "miss" and why["matcher"] == "embedding" and why["embedding_threshold"] == 0.95
+    assert body["outcome"] == "miss" and why["matcher"] == "embedding" and why["embedding_threshold"] == semantic[0].embedding_threshold
     nearest = why["candidates"][0]
     # Nearly the same words, so a cosine over the threshold: the guard's order rule refuses it.
-    assert nearest["embedding"] >= 0.95 and nearest["lexical"] is None
+    assert nearest["embedding"] >= semantic[0].embedding_threshold and nearest["lexical"] is None
     assert nearest["verdict"] == "refused by the guard: terms in another order"
 
 

@@ -206,11 +206,12 @@ class LearnedThreshold:
     reporters: int
     at_threshold: tuple[int, int]  # (false hits, labels) at or above the threshold in use
     bound: float
+    asked: int = 0  # questions asked in the labels' window
 
     def evidence(self) -> dict:
         false_hits, judged = self.at_threshold
         return {
-            "labels": self.labels, "false_hits": self.false_hits, "reporters": self.reporters,
+            "labels": self.labels, "false_hits": self.false_hits, "reporters": self.reporters, "asked": self.asked,
             "at_threshold": {"false_hits": false_hits, "labels": judged}, "demanded": self.demanded,
             "bound": self.bound, "flags": list(self.flags),
         }
@@ -231,34 +232,41 @@ class _Counts:
 
 
 def demanded_threshold(
-    labels: Sequence[Label], calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
 ) -> float:
     """The threshold a set of labels demands: higher where they show with confidence that
     the bound is broken at the calibrated one, lower where they show with confidence that
     it holds lower, else the calibrated one.
 
-    The false-hit share among labelled hits at or above a threshold is never below the
-    false-hit rate per question there (hits are a subset of questions), so bounding the
-    share bounds the rate. Lowering tests thresholds one after the other downwards from
-    the calibrated one and stops at the first that fails (fixed-sequence testing: the
-    chosen threshold holds at the stated confidence without a correction for the grid).
+    The bound is on false hits per question asked. Raising counts the labelled false hits
+    against every question asked in the labels' window (`asked`): unlabelled hits can only
+    add false ones, so this never overstates the rate, and the threshold rises only where
+    even this count shows the bound broken (lower confidence bound above it). Lowering
+    counts the false hits a lower threshold would have served among the labelled
+    questions (hits judged, and misses whose path was recorded: a near miss by its nearest
+    candidate, a far one as no risk at all), and needs their upper confidence bound within
+    the bound: it assumes the questions agents label are like those they do not. It tests
+    thresholds one after the other downwards from the calibrated one and stops at the
+    first that fails (fixed-sequence testing: the chosen threshold holds at the stated
+    confidence without a correction for the grid).
     """
     if len(labels) < limits.min_labels:
         return calibrated
     counts = _Counts(labels)
-    false_hits, judged = counts.at(calibrated)
-    if judged and lower_bound(false_hits, judged, limits.raise_confidence) > bound:
+    asked = max(asked, len(labels))
+    false_hits, _ = counts.at(calibrated)
+    if lower_bound(false_hits, asked, limits.raise_confidence) > bound:
         # 1.0 is the last resort: where even the grid's top shows the bound broken, only
         # identical questions match (a misleading trail among those is its reports' business).
         for threshold in sorted(t for t in set(grid) | {1.0} if t > calibrated):
-            false_hits, judged = counts.at(threshold)
-            if lower_bound(false_hits, judged, limits.raise_confidence) <= bound:
+            false_hits, _ = counts.at(threshold)
+            if lower_bound(false_hits, asked, limits.raise_confidence) <= bound:
                 return threshold
         return 1.0
     chosen, above = calibrated, counts.at(calibrated)[1]
     for threshold in sorted((t for t in grid if limits.floor <= t < calibrated), reverse=True):
         false_hits, judged = counts.at(threshold)
-        if upper_bound(false_hits, judged, limits.lower_confidence) > bound:
+        if upper_bound(false_hits, len(labels), limits.lower_confidence) > bound:
             break
         # Only down to where labels are: a step no label reached says nothing of its similarities.
         if judged > above and judged - counts.at(calibrated)[1] >= limits.min_band_labels:
@@ -268,7 +276,7 @@ def demanded_threshold(
 
 
 def learned_threshold(
-    labels: Sequence[Label], calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
 ) -> LearnedThreshold:
     """A scope's threshold from its own labels, within the limits of trust.
 
@@ -278,10 +286,11 @@ def learned_threshold(
     Each limit that held the threshold back is named in `flags`: the scope then waits
     for an operator.
     """
-    demanded = demanded_threshold(labels, calibrated, grid, bound, limits)
+    demanded = demanded_threshold(labels, asked, calibrated, grid, bound, limits)
     low, high, low_by, high_by = limits.floor, limits.ceiling, "", ""
     for reporter in sorted({label.reporter for label in labels if not label.trusted}):
-        without = demanded_threshold([l for l in labels if l.reporter != reporter], calibrated, grid, bound, limits)
+        # The questions asked stay: a reporter's own recalls still count as asked.
+        without = demanded_threshold([l for l in labels if l.reporter != reporter], asked, calibrated, grid, bound, limits)
         if without - limits.reporter_shift > low:
             low, low_by = without - limits.reporter_shift, reporter
         if without + limits.reporter_shift < high:
@@ -299,5 +308,5 @@ def learned_threshold(
     return LearnedThreshold(
         None if abs(threshold - calibrated) < 1e-9 else threshold,
         demanded, tuple(flags), len(labels), sum(1 for l in labels if l.false_hit),
-        len({label.reporter for label in labels}), counts.at(threshold), bound,
+        len({label.reporter for label in labels}), counts.at(threshold), bound, asked,
     )

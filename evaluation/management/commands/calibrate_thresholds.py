@@ -19,9 +19,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--pairs", default=str(DEFAULT_PAIRS))
         parser.add_argument("--bound", type=float, default=0.02, help="accepted false-hit rate (default 0.02)")
-        # 99 %, not 95 %: the dev file's halves agree with each other, but an outside held-out
-        # set gave 1.4x the dev rate at the old threshold; the wider bound is the margin.
-        parser.add_argument("--confidence", type=float, default=0.99, help="one-sided confidence of the bound (default 0.99)")
+        # 95 % on four fifths of the file: an outside held-out set gave 1.32 % false hits at a
+        # threshold fitted at 99 % on half the file (bound 2 %), the same rate the validation
+        # split showed; the wider margin bought nothing but lost reuse.
+        parser.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound (default 0.95)")
         parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs")
         parser.add_argument("--output", default=str(CALIBRATION_FILE))
 
