@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -80,14 +80,25 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not_found", "not found")
 
 
+def _described(exc: Exception) -> str:
+    """A database error's class and SQLSTATE, never its message."""
+    state = getattr(exc.__cause__, "sqlstate", None)
+    return type(exc).__name__ + (f" (SQLSTATE {state})" if state else "")
+
+
 @api.exception_handler(Exception)
 def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Every 5xx of the API in the one error shape: a database that is down, hung past its
     timeout or restarting answers 503 with Retry-After; anything else 500, logged."""
     # A refused connection, a statement or lock timeout (PostgreSQL's QueryCanceled) and
     # a socket shut by the deadline watchdog all arrive as one of these.
+    # A driver's message may quote the request's values (a query, an e-mail): only the
+    # error's class and SQLSTATE reach the log, which no purge can reach.
     if isinstance(exc, (OperationalError, InterfaceError)):
-        logger.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
+        logger.warning("database unavailable on %s %s: %s", request.method, request.path, _described(exc))
         return Unavailable().response()
+    if isinstance(exc, DatabaseError):
+        logger.error("database refused a write on %s %s: %s", request.method, request.path, _described(exc))
+        return _error(request, 500, "server_error", "the server failed to answer this request")
     logger.exception("unhandled error on %s %s", request.method, request.path)
     return _error(request, 500, "server_error", "the server failed to answer this request")

@@ -40,6 +40,61 @@ def _no_constant(name: str) -> Any:
     raise BodyRefused(422, "invalid", f"{name} is not a JSON number", "body")
 
 
+# How deep objects and arrays may nest in a body: the stores and every client read it
+# without trouble, and a deeper body is refused before a recursive parser sees it.
+MAX_DEPTH = 32
+# Integers beyond this lose precision in JavaScript (and every JSON reader built on doubles):
+# a value one client stores must read back the same in every other.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class _Unreadable:
+    """A number other clients cannot read back (it overflows, or loses precision): held in
+    place while parsing, so the check that follows can name its field."""
+
+    def __init__(self, text: str, problem: str) -> None:
+        self.text, self.problem = text, problem
+
+
+def _number(text: str) -> Any:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        return _Unreadable(text, "overflows a 64-bit float (it would read back as Infinity)")
+    return value
+
+
+def _integer(text: str) -> Any:
+    value = int(text)
+    if abs(value) > MAX_SAFE_INTEGER:
+        return _Unreadable(text, f"is beyond ±{MAX_SAFE_INTEGER:,}, where JSON readers built on doubles lose precision")
+    return value
+
+
+def _too_deep(text: str) -> bool:
+    """Whether objects and arrays nest deeper than MAX_DEPTH, by one pass over the text
+    (no recursion: a body of 100,000 brackets is read like any other)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
 def _bad_text(text: str) -> str | None:
     if "\x00" in text:
         return "contains a NUL character"
@@ -49,7 +104,10 @@ def _bad_text(text: str) -> str | None:
 
 
 def check_text(value: Any, path: str = "") -> None:
-    """Raises BodyRefused naming the first string (key or value) a database cannot store."""
+    """Raises BodyRefused naming the first string (key or value) a database cannot store,
+    or the first number another client could not read back."""
+    if isinstance(value, _Unreadable):
+        raise BodyRefused(422, "invalid", f"the number {value.text[:40]} {value.problem}", path or "body")
     if isinstance(value, str):
         problem = _bad_text(value)
         if problem:
@@ -71,14 +129,21 @@ def parse_strict(body: bytes) -> Any:
 
     Raises:
         BodyRefused: 400 for bytes that are not JSON, 422 for duplicate keys, NaN or
-        Infinity, NUL characters or lone surrogates (naming the field).
+        Infinity, numbers that overflow or lose precision, nesting deeper than MAX_DEPTH,
+        NUL characters or lone surrogates (naming the field).
     """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise BodyRefused(400, "invalid_json", "the body is not UTF-8", "body") from None
+    if _too_deep(text):
+        raise BodyRefused(422, "too_deep", f"objects and arrays nest deeper than {MAX_DEPTH} levels", "body")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant, parse_float=_number, parse_int=_integer
+        )
+    except RecursionError:  # never past the depth check; refused all the same, never a 500
+        raise BodyRefused(422, "too_deep", f"objects and arrays nest deeper than {MAX_DEPTH} levels", "body") from None
     except ValueError as problem:
         raise BodyRefused(400, "invalid_json", f"the body is not valid JSON: {problem}", "body") from None
     check_text(value)

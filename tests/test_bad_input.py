@@ -1,0 +1,78 @@
+"""Bad bytes never reach a 500, a log line with the request's values, or a stored value
+another client cannot read (issue 24, items 1-3)."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from django.core.cache import cache
+
+from trails.models import Step, Trail
+
+EMAIL = "ann.archer@example.org"
+BODY_ENDPOINTS = [
+    ("post", "/scopes/hospital/recall"),
+    ("post", "/scopes/hospital/trails"),
+    ("put", "/scopes/hospital/sections"),
+    ("post", "/scopes/hospital/tool-results/lookup"),
+    ("put", "/scopes/hospital/tool-results"),
+    ("put", "/scopes/hospital/tool-policies"),
+]
+
+
+@pytest.mark.parametrize("depth", [33, 1_000, 100_000])
+@pytest.mark.parametrize("method, path", BODY_ENDPOINTS)
+def test_deep_nesting_is_refused_with_a_json_422_on_every_body_endpoint_without_a_key(client, db, caplog, method, path, depth):
+    body = '{"query": ' + "[" * depth + "]" * depth + "}"
+    with caplog.at_level(logging.INFO):
+        response = getattr(client, method)(f"/api/v1{path}", data=body, content_type="application/json")
+    assert response.status_code == 422 and response["Content-Type"] == "application/json"
+    assert response.json()["error"] == {"code": "too_deep", "message": "objects and arrays nest deeper than 32 levels", "field": "body"}
+    assert "Traceback" not in caplog.text
+
+
+def test_nesting_within_the_limit_and_brackets_inside_strings_are_read(api, sections):
+    nested = {"n": 1}
+    for _ in range(20):
+        nested = {"n": nested}
+    body = {"query": "ICU visiting [[[[" * 20, "cited": ["visiting/icu"], "steps": [{"tool": "t", "args": nested, "section_ids": []}]}
+    assert api.record("hospital", **body).status_code == 201
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "9007199254740993"])
+def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_field_and_logs_nothing_of_the_body(api, sections, caplog, number):
+    raw = ('{"query": "Where does ' + EMAIL + ' park?", "cited": ["parking"], "signal": "accepted", '
+           '"steps": [{"tool": "search", "args": {"q": "' + EMAIL + '", "n": ' + number + '}, "section_ids": ["parking"]}]}')
+    with caplog.at_level(logging.DEBUG):
+        response = api.call("post", "/scopes/hospital/trails", raw=raw.encode())
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "steps.0.args.n" and number in response.json()["error"]["message"]
+    assert not Trail.objects.exists() and not Step.objects.exists()
+    assert EMAIL not in caplog.text
+
+
+def test_an_overflowing_tool_result_is_never_stored_so_no_client_reads_infinity(api, sections):
+    cache.clear()
+    api.call("put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "calc", "cacheable": True, "ttl_s": 60}]})
+    raw = b'{"tool": "calc", "args": {"x": 1}, "context": {}, "result": {"n": 1e999}}'
+    response = api.call("put", "/scopes/hospital/tool-results", raw=raw)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "result.n"
+    lookup = api.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "calc", "args": {"x": 1}, "context": {}})
+    assert lookup.status_code == 200 and lookup.json()["hit"] is False
+    json.loads(lookup.content, parse_constant=lambda name: pytest.fail(f"{name} in a response"))
+
+
+def test_a_database_error_is_logged_by_its_class_never_its_message(api, sections, caplog, monkeypatch):
+    from django.db import DataError
+
+    from trails import record as record_module
+
+    def refuse(*args, **kwargs):
+        raise DataError(f"invalid input syntax for type json: {EMAIL}")
+
+    monkeypatch.setattr(record_module.TrailRows, "save_all", staticmethod(refuse))
+    with caplog.at_level(logging.DEBUG):
+        response = api.record("hospital", query=f"Where does {EMAIL} park?", cited=["parking"])
+    assert response.status_code == 500 and response.json()["error"]["code"] == "server_error"
+    assert "DataError" in caplog.text and EMAIL not in caplog.text
