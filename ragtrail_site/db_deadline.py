@@ -5,6 +5,11 @@ swapping, a frozen VM) enforces nothing, and a request waited as long as the pau
 while gunicorn killed its workers. Here one watchdog thread per process shuts the socket of
 any call past its deadline: the call fails at once with an OperationalError, which the API
 answers as a 503 with Retry-After, and Django drops the broken connection.
+
+The deadline is the request's, not each call's: every call gets what is left of
+RAGTRAIL_DB_DEADLINE_S since the request began (a slow connect included), and a call
+starting after it is refused at once, so a paused database answers within the deadline
+however many calls the request makes.
 """
 from __future__ import annotations
 
@@ -13,9 +18,13 @@ import itertools
 import socket
 import threading
 import time
+from contextvars import ContextVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
+
+# When the current API request's database time runs out (monotonic seconds).
+_request_deadline: ContextVar[float | None] = ContextVar("ragtrail_db_deadline", default=None)
 
 
 class Watchdog:
@@ -79,7 +88,11 @@ def _with_deadline(execute, sql, params, many, context):
     pgconn = getattr(raw, "pgconn", None)
     if pgconn is None:
         return execute(sql, params, many, context)
-    token = WATCHDOG.watch(pgconn.socket, settings.RAGTRAIL_DB_DEADLINE_S)
+    deadline = _request_deadline.get()
+    left = settings.RAGTRAIL_DB_DEADLINE_S if deadline is None else deadline - time.monotonic()
+    if left <= 0:
+        raise OperationalError("the request's database deadline has passed")
+    token = WATCHDOG.watch(pgconn.socket, left)
     try:
         return execute(sql, params, many, context)
     finally:
@@ -94,6 +107,10 @@ class DatabaseDeadlineMiddleware:
 
     def __call__(self, request):
         if request.path.startswith("/api/") and connection.vendor == "postgresql":
-            with connection.execute_wrapper(_with_deadline):
-                return self.get_response(request)
+            token = _request_deadline.set(time.monotonic() + settings.RAGTRAIL_DB_DEADLINE_S)
+            try:
+                with connection.execute_wrapper(_with_deadline):
+                    return self.get_response(request)
+            finally:
+                _request_deadline.reset(token)
         return self.get_response(request)

@@ -58,3 +58,14 @@ class Unavailable(RequestRefused):
 
     def __init__(self, message: str = "the database is not answering; retry shortly") -> None:
         super().__init__(503, "unavailable", message)
+
+
+def server_error(request, *args, **kwargs):
+    """Django's handler of last resort: whatever raised, in whichever layer (a middleware
+    before the API's own handlers see the request, say), an API path answers the one JSON
+    error shape; other paths get Django's page."""
+    if request.path.startswith("/api/"):
+        return RequestRefused(500, "server_error", "the server failed to answer this request").response()
+    from django.views.defaults import server_error as page  # noqa: PLC0415 -- only off the API
+
+    return page(request, *args, **kwargs)

@@ -11,3 +11,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
 ]
+
+# Whatever raises, in any layer, an API path answers JSON (ragtrail_site.errors.server_error).
+handler500 = "ragtrail_site.errors.server_error"

@@ -76,3 +76,24 @@ def test_a_database_error_is_logged_by_its_class_never_its_message(api, sections
         response = api.record("hospital", query=f"Where does {EMAIL} park?", cited=["parking"])
     assert response.status_code == 500 and response.json()["error"]["code"] == "server_error"
     assert "DataError" in caplog.text and EMAIL not in caplog.text
+
+
+@pytest.mark.parametrize("layer", ["middleware", "auth", "view"])
+def test_a_failure_in_any_layer_answers_the_json_error_shape(api, sections, monkeypatch, layer):
+    from django.test import Client
+
+    from ragtrail_site.strict_json import StrictJsonMiddleware
+    from scopes.auth import ApiKeyAuth
+    from trails import api as trails_api
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(f"boom in the {layer}")
+
+    target = {"middleware": (StrictJsonMiddleware, "__call__"), "auth": (ApiKeyAuth, "authenticate"),
+              "view": (trails_api, "recall")}[layer]
+    monkeypatch.setattr(*target, fail)
+    client = Client(raise_request_exception=False)
+    response = client.post("/api/v1/scopes/hospital/recall", data=json.dumps({"query": "parking"}),
+                           content_type="application/json", headers=api.headers)
+    assert response.status_code == 500 and response["Content-Type"] == "application/json"
+    assert response.json() == {"error": {"code": "server_error", "message": "the server failed to answer this request"}}

@@ -208,3 +208,29 @@ def test_a_hung_database_answers_503_within_the_deadline_not_after_the_pause(api
     assert elapsed < 4, elapsed
     # The next request gets a fresh connection and is answered.
     assert api.recall("hospital", query="Where do visitors park?").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_deadline_bounds_the_whole_request_not_each_call(settings):
+    """Three slow calls of 0.4 s under a 1 s deadline: the third is cut at the request's
+    deadline (the calls before it used it up), not given a full second of its own."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the deadline watches PostgreSQL sockets (as in CI)")
+    from django.db import OperationalError
+    from django.test import RequestFactory
+
+    from ragtrail_site.db_deadline import DatabaseDeadlineMiddleware
+
+    settings.RAGTRAIL_DB_DEADLINE_S = 1.0
+
+    def slow_view(request):
+        for _ in range(3):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_sleep(0.4)")
+
+    started = time.perf_counter()
+    with pytest.raises(OperationalError):
+        DatabaseDeadlineMiddleware(slow_view)(RequestFactory().post("/api/v1/scopes/x/recall"))
+    elapsed = time.perf_counter() - started
+    connection.close()
+    assert 0.95 < elapsed < 1.3, elapsed
