@@ -47,13 +47,14 @@ def distinct_topics(pairs: list[dict], vectors: dict[str, "np.ndarray"], limit: 
     """Pairs whose first questions are all farther apart than `apart` (cosine), in file
     order, up to `limit`: one question per topic, as in an FAQ, so that a paraphrase has
     one right answer among the stored questions."""
-    kept, stored = [], []
+    kept: list[dict] = []
+    stored = np.zeros((limit, len(next(iter(vectors.values())))), dtype=np.float32)
     for pair in pairs:
         vector = vectors[pair["a"]]
-        if stored and float(np.max(np.stack(stored) @ vector)) >= apart:
+        if kept and float(np.max(stored[: len(kept)] @ vector)) >= apart:
             continue
+        stored[len(kept)] = vector
         kept.append(pair)
-        stored.append(vector)
         if len(kept) >= limit:
             break
     return kept
@@ -66,10 +67,14 @@ class Half:
     wrong: int = 0
     distinct: int = 0
     false: int = 0
+    asked: int = 0  # every recall of the stream (first askings too)
+    served_wrong: int = 0  # recalls that served a trail citing another section than the answer's
 
     def describe(self) -> str:
         reuse, false = Rate(self.correct, self.duplicates), Rate(self.false, self.distinct)
-        return f"reuse {reuse.describe()}  false hits {false.describe()}  wrong {self.wrong}"
+        per_question = Rate(self.served_wrong, self.asked)
+        return (f"reuse {reuse.describe()}  false hits on non-duplicates {false.describe()}  wrong {self.wrong}  "
+                f"served wrong per question asked {per_question.describe()}")
 
 
 @dataclass
@@ -95,14 +100,17 @@ class Outcome:
         return out
 
 
-def simulate(name: str, pairs: list[dict], flood_every: int = 0, progress: Callable[[str], None] = lambda _: None) -> Outcome:
+def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = False,
+             progress: Callable[[str], None] = lambda _: None) -> Outcome:
     """Runs one stream on a fresh embedding scope with the shipped defaults.
 
     Args:
         flood_every: 0 for honest agents only; n for a flooding key that, after every n-th
             pair, asks a stored question again and reports the answer not helpful.
+        pinned: the configured threshold pinned (learning off): the baseline of a stream.
     """
-    scope = Scope.objects.create(scratch=True, slug=f"eval-learn-{uuid.uuid4().hex[:8]}", matcher="embedding")
+    scope = Scope.objects.create(scratch=True, slug=f"eval-learn-{uuid.uuid4().hex[:8]}", matcher="embedding",
+                                 threshold_pinned=pinned)
     result = Outcome(name, configured=scope.embedding_threshold)
     try:
         Section.upsert(scope, {f"s-{i}": f"topic {i}" for i in range(len(pairs))} | {f"t-{i}": f"other {i}" for i in range(len(pairs))})
@@ -111,12 +119,14 @@ def simulate(name: str, pairs: list[dict], flood_every: int = 0, progress: Calla
         last = scope.embedding_threshold
         for i, pair in enumerate(pairs):
             agent = HONEST_KEYS[i % len(HONEST_KEYS)]
-            _ask_and_record(scope, pair["a"], f"s-{i}", agent, f"{name}-{i}-a", section_of)
+            half = result.halves[0 if i < len(pairs) // 2 else 1]
+            first = _ask_and_record(scope, pair["a"], f"s-{i}", agent, f"{name}-{i}-a", section_of)
             asked.append(pair["a"])
             answer_section = f"s-{i}" if pair["duplicate"] else f"t-{i}"
             served = _ask_and_record(scope, pair["b"], answer_section, HONEST_KEYS[(i + 1) % len(HONEST_KEYS)],
                                      f"{name}-{i}-b", section_of)
-            half = result.halves[0 if i < len(pairs) // 2 else 1]
+            half.asked += 2
+            half.served_wrong += (first is not None and first != f"s-{i}") + (served is not None and served != answer_section)
             if pair["duplicate"]:
                 half.duplicates += 1
                 half.correct += served == answer_section

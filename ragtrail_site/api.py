@@ -17,7 +17,61 @@ from ragtrail_site.errors import RequestRefused, Unavailable
 
 logger = logging.getLogger("ragtrail.api")
 
-api = NinjaAPI(
+# Every refusal the API can answer, in the one error shape (ragtrail_site.errors.RequestRefused).
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string", "description": "what went wrong, e.g. invalid, not_found, conflict, overloaded"},
+            "message": {"type": "string"},
+            "field": {"type": "string", "description": "the field at fault, dotted (steps.0.args.n), where one is"},
+        },
+        "additionalProperties": True,
+    }},
+}
+ERRORS_OF_EVERY_OPERATION = {
+    "401": "no valid API key (Authorization: Bearer rt_…)",
+    "404": "no such scope for this key, or no such object in it (never 403: a key cannot probe other scopes)",
+    "422": "input the API refuses, naming the field",
+    "500": "the server failed (the JSON shape still holds)",
+    "503": "overloaded or the database is away; Retry-After says when to try again",
+}
+ERRORS_OF_BODIES = {
+    "400": "the body is not UTF-8 JSON",
+    "413": "the body is larger than the server accepts",
+    "415": "the body is not application/json",
+}
+# Operations that can answer 409, by (method, path suffix).
+CONFLICTS = {
+    ("post", "/trails"): "a sent hash is no longer the section's, or an idempotency key was reused with other input",
+    ("post", "/feedback"): "the vote or verdict does not apply now (a rejected trail, a recall judged already or a miss)",
+    ("put", "/tool-results"): "a sent hash is no longer the section's",
+}
+
+
+class RagtrailApi(NinjaAPI):
+    def get_openapi_schema(self, *args, **kwargs):
+        """ninja's schema, with every error response the API answers and its JSON shape, so
+        generated clients and schema-driven tests know each refusal."""
+        schema = super().get_openapi_schema(*args, **kwargs)
+        schema.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
+                errors = dict(ERRORS_OF_EVERY_OPERATION)
+                if method in ("post", "put", "patch"):
+                    errors.update(ERRORS_OF_BODIES)
+                errors.update({"409": why for (verb, end), why in CONFLICTS.items() if method == verb and path.endswith(end)})
+                responses = operation.setdefault("responses", {})
+                for status, description in errors.items():
+                    responses.setdefault(status, {"description": description, "content": error})
+        return schema
+
+
+api = RagtrailApi(
     parser=StrictJsonParser(),
     title="ragtrail",
     version="1",

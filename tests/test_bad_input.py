@@ -97,3 +97,17 @@ def test_a_failure_in_any_layer_answers_the_json_error_shape(api, sections, monk
                            content_type="application/json", headers=api.headers)
     assert response.status_code == 500 and response["Content-Type"] == "application/json"
     assert response.json() == {"error": {"code": "server_error", "message": "the server failed to answer this request"}}
+
+
+def test_the_openapi_document_lists_every_error_response_with_its_json_shape(client, db):
+    schema = client.get("/api/v1/openapi.json").json()
+    assert schema["components"]["schemas"]["Error"]["properties"]["error"]["required"] == ["code", "message"]
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            documented = set(operation["responses"])
+            assert {"401", "404", "422", "500", "503"} <= documented, (method, path)
+            if method in ("post", "put"):
+                assert {"400", "413", "415"} <= documented, (method, path)
+            assert operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
+    record = schema["paths"]["/api/v1/scopes/{scope}/trails"]["post"]["responses"]
+    assert "409" in record

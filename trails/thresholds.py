@@ -74,7 +74,7 @@ def decide(scope: Scope, matcher: str) -> LearnedThreshold:
     labels, oldest = scope_labels(scope, matcher)
     return learned_threshold(
         labels, questions_asked(scope, oldest), configured, calibration.grid_for(matcher),
-        bound_for(scope), calibration.limits_for(matcher, configured),
+        bound_for(scope), calibration.limits_for(matcher, configured), getattr(scope, f"learned_{matcher}_threshold"),
     )
 
 

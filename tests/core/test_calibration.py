@@ -111,3 +111,10 @@ def test_false_labels_among_many_questions_asked_raise_nothing():
 def test_operators_labels_are_trusted_whole():
     rejected = [Label(0.955, True, "operator:ann") for _ in range(30)] + labels(0.955, 10)
     assert learned_threshold(rejected, 300, 0.95, GRID, 0.02, LIMITS).threshold == 0.9575
+
+
+def test_a_lowered_threshold_is_kept_while_the_bound_holds_and_entered_only_with_room_under_it():
+    # 4 false hits at 0.93 among 600 labelled questions: 99 % upper bound 1.92 %, within 2 % but not 1.6 %.
+    found = labels(0.97, 100) + labels(0.935, 20) + labels(0.93, 20) + labels(0.93, 4, True) + labels(0.0, 456)
+    assert learned_threshold(found, ASKED, 0.95, GRID, 0.02, LIMITS).threshold == 0.935  # 0.93 not entered
+    assert learned_threshold(found, ASKED, 0.95, GRID, 0.02, LIMITS, current=0.93).threshold == 0.93  # but kept

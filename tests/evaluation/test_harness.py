@@ -144,3 +144,30 @@ def test_eval_refuses_unknown_experiments_and_missing_pair_files(tmp_path):
         call_command("evaluate", out=str(tmp_path), experiments="nonsense")
     with pytest.raises(CommandError, match="--pairs: no such file"):
         call_command("evaluate", out=str(tmp_path), experiments="matching", pairs=str(tmp_path / "missing.jsonl"))
+
+
+def test_the_learning_simulation_runs_every_stream_through_the_product(db, tmp_path):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    pairs = [
+        {"a": "How do I copy an object in Python?", "b": "How can I copy an object in Python?", "duplicate": True},
+        {"a": "What are the ICU visiting hours?", "b": "What are the general ward visiting hours?", "duplicate": False},
+        {"a": "How do I sort a list in Python?", "b": "How to sort a list in Python?", "duplicate": True},
+        {"a": "Where can visitors park their cars?", "b": "What is the capital of Peru?", "duplicate": False},
+        {"a": "How do I install Python on Windows?", "b": "How do I install Python on a Windows PC?", "duplicate": True},
+        {"a": "Who won the first Congo war?", "b": "Who won the second Congo war?", "duplicate": False},
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in pairs))
+    out = StringIO()
+    call_command("simulate_learning", "--pairs", str(path), "--easy-pairs", "6", stdout=out)
+    text = out.getvalue()
+    for stream in ("(a) honest agents", "(a, baseline)", "(b) honest agents", "(b, baseline)", "(c) as (b)"):
+        assert stream in text, text
+    assert "reuse" in text and "false hits" in text and "threshold: configured 0.945" in text
+    from scopes.models import Scope
+
+    assert not Scope.objects.filter(slug__startswith="eval-learn-").exists()  # every stream's scope is dropped

@@ -231,8 +231,14 @@ class _Counts:
                 len(self.similarities) - bisect.bisect_left(self.similarities, edge))
 
 
+# A lower threshold is entered only where the evidence leaves this share of the bound
+# unused; once there it is kept while the bound itself holds (hysteresis).
+LOWERING_MARGIN = 0.8
+
+
 def demanded_threshold(
-    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits,
+    current: float | None = None,
 ) -> float:
     """The threshold a set of labels demands: higher where they show with confidence that
     the bound is broken at the calibrated one, lower where they show with confidence that
@@ -266,7 +272,10 @@ def demanded_threshold(
     chosen, above = calibrated, counts.at(calibrated)[1]
     for threshold in sorted((t for t in grid if limits.floor <= t < calibrated), reverse=True):
         false_hits, judged = counts.at(threshold)
-        if upper_bound(false_hits, len(labels), limits.lower_confidence) > bound:
+        # Going lower than where it stands needs room under the bound; staying needs the
+        # bound: one more label near the edge does not flip the threshold back and forth.
+        allowed = bound if current is not None and threshold >= current - 1e-9 else bound * LOWERING_MARGIN
+        if upper_bound(false_hits, len(labels), limits.lower_confidence) > allowed:
             break
         # Only down to where labels are: a step no label reached says nothing of its similarities.
         if judged > above and judged - counts.at(calibrated)[1] >= limits.min_band_labels:
@@ -276,21 +285,23 @@ def demanded_threshold(
 
 
 def learned_threshold(
-    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits
+    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits,
+    current: float | None = None,
 ) -> LearnedThreshold:
     """A scope's threshold from its own labels, within the limits of trust.
 
     What all labels demand is held within `reporter_shift` of what the labels without
     any one untrusted reporter demand (so no single key, however many labels it sends,
     moves the threshold further than that on its own), then within [floor, ceiling].
+    `current` is the learned threshold in use (None: the calibrated one), for hysteresis.
     Each limit that held the threshold back is named in `flags`: the scope then waits
     for an operator.
     """
-    demanded = demanded_threshold(labels, asked, calibrated, grid, bound, limits)
+    demanded = demanded_threshold(labels, asked, calibrated, grid, bound, limits, current)
     low, high, low_by, high_by = limits.floor, limits.ceiling, "", ""
     for reporter in sorted({label.reporter for label in labels if not label.trusted}):
         # The questions asked stay: a reporter's own recalls still count as asked.
-        without = demanded_threshold([l for l in labels if l.reporter != reporter], asked, calibrated, grid, bound, limits)
+        without = demanded_threshold([l for l in labels if l.reporter != reporter], asked, calibrated, grid, bound, limits, current)
         if without - limits.reporter_shift > low:
             low, low_by = without - limits.reporter_shift, reporter
         if without + limits.reporter_shift < high:

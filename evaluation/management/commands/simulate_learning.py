@@ -15,7 +15,8 @@ from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 
 class Command(BaseCommand):
     help = ("Streams labelled pairs through recall, record and feedback: (a) honest agents on traffic easier than "
-            "Quora's, (b) on Quora's own validation split, (c) the same with one key flooding 'not helpful'.")
+            "Quora's, (b) on Quora's own validation split, each beside the same stream with learning off, and (c) "
+            "(b) with one key flooding 'not helpful'.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--pairs", default=str(DEFAULT_PAIRS))
@@ -41,14 +42,16 @@ class Command(BaseCommand):
             self.run_streams(easy, held_out, only)
 
     def run_streams(self, easy: list[dict], held_out: list[dict], only: list[str] | None) -> None:
-        streams = {
-            "a": ("(a) honest agents, traffic easier than Quora's", easy, 0),
-            "b": ("(b) honest agents, Quora validation split", held_out, 0),
-            "c": ("(c) as (b), with one key flooding 'not helpful'", held_out, 5),
-        }
-        for key, (name, stream, flood) in streams.items():
+        streams = [
+            ("a", "(a) honest agents, traffic easier than Quora's", easy, 0, False),
+            ("a", "(a, baseline) the same stream with learning off", easy, 0, True),
+            ("b", "(b) honest agents, Quora validation split", held_out, 0, False),
+            ("b", "(b, baseline) the same stream with learning off", held_out, 0, True),
+            ("c", "(c) as (b), with one key flooding 'not helpful'", held_out, 5, False),
+        ]
+        for key, name, stream, flood, pinned in streams:
             if only and key not in only:
                 continue
             started = time.perf_counter()
-            outcome = learning.simulate(name, stream, flood_every=flood, progress=self.stdout.write)
+            outcome = learning.simulate(name, stream, flood_every=flood, pinned=pinned, progress=self.stdout.write)
             self.stdout.write("\n".join(outcome.lines()) + f"\n  ({len(stream):,} pairs in {time.perf_counter() - started:.0f} s)")
