@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from schemathesis import checks
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
 from scopes.models import ApiKey, Scope, Section
@@ -19,7 +21,19 @@ CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.cont
 
 
 @pytest.fixture
-def fuzz_key(db) -> str:
+def in_test_transaction():
+    """Requests go through Django's WSGI handler in this thread, inside the test's
+    transaction: as Django's test client does, its end-of-request connection closing is
+    held off (it would close the test's connection under it)."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def fuzz_key(db, in_test_transaction) -> str:
     scope = Scope.objects.create(slug="fuzz", matcher="lexical")
     Section.upsert(scope, {"s1": "Visiting hours are 10:00 to 20:00.", "s2": "Visitors park in car park B."})
     return ApiKey.issue([scope])[1]
