@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -44,6 +45,7 @@ def _bisect(predicate, low: float = 0.0, high: float = 1.0) -> float:
     return high
 
 
+@lru_cache(maxsize=65536)
 def upper_bound(events: int, trials: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound of a rate: the largest rate under which
     seeing `events` or fewer in `trials` is still at least (1 - confidence) likely."""
@@ -54,6 +56,7 @@ def upper_bound(events: int, trials: int, confidence: float = 0.95) -> float:
     return _bisect(lambda p: _binomial_cdf(events, trials, p) <= alpha)
 
 
+@lru_cache(maxsize=65536)
 def lower_bound(events: int, trials: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson lower bound of a rate."""
     _check(events, trials, confidence)
@@ -218,17 +221,32 @@ class LearnedThreshold:
 
 
 class _Counts:
-    """False hits and labels at or above any threshold, from labels sorted once."""
+    """False hits and labels at or above any threshold, from labels sorted once; the counts
+    without one reporter's labels are the difference of two such counts (no re-sorting)."""
 
-    def __init__(self, labels: Sequence[Label]) -> None:
+    def __init__(self, labels: Sequence[Label], minus: "_Counts | None" = None) -> None:
         self.similarities = sorted(label.similarity for label in labels)
         self.false_similarities = sorted(label.similarity for label in labels if label.false_hit)
+        self.minus = minus
+
+    def __len__(self) -> int:
+        return len(self.similarities) - (len(self.minus) if self.minus else 0)
 
     def at(self, threshold: float) -> tuple[int, int]:
         # A label counts at a threshold it reaches; a tiny tolerance keeps 0.95 from failing 0.95.
         edge = threshold - 1e-9
-        return (len(self.false_similarities) - bisect.bisect_left(self.false_similarities, edge),
-                len(self.similarities) - bisect.bisect_left(self.similarities, edge))
+        false_hits = len(self.false_similarities) - bisect.bisect_left(self.false_similarities, edge)
+        judged = len(self.similarities) - bisect.bisect_left(self.similarities, edge)
+        if self.minus is not None:
+            other_false, other_judged = self.minus.at(threshold)
+            false_hits, judged = false_hits - other_false, judged - other_judged
+        return false_hits, judged
+
+    def without(self, part: "_Counts") -> "_Counts":
+        """These counts less a subset's (one reporter's labels)."""
+        rest = _Counts([])
+        rest.similarities, rest.false_similarities, rest.minus = self.similarities, self.false_similarities, part
+        return rest
 
 
 # A lower threshold is entered only where the evidence leaves this share of the bound
@@ -237,8 +255,8 @@ LOWERING_MARGIN = 0.8
 
 
 def demanded_threshold(
-    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits,
-    current: float | None = None,
+    labels: "Sequence[Label] | _Counts", asked: int, calibrated: float, grid: Sequence[float], bound: float,
+    limits: LearningLimits, current: float | None = None,
 ) -> float:
     """The threshold a set of labels demands: higher where they show with confidence that
     the bound is broken at the calibrated one, lower where they show with confidence that
@@ -256,10 +274,11 @@ def demanded_threshold(
     first that fails (fixed-sequence testing: the chosen threshold holds at the stated
     confidence without a correction for the grid).
     """
-    if len(labels) < limits.min_labels:
+    counts = labels if isinstance(labels, _Counts) else _Counts(labels)
+    labelled = len(counts)
+    if labelled < limits.min_labels:
         return calibrated
-    counts = _Counts(labels)
-    asked = max(asked, len(labels))
+    asked = max(asked, labelled)
     false_hits, _ = counts.at(calibrated)
     if lower_bound(false_hits, asked, limits.raise_confidence) > bound:
         # 1.0 is the last resort: where even the grid's top shows the bound broken, only
@@ -275,7 +294,7 @@ def demanded_threshold(
         # Going lower than where it stands needs room under the bound; staying needs the
         # bound: one more label near the edge does not flip the threshold back and forth.
         allowed = bound if current is not None and threshold >= current - 1e-9 else bound * LOWERING_MARGIN
-        if upper_bound(false_hits, len(labels), limits.lower_confidence) > allowed:
+        if upper_bound(false_hits, labelled, limits.lower_confidence) > allowed:
             break
         # Only down to where labels are: a step no label reached says nothing of its similarities.
         if judged > above and judged - counts.at(calibrated)[1] >= limits.min_band_labels:
@@ -297,11 +316,16 @@ def learned_threshold(
     Each limit that held the threshold back is named in `flags`: the scope then waits
     for an operator.
     """
-    demanded = demanded_threshold(labels, asked, calibrated, grid, bound, limits, current)
+    counts = _Counts(labels)
+    demanded = demanded_threshold(counts, asked, calibrated, grid, bound, limits, current)
     low, high, low_by, high_by = limits.floor, limits.ceiling, "", ""
-    for reporter in sorted({label.reporter for label in labels if not label.trusted}):
+    by_reporter: dict[str, list[Label]] = {}
+    for label in labels:
+        if not label.trusted:
+            by_reporter.setdefault(label.reporter, []).append(label)
+    for reporter in sorted(by_reporter):
         # The questions asked stay: a reporter's own recalls still count as asked.
-        without = demanded_threshold([l for l in labels if l.reporter != reporter], asked, calibrated, grid, bound, limits, current)
+        without = demanded_threshold(counts.without(_Counts(by_reporter[reporter])), asked, calibrated, grid, bound, limits, current)
         if without - limits.reporter_shift > low:
             low, low_by = without - limits.reporter_shift, reporter
         if without + limits.reporter_shift < high:
@@ -315,7 +339,6 @@ def learned_threshold(
     if demanded > limits.ceiling:
         flags.append("ceiling")
     threshold = round(min(max(threshold, limits.floor), limits.ceiling), 6)
-    counts = _Counts(labels)
     return LearnedThreshold(
         None if abs(threshold - calibrated) < 1e-9 else threshold,
         demanded, tuple(flags), len(labels), sum(1 for l in labels if l.false_hit),
