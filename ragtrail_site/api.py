@@ -13,7 +13,7 @@ from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
 from ragtrail_site.strict_json import StrictJsonParser
-from ragtrail_site.errors import RequestRefused, Unavailable
+from ragtrail_site.errors import Refused, RequestRefused, Unavailable
 
 logger = logging.getLogger("ragtrail.api")
 
@@ -90,6 +90,11 @@ def _error(request: HttpRequest, status: int, code: str, message: str, field: st
 @api.exception_handler(RequestRefused)
 def refused(request: HttpRequest, exc: RequestRefused) -> HttpResponse:
     return exc.response()
+
+
+@api.exception_handler(Refused)
+def refused_by_a_rule(request: HttpRequest, exc: Refused) -> HttpResponse:
+    return RequestRefused.of(exc).response()
 
 
 def _field_of(loc: list) -> str:

@@ -1,14 +1,43 @@
-"""The API's one error type: every refusal owns its status, its headers and its JSON.
+"""Errors: what a domain rule refuses (no HTTP), and the API's one error type.
 
-Domain code raises these (or a domain error that the API's edge turns into one);
-every middleware and handler renders them through `response()`, so the error shape
-is written once.
+Domain code (record, recall, feedback, tool results) raises a `Refused` kind: invalid,
+not found, conflict, too large, unavailable. The API's edge chooses the HTTP status
+(`RequestRefused.of`); middleware and handlers raise `RequestRefused`, which owns its
+status, headers and JSON and renders through `response()`, so the shape is written once.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import JsonResponse
+
+
+class Refused(Exception):
+    """A domain rule's refusal: its kind is its class; a code, a message and the field at fault."""
+
+    def __init__(self, code: str, message: str, field: str | None = None, **detail: Any) -> None:
+        super().__init__(message)
+        self.code, self.message, self.field, self.detail = code, message, field, detail
+
+
+class Invalid(Refused):
+    """Input that cannot be what it claims (no words to match, an unknown section)."""
+
+
+class NotFound(Refused):
+    """No such object in the caller's scope (or another scope's: the caller cannot tell)."""
+
+
+class Conflict(Refused):
+    """Input that contradicts the state now (a changed section, a reused idempotency key)."""
+
+
+class TooLarge(Refused):
+    """Input past a size limit."""
+
+
+class StoreUnavailable(Refused):
+    """A store the rule needs is not answering."""
 
 
 class RequestRefused(Exception):
@@ -31,6 +60,15 @@ class RequestRefused(Exception):
             error["field"] = self.field
         error.update(self.detail)
         return {"error": error}
+
+    # The HTTP status of each kind of domain refusal, chosen here, at the edge.
+    STATUS_OF = {Invalid: 422, NotFound: 404, Conflict: 409, TooLarge: 413, StoreUnavailable: 503}
+
+    @classmethod
+    def of(cls, refusal: Refused) -> "RequestRefused":
+        """The API's answer to a domain refusal."""
+        status = next(code for kind, code in cls.STATUS_OF.items() if isinstance(refusal, kind))
+        return cls(status, refusal.code, refusal.message, refusal.field, **refusal.detail)
 
     def response(self) -> JsonResponse:
         """The JSON response, with its headers and a Content-Length (middleware that answers

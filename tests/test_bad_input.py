@@ -111,3 +111,13 @@ def test_the_openapi_document_lists_every_error_response_with_its_json_shape(cli
             assert operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
     record = schema["paths"]["/api/v1/scopes/{scope}/trails"]["post"]["responses"]
     assert "409" in record
+
+
+def test_domain_refusals_carry_no_status_and_the_edge_chooses_it():
+    from ragtrail_site.errors import Conflict, Invalid, NotFound, RequestRefused, StoreUnavailable, TooLarge
+
+    for kind, status in ((Invalid, 422), (NotFound, 404), (Conflict, 409), (TooLarge, 413), (StoreUnavailable, 503)):
+        refusal = kind("code", "message", field="f", section_ids=["s"])
+        assert not hasattr(refusal, "status")
+        answer = RequestRefused.of(refusal)
+        assert answer.status == status and answer.as_json() == {"error": {"code": "code", "message": "message", "field": "f", "section_ids": ["s"]}}

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Conflict, NotFound
 from trails.models import (
     Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed,
 )
@@ -116,22 +116,22 @@ def give_feedback(
     served, counted per reporter (Trail.report_false_hit).
 
     Raises:
-        RequestRefused: 404 for an unknown recall (or another scope's); 409 for a miss,
+        NotFound: an unknown recall (or another scope's). Conflict: a miss,
             which served nothing, or a recall that already has feedback.
     """
     try:
         public_id = uuid.UUID(recall_id)
     except ValueError:
-        raise RequestRefused(404, "not_found", "no such recall", field="recall_id") from None
+        raise NotFound("not_found", "no such recall", field="recall_id") from None
     now = now or timezone.now()
     with transaction.atomic():
         event = RecallEvent.objects.select_for_update().filter(scope=scope, public_id=public_id).first()
         if event is None:
-            raise RequestRefused(404, "not_found", "no such recall", field="recall_id")
+            raise NotFound("not_found", "no such recall", field="recall_id")
         if event.outcome == RecallOutcome.MISS:
-            raise RequestRefused(409, "conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
+            raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
         if event.helpful is not None:
-            raise RequestRefused(409, "conflict", "this recall already has feedback", field="recall_id")
+            raise Conflict("conflict", "this recall already has feedback", field="recall_id")
         event.helpful, event.feedback_reason, event.feedback_at = helpful, reason[:500], now
         event.save(update_fields=["helpful", "feedback_reason", "feedback_at"])
         labelled = event.similarity is not None and _label(

@@ -13,7 +13,7 @@ from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Invalid
 from trails.feedback import research_key
 from trails.calibration import limits_for
 from trails.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
@@ -91,7 +91,7 @@ def recall(
         sections and where to start, or miss.
 
     Raises:
-        RequestRefused: the query has no words.
+        Invalid: the query has no words.
     """
     started = time.perf_counter()
     now = now or timezone.now()
@@ -99,7 +99,7 @@ def recall(
     try:
         question = sign(scope, query, partition, lexical_signature=False)
     except ValueError:
-        raise RequestRefused(422, "invalid", "query has no words to match on", field="query") from None
+        raise Invalid("invalid", "query has no words to match on", field="query") from None
 
     verdicts: list[Verdict] | None = [] if explain else None
     candidates, found = rank_candidates(scope, question, partition, now, verdicts)

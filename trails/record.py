@@ -14,7 +14,7 @@ from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Conflict, Invalid
 from trails.feedback import learn_from_research
 from trails.matching import QuestionSignature, matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
@@ -64,7 +64,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
         returned the first result).
 
     Raises:
-        RequestRefused: 422 for input that cannot be a trail, 409 when a sent hash
+        Invalid: input that cannot be a trail. Conflict: a sent hash
         differs from the store's current one or an idempotency key is reused with
         other input. Nothing is written when it raises.
     """
@@ -76,21 +76,19 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             return RecordResult(earlier, created=False)
 
     if not normalise_query(request.query):
-        raise RequestRefused(422, "invalid", "query has no words to match on", field="query")
+        raise Invalid("invalid", "query has no words to match on", field="query")
     cited = list(dict.fromkeys(request.cited))
     current = Section.objects.current(scope, cited)
     missing = [section_id for section_id in cited if section_id not in current]
     if missing:
-        raise RequestRefused(
-            422, "unknown_section", "cited sections are not in the scope's section store", field="cited", section_ids=missing
+        raise Invalid("unknown_section", "cited sections are not in the scope's section store", field="cited", section_ids=missing
         )
     not_cited = [section_id for section_id in request.hashes if section_id not in current]
     if not_cited:
-        raise RequestRefused(422, "invalid", "hashes name sections that are not cited", field="hashes", section_ids=not_cited)
+        raise Invalid("invalid", "hashes name sections that are not cited", field="hashes", section_ids=not_cited)
     changed = [section_id for section_id, sent in request.hashes.items() if current[section_id].hash != sent]
     if changed:
-        raise RequestRefused(
-            409, "section_changed", "the agent read a version of these sections that has since changed",
+        raise Conflict("section_changed", "the agent read a version of these sections that has since changed",
             field="hashes", section_ids=changed,
         )
 
@@ -226,7 +224,6 @@ def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Sect
 def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:
     earlier = Trail.objects.filter(scope=scope, idempotency_key=idempotency_key).first()
     if earlier is not None and earlier.request_fingerprint != fingerprint:
-        raise RequestRefused(
-            409, "idempotency_key_reused", "this idempotency key was used for a different trail", field="idempotency_key"
+        raise Conflict("idempotency_key_reused", "this idempotency key was used for a different trail", field="idempotency_key"
         )
     return earlier

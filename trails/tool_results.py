@@ -10,7 +10,7 @@ from django.core.cache import cache
 
 from scopes.models import Scope, Section
 from trails.core import toolkey
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Conflict, Invalid, StoreUnavailable, TooLarge
 from trails.models import ToolPolicy
 
 try:
@@ -82,7 +82,7 @@ def lookup_counts(scope: Scope) -> dict[str, dict[str, int]]:
     try:
         values = cache.get_many(list(keys))
     except CACHE_ERRORS:
-        raise RequestRefused(503, UNAVAILABLE, "the tool-result cache is not answering; retry shortly") from None
+        raise StoreUnavailable(UNAVAILABLE, "the tool-result cache is not answering; retry shortly") from None
     counts: dict[str, dict[str, int]] = {t: dict.fromkeys(OUTCOMES, 0) for t in tools}
     for key, value in values.items():
         tool, outcome = keys[key]
@@ -99,7 +99,7 @@ def _rule_and_key(scope: Scope, tool: str, args: dict, context: dict, caller: st
     try:
         return rule, toolkey.tool_result_key(namespace(scope), rule, args, context, caller), ""
     except toolkey.KeyRefused as problem:
-        raise RequestRefused(422, "invalid", str(problem), field=problem.field) from None
+        raise Invalid("invalid", str(problem), field=problem.field) from None
 
 
 def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | None = None) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def store(
         {"stored": True, "ttl_s"} or {"stored": False, "reason"}.
 
     Raises:
-        RequestRefused: 413 for a result over the size limit; 422 for listed
+        TooLarge: a result over the size limit. Invalid: listed
         sections missing from the store, hashes missing or naming unlisted sections,
         or a missing caller; 409 when a hash is not the section's current one.
     """
@@ -162,7 +162,7 @@ def store(
     size = len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     limit = settings.RAGTRAIL_TOOL_RESULT_MAX_BYTES
     if size > limit:
-        raise RequestRefused(413, "too_large", f"result is {size} bytes; the limit is {limit}", field="result")
+        raise TooLarge("too_large", f"result is {size} bytes; the limit is {limit}", field="result")
     sections = _sections_read(scope, section_ids or [], hashes or {})
     try:
         cache.set(key, {"result": result, "stored_at": time.time(), "sections": sections}, timeout=rule.ttl_s)
@@ -175,23 +175,21 @@ def _sections_read(scope: Scope, section_ids: list[str], hashes: dict[str, str])
     """{section id: hash} of the versions a result was computed from, checked against the store now."""
     unlisted = [s for s in hashes if s not in section_ids]
     if unlisted:
-        raise RequestRefused(422, "invalid", "hashes name sections that are not in section_ids", field="hashes", section_ids=unlisted)
+        raise Invalid("invalid", "hashes name sections that are not in section_ids", field="hashes", section_ids=unlisted)
     if not section_ids:
         return {}
     current = Section.objects.current(scope, section_ids)
     missing = [s for s in section_ids if s not in current]
     if missing:
-        raise RequestRefused(422, "unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
+        raise Invalid("unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
     unstated = [s for s in section_ids if s not in hashes]
     if unstated:
-        raise RequestRefused(
-            422, "invalid", "every listed section needs the hash of the version the result was computed from",
+        raise Invalid("invalid", "every listed section needs the hash of the version the result was computed from",
             field="hashes", section_ids=unstated,
         )
     changed = [s for s in section_ids if current[s].hash != hashes[s]]
     if changed:
-        raise RequestRefused(
-            409, "section_changed", "the result was computed from a version of these sections that has since changed",
+        raise Conflict("section_changed", "the result was computed from a version of these sections that has since changed",
             field="hashes", section_ids=changed,
         )
     return {s: hashes[s] for s in section_ids}

@@ -30,7 +30,7 @@ from trails import calibration, charts, thresholds, tool_results
 from trails.matching import matching_settings
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
-from ragtrail_site.errors import RequestRefused
+from ragtrail_site.errors import Refused
 from trails.forms import PurgeForm, RecallLogFilterForm, ReplayForm, TrailFilterForm
 from trails.models import (
     SIMILARITY_BINS, TRAIL_ACTIONS, ActionRefused, Citation, PurgeRun, RecallEvent, RecallStat, Signal, SimilarityStat,
@@ -198,7 +198,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     ).aggregate(down=Count("id", filter=Q(signal=Signal.DOWN)), reported=Count("id", filter=Q(signal=Signal.REPORTED)))
     try:
         tool_counts, tool_error = tool_results.lookup_counts(found), ""
-    except RequestRefused as refused:
+    except Refused as refused:
         tool_counts, tool_error = {}, refused.message
     return _scope_page(request, "trails/overview.html", found, {
         "judged": judged["judged"],
@@ -463,7 +463,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
         data = form.cleaned_data
         try:
             answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
-        except RequestRefused as refused:
+        except Refused as refused:
             form.add_error(refused.field or None, refused.message)
             status = 422
         else:
