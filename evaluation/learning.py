@@ -24,7 +24,7 @@ from scopes.models import Scope, Section
 from trails.core.calibration import Rate
 from trails.feedback import give_feedback
 from trails.matching import matching_settings
-from trails.models import Citation, ThresholdChange, Trail, TrailStatus, drop_scope
+from trails.models import Citation, MatchLabel, ThresholdChange, Trail, TrailStatus, drop_scope
 from trails.recall import recall
 from trails.record import RecordInput, record
 
@@ -147,8 +147,6 @@ def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = 
         result.final_threshold = matching_settings(scope).embedding_threshold
         result.flags = scope.threshold_flags
         result.demoted = Trail.objects.filter(scope=scope, status=TrailStatus.PENDING).count()
-        from trails.models import MatchLabel
-
         result.labels = MatchLabel.objects.filter(scope=scope).count()
         result.moves = ThresholdChange.objects.filter(scope=scope, kind=ThresholdChange.Kind.LEARNED).count()
         return result

@@ -68,10 +68,15 @@ def grid_for(matcher: str, fit: dict | None = None) -> list[float]:
     return [point["threshold"] for point in fit["matchers"][matcher]["curve"]]
 
 
+def floor_for(matcher: str, configured: float) -> float:
+    """The lowest threshold labels may lower this matcher's configured one to."""
+    return round(configured - LOWERING_ROOM[matcher], 6)
+
+
 def limits_for(matcher: str, configured: float, fit: dict | None = None) -> LearningLimits:
     """How far a scope's labels may move this matcher's configured threshold."""
     return LearningLimits(
-        floor=round(configured - LOWERING_ROOM[matcher], 6),
+        floor=floor_for(matcher, configured),
         ceiling=ceiling_for(matcher, configured, fit),
         reporter_shift=REPORTER_SHIFT[matcher],
     )

@@ -15,7 +15,7 @@ from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import Invalid
 from trails.feedback import research_key
-from trails.calibration import limits_for
+from trails.calibration import floor_for
 from trails.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
 from trails.candidates import Candidate, add_paths, candidates as read_candidates
 from trails.models import write_recall_effects
@@ -128,7 +128,8 @@ def recall(
     if not dry_run and session and not candidates and found:
         # What a lower threshold would have served: the path this session records next
         # for the question says whether that would have been right (feedback.learn_from_research).
-        nearest = nearest_allowed(scope, question, found, limits_for("embedding", scope.embedding_threshold).floor)
+        # Only the floor: the ceiling (a walk over the calibration curve) is no business of recall.
+        nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
     if not dry_run:
         recall_id = write_recall_effects(
             scope=scope,
