@@ -50,6 +50,47 @@ CONFLICTS = {
     ("post", "/feedback"): "the vote or verdict does not apply now (a rejected trail, a recall judged already or a miss)",
     ("put", "/tool-results"): "a sent hash is no longer the section's",
 }
+# What the server refuses (422) that a JSON Schema cannot say: rules across fields and rules
+# on stored state. Each is named by the field the refusal names, and listed in the operation's
+# 422 description, so generated clients and schema-driven tests know what is accepted.
+RULES_BEYOND_THE_SCHEMA = {
+    ("put", "/sections"): {"sections": "each section id at most once in one request"},
+    ("put", "/tool-policies"): {"policies": "each tool at most once in one request"},
+    ("post", "/recall"): {
+        "explain": "explain only with dry_run: true",
+        "query": "the query has at least one word to match on",
+    },
+    ("post", "/trails"): {
+        "query": "the query has at least one word to match on",
+        "cited": "every cited section is in the scope's section store",
+        "hashes": "hashes name only cited sections",
+    },
+    ("post", "/tool-results/lookup"): {
+        "args": "a path argument of the tool's policy is a string",
+        "caller": "a tool cached per caller needs a caller",
+    },
+    ("put", "/tool-results"): {
+        "args": "a path argument of the tool's policy is a string",
+        "caller": "a tool cached per caller needs a caller",
+        "section_ids": "every listed section is in the scope's section store",
+        "hashes": "hashes name only listed sections, and every listed section has its hash",
+    },
+}
+# What every JSON body must be, whatever the operation (ragtrail_site.strict_json).
+RULES_OF_EVERY_BODY = (
+    "objects and arrays nest at most 32 levels; no key twice in one object; numbers finite and "
+    "integers within ±(2^53 − 1); no NUL (\\u0000) in any string or key"
+)
+
+
+def _refusals(method: str, path: str) -> str:
+    rules = [f"`{field}`: {rule}" for (verb, end), by_field in RULES_BEYOND_THE_SCHEMA.items()
+             if verb == method and path.endswith(end) for field, rule in by_field.items()]
+    if method in ("post", "put", "patch"):
+        rules.append(f"`body`: {RULES_OF_EVERY_BODY}")
+    if not rules:
+        return ERRORS_OF_EVERY_OPERATION["422"]
+    return ERRORS_OF_EVERY_OPERATION["422"] + ". Beyond the schema: " + "; ".join(rules) + "."
 
 
 class RagtrailApi(NinjaAPI):
@@ -64,6 +105,7 @@ class RagtrailApi(NinjaAPI):
                 errors = dict(ERRORS_OF_EVERY_OPERATION)
                 if method in ("post", "put", "patch"):
                     errors.update(ERRORS_OF_BODIES)
+                errors["422"] = _refusals(method, path)
                 errors.update({"409": why for (verb, end), why in CONFLICTS.items() if method == verb and path.endswith(end)})
                 responses = operation.setdefault("responses", {})
                 for status, description in errors.items():

@@ -107,3 +107,22 @@ def server_error(request, *args, **kwargs):
     from django.views.defaults import server_error as page  # noqa: PLC0415 -- only off the API
 
     return page(request, *args, **kwargs)
+
+
+def page_not_found(request, exception=None, *args, **kwargs):
+    """A path no route matches (a trail id with a slash, a misspelt endpoint): under /api/
+    the one JSON error shape, as the OpenAPI document declares for 404; Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return RequestRefused(404, "not_found", "no such endpoint or object").response()
+    from django.views.defaults import page_not_found as page  # noqa: PLC0415 -- only off the API
+
+    return page(request, exception, *args, **kwargs)
+
+
+def bad_request(request, exception=None, *args, **kwargs):
+    """Django's own 400 (a request it judges suspicious before any view): JSON under /api/."""
+    if request.path.startswith("/api/"):
+        return RequestRefused(400, "bad_request", "the request is malformed").response()
+    from django.views.defaults import bad_request as page  # noqa: PLC0415 -- only off the API
+
+    return page(request, exception, *args, **kwargs)

@@ -14,3 +14,5 @@ urlpatterns = [
 
 # Whatever raises, in any layer, an API path answers JSON (ragtrail_site.errors.server_error).
 handler500 = "ragtrail_site.errors.server_error"
+handler404 = "ragtrail_site.errors.page_not_found"
+handler400 = "ragtrail_site.errors.bad_request"

@@ -3,9 +3,23 @@ from __future__ import annotations
 from typing import Annotated
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
 SectionId = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+def _integral(value):
+    # JSON has one number type: 300.0 is the integer 300 (as JSON Schema's "integer" says),
+    # while strict validation would refuse it. Strings stay refused.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def json_int(**bounds):
+    """An integer field as JSON means it: 300 and 300.0 alike, never "300" or 300.5. (The
+    bounds go before the validator, or pydantic leaves them out of the JSON Schema.)"""
+    return Annotated[int, Field(**bounds), BeforeValidator(_integral)]
 
 
 class StrictSchema(Schema):

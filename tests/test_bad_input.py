@@ -121,3 +121,35 @@ def test_domain_refusals_carry_no_status_and_the_edge_chooses_it():
         assert not hasattr(refusal, "status")
         answer = RequestRefused.of(refusal)
         assert answer.status == status and answer.as_json() == {"error": {"code": "code", "message": "message", "field": "f", "section_ids": ["s"]}}
+
+
+@pytest.mark.parametrize("path", ["/api/v1/scopes/hospital/trails/a/b/c", "/api/v1/no-such-endpoint", "/api/v2/"])
+def test_a_path_no_route_matches_answers_the_json_error_shape(client, db, path):
+    response = client.get(path)
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_an_integral_number_is_an_integer_as_json_schema_says(api, sections):
+    answer = api.call("post", "/scopes/hospital/recall", {"query": "parking", "token_budget": 300.0})
+    assert answer.status_code == 200
+    refused = api.call("post", "/scopes/hospital/recall", {"query": "parking", "token_budget": 300.5})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "token_budget"
+    refused = api.call("post", "/scopes/hospital/recall", {"query": "parking", "token_budget": "300"})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "token_budget"
+
+
+def test_the_openapi_document_says_which_schema_valid_input_is_refused(client, db, api, sections):
+    """A rule the JSON Schema cannot express is in the operation's 422 description, under the
+    field a refusal of it names."""
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    sections_422 = paths["/api/v1/scopes/{scope}/sections"]["put"]["responses"]["422"]["description"]
+    twice = api.call("put", "/scopes/hospital/sections", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]})
+    assert twice.status_code == 422 and f"`{twice.json()['error']['field']}`:" in sections_422
+    recall_422 = paths["/api/v1/scopes/{scope}/recall"]["post"]["responses"]["422"]["description"]
+    explained = api.call("post", "/scopes/hospital/recall", {"query": "parking", "explain": True})
+    assert explained.status_code == 422 and f"`{explained.json()['error']['field']}`:" in recall_422
+    record_422 = paths["/api/v1/scopes/{scope}/trails"]["post"]["responses"]["422"]["description"]
+    unknown = api.record("hospital", query="Where do visitors park?", cited=["no/such/section"])
+    assert unknown.status_code == 422 and f"`{unknown.json()['error']['field']}`:" in record_422
+    assert "no NUL" in record_422 and "2^53" in record_422

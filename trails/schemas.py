@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal, Optional
 from ninja import Schema
 from pydantic import Field, field_validator
 
-from scopes.schemas import SectionId, StrictSchema
+from scopes.schemas import SectionId, StrictSchema, json_int
 from trails.core.validation import Outcome, SectionStatus
 
 Query = Annotated[str, Field(min_length=1, max_length=2000)]
@@ -18,7 +18,7 @@ Session = Annotated[str, Field(min_length=1, max_length=200)]
 class RecallIn(StrictSchema):
     query: Query
     partition: Partition = ""
-    token_budget: Optional[Annotated[int, Field(ge=0, le=200_000)]] = None
+    token_budget: Optional[json_int(ge=0, le=200_000)] = None
     dry_run: bool = False
     session: Optional[Session] = None
     # Why it answered as it did; with dry_run only, so the hot path never pays for it.
@@ -145,7 +145,7 @@ class ToolPolicyIn(StrictSchema):
     tool: ToolName
     cacheable: bool
     # Needed only where the tool is cacheable; the default is the model's.
-    ttl_s: Annotated[int, Field(ge=1, le=30 * 24 * 3600)] = 300
+    ttl_s: json_int(ge=1, le=30 * 24 * 3600) = 300
     ignore_args: Annotated[list[ArgName], Field(max_length=50)] = []
     path_args: Annotated[list[ArgName], Field(max_length=50)] = []
     per_caller: bool = False
