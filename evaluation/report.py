@@ -137,7 +137,7 @@ def render_html(report: dict) -> str:
     import plotly.offline
 
     css = (Path(__file__).resolve().parents[1] / "static" / "css" / "ops.css").read_text()
-    return render_to_string("trails/eval_report.html", {
+    return render_to_string("trails/evaluation/eval_report.html", {
         "report": report, "headline": report.get("headline", []), "figures": figures(report),
         "plotly_js": plotly.offline.get_plotlyjs(), "css": css,
         "report_json": json.dumps(report, indent=2, ensure_ascii=False),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, urlparse
+
+import dj_database_url
 
 
 class SettingError(ValueError):
@@ -43,45 +45,42 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def database_from_url(url: str, base_dir: str) -> dict:
-    """Turns DATABASE_URL (sqlite:///path or postgres://user:pass@host:port/name) into Django's form."""
-    parsed = urlparse(url)
-    if parsed.scheme == "sqlite":
-        path = unquote(parsed.path)
-        # sqlite:///db.sqlite3 is relative to the project, sqlite:////abs/path is absolute.
-        if path.startswith("//"):
-            path = path[1:]
-        elif path.startswith("/"):
-            path = os.path.join(base_dir, path[1:])
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": path or os.path.join(base_dir, "db.sqlite3"),
-            # WAL with NORMAL sync: a commit no longer waits on fsync, which otherwise
-            # dominates every recall's event write on a laptop.
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"},
-        }
-    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
-        options: dict = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        # Django turns psycopg's statement preparation off; recall's candidate read uses a
-        # server-binding cursor that psycopg prepares after five runs (see trails.models).
-        # Behind a transaction-pooling PgBouncer, set prepare_threshold= (empty) in the URL.
-        threshold = options.pop("prepare_threshold", "5")
-        options["prepare_threshold"] = int(threshold) if threshold else None
-        # A database that is down or overloaded must fail a request fast (the API then
-        # answers 503), not hold a worker: connect in seconds, no statement or lock wait
-        # past its budget. The URL's own values win.
-        options.setdefault("connect_timeout", os.environ.get("RAGTRAIL_DB_CONNECT_TIMEOUT_S", "3"))
-        if "options" not in options:
-            statement = os.environ.get("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", "5000")
-            lock = os.environ.get("RAGTRAIL_DB_LOCK_TIMEOUT_MS", "2000")
-            options["options"] = f"-c statement_timeout={int(statement)} -c lock_timeout={int(lock)}"
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parsed.path.lstrip("/")),
-            "USER": unquote(parsed.username or ""),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
-            "OPTIONS": options,
-            "CONN_MAX_AGE": 60,
-        }
-    raise SettingError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (use sqlite or postgres)")
+    """Turns DATABASE_URL (sqlite:///path or postgres://user:pass@host:port/name?options)
+    into Django's form, read by dj-database-url, with ragtrail's defaults added."""
+    engine = urlparse(url).scheme
+    if engine not in {"sqlite", "postgres", "postgresql", "pgsql"}:
+        raise SettingError(f"DATABASE_URL scheme {engine!r} is not supported (use sqlite or postgres)")
+    try:
+        database = dj_database_url.parse(url)
+    except ValueError as problem:
+        raise SettingError(f"DATABASE_URL cannot be read: {problem}") from None
+    if engine == "sqlite":
+        name = database["NAME"] or "db.sqlite3"
+        # sqlite:///db.sqlite3 is relative to the project (not to where a command runs),
+        # sqlite:////abs/path is absolute, sqlite:///:memory: is a database in memory.
+        if name != ":memory:" and not os.path.isabs(name):
+            name = os.path.join(base_dir, name)
+        database["NAME"] = name
+        # WAL with NORMAL sync: a commit no longer waits on fsync, which otherwise
+        # dominates every recall's event write on a laptop.
+        database["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"}
+        return database
+    options = database.setdefault("OPTIONS", {})
+    # Django turns psycopg's statement preparation off; recall's candidate read uses a
+    # server-binding cursor that psycopg prepares after five runs (see trails.candidates).
+    # Behind a transaction-pooling PgBouncer, set prepare_threshold= (empty) in the URL
+    # (an empty value, which dj-database-url drops, so it is read here).
+    threshold = parse_qs(urlparse(url).query, keep_blank_values=True).get("prepare_threshold", ["5"])[-1]
+    options.pop("prepare_threshold", None)
+    options["prepare_threshold"] = int(threshold) if threshold else None
+    # A database that is down or overloaded must fail a request fast (the API then
+    # answers 503), not hold a worker: connect in seconds, no statement or lock wait
+    # past its budget. The URL's own values win.
+    options.setdefault("connect_timeout", int(os.environ.get("RAGTRAIL_DB_CONNECT_TIMEOUT_S", "3")))
+    if "options" not in options:
+        statement = os.environ.get("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", "5000")
+        lock = os.environ.get("RAGTRAIL_DB_LOCK_TIMEOUT_MS", "2000")
+        options["options"] = f"-c statement_timeout={int(statement)} -c lock_timeout={int(lock)}"
+    database["PORT"] = str(database.get("PORT") or "")
+    database["CONN_MAX_AGE"] = 60
+    return database

@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     "trails",
     # The evaluation and benchmark commands: beside the product, never imported by it.
     "evaluation",
+    # Last: its ready() wires the apps above together (the embedding model's load gate).
+    "ragtrail_site.apps.SiteConfig",
 ]
 
 MIDDLEWARE = [
@@ -107,12 +109,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
 # whitenoise serves static files from where the finders find them (the app folders and static/),
-# so no collectstatic step can be forgotten; STATIC_ROOT is only for an outside file server.
+# so no collectstatic step can be forgotten. STATIC_ROOT is only for an outside file server
+# (RAGTRAIL_STATIC_ROOT, then collectstatic): unset, whitenoise has no empty folder to warn about.
+STATIC_ROOT = env_str("RAGTRAIL_STATIC_ROOT", "") or None
 WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "admin:login"
+
+# SQLite ignores an index's INCLUDE columns (the band-key index's covering column), which only
+# PostgreSQL, where it matters, uses; the warning on every SQLite migrate says nothing to act on.
+SILENCED_SYSTEM_CHECKS = ["models.W040"]
 
 # Request bodies past this size answer 413; section upserts are the largest callers.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024)

@@ -7,6 +7,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from scopes.models import Scope
+from trails.purge import run_purge
 from trails.reindex import reindex_scope
 from trails.upkeep import roll_up, sweep_expired
 
@@ -30,6 +31,4 @@ def reindex_scope_task(self, scope_id: int, after_id: int = 0) -> int:
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)
 def purge_task(self, run_id: int) -> int:
-    from trails.purge import run_purge
-
     return run_purge(run_id).matched

@@ -9,6 +9,7 @@ from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
 from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
+from trails.purge import forget_unconfirmed_previews
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -46,8 +47,6 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
     # Old section texts are kept only to show operators what a cited section said.
     cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
     deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()
-    from trails.purge import forget_unconfirmed_previews
-
     deleted["purge_runs"] = forget_unconfirmed_previews(now)
     return deleted
 

@@ -1,43 +1,144 @@
-"""The apps' layers: scopes < trails < evaluation. A lower one never imports a higher one."""
+"""The project's layers, drawn from its own imports (those inside functions included):
+
+  0 the platform: ragtrail_site's request plumbing (errors, strict JSON, deadlines, load
+    shedding, prepared statements, settings helpers), trails.core and scopes.hashing (pure Python);
+  1 scopes; 2 trails; 3 evaluation (beside the product, never imported by it);
+  4 the site's wiring: settings, URLs, the API object, the app that connects the layers.
+
+A module never imports one of a higher layer, and no modules import each other in a circle,
+not even inside a function. Where a lower layer must tell a higher one something, it sends a
+Django signal or calls what the higher one registered at app ready (ragtrail_site.apps).
+"""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCOPES = ROOT / "scopes"
+PACKAGES = ("ragtrail_site", "scopes", "trails", "evaluation")
+PLATFORM = {f"ragtrail_site.{name}" for name in ("errors", "strict_json", "db_deadline", "load", "prepared", "env", "celery")} | {
+    "scopes.hashing",  # what a section's hash is: pure Python, read by trails.core
+}
+WIRING = {f"ragtrail_site.{name}" for name in ("settings", "urls", "api", "wsgi", "apps", "gunicorn_conf")}
 
 
-def imported_modules(path: Path) -> list[str]:
+def layer_of(module: str) -> int:
+    if module in PLATFORM or module == "ragtrail_site" or module.startswith("trails.core"):
+        return 0
+    if module in WIRING:
+        return 4
+    return {"scopes": 1, "trails": 2, "evaluation": 3}[module.split(".")[0]]
+
+
+def project_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    modules = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            modules[name] = path
+    return modules
+
+
+def imported_modules(path: Path, module: str | None = None) -> list[str]:
+    """Every module name an import statement in the file names, at any depth (inside
+    functions too), relative imports resolved against `module` (the file's own name);
+    `from a import b` names both a and a.b."""
     names = []
+    package = (module or "").split(".") if path.stem == "__init__" else (module or "").split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            names.append(base)
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
     return names
 
 
-def imports_of(app: str, upper: set[str]) -> dict[str, str]:
-    return {
-        str(path.relative_to(ROOT)): name
-        for path in (ROOT / app).rglob("*.py")
-        for name in imported_modules(path)
-        if name.split(".")[0] in upper
-    }
+def import_graph(root: Path = ROOT, packages=PACKAGES) -> dict[str, set[str]]:
+    """module -> the project modules it imports (a name resolves to its longest module prefix)."""
+    modules = project_modules(root, packages)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in modules.items():
+        targets = {resolve(name) for name in imported_modules(path, module)}
+        graph[module] = {t for t in targets if t and t != module and not module.startswith(t + ".")}
+    return graph
 
 
-def test_scopes_never_imports_trails():
-    offending = imports_of("scopes", {"trails", "evaluation"})
-    assert not offending, f"scopes imports an upper app: {offending}"
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for module in sorted(graph):
+            if module not in index:
+                visit(module)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
 
 
-def test_the_product_never_imports_the_evaluation():
-    offending = {**imports_of("trails", {"evaluation"}), **imports_of("ragtrail_site", {"evaluation"})}
-    assert not offending, f"the product imports the evaluation: {offending}"
+def test_no_modules_import_each_other_in_a_circle():
+    found = circles(import_graph())
+    assert not found, f"modules that import each other in a circle: {found}"
 
 
-def test_the_scan_sees_imports_inside_functions(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from trails.reindex import reindex_scope\n    import trails.models\n")
-    assert imported_modules(module) == ["trails.reindex", "trails.models"]
+def test_no_module_imports_a_higher_layer():
+    upward = sorted(
+        f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+        for module, targets in import_graph().items() for target in targets if layer_of(target) > layer_of(module)
+    )
+    assert not upward, "imports that reach up a layer:\n" + "\n".join(upward)
+
+
+def test_the_scan_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("def f():\n    from pkg.high import g\n    return g\n")
+    (package / "high.py").write_text("from . import low\n\ndef g():\n    return low\n")
+    (package / "alone.py").write_text("import pkg.low\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.low"] == {"pkg.high"} and graph["pkg.high"] == {"pkg.low"}
+    assert circles(graph) == [["pkg.high", "pkg.low"]]
+    (package / "low.py").write_text("def f():\n    return 1\n")
+    assert circles(import_graph(tmp_path, ("pkg",))) == []

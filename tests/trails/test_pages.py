@@ -469,7 +469,7 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
 
 
 def test_the_trails_table_counts_at_most_its_cap(staff, trails, monkeypatch):
-    from trails import views
+    from trails.views import trails as views
 
     monkeypatch.setattr(views.CappedPaginator, "CAP", 2)
     page = staff.get("/ops/hospital/trails/").content.decode()

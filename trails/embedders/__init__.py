@@ -7,15 +7,27 @@ from __future__ import annotations
 import importlib
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ragtrail_site.load import embedding_gate
-
 from .base import BaseEmbedder
+
+# How a call into the model is entered: the site sets a gate when its app is ready
+# (ragtrail_site.apps), bounding how many requests run the model at once and refusing
+# those that would wait past their budget. The embedders know nothing of requests.
+_inference_gate: list[Callable[[str], AbstractContextManager]] = []
+
+
+def enter_inference_through(gate: Callable[[str], AbstractContextManager]) -> None:
+    """Sets what every call into a model is entered through (the last call wins)."""
+    _inference_gate[:] = [gate]
+
+
+def _entered(what: str) -> AbstractContextManager:
+    return _inference_gate[0](what) if _inference_gate else nullcontext()
 
 
 @lru_cache(maxsize=4)
@@ -56,7 +68,7 @@ class CachedEmbedder(BaseEmbedder):
                     found[key] = vector
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
-            with embedding_gate().entered("the embedding model"):
+            with _entered("the embedding model"):
                 vectors = self.inner.embed_many(missing)
             vectors.setflags(write=False)  # shared between requests: nobody may change one
             found.update(zip(missing, vectors))

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class SiteConfig(AppConfig):
+    """The site: the top layer, which wires the lower ones together once Django is ready."""
+
+    name = "ragtrail_site"
+    verbose_name = "ragtrail site"
+
+    def ready(self) -> None:
+        from ragtrail_site.load import embedding_gate
+        from trails.embedders import enter_inference_through
+
+        # The model is entered through the load gate in every process (web and worker).
+        enter_inference_through(lambda what: embedding_gate().entered(what))

@@ -1,0 +1,82 @@
+"""What the learned thresholds are computed from (judged matches) and every move they make."""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.dispatch import receiver
+from django.utils import timezone
+
+from scopes.models import Scope
+from trails.models.trail import Trail, trails_deleting
+
+
+class MatchLabel(models.Model):
+    """A judged match: was serving a trail at this similarity right or wrong, and who said so.
+
+    The scope's thresholds are learned from these (trails/thresholds.py). Sources: an
+    agent's feedback on a recall, a re-search (a path recorded for the same question in
+    the same session: citing the served sections or not), a near miss (the nearest
+    candidate of a miss, judged by the path then recorded), a rejection of a trail that
+    was served. Each names its reporter, so no one reporter's labels weigh without bound.
+    """
+
+    class Source(models.TextChoices):
+        FEEDBACK = "feedback", "Agent's feedback"
+        RESEARCH = "research", "Re-search after a hit"
+        NEAR_MISS = "near_miss", "Path recorded after a near miss"
+        MISS = "miss", "Path recorded after a miss with nothing near"
+        REJECTION = "rejection", "Served trail rejected"
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
+    matcher = models.CharField(max_length=16)
+    similarity = models.FloatField()
+    false_hit = models.BooleanField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    reporter = models.CharField(max_length=100, blank=True)
+    recall_event = models.ForeignKey("RecallEvent", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
+    trail = models.ForeignKey(Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["scope", "matcher", "created_at"], name="matchlabel_scope_time"),
+            models.Index(fields=["trail", "source"], name="matchlabel_trail", condition=Q(trail__isnull=False)),
+        ]
+        constraints = [
+            # One label per recall: feedback, a re-search and a rejection do not count one recall twice.
+            models.UniqueConstraint(fields=["recall_event"], condition=Q(recall_event__isnull=False), name="matchlabel_once_per_recall"),
+        ]
+
+
+class ThresholdChange(models.Model):
+    """Every move of a scope's threshold in use, with its cause and evidence: what the
+    overview and Django admin show, and what an operator resets or pins against."""
+
+    class Kind(models.TextChoices):
+        LEARNED = "learned", "Learned from labels"
+        FLAGGED = "flagged", "Flagged for an operator"
+        RESET = "reset", "Reset by an operator"
+        PINNED = "pinned", "Pinned by an operator (learning off)"
+        UNPINNED = "unpinned", "Unpinned by an operator (learning on)"
+        CONFIGURED = "configured", "Matching settings changed"
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="threshold_changes")
+    matcher = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    before = models.FloatField(null=True, blank=True)
+    after = models.FloatField(null=True, blank=True)
+    by = models.CharField(max_length=150, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["scope", "created_at"], name="thresholdchange_scope_time")]
+
+
+
+
+@receiver(trails_deleting, dispatch_uid="trails.labels_outlive_trails")
+def _unlink_labels(sender, ids: list[int], **kwargs) -> None:
+    # Labels stay: they are the scope's evidence about its threshold, not the trail's.
+    MatchLabel.objects.filter(trail_id__in=ids).update(trail=None)

@@ -1,0 +1,98 @@
+"""Purging personal data: a scope's own patterns, and each purge run with its audit."""
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from scopes.models import Scope
+
+
+class PiiPattern(models.Model):
+    """A scope's own pattern of personal data (a patient number, a customer id), checked by purges."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="pii_patterns")
+    name = models.CharField(max_length=100)
+    pattern = models.CharField(max_length=500, help_text="A Python regular expression.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "name"], name="pii_pattern_unique_in_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.scope.slug}:{self.name}"
+
+    def clean(self) -> None:
+        import re
+
+        from django.core.exceptions import ValidationError
+
+        try:
+            re.compile(self.pattern)
+        except re.error as problem:
+            raise ValidationError({"pattern": f"not a valid regular expression: {problem}"}) from None
+
+
+class PurgeRun(models.Model):
+    """One purge of personal data: its preview, its progress, and afterwards its audit record.
+
+    The audit keeps who, when, which scope and rule, and how many; never the purged
+    text (an erasure subject is held only while the run is previewed or unfinished).
+    A previewed run stores the trails it matched, and confirming it purges exactly those.
+    """
+
+    class Action(models.TextChoices):
+        REDACT = "redact", "Redact the query text"
+        DELETE = "delete", "Delete the trails"
+
+    class State(models.TextChoices):
+        PREVIEWED = "previewed"
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="purge_runs")
+    rule = models.CharField(max_length=200, help_text="What was looked for: built-in rules, scope patterns, or an erasure subject.")
+    subject = models.TextField(blank=True)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    requested_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    matched = models.PositiveIntegerField(default=0)
+    last_trail_id = models.BigIntegerField(default=0)
+    # The previewed set (trail ids); None purges every matching trail of the scope at run time.
+    trail_ids = models.JSONField(null=True, blank=True, editable=False)
+    error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def finish(self) -> None:
+        self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
+        self.save(update_fields=["state", "finished_at", "subject", "trail_ids"])
+
+    def fail(self, error: str) -> None:
+        """Ends the run unfinished; it forgets its erasure subject and what it matched."""
+        self.state, self.finished_at, self.subject, self.trail_ids = self.State.FAILED, timezone.now(), "", None
+        self.error = error[:300]
+        self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "error"])
+
+    @classmethod
+    def request(cls, scope: Scope, subject: str, delete: bool, requested_by: str) -> "PurgeRun":
+        """An unsaved run: an erasure request for `subject`, or the built-in rules and scope patterns."""
+        return cls(
+            scope=scope,
+            subject=subject,
+            rule="erasure request" if subject else "built-in rules and scope patterns",
+            action=cls.Action.DELETE if delete else cls.Action.REDACT,
+            requested_by=requested_by,
+        )
+
+    @property
+    def percent(self) -> int:
+        return 100 if self.state == self.State.DONE else int(100 * self.processed / self.total) if self.total else 0

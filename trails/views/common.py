@@ -1,0 +1,111 @@
+"""What every operator page shares: the staff check, the scope in the URL and the last one looked at, CSV exports."""
+from __future__ import annotations
+
+import csv
+import uuid
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from functools import wraps
+from typing import Iterable
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from scopes.models import Scope
+from trails.models import Trail
+
+
+def staff_required(view):
+    """Anonymous users go to the login page; signed-in users who are not staff get a 403."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not (request.user.is_active and request.user.is_staff):
+            return HttpResponseForbidden("Operator pages are for staff users.")
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+# The most rows one CSV export streams.
+CSV_ROW_LIMIT = 100_000
+
+
+def _csv_cell(value) -> str:
+    """A value for a spreadsheet: times in UTC ISO form, and text that a spreadsheet
+    would run as a formula (caller-written queries may start with = + - @) quoted."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(dt_timezone.utc).isoformat()
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def csv_response(filename: str, header: list[str], rows: Iterable[Iterable]) -> StreamingHttpResponse:
+    """Streams rows as CSV (a download), so a large export never sits in memory."""
+
+    class Line:
+        def write(self, value: str) -> str:
+            return value
+
+    writer = csv.writer(Line())
+
+    def lines():
+        yield writer.writerow(header)
+        for row in rows:
+            yield writer.writerow([_csv_cell(v) for v in row])
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def wants_csv(request: HttpRequest) -> bool:
+    return request.GET.get("format") == "csv"
+
+
+def scope_or_404(slug: str) -> Scope:
+    """The one lookup of a page's scope by the slug in its URL (staff see every scope)."""
+    return get_object_or_404(Scope, slug=slug)
+
+
+LAST_SCOPE = "ops_last_scope"
+
+
+def operator_scopes():
+    # Scopes the benchmarks and the evaluation make (and drop when done) are never offered.
+    return Scope.objects.filter(scratch=False)
+
+
+def scope_page(request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200) -> HttpResponse:
+    if scope is not None and scope.pk:
+        request.session[LAST_SCOPE] = scope.slug  # /ops/ opens it next time
+    context = {"scope": scope, "scopes": operator_scopes().only("slug", "name"), **context}
+    return render(request, template, context, status=status)
+
+
+def last_scope(request: HttpRequest) -> Scope | None:
+    """The scope this operator last looked at; else the one the latest trail was recorded
+    in (a scope in use, not the newest empty one); else any."""
+    scopes = operator_scopes()
+    remembered = request.session.get(LAST_SCOPE)
+    found = scopes.filter(slug=remembered).first() if remembered else None
+    if found is None:
+        latest = Trail.objects.filter(scope__in=scopes).order_by("-id").values_list("scope_id", flat=True).first()
+        found = scopes.filter(pk=latest).first() if latest else scopes.first()
+    return found
+
+
+
+def uuids(values: list[str]) -> list[str]:
+    valid = []
+    for value in values:
+        try:
+            valid.append(str(uuid.UUID(value)))
+        except ValueError:
+            continue
+    return valid

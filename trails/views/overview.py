@@ -1,0 +1,135 @@
+"""The overview of a scope (charts, KPIs) and its threshold control."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from ragtrail_site.errors import Refused
+from scopes.models import Scope
+from trails import calibration, charts, thresholds, tool_results
+from trails.matching import matching_settings
+from trails.models import (
+    SIMILARITY_BINS,
+    RecallEvent,
+    RecallStat,
+    Signal,
+    SimilarityStat,
+    ThresholdChange,
+    Trail,
+    TrailSignal,
+    TrailStatus,
+)
+from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
+
+WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
+
+
+
+@staff_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    found = last_scope(request)
+    if found is None:
+        return render(request, "trails/no_scopes.html")
+    return redirect("ops:overview", scope=found.slug)
+
+
+@staff_required
+@require_GET
+def overview(request: HttpRequest, scope: str) -> HttpResponse:
+    found = scope_or_404(scope)
+    window = request.GET.get("window", "24h")
+    if window not in WINDOWS:
+        window = "24h"
+    span, bucket = WINDOWS[window]
+    now = timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - span
+    if bucket >= timedelta(days=1):
+        # Daily buckets start at midnight so a day's bar is that calendar day.
+        start = start.replace(hour=0)
+    rows = RecallStat.hourly(found, start - span)
+    current_rows = [r for r in rows if r.hour >= start]
+    data = charts.series(current_rows, start, end, bucket)
+    matching = matching_settings(found)
+    thresholds = {
+        name: value for name, value, used in (
+            ("embedding", matching.embedding_threshold, found.uses_embedding), ("lexical", matching.lexical_threshold, found.uses_lexical)
+        ) if used
+    }
+    figures = {
+        "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[found.slug]), bucket),
+        "hit-rate": charts.hit_rate_figure(data),
+        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS, thresholds),
+    }
+    totals = charts.totals(current_rows)
+    # The window before, for comparison (the same roll-up rows, read once).
+    previous = charts.totals(r for r in rows if start - span <= r.hour < start)
+    judged = RecallEvent.objects.filter(scope=found, feedback_at__gte=start).aggregate(
+        judged=Count("id"), reported=Count("id", filter=Q(helpful=False))
+    )
+    voted_down = TrailSignal.objects.filter(
+        trail__scope=found, created_at__gte=start, signal__in=[Signal.DOWN, Signal.REPORTED]
+    ).aggregate(down=Count("id", filter=Q(signal=Signal.DOWN)), reported=Count("id", filter=Q(signal=Signal.REPORTED)))
+    try:
+        tool_counts, tool_error = tool_results.lookup_counts(found), ""
+    except Refused as refused:
+        tool_counts, tool_error = {}, refused.message
+    return scope_page(request, "trails/overview/overview.html", found, {
+        "judged": judged["judged"],
+        "false_hit_reports": judged["reported"],
+        "voted_down": voted_down["down"],
+        "reported_to_pending": voted_down["reported"],
+        "previous": previous,
+        "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
+        "tool_error": tool_error,
+        "window": window,
+        "windows": list(WINDOWS),
+        "totals": totals,
+        **{f"{outcome}_share": totals.share(outcome) for outcome in charts.OUTCOMES},
+        "pending": Trail.objects.filter(scope=found, status=TrailStatus.PENDING, expires_at__gt=now).count(),
+        "last_hour": RecallStat.last_hour(found),
+        "figures": figures,
+        "tab": "overview",
+        **threshold_context(found),
+    })
+
+
+def threshold_context(scope: Scope) -> dict:
+    """The thresholds configured and in use, why the scope waits for an operator (if it
+    does), and the latest moves with their evidence."""
+    return {
+        "thresholds_in_use": [
+            {"matcher": matcher, "configured": getattr(scope, f"{matcher}_threshold"), "in_use": thresholds.in_use(scope, matcher),
+             "ceiling": calibration.limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling}
+            for matcher in thresholds.used_matchers(scope)
+        ],
+        "threshold_flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
+        "threshold_changes": list(ThresholdChange.objects.filter(scope=scope)[:5]),
+    }
+
+
+@staff_required
+@require_POST
+def threshold_action(request: HttpRequest, scope: str) -> HttpResponse:
+    """Reset the learned threshold, or pin / unpin the configured one: recorded with who."""
+    found = scope_or_404(scope)
+    action, by = request.POST.get("action"), request.user.get_username()
+    if action == "reset":
+        thresholds.reset_learning(found, by=by)
+        messages.info(request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside.")
+    elif action in ("pin", "unpin"):
+        thresholds.pin_thresholds(found, by=by, pinned=action == "pin")
+        messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
+                      else "Learning on again, from labels given from now on.")
+    else:
+        return HttpResponse("action must be reset, pin or unpin", status=400)
+    return redirect(reverse("ops:overview", args=[scope]) + "#thresholds")
+

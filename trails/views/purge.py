@@ -1,0 +1,85 @@
+"""Purging personal data: preview, confirm, progress, the audit log."""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from trails.forms import PurgeForm
+from trails.models import PurgeRun
+from trails.purge import preview as preview_purge
+from trails.purge import run_purge
+from trails.tasks import purge_task
+from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+
+logger = logging.getLogger(__name__)
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def purge(request: HttpRequest, scope: str) -> HttpResponse:
+    """Preview stores the matched trails on a run; confirming runs that run, whatever the
+    form's fields say by then."""
+    found = scope_or_404(scope)
+    if request.method == "GET" and wants_csv(request):
+        # The audit log: who purged what rule when, never the purged text.
+        runs = PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED).values_list(
+            "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
+        )[:CSV_ROW_LIMIT]
+        return csv_response(f"{found.slug}-purge-audit.csv", ["run_id", "created_at", "requested_by", "rule", "action", "state",
+                                                              "checked", "matched", "finished_at"], runs.iterator())
+    form = PurgeForm(request.POST or None)
+    preview, status, problem = None, 200, ""
+    if request.method == "POST" and request.POST.get("step") == "run":
+        run = PurgeRun.objects.filter(
+            scope=found, public_id__in=uuids([request.POST.get("run", "")]), state=PurgeRun.State.PREVIEWED
+        ).first()
+        if run is not None:
+            return _start_purge(request, run)
+        form, status, problem = PurgeForm(), 422, "Preview the purge first; only a previewed purge runs (or it already ran)."
+    elif request.method == "POST":
+        if not form.is_valid():
+            status = 422
+        else:
+            data = form.cleaned_data
+            run = PurgeRun.request(found, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
+            run.state = PurgeRun.State.PREVIEWED
+            count, shown = preview_purge(run)
+            run.save()
+            preview = {"count": count, "shown": shown, "run": run, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
+    runs = list(PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED)[:50])
+    shown_id = request.GET.get("run")
+    return scope_page(request, "trails/purge/purge.html", found, {
+        "form": form, "preview": preview, "runs": runs, "tab": "purge", "problem": problem,
+        "watched": [r for r in runs if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id],
+    }, status)
+
+
+def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
+    """Small sets are purged in the request; larger ones go to a worker and the page shows
+    progress. A run that cannot be queued fails at once, keeping no subject."""
+    run.state = PurgeRun.State.QUEUED
+    run.save(update_fields=["state"])
+    if run.total <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:  # the previewed set's size
+        run_purge(run.id)
+    else:
+        try:
+            purge_task.delay(run.id)
+        except Exception as problem:  # the broker is away: say so, never leave it queued
+            logger.error("purge %s could not be queued: %s", run.public_id, problem)
+            run.fail(f"could not be queued: the job broker did not answer ({type(problem).__name__})")
+            messages.error(request, "The purge could not be queued: the job broker is not answering. Nothing was purged; preview it again to retry.")
+    return redirect(reverse("ops:purge", args=[run.scope.slug]) + f"?run={run.public_id}")
+
+
+@staff_required
+@require_GET
+def purge_progress(request: HttpRequest, scope: str, run_id) -> HttpResponse:
+    run = get_object_or_404(PurgeRun, scope__slug=scope, public_id=run_id)
+    return render(request, "trails/purge/purge.html#progress", {"run": run, "scope": run.scope})
+

@@ -1,0 +1,102 @@
+"""The recall log and Replay (a dry-run recall with its explanation)."""
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from ragtrail_site.errors import Refused
+from trails.forms import RecallLogFilterForm, ReplayForm
+from trails.models import RecallEvent, Trail
+from trails.recall import recall
+from trails.schemas import recall_json
+from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def replay(request: HttpRequest, scope: str) -> HttpResponse:
+    """A question is posted, never put in the URL: server and proxy logs keep URLs."""
+    found = scope_or_404(scope)
+    result, status = None, 200
+    data = request.POST if request.method == "POST" else None
+    if request.method == "GET" and request.GET.get("trail"):
+        # "Replay now" from a trail names the trail in the URL, never its question.
+        source = Trail.objects.filter(scope=found, public_id__in=uuids([request.GET["trail"]])).first()
+        if source is not None:
+            data = {"query": source.query, "partition": source.partition}
+    elif request.method == "GET" and request.GET.get("recall"):
+        # From the recall log: the event's id in the URL, its kept query read here.
+        event = RecallEvent.objects.filter(scope=found, public_id__in=uuids([request.GET["recall"]])).exclude(query="").first()
+        if event is not None:
+            data = {"query": event.query, "partition": ""}
+    form = ReplayForm(data)
+    form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        try:
+            answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
+        except Refused as refused:
+            form.add_error(refused.field or None, refused.message)
+            status = 422
+        else:
+            trail = Trail.objects.filter(id=answer.trail.id).first() if answer.trail else None
+            # What the agent would receive: the explanation is the operator's.
+            sent = {k: v for k, v in recall_json(answer).items() if k != "explanation"}
+            result = {"answer": answer, "trail": trail, "why": answer.explanation,
+                      "json": json.dumps(sent, indent=2, ensure_ascii=False)}
+    elif form.is_bound:
+        status = 422
+    return scope_page(request, "trails/recalls/replay.html", found, {"form": form, "result": result, "tab": "replay"}, status)
+
+
+RECALLS_PER_PAGE = 50
+
+
+@staff_required
+@require_GET
+def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
+    """Recent recalls, newest first, filtered; pages by id (no count over a million rows)."""
+    found = scope_or_404(scope)
+    form = RecallLogFilterForm(request.GET or None)
+    events = RecallEvent.objects.filter(scope=found).select_related("trail").only(
+        "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
+        "feedback_reason", "trail__public_id", "trail__query",
+    )
+    if form.is_bound and form.is_valid():
+        f = form.cleaned_data
+        if f["outcome"]:
+            events = events.filter(outcome=f["outcome"])
+        if f["min_similarity"] is not None:
+            events = events.filter(similarity__gte=f["min_similarity"])
+        if f["max_similarity"] is not None:
+            events = events.filter(similarity__lte=f["max_similarity"])
+        if f["since"]:
+            events = events.filter(created_at__gte=f["since"])
+        if f["until"]:
+            events = events.filter(created_at__lt=f["until"])
+        if f["feedback"] == "none":
+            events = events.filter(feedback_at__isnull=True)
+        elif f["feedback"]:
+            events = events.filter(helpful=f["feedback"] == "helpful")
+        if f["before"]:
+            events = events.filter(id__lt=f["before"])
+    if wants_csv(request):
+        fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful", "feedback_reason"]
+        if found.keep_raw_queries:
+            fields.append("query")
+        rows = events.order_by("-created_at", "-id").values_list(*fields)[:CSV_ROW_LIMIT]
+        header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful", "feedback_reason"]
+        return csv_response(f"{found.slug}-recalls.csv", header + (["query"] if found.keep_raw_queries else []), rows.iterator())
+    rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
+    older = None
+    if len(rows) > RECALLS_PER_PAGE:
+        rows = rows[:RECALLS_PER_PAGE]
+        query = request.GET.copy()
+        query["before"] = rows[-1].id
+        older = query.urlencode()
+    return scope_page(request, "trails/recalls/recall_log.html", found, {
+        "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": found.keep_raw_queries,
+    })
+

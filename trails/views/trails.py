@@ -1,0 +1,223 @@
+"""The trails table and triage (filters, bulk votes), and one trail's page."""
+from __future__ import annotations
+
+import difflib
+import json
+
+from django.core.paginator import Paginator
+from django.db.models import F
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from scopes.models import Scope, Section, SectionRevision
+from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import CurrentSection, SectionStatus, validate
+from trails.forms import TrailFilterForm
+from trails.models import TRAIL_ACTIONS, ActionRefused, Citation, Signal, Trail, TrailStatus
+from trails.purge import findings as purge_findings
+from trails.purge import scope_rules, trails_to_check
+from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+
+TRAILS_PER_PAGE = 25
+
+
+class CappedPaginator(Paginator):
+    """Counts at most CAP rows: an exact count of a text search over a scope's 100,000
+    trails scans them all a second time (350 ms p90 in benchmark_overview)."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.CAP + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.CAP
+SORTS = {"last_hit": F("last_hit_at").desc(nulls_last=True), "hits": F("hit_count").desc(), "age": F("created_at").desc()}
+
+
+
+
+def _filtered_trails(scope: Scope, form: TrailFilterForm):
+    now = timezone.now()
+    trails = Trail.objects.filter(scope=scope).only(
+        "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
+    )
+    status = form.cleaned_data.get("status") if form.is_valid() else ""
+    if status:
+        trails = trails.showing(status, now)
+    text = form.cleaned_data.get("q") if form.is_valid() else ""
+    if text and uuids([text.strip()]):
+        trails = trails.filter(public_id=text.strip())  # a trail id pasted from a log or an agent
+    elif text:
+        trails = trails.filter(query__icontains=text)
+    section = form.cleaned_data.get("section") if form.is_valid() else ""
+    if section:
+        # Every trail citing a section, on the (scope, section_id) index of citations.
+        trails = trails.filter(id__in=Citation.objects.filter(scope=scope, section_id=section.strip()).values("trail_id"))
+    sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
+    return trails.order_by(SORTS[sort], "-id")
+
+
+def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
+    page = CappedPaginator(_filtered_trails(scope, form), TRAILS_PER_PAGE).get_page(request.GET.get("page"))
+    _triage(scope, list(page))
+    query = request.GET.copy()
+    query.pop("page", None)
+    statuses = {t.status for t in page}
+    return {"page": page, "form": form, "filters": query.urlencode(), "notice": notice,
+            "has_pending": TrailStatus.PENDING in statuses, "has_stale": TrailStatus.STALE in statuses,
+            "has_rejected": TrailStatus.REJECTED in statuses}
+
+
+def _triage(scope: Scope, trails: list[Trail]) -> None:
+    """Gives each row of a page what triage needs, in three reads for the whole page:
+    `cited` (section ids), `would` (what recall would do now from the cited sections'
+    state) and, on pending rows, `pii` (rules of the purge that match what it holds)."""
+    by_id = {t.id: t for t in trails}
+    for trail in trails:
+        trail.cited, trail.pii = [], []
+    citations = Citation.objects.filter(trail_id__in=list(by_id)).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
+    recorded: dict[int, list[CoreCitation]] = {}
+    for trail_id, section_id, recorded_hash in citations:
+        by_id[trail_id].cited.append(section_id)
+        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, recorded_hash))
+    current = {
+        s.section_id: CurrentSection(s.hash, s.text)
+        for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
+    }
+    for trail in trails:
+        trail.would = validate(recorded.get(trail.id, []), current).outcome.value
+    pending = [t.id for t in trails if t.status == TrailStatus.PENDING]
+    if pending:
+        rules = scope_rules(scope.id)
+        for trail in trails_to_check(scope.id, pending):
+            names, _ = purge_findings(trail, rules)
+            by_id[trail.id].pii = sorted(names)
+
+
+@staff_required
+@require_GET
+def trail_list(request: HttpRequest, scope: str) -> HttpResponse:
+    found = scope_or_404(scope)
+    form = TrailFilterForm(request.GET)
+    if wants_csv(request):
+        rows = _filtered_trails(found, form).values_list(
+            "public_id", "status", "query", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
+        )[:CSV_ROW_LIMIT]
+        return csv_response(f"{found.slug}-trails.csv", ["trail_id", "status", "query", "hits", "last_hit_at", "created_at",
+                                                         "expires_at", "section_changed_at"], rows.iterator())
+    context = _trail_table(request, found, form)
+    if request.htmx:
+        return render(request, "trails/trails/trail_list.html#table", {"scope": found, **context})
+    return scope_page(request, "trails/trails/trail_list.html", found, {**context, "tab": "trails"})
+
+
+def _trail(scope: str, trail_id) -> Trail:
+    return get_object_or_404(Trail.objects.select_related("scope"), scope__slug=scope, public_id=trail_id)
+
+
+def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """(kind, line) pairs of a line diff, kind being "+", "-" or " "."""
+    lines = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        if line[:1] in "+- ":
+            lines.append((line[:1], line[2:]))
+    return lines
+
+
+@staff_required
+@require_GET
+def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
+    trail = _trail(scope, trail_id)
+    citations = list(trail.citations.all())
+    current = Section.objects.current(trail.scope, [c.section_id for c in citations])
+    validation = validate(
+        [CoreCitation(c.section_id, c.hash) for c in citations], {sid: CurrentSection(s.hash, s.text) for sid, s in current.items()}
+    )
+    old_texts = {
+        (r.section_id, r.hash): r.text
+        for r in SectionRevision.objects.filter(scope=trail.scope, section_id__in=[c.section_id for c in citations])
+    }
+    rows = []
+    for citation, checked in zip(citations, validation.sections):
+        section = current.get(citation.section_id)
+        old = old_texts.get((citation.section_id, citation.hash))
+        rows.append({
+            "section_id": citation.section_id,
+            "stored_hash": citation.hash,
+            "current_hash": section.hash if section else None,
+            "status": checked.status.value,
+            "text": section.text if section else "",
+            "diff": _line_diff(old, section.text if section else "") if checked.status is not SectionStatus.VALID and old is not None else None,
+            "old_missing": checked.status is not SectionStatus.VALID and old is None,
+        })
+    return scope_page(request, "trails/trails/trail_detail.html", trail.scope, {
+        "trail": trail,
+        "steps": [(step, json.dumps(step.args, ensure_ascii=False)) for step in trail.steps.all()],
+        "citations": rows,
+        "outcome": validation.outcome.value,
+        "signals": trail.signals.all(),
+        # The recalls this trail answered, newest first, and how closely they matched.
+        "recalls": trail.recall_events.order_by("-created_at", "-id").only(
+            "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
+        )[:20],
+        "tab": "trails",
+    })
+
+
+@staff_required
+@require_POST
+def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
+    trail = _trail(scope, trail_id)
+    action = request.POST.get("vote", "")
+    error = ""
+    try:
+        trail.act(action, by=request.user.get_username(), reason=request.POST.get("reason", "").strip()[:500])
+    except ActionRefused as problem:
+        error = str(problem)
+    if trail.status == "deleted":
+        return redirect(reverse("ops:trails", args=[scope]))
+    if request.htmx:
+        _triage(trail.scope, [trail])
+        return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
+    if error:
+        return HttpResponse(error, status=400)
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("ops:trail", args=[scope, trail.public_id])
+    return redirect(back)
+
+
+@staff_required
+@require_POST
+def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
+    """Acts on the selected rows where the action applies: approve or reject pending
+    trails, reinstate rejected ones, delete stale ones."""
+    found = scope_or_404(scope)
+    action = request.POST.get("vote")
+    ids = uuids(request.POST.getlist("trail"))
+    form = TrailFilterForm(request.GET)
+    done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)",
+            Signal.DEMOTE: "sent back to pending", "delete": "deleted"}
+    if action not in TRAIL_ACTIONS:
+        notice = "Choose approve, reject, reinstate, send back or delete."
+    elif not ids:
+        notice = "Select the trails to act on first."
+    else:
+        changed, _ = Trail.objects.filter(scope=found, public_id__in=ids).act(action, by=request.user.get_username())
+        skipped = len(ids) - changed
+        notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
+            f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "
+            f"the action does not apply to {'their' if skipped != 1 else 'its'} status." if skipped else ""
+        )
+    if request.htmx:
+        return render(request, "trails/trails/trail_list.html#table", {"scope": found, **_trail_table(request, found, form, notice)})
+    return redirect(reverse("ops:trails", args=[scope]) + ("?" + request.GET.urlencode() if request.GET else ""))
+
