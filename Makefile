@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# An MCP client this repo did not write (langchain-mcp-adapters on mcp 1.x), for tests/client/test_outside_mcp_client.py.
+OUTSIDE ?= .venv-mcp-outside
 HOST ?= 127.0.0.1:8000
 # load_demo prints a curl line for this address.
 export HOST
@@ -14,21 +16,30 @@ $(VENV)/.installed: requirements.txt clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
+$(OUTSIDE)/.installed: clients/mcp-outside/requirements.txt
+	test -x $(OUTSIDE)/bin/python || $(PYTHON) -m venv $(OUTSIDE)
+	$(OUTSIDE)/bin/python -m pip install --quiet -r clients/mcp-outside/requirements.txt
+	touch $@
+
 # The worker (with beat) runs beside the web server on the filesystem broker and stops with it.
 # The laptop demo runs with DEBUG on (and the development secret key); production does not.
 run: export RAGTRAIL_DEBUG ?= 1
 run: $(VENV)/.installed
 	@# A second `make run` stops here, before it touches the running demo's database.
 	@$(PY) -c "import socket, sys; h, p = '$(HOST)'.rsplit(':', 1); s = socket.socket(); sys.exit(f'$(HOST) is in use (is make run already running?)') if s.connect_ex((h, int(p))) == 0 else None"
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py load_demo
-	$(PY) -m celery -A ragtrail_site worker --beat --pool solo --loglevel warning --schedule .celery/beat-schedule & \
-	worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py load_demo --no-print
+	@# The key and the Try: line come last, once the server answers, after every banner.
+	$(PY) -m celery -A ragtrail_site worker --beat --pool solo --quiet --loglevel warning --schedule .celery/beat-schedule & \
+	worker=$$!; \
+	( $(PY) -c "import socket, time; h, p = '$(HOST)'.rsplit(':', 1); next((up for _ in range(300) if (up := socket.socket().connect_ex((h, int(p))) == 0) or time.sleep(0.2)), None)" \
+	  && $(PY) manage.py load_demo --credentials-only ) & \
+	printer=$$!; trap 'kill $$worker $$printer 2>/dev/null' EXIT INT TERM; \
 	$(PY) manage.py runserver $(HOST)
 
 # Tests run as production does (DEBUG off), with a throwaway key.
 test: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(OUTSIDE)/.installed
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
@@ -52,4 +63,4 @@ bench: $(VENV)/.installed
 	$(PY) manage.py bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) db.sqlite3
+	rm -rf $(VENV) $(OUTSIDE) db.sqlite3

@@ -1,4 +1,4 @@
-"""Section store endpoints: bulk upsert, read, delete."""
+"""The key's scopes, and the section store endpoints: bulk upsert, read, delete."""
 from __future__ import annotations
 
 from django.http import HttpRequest
@@ -6,10 +6,17 @@ from ninja import Router, Status
 
 from scopes.auth import granted_scope
 from scopes.models import Section
-from scopes.schemas import SectionOut, SectionsIn, SectionsOut
+from scopes.schemas import GrantedScopesOut, SectionOut, SectionsIn, SectionsOut
 from ragtrail_site.errors import RequestRefused
 
 router = Router(tags=["sections"])
+
+
+@router.get("", response=GrantedScopesOut, tags=["scopes"])
+def granted_scopes(request: HttpRequest):
+    """The scopes this key is granted (a client with one needs no scope setting)."""
+    scopes = request.auth.scopes.order_by("slug").values("slug", "name")
+    return {"scopes": list(scopes)}
 
 
 @router.put("/{scope}/sections", response=SectionsOut)

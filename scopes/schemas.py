@@ -59,3 +59,12 @@ class SectionOut(Schema):
     text: str
     hash: str
     updated_at: str
+
+
+class GrantedScopeOut(Schema):
+    slug: str
+    name: str
+
+
+class GrantedScopesOut(Schema):
+    scopes: list[GrantedScopeOut]

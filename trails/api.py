@@ -60,7 +60,7 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
             steps=[RecordedStep(s.tool, s.args, s.section_ids) for s in payload.steps],
             cited=list(payload.cited),
             hashes=dict(payload.hashes),
-            signal=payload.signal,
+            signal=None if payload.signal == "pending" else payload.signal,
             answer=payload.answer,
             idempotency_key=payload.idempotency_key,
             session=payload.session,

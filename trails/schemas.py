@@ -84,7 +84,12 @@ class RecordIn(StrictSchema):
     steps: Annotated[list[StepIn], Field(max_length=50)] = []
     cited: Annotated[list[SectionId], Field(min_length=1, max_length=100)]
     hashes: dict[SectionId, Sha256] = {}
-    signal: Optional[Literal["accepted", "user", "verifier"]] = None
+    # Who approved the answer: accepted/user/verifier are served at once; "pending" (or none)
+    # waits for an operator's approval.
+    signal: Optional[Literal["accepted", "user", "verifier", "pending"]] = Field(
+        None, description="Who approved the answer this path led to. accepted (the caller), user (a thumbs-up) or "
+                          "verifier: served to later similar questions at once. pending or absent: kept for an "
+                          "operator to approve, not served until then.")
     answer: Optional[Annotated[str, Field(max_length=100_000)]] = None
     idempotency_key: Optional[Annotated[str, Field(min_length=1, max_length=200)]] = None
     session: Optional[Session] = None

@@ -18,7 +18,8 @@ from scopes.models import ApiKey, Scope, Section
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
 
-TOOLS = {"recall", "record", "feedback", "get_section", "lookup_tool_result", "store_tool_result"}
+TOOLS = {"ragtrail_recall", "ragtrail_record", "ragtrail_feedback", "ragtrail_get_section", "ragtrail_lookup_tool_result",
+         "ragtrail_store_tool_result"}
 QUESTION = "What are the ICU visiting hours?"
 
 
@@ -55,32 +56,49 @@ def text_of(result) -> str:
 
 
 async def walk(client: Client, scope: Scope) -> None:
-    """list tools -> recall (miss) -> record -> recall (prefetch) -> feedback, twice from one key."""
-    tools = {tool.name for tool in (await client.list_tools()).tools}
-    assert TOOLS <= tools
-    missed = await client.call_tool("recall", {"query": QUESTION})
+    """list tools -> recall (miss) -> malformed records -> record -> recall (prefetch) -> feedback, twice from one key."""
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        # A model reading only the tool list: every argument described; the scope fixed by the server.
+        properties = tool.input_schema["properties"]
+        assert "scope" not in properties, tool.name
+        assert all(spec.get("description") for spec in properties.values()), (tool.name, properties)
+    record_schema = tools["ragtrail_record"].input_schema
+    assert "signal" in record_schema["required"]
+    step = record_schema["$defs"]["StepInput"]
+    assert set(step["properties"]) == {"tool", "args", "section_ids"} and step["required"] == ["tool"]
+    missed = await client.call_tool("ragtrail_recall", {"query": QUESTION})
     assert not missed.is_error, text_of(missed)
     assert missed.structured_content["outcome"] == "miss" and "miss" in text_of(missed)
-    section = (await client.call_tool("get_section", {"section_id": "visiting/icu"})).structured_content
-    recorded = await client.call_tool("record", {"query": QUESTION, "cited": ["visiting/icu"],
-                                                 "hashes": {"visiting/icu": section["hash"]},
-                                                 "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}]})
+    section = (await client.call_tool("ragtrail_get_section", {"section_id": "visiting/icu"})).structured_content
+    # Malformed calls come back as tool errors naming the field, as the REST API names it.
+    malformed = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
+                                                           "steps": [{"args": {"q": "ICU"}}]})
+    assert malformed.is_error and "steps.0.tool" in text_of(malformed) and "Field required" in text_of(malformed)
+    unsigned = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"]})
+    assert unsigned.is_error and "signal" in text_of(unsigned)
+    unknown = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["no/such"], "signal": "accepted"})
+    assert unknown.is_error and "422" in text_of(unknown) and "cited" in text_of(unknown)
+    recorded = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
+                                                          "hashes": {"visiting/icu": section["hash"]},
+                                                          "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}]})
     assert recorded.structured_content["status"] == "active", text_of(recorded)
     for _ in range(2):
-        hit = await client.call_tool("recall", {"query": "what are the ICU visiting hours"})
+        hit = await client.call_tool("ragtrail_recall", {"query": "what are the ICU visiting hours"})
         assert hit.structured_content["outcome"] == "prefetch"
         # The agent reads the section's current text in the tool's text.
         assert VISITING["visiting/icu"] in text_of(hit) and "search" in text_of(hit)
-        verdict = await client.call_tool("feedback", {"recall_id": hit.structured_content["recall_id"], "helpful": False,
+        verdict = await client.call_tool("ragtrail_feedback", {"recall_id": hit.structured_content["recall_id"], "helpful": False,
                                                       "reason": "answered the ward"})
     # One key's reports count once: the trail stays served until another key agrees.
     assert verdict.structured_content["trail_status"] == "active"
     assert (verdict.structured_content["false_hit_reports"], verdict.structured_content["false_hit_reporters"]) == (2, 1)
-    after = await client.call_tool("recall", {"query": "what are the ICU visiting hours"})
+    after = await client.call_tool("ragtrail_recall", {"query": "what are the ICU visiting hours"})
     assert after.structured_content["outcome"] == "prefetch"
-    # Another scope is out of this key's reach: a tool error, as the API's 404.
-    refused = await client.call_tool("recall", {"query": QUESTION, "scope": "elsewhere"})
-    assert refused.is_error and "404" in text_of(refused)
+    # No argument reaches another scope: the schema has no scope, and an argument it lacks is refused, not ignored.
+    refused = await client.call_tool("ragtrail_recall", {"query": QUESTION, "scope": "elsewhere"})
+    assert refused.is_error and "scope: this tool takes no such argument" in text_of(refused)
 
 
 def test_stdio_server_runs_recall_record_recall_and_feedback(live_server, granted):
@@ -138,7 +156,37 @@ def test_http_server_with_a_wrong_key_serves_nothing(http_server, granted):
     async def main():
         async with httpx2.AsyncClient(headers={"Authorization": "Bearer rt_wrong"}, timeout=30) as http:
             async with Client(streamable_http_client(http_server, http_client=http)) as client:
-                refused = await client.call_tool("recall", {"query": QUESTION})
+                refused = await client.call_tool("ragtrail_recall", {"query": QUESTION})
                 assert refused.is_error and "401" in text_of(refused)
 
     run_async(main)
+
+
+def stdio_tools(live_server, key: str) -> dict:
+    """The tool list a stdio server started without --scope offers for this key."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url],
+                                   env={"RAGTRAIL_API_KEY": key})
+    found = {}
+
+    async def main():
+        async with Client(params) as client:
+            found.update({tool.name: tool.input_schema for tool in (await client.list_tools()).tools})
+            found["recall result"] = await client.call_tool("ragtrail_recall", {"query": QUESTION, **(
+                {"scope": "hospital"} if "scope" in found["ragtrail_recall"]["properties"] else {})})
+
+    run_async(main)
+    return found
+
+
+def test_a_key_of_one_scope_fixes_the_scope_and_a_key_of_several_offers_exactly_those(live_server, granted):
+    scope, key = granted
+    alone = stdio_tools(live_server, key)
+    assert "scope" not in alone["ragtrail_recall"]["properties"] and not alone["recall result"].is_error
+    both = Scope.objects.create(slug="pharmacy", matcher="lexical")
+    _, two = ApiKey.issue([scope, both], name="two scopes")
+    offered = stdio_tools(live_server, two)
+    for name in TOOLS:
+        schema = offered[name]
+        assert "scope" in schema["required"], name
+        assert schema["properties"]["scope"]["enum"] == ["hospital", "pharmacy"], name  # never "elsewhere"
+    assert not offered["recall result"].is_error

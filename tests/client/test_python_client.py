@@ -31,7 +31,7 @@ def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
     assert client.recall("What are the ICU visiting hours?").outcome == "miss"
     recorded = client.record(
         "What are the ICU visiting hours?", ["visiting/icu"], hashes={"visiting/icu": hashes["visiting/icu"]},
-        steps=[Step("search", {"query": "ICU visiting"}, ("visiting/icu",))],
+        steps=[Step("search", {"query": "ICU visiting"}, ("visiting/icu",))], signal="accepted",
     )
     assert recorded.status == "active" and recorded.created
     again = client.recall("what are the ICU visiting hours")
@@ -42,29 +42,58 @@ def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
     assert client.recall("what are the ICU visiting hours").outcome == "miss"
 
 
+def test_record_needs_the_signal_stated_and_pending_is_never_served(client):
+    client.put_sections(VISITING)
+    with pytest.raises(TypeError):
+        client.record("What are the ICU visiting hours?", ["visiting/icu"])  # no signal: the caller must say
+    with pytest.raises(ValueError, match="signal must be one of"):
+        client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="yes")
+    waiting = client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="pending")
+    assert waiting.status == "pending" and client.recall("what are the ICU visiting hours").outcome == "miss"
+
+
+def test_explain_says_why_a_paraphrase_missed_and_counts_nothing(client):
+    from trails.models import RecallEvent
+
+    client.put_sections(VISITING)
+    client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="accepted")
+    answer = client.explain("What are the general ward visiting hours?")  # a look-alike
+    assert answer.outcome == "miss" and answer.recall_id is None and not RecallEvent.objects.exists()
+    assert answer.explanation["matcher"] == "lexical" and answer.explanation["lexical_threshold"] > 0
+    assert "similar enough" in answer.explanation["summary"]
+
+
+def test_a_key_of_one_scope_needs_no_scope_setting(client, live_server, scope):
+    from ragtrail_client import RagtrailClient
+
+    assert client.scopes() == [{"slug": "hospital", "name": ""}]
+    bare = RagtrailClient(live_server.url, api_key=client.api_key, timeout=5, retries=0)
+    assert bare.recall("anything").outcome == "miss" and bare.scope == "hospital"
+
+
 def test_a_re_search_in_the_clients_session_is_learnt(client):
     from trails.models import RecallEvent
 
     client.put_sections(VISITING)
-    client.record("What are the ICU visiting hours?", ["visiting/icu"])
+    client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="accepted")
     served = client.recall("what are the ICU visiting hours", session="agent-run-1")
-    client.record("What are the ICU visiting hours?", ["visiting/ward"], session="agent-run-1")
+    client.record("What are the ICU visiting hours?", ["visiting/ward"], session="agent-run-1", signal="accepted")
     assert RecallEvent.objects.get(public_id=served.recall_id).helpful is False
 
 
 def test_record_is_idempotent_with_the_generated_or_given_key(client):
     client.put_sections(VISITING)
-    first = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1")
-    again = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1")
+    first = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1", signal="accepted")
+    again = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1", signal="accepted")
     assert first.created and not again.created and first.trail_id == again.trail_id
-    other = client.record("Where do visitors park?", ["parking"])
+    other = client.record("Where do visitors park?", ["parking"], signal="accepted")
     assert other.trail_id != first.trail_id and Trail.objects.count() == 2
 
 
 def test_api_errors_are_raised_with_the_apis_body(client):
     client.put_sections(VISITING)
     with pytest.raises(RagtrailError) as refused:
-        client.record("Where do visitors park?", ["parking"], hashes={"parking": "0" * 64})
+        client.record("Where do visitors park?", ["parking"], hashes={"parking": "0" * 64}, signal="accepted")
     assert refused.value.status == 409 and refused.value.field == "hashes"
     with pytest.raises(RagtrailError) as invalid:
         client.recall("")
@@ -76,7 +105,7 @@ def test_api_errors_are_raised_with_the_apis_body(client):
 
 def test_feedback_from_two_keys_demotes_a_misleading_trail(client, scope, live_server):
     client.put_sections(VISITING)
-    client.record("What are the ICU visiting hours?", ["visiting/icu"])
+    client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="accepted")
     other = RagtrailClient(live_server.url, api_key=ApiKey.issue([scope])[1], scope="hospital", timeout=5, retries=2, backoff=0.01)
     for agent, status in ((client, "active"), (client, "active"), (other, "pending")):
         answer = agent.recall("what are the ICU visiting hours")
@@ -104,6 +133,29 @@ def test_cached_tool_calls_the_tool_once_and_never_after_its_section_changed(cli
     assert calls == ["parking"]
     client.put_sections({"parking": "Car park B is closed."})
     assert read("parking")["text"] == "Car park B is closed."
+    assert calls == ["parking", "parking"]
+    counts = client.tool_result_stats()["read"]
+    assert counts["hit"] == 1 and counts["miss"] == 1 and counts["stale"] == 1
+
+
+def test_a_tool_without_a_policy_is_called_every_time_and_says_so_once(client):
+    from ragtrail_client import UncachedToolWarning
+
+    cache.clear()
+    calls = []
+
+    @cached_tool(client, "search")
+    def search(query: str) -> list:
+        calls.append(query)
+        return []
+
+    with pytest.warns(UncachedToolWarning, match="no policy"):
+        search("parking")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        search("parking")  # warned once per decorated tool, not on every call
     assert calls == ["parking", "parking"]
 
 

@@ -5,6 +5,7 @@
     answer = client.recall("What are the ICU visiting hours?")
 """
 from ragtrail_client.client import (
+    SIGNALS,
     RagtrailClient,
     RagtrailError,
     Recall,
@@ -15,9 +16,10 @@ from ragtrail_client.client import (
     ToolLookup,
     ToolStored,
 )
-from ragtrail_client.tools import cached_tool
+from ragtrail_client.tools import UncachedToolWarning, cached_tool
 
 __all__ = [
+    "SIGNALS",
     "RagtrailClient",
     "RagtrailError",
     "Recall",
@@ -27,5 +29,6 @@ __all__ = [
     "Step",
     "ToolLookup",
     "ToolStored",
+    "UncachedToolWarning",
     "cached_tool",
 ]

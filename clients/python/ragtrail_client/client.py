@@ -74,6 +74,8 @@ class Recall:
     hint: str | None
     tokens: int
     truncated: bool
+    # Why it answered as it did (explain() only): each candidate read, its similarity and verdict.
+    explanation: Mapping[str, Any] | None = None
 
     @property
     def hit(self) -> bool:
@@ -87,6 +89,7 @@ class Recall:
             sections=tuple(SectionResult(**s) for s in body.get("sections", [])),
             steps=tuple(Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in body.get("steps", [])),
             hint=body.get("hint"), tokens=body.get("tokens", 0), truncated=body.get("truncated", False),
+            explanation=body.get("explanation"),
         )
 
 
@@ -124,6 +127,10 @@ class ToolStored:
     reason: str | None = None
 
 
+# What `record` may be told about an answer: who approved it, or that nobody has yet.
+SIGNALS = ("accepted", "user", "verifier", "pending")
+
+
 class RagtrailClient:
     """A client for one ragtrail server and API key; `scope` is the default scope of calls.
 
@@ -144,6 +151,11 @@ class RagtrailClient:
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+
+    # --- the key ----------------------------------------------------------------------
+    def scopes(self) -> list[dict[str, str]]:
+        """The scopes this key is granted: [{"slug", "name"}]."""
+        return self._call("GET", "/api/v1/scopes", safe=True)["scopes"]
 
     # --- sections -------------------------------------------------------------------
     def put_sections(self, sections: Mapping[str, str], *, scope: str | None = None) -> dict[str, Any]:
@@ -175,22 +187,39 @@ class RagtrailClient:
         # A repeated recall may count one more hit; it never changes what is served.
         return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
 
-    def record(self, query: str, cited: Sequence[str], *, steps: Iterable[Step | Mapping[str, Any]] = (),
-               hashes: Mapping[str, str] | None = None, signal: str | None = "accepted", partition: str = "",
+    def explain(self, query: str, *, partition: str = "", token_budget: int | None = None,
+                scope: str | None = None) -> Recall:
+        """What recall would answer, without counting it, and why (`Recall.explanation`):
+        every candidate read, its similarity against the threshold and the verdict. The
+        first thing to look at when a question you expected to hit misses."""
+        body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": True, "explain": True}
+        if token_budget is not None:
+            body["token_budget"] = token_budget
+        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
+
+    def record(self, query: str, cited: Sequence[str], *, signal: str, steps: Iterable[Step | Mapping[str, Any]] = (),
+               hashes: Mapping[str, str] | None = None, partition: str = "",
                idempotency_key: str | None = None, session: str | None = None, scope: str | None = None) -> Recorded:
-        """Records the path to an accepted answer (never the answer itself).
+        """Records the path to an answer (never the answer itself).
+
+        `signal` must be stated, since it decides whether the path is served: "accepted"
+        (your application accepted the answer), "user" (a user's thumbs-up) or "verifier"
+        (an automatic verifier approved it) are served to later similar questions at once;
+        "pending" keeps it for an operator to approve, unserved until then.
 
         `hashes` are the hashes of the cited sections as the agent read them (from
-        `put_sections`, `get_section` or a prefetch); without a positive `signal` the
-        trail waits for approval. An idempotency key is generated when none is given, so
-        a retried record never makes two trails.
+        `put_sections`, `get_section` or a prefetch): SHA-256 of the section's UTF-8 text, as
+        64 hex digits. An idempotency key is generated when none is given, so a retried
+        record never makes two trails.
         """
+        if signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, not {signal!r}")
         body: dict[str, Any] = {
             "query": query, "partition": partition, "cited": list(cited),
             "steps": [s.as_json() if isinstance(s, Step) else dict(s) for s in steps],
             "hashes": dict(hashes or {}), "idempotency_key": idempotency_key or uuid.uuid4().hex,
         }
-        if signal is not None:
+        if signal != "pending":
             body["signal"] = signal
         if session is not None:
             body["session"] = session
@@ -232,6 +261,10 @@ class RagtrailClient:
         body.update(result=result, section_ids=list(sections or {}), hashes=dict(sections or {}))
         return ToolStored(**self._call("PUT", self._scoped(scope, "tool-results"), body, safe=True))
 
+    def tool_result_stats(self, *, scope: str | None = None) -> dict[str, dict[str, int]]:
+        """Lookups per tool in the last hour: {"tool": {"hit": n, "miss": n, "stale": n, "refused": n}}."""
+        return self._call("GET", self._scoped(scope, "tool-results", "stats"), safe=True)
+
     # --- plumbing --------------------------------------------------------------------
     @staticmethod
     def _tool_body(tool: str, args: Mapping[str, Any], context: Mapping[str, Any] | None, caller: str | None) -> dict:
@@ -243,7 +276,11 @@ class RagtrailClient:
     def _scoped(self, scope: str | None, *parts: str) -> str:
         scope = scope or self.scope
         if not scope:
-            raise ValueError("no scope: pass scope= to the call or to RagtrailClient")
+            granted = [s["slug"] for s in self.scopes()]
+            if len(granted) != 1:
+                raise ValueError("no scope: pass scope= to the call or to RagtrailClient "
+                                 f"(this key is granted {len(granted)} scopes: {', '.join(granted) or 'none'})")
+            scope = self.scope = granted[0]  # the key's only scope is unambiguous
         return "/api/v1/scopes/" + "/".join(urllib.parse.quote(p, safe="") for p in (scope, *parts))
 
     def _call(self, method: str, path: str, body: Any = None, *, safe: bool) -> Any:

@@ -6,36 +6,73 @@ over HTTP with the MCP client's own `Authorization: Bearer rt_...` header, passe
 through on every call (a request without one is refused with 401 before any tool
 runs). A key sees only the scopes it is granted, as on the API.
 
+The scope is not a free argument a model could invent: `--scope` fixes it; without it,
+a stdio server asks the API which scopes its key is granted and fixes the one, or offers
+exactly those as a choice; an HTTP server (whose callers bring different keys) offers
+`scope` as an optional argument, needed only by keys granted several.
+
+Tool names start with `ragtrail_`, so an agent can mount this server beside others.
+
     ragtrail-mcp --base-url http://127.0.0.1:8000 --scope hospital              # stdio
     ragtrail-mcp --base-url http://127.0.0.1:8000 --transport http --port 8765  # HTTP, /mcp
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
-from typing import Any
+import typing
+from typing import Annotated, Any, Literal, Optional
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, Step
 
 INSTRUCTIONS = (
-    "ragtrail remembers how earlier questions in this scope were answered. Call `recall` first: "
-    "on a prefetch, answer from the sections it returns (they are current); on a hint, re-read the "
-    "sections it names as changed; on a miss, search as usual. When your answer is accepted, call "
-    "`record` with the sections you cited. If a recalled path did not help, call `feedback` with helpful=false."
+    "ragtrail remembers how earlier questions in this scope were answered. Call `ragtrail_recall` "
+    "first: on a prefetch, answer from the sections it returns (they are current); on a hint, re-read "
+    "the sections it names as changed; on a miss, search as usual. When your answer has a positive "
+    "signal (the user or a verifier accepted it), call `ragtrail_record` with the steps you took and "
+    "the sections you cited; without one, record with signal `pending`, and an operator decides. If "
+    "a recalled path did not help, call `ragtrail_feedback` with helpful=false."
 )
+
+SectionId = Annotated[str, Field(min_length=1, max_length=512)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class StepInput(BaseModel):
+    """One tool call on the way to the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the tool you called, e.g. `search_docs`.")]
+    args: Annotated[dict[str, Any], Field(description="The arguments you called it with, as a JSON object.")] = {}
+    section_ids: Annotated[list[SectionId], Field(
+        max_length=100, description="Ids of the sections this call returned or opened (may be empty).")] = []
+
+
+Signal = Literal["accepted", "user", "verifier", "pending"]
+SIGNAL_MEANING = (
+    "Who approved the answer this path led to, which decides whether it is served. "
+    "`accepted`: the caller (your application) accepted the answer; `user`: the user gave a thumbs-up; "
+    "`verifier`: an automatic verifier approved it. Each of these is served to later similar questions at once. "
+    "`pending`: nobody has approved it yet; it is kept for an operator to approve and is not served until then. "
+    "Choose `pending` unless you hold one of the three signals."
+)
+
+SCOPE_FREE = "The scope (tenant and document set) to use. Omit it when your key is granted a single scope."
 
 
 def recall_text(answer: Recall) -> str:
     """A recall written for an agent to read."""
     if answer.outcome == "miss":
         return (f"ragtrail: miss (recall {answer.recall_id}). No recorded path for this question is valid now; "
-                "search as usual, then call record with the sections your answer cites.")
+                "search as usual, then call ragtrail_record with the steps you took and the sections your answer cites.")
     steps = "\n".join(
         f"{n}. {step.tool} {json.dumps(step.args, ensure_ascii=False)}" + (f" -> {', '.join(step.section_ids)}" if step.section_ids else "")
         for n, step in enumerate(answer.steps, 1)
@@ -52,9 +89,70 @@ def recall_text(answer: Recall) -> str:
             + (f"\n\nThe path taken then:\n{steps}" if steps else ""))
 
 
-def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = 10.0) -> MCPServer:
-    """The MCP server for one ragtrail site; `api_key` is for stdio (HTTP callers bring their own)."""
-    server = MCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.1.0")
+def invalid_arguments(error: ValidationError) -> str:
+    """A refusal of a tool's arguments as the REST API words one: the field, dotted, then what is wrong."""
+    problems = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem.get("loc", ())) or "arguments"
+        problems.append(f"{field}: {problem.get('msg', 'invalid')}")
+    return f"422 invalid: {problems[0]}" + (f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else "") + (
+        f" (field: {problems[0].split(':')[0]})")
+
+
+class RagtrailMCPServer(MCPServer):
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        """Arguments the input schema refuses come back as a tool error naming the field,
+        worded as the REST API words it (the SDK's own text is pydantic's, with the values).
+        An argument the tool does not take is refused, not ignored: a model that invents a
+        `scope` must learn that it cannot choose one."""
+        schema = self._tool_input_schema(name) or {}
+        unknown = sorted(set(arguments or {}) - set(schema.get("properties", {})))
+        if schema and unknown:
+            raise ToolError(f"Error executing tool {name}: 422 invalid: {unknown[0]}: this tool takes no such argument "
+                            f"(it takes {', '.join(schema.get('properties', {})) or 'none'}) (field: {unknown[0]})")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if isinstance(error.__cause__, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {invalid_arguments(error.__cause__)}") from error.__cause__
+            raise
+
+
+def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
+    """The tool function as a model sees it: with the scope fixed, no `scope` argument;
+    with a known set of scopes, `scope` is one of them (required); otherwise optional."""
+    hints = typing.get_type_hints(fn, include_extras=True)  # this module's annotations are strings
+    signature = inspect.signature(fn)
+    parameters = [p.replace(annotation=hints[p.name]) for p in signature.parameters.values() if p.name != "scope"]
+    annotations = {k: v for k, v in hints.items() if k != "scope"}
+    if fixed is None:
+        if choice:
+            scope_type = Annotated[Literal[choice], Field(description="The scope (tenant and document set) to use: one your key is granted.")]
+            parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type))
+        else:
+            scope_type = Annotated[Optional[str], Field(description=SCOPE_FREE)]
+            parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type, default=None))
+        annotations["scope"] = scope_type
+
+    async def tool(**kwargs):
+        if fixed is not None:
+            kwargs["scope"] = fixed
+        return await fn(**kwargs)
+
+    tool.__name__, tool.__doc__ = fn.__name__, fn.__doc__
+    tool.__signature__ = signature.replace(parameters=sorted(parameters, key=lambda p: p.kind),
+                                           return_annotation=hints.get("return", inspect.Signature.empty))
+    tool.__annotations__ = annotations
+    return tool
+
+
+def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = 10.0,
+                 scope_choice: tuple[str, ...] | None = None) -> MCPServer:
+    """The MCP server for one ragtrail site; `api_key` is for stdio (HTTP callers bring their own).
+
+    `scope` fixes the scope of every tool; `scope_choice` offers these scopes as the only
+    values of a required `scope` argument; with neither, `scope` is optional."""
+    server = RagtrailMCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.2.0")
 
     def client_for(ctx: Context) -> RagtrailClient:
         key = api_key
@@ -76,12 +174,24 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         except ValueError as error:
             raise ToolError(str(error)) from None
 
-    @server.tool()
-    async def recall(ctx: Context, query: str, scope: str | None = None, partition: str = "",
-                     token_budget: int | None = None, session: str | None = None) -> CallToolResult:
-        """Looks up the path recorded for the most similar question in the scope, checked
-        against the sections now: prefetch (current section texts), hint or miss. Pass the
-        same `session` (your run's id) to record, so a re-search teaches ragtrail."""
+    def tool(fn, read_only: bool):
+        server.tool(name=f"ragtrail_{fn.__name__}", annotations=ToolAnnotations(
+            read_only_hint=read_only, destructive_hint=False, idempotent_hint=read_only, open_world_hint=False,
+        ))(_scoped(fn, scope_choice, scope))
+
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, max_length=2000, description="The user's question, as you would search for it.")],
+        partition: Annotated[str, Field(max_length=200, description="A sub-division of the scope (a product version, a language); empty for none. Recall only matches paths recorded under the same partition.")] = "",
+        token_budget: Annotated[Optional[int], Field(ge=0, le=200_000, description="The most tokens of section text to return on a prefetch; omit for the scope's default.")] = None,
+        session: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Your run's id. Pass the same one to ragtrail_record: if you then search again and cite other sections, ragtrail learns this recall was wrong.")] = None,
+        scope: Optional[str] = None,
+    ) -> CallToolResult:
+        """Call this first, before searching. Finds the path recorded for the most similar earlier
+        question in this scope and checks every section it cited against the current text.
+        Answers `prefetch` (every cited section unchanged: their current text is returned, answer
+        from it), `hint` (some changed: which are still valid and where to start) or `miss`
+        (search as usual). Never returns an earlier answer, only sections and steps."""
         answer: Recall = await call(ctx, "recall", query, partition=partition, token_budget=token_budget,
                                     session=session, scope=scope)
         structured = {
@@ -92,46 +202,78 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         }
         return CallToolResult(content=[TextContent(type="text", text=recall_text(answer))], structured_content=structured)
 
-    @server.tool()
-    async def record(ctx: Context, query: str, cited: list[str], hashes: dict[str, str] | None = None,
-                     steps: list[dict[str, Any]] | None = None, signal: str = "accepted", partition: str = "",
-                     session: str | None = None, scope: str | None = None) -> dict[str, Any]:
-        """Records the path to an accepted answer: the question, the tool steps and the cited
-        section ids with the hashes read (from get_section). Never the answer itself."""
-        parsed = [Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in steps or []]
+    async def record(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, max_length=2000, description="The question you answered, as the user asked it.")],
+        cited: Annotated[list[SectionId], Field(min_length=1, max_length=100, description="Ids of the sections your answer cites (as returned by your search or by ragtrail_get_section).")],
+        signal: Annotated[Signal, Field(description=SIGNAL_MEANING)],
+        hashes: Annotated[dict[SectionId, Sha256], Field(description="For each cited section, the `hash` ragtrail_get_section or a prefetch gave you for the text you read (SHA-256 of its UTF-8 text). If a section changed since you read it, the record is refused, so a stale path is never kept. May be empty.")] = {},
+        steps: Annotated[list[StepInput], Field(max_length=50, description="The tool calls you made to find the answer, in order.")] = [],
+        partition: Annotated[str, Field(max_length=200, description="The partition you recalled in; empty for none.")] = "",
+        session: Annotated[Optional[str], Field(min_length=1, max_length=200, description="The same run id you passed to ragtrail_recall.")] = None,
+        scope: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Call this after an answer, to keep the path to it: the question, the tool steps and the
+        cited section ids with their hashes. Never the answer itself. `signal` says who approved
+        the answer; only an approved path is served later (`pending` waits for an operator)."""
+        parsed = [Step(s.tool, s.args, tuple(s.section_ids)) for s in steps]
         recorded = await call(ctx, "record", query, cited, steps=parsed, hashes=hashes, signal=signal,
                               partition=partition, session=session, scope=scope)
         return {"trail_id": recorded.trail_id, "status": recorded.status, "reason": recorded.reason}
 
-    @server.tool()
-    async def feedback(ctx: Context, recall_id: str, helpful: bool, reason: str = "", scope: str | None = None) -> dict[str, Any]:
-        """Says whether what a recall served helped. helpful=false reports a false hit: enough
-        reports send the trail back to an operator for approval."""
+    async def feedback(
+        ctx: Context,
+        recall_id: Annotated[str, Field(min_length=1, max_length=100, description="The recall id ragtrail_recall gave you.")],
+        helpful: Annotated[bool, Field(description="false if what the recall served did not answer the question (a false hit).")],
+        reason: Annotated[str, Field(max_length=500, description="Why, in a few words (shown to operators).")] = "",
+        scope: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Say whether what a recall served helped. helpful=false reports a false hit: reports
+        from enough different keys send the path back to an operator for approval."""
         verdict = await call(ctx, "feedback", recall_id, helpful, reason, scope=scope)
         return {"recall_id": verdict.recall_id, "trail_status": verdict.trail_status,
                 "false_hit_reports": verdict.false_hit_reports, "false_hit_reporters": verdict.false_hit_reporters}
 
-    @server.tool()
-    async def get_section(ctx: Context, section_id: str, scope: str | None = None) -> dict[str, Any]:
-        """A section's current text and hash (the hash is what record wants)."""
+    async def get_section(
+        ctx: Context,
+        section_id: Annotated[SectionId, Field(description="The section's id, e.g. `faq/general.rst#what-is-python`.")],
+        scope: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """A section's current text and hash (the hash is what ragtrail_record wants)."""
         return await call(ctx, "get_section", section_id, scope=scope)
 
-    @server.tool()
-    async def lookup_tool_result(ctx: Context, tool: str, args: dict[str, Any], context: dict[str, Any] | None = None,
-                                 caller: str | None = None, scope: str | None = None) -> dict[str, Any]:
-        """A stored result of a read-only tool call, where the scope's policy caches that tool."""
+    async def lookup_tool_result(
+        ctx: Context,
+        tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the read-only tool you are about to call.")],
+        args: Annotated[dict[str, Any], Field(description="The arguments you would call it with.")],
+        context: Annotated[dict[str, Any], Field(description="Anything else its result depends on (a user's locale, an index version).")] = {},
+        caller: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Whose call this is, for tools cached per caller.")] = None,
+        scope: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Before calling a read-only tool: a stored result of the same call, where the scope's
+        policy caches that tool and the sections it read are unchanged. On a miss, call the tool."""
         found = await call(ctx, "lookup_tool_result", tool, args, context=context, caller=caller, scope=scope)
         return {"hit": found.hit, "result": found.result, "age_s": found.age_s, "reason": found.reason}
 
-    @server.tool()
-    async def store_tool_result(ctx: Context, tool: str, args: dict[str, Any], result: Any,
-                                context: dict[str, Any] | None = None, caller: str | None = None,
-                                sections: dict[str, str] | None = None, scope: str | None = None) -> dict[str, Any]:
-        """Stores a read-only tool's result; `sections` maps ids of sections it read to their hashes."""
+    async def store_tool_result(
+        ctx: Context,
+        tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the read-only tool you called.")],
+        args: Annotated[dict[str, Any], Field(description="The arguments you called it with.")],
+        result: Annotated[Any, Field(description="What it returned (any JSON).")],
+        context: Annotated[dict[str, Any], Field(description="The same context as for ragtrail_lookup_tool_result.")] = {},
+        caller: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Whose call this was, for tools cached per caller.")] = None,
+        sections: Annotated[dict[SectionId, Sha256], Field(description="Ids of the sections the result was read from, each with the hash you read, so it is never served after one changes.")] = {},
+        scope: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """After calling a read-only tool: store its result for the same call later (where the
+        scope's policy caches that tool)."""
         stored = await call(ctx, "store_tool_result", tool, args, result, context=context, caller=caller,
-                            sections=sections, scope=scope)
+                            sections=sections or None, scope=scope)
         return {"stored": stored.stored, "ttl_s": stored.ttl_s, "reason": stored.reason}
 
+    for fn, read_only in ((recall, False), (record, False), (feedback, False), (get_section, True),
+                          (lookup_tool_result, True), (store_tool_result, False)):
+        tool(fn, read_only)
     return server
 
 
@@ -160,17 +302,30 @@ def http_app(base_url: str, scope: str | None = None, timeout: float = 10.0):
     return RequireBearer(server.streamable_http_app(stateless_http=True, json_response=True))
 
 
+def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float) -> MCPServer:
+    """The stdio server for one key: its scope fixed by --scope, or by the key where the key
+    is granted one; a key granted several offers exactly those."""
+    choice: tuple[str, ...] | None = None
+    if scope is None and api_key:
+        granted = tuple(s["slug"] for s in RagtrailClient(base_url, api_key, timeout=timeout).scopes())
+        if len(granted) == 1:
+            scope = granted[0]
+        elif granted:
+            choice = granted
+    return build_server(base_url, api_key, scope, timeout, scope_choice=choice)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ragtrail-mcp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", default=os.environ.get("RAGTRAIL_URL", "http://127.0.0.1:8000"))
-    parser.add_argument("--scope", default=os.environ.get("RAGTRAIL_SCOPE"), help="default scope of the tools")
+    parser.add_argument("--scope", default=os.environ.get("RAGTRAIL_SCOPE"), help="the scope of every tool")
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--timeout", type=float, default=10.0)
     options = parser.parse_args(argv)
     if options.transport == "stdio":
-        build_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout).run("stdio")
+        stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout).run("stdio")
         return
     import uvicorn
 

@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable, Mapping, TypeVar
 
 from ragtrail_client.client import RagtrailClient, RagtrailError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class UncachedToolWarning(UserWarning):
+    """A decorated tool is called every time: the scope has no policy that caches it."""
 
 
 def cached_tool(
@@ -27,6 +32,8 @@ def cached_tool(
     `sections(result)` maps the ids of sections the result was read from to their
     hashes, so ragtrail never serves it after one of them changed.
 
+    Nothing is cached until the scope's tool policy names the tool (`put_tool_policies`);
+    until then every call runs the tool, and the first one warns (`UncachedToolWarning`).
     ragtrail being down (no answer, or a 5xx after retries) never fails the agent: the
     tool is simply called. Refusals (4xx) are raised, since they are the caller's bug.
 
@@ -36,6 +43,7 @@ def cached_tool(
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
+        warned = []
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -46,6 +54,11 @@ def cached_tool(
                 found = client.lookup_tool_result(tool, arguments, context=context, caller=caller, scope=scope)
                 if found.hit:
                     return found.result
+                if not warned and found.reason and ("no policy" in found.reason or "not cacheable" in found.reason):
+                    warned.append(True)
+                    warnings.warn(f"ragtrail does not cache tool {tool!r}: {found.reason}. Set a policy with "
+                                  "RagtrailClient.put_tool_policies([{'tool': ..., 'cacheable': True, 'ttl_s': ...}]).",
+                                  UncachedToolWarning, stacklevel=2)
             except RagtrailError as error:
                 if 0 < error.status < 500:
                     raise

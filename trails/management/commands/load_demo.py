@@ -38,8 +38,15 @@ class Command(BaseCommand):
         parser.add_argument("--revision", choices=["old", "new"], default="old")
         parser.add_argument("--no-credentials", action="store_true", help="do not issue a key or set the admin password")
         parser.add_argument("--no-trails", action="store_true", help="load the sections and credentials only")
+        parser.add_argument("--credentials-only", action="store_true",
+                            help="print the demo's key, login and a Try: line, changing nothing else (make run prints them last)")
+        parser.add_argument("--no-print", action="store_true", help="issue the credentials without printing them")
 
-    def handle(self, *args, revision: str, no_credentials: bool, no_trails: bool = False, **options) -> None:
+    def handle(self, *args, revision: str, no_credentials: bool, no_trails: bool = False, credentials_only: bool = False,
+               no_print: bool = False, **options) -> None:
+        if credentials_only:
+            self._print_credentials(Scope.objects.get(slug=DEMO_SCOPE))
+            return
         scope, _ = Scope.objects.get_or_create(slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True})
         texts = faq_sections(revision)
         summary = Section.replace_all(scope, texts)
@@ -76,6 +83,11 @@ class Command(BaseCommand):
 
         if no_credentials:
             return
+        demo_credentials(scope)
+        if not no_print:
+            self._print_credentials(scope)
+
+    def _print_credentials(self, scope: Scope) -> None:
         user, password, key = demo_credentials(scope)
         recorded = list(Trail.objects.filter(scope=scope).order_by("id").values_list("query", flat=True)[:9])
         example = recorded[-1] if recorded else "How do I convert between tuples and lists?"
