@@ -30,7 +30,7 @@ run: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py load_demo --no-print
 	@# The key and the Try: line come last, once the server answers, after every banner.
-	$(PY) -m celery -A ragtrail_site worker --beat --pool solo --quiet --loglevel warning --schedule .celery/beat-schedule & \
+	$(PY) -m celery -A ragtrail_site --quiet worker --beat --pool solo --loglevel warning --schedule .celery/beat-schedule & \
 	worker=$$!; \
 	( $(PY) -c "import socket, time; h, p = '$(HOST)'.rsplit(':', 1); next((up for _ in range(300) if (up := socket.socket().connect_ex((h, int(p))) == 0) or time.sleep(0.2)), None)" \
 	  && $(PY) manage.py load_demo --credentials-only ) & \

@@ -138,6 +138,9 @@ def export(model_dir: Path, target: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a bar of loaded weights on every first run says nothing
     model = SentenceTransformer(str(model_dir), device="cpu")
     transformer = model[0].auto_model.eval()
 

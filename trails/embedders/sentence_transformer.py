@@ -45,6 +45,9 @@ class Embedder(BaseEmbedder):
         # own torch, and one thread per core in each oversubscribed the CPU (p99 1,073 ms
         # against 92 ms with one thread, 2 workers on 2 cores; issue 12).
         torch.set_num_threads(max(1, settings.RAGTRAIL_MODEL_THREADS))
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # a bar of loaded weights on every first run says nothing
         self._model = SentenceTransformer(model_path(model), device="cpu")
         self.dim = int(self._model.get_embedding_dimension())
         self.name = model_name(model)
