@@ -69,6 +69,10 @@ RULES_BEYOND_THE_SCHEMA = {
         "args": "a path argument of the tool's policy is a string",
         "caller": "a tool cached per caller needs a caller",
     },
+    ("post", "/section-syncs"): {
+        "sections": "each section id at most once; each section has its text or its hash, and only a dry run "
+                    "takes hashes for a scope that keeps texts",
+    },
     ("put", "/tool-results"): {
         "args": "a path argument of the tool's policy is a string",
         "caller": "a tool cached per caller needs a caller",

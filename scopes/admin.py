@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from scopes.models import ApiKey, Section
+from scopes.models import ApiKey, Section, SectionSync
 
 
 # Scope's own admin is registered by the trails app (trails/admin.py): its matching
@@ -46,3 +46,18 @@ class SectionAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         # Moving a section to another id or scope is a delete and a new section: done by API.
         return [*self.readonly_fields, "scope", "section_id"] if obj is not None else self.readonly_fields
+
+
+@admin.register(SectionSync)
+class SectionSyncAdmin(admin.ModelAdmin):
+    """Docs releases are written by syncs only (manage.py sync_sections, the API): read-only here."""
+
+    list_display = ["__str__", "scope", "by", "source", "created_at"]
+    list_filter = ["scope"]
+    readonly_fields = ["scope", "created_at", "by", "source", "summary"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

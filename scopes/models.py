@@ -441,3 +441,24 @@ class ApiKey(models.Model):
         if scope_slug in granted:
             return granted[scope_slug]  # read with the key, in the same request
         return self.scopes.filter(slug=scope_slug).first()
+
+
+class SectionSync(models.Model):
+    """A docs release: one sync of a scope's sections from its documents (trails/sync.py),
+    with what it changed and how the served trails moved. Dry runs leave none."""
+
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="section_syncs")
+    created_at = models.DateTimeField(default=timezone.now)
+    by = models.CharField(max_length=200, blank=True)  # "command", "key:<lookup>"
+    source = models.CharField(max_length=500, blank=True)  # the folder or file synced
+    summary = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["scope", "created_at"], name="sectionsync_scope_time")]
+        verbose_name = "docs release"
+
+    def __str__(self) -> str:
+        sections = self.summary.get("sections", {})
+        return (f"{self.created_at:%Y-%m-%d %H:%M} {sections.get('added', 0)} added, {sections.get('changed', 0)} changed, "
+                f"{sections.get('removed', 0)} removed")

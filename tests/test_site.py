@@ -157,6 +157,13 @@ def test_upkeep_benchmark_runs_and_checks_its_counts(db):
     assert "counts sum 300 of 300" in text and "sweep: 10 trails" in text
 
 
+def test_sync_benchmark_releases_one_percent_and_reruns_as_a_no_op(db):
+    out = StringIO()
+    call_command("benchmark_sync", "--sections", "300", "--trails", "20", "--repeats", "2", stdout=out)
+    text = out.getvalue()
+    assert "300 sections in 3 pages" in text and text.count("3 changed (of 300)") == 2 and "ratio release / no-op" in text
+
+
 def test_page_benchmark_times_every_operator_page(db):
     out = StringIO()
     call_command("benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", stdout=out)

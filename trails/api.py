@@ -6,13 +6,14 @@ import uuid
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from scopes.auth import granted_scope, reporter
 from ragtrail_site.errors import RequestRefused
+from scopes.auth import granted_scope, reporter
+from scopes.splitting import SourceSection
 from trails import tool_results
+from trails.core.hint import RecordedStep
 from trails.feedback import give_feedback
 from trails.models import ActionRefused, ToolPolicy, Trail
 from trails.recall import recall
-from trails.core.hint import RecordedStep
 from trails.record import RecordInput, record
 from trails.schemas import (
     FeedbackIn,
@@ -22,6 +23,8 @@ from trails.schemas import (
     RecallOut,
     RecordIn,
     RecordOut,
+    SectionSyncIn,
+    SectionSyncOut,
     ToolLookupIn,
     ToolLookupOut,
     ToolPoliciesIn,
@@ -30,6 +33,7 @@ from trails.schemas import (
     ToolStoreOut,
     TrailOut,
 )
+from trails.sync import sync_sections
 
 router = Router(tags=["trails"])
 
@@ -163,3 +167,19 @@ def store_tool_result(request: HttpRequest, scope: str, payload: ToolStoreIn):
 @router.get("/{scope}/tool-results/stats", response=dict[str, dict[str, int]], tags=["tool results"])
 def tool_result_stats(request: HttpRequest, scope: str):
     return tool_results.lookup_counts(granted_scope(request, scope))
+
+
+@router.post("/{scope}/section-syncs", response=SectionSyncOut, tags=["sections"])
+def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
+    """A docs release from CI: the full set of sections the source holds now. Only what
+    changed is written (one transaction); the answer says what changed and how the served
+    trails move, as `manage.py sync_sections` prints it."""
+    found = granted_scope(request, scope)
+    sections = []
+    for index, section in enumerate(payload.sections):
+        if (section.text is None) == (section.hash is None):
+            raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
+        sections.append(SourceSection(section.id, section.text or "", "", 0, hash=section.hash))
+    summary = sync_sections(found, sections, delete_missing=payload.delete_missing, dry_run=payload.dry_run,
+                            by=reporter(request), source=payload.source)
+    return summary.as_json()

@@ -212,3 +212,34 @@ class ToolStoreOut(Schema):
 def recall_json(result) -> dict[str, Any]:
     """A recall result as the API answers it (for pages and evaluations that show it)."""
     return RecallOut.model_validate(result).model_dump(mode="json")
+
+
+class SyncSectionIn(StrictSchema):
+    id: SectionId
+    # The section's text; or, for a comparison only (dry_run), the hash of the text the source holds.
+    text: Optional[Annotated[str, Field(max_length=1_000_000)]] = None
+    hash: Optional[Sha256] = None
+
+
+class SectionSyncIn(StrictSchema):
+    sections: Annotated[list[SyncSectionIn], Field(max_length=50_000, description=(
+        "Every section the source holds now (the full set): an id with its text, or with its hash for a dry run."))]
+    delete_missing: bool = Field(False, description="Remove sections in the store that the source no longer holds.")
+    dry_run: bool = Field(False, description="Say what would change; write nothing.")
+    source: Annotated[str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")] = ""
+
+
+class SectionSyncCounts(Schema):
+    added: int
+    changed: int
+    unchanged: int
+    removed: int
+    missing: int
+
+
+class SectionSyncOut(Schema):
+    dry_run: bool
+    sections: SectionSyncCounts
+    trails: dict[str, int]
+    ids: dict[str, list[str]]
+    release_id: Optional[int] = None

@@ -78,11 +78,17 @@ def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection
             checks.append(SectionCheck(citation.section_id, SectionStatus.CHANGED))
         else:
             checks.append(SectionCheck(citation.section_id, SectionStatus.VALID, section.text))
-    valid = sum(1 for c in checks if c.status is SectionStatus.VALID)
-    if checks and valid == len(checks):
-        outcome = Outcome.PREFETCH
-    elif valid:
-        outcome = Outcome.HINT
-    else:
-        outcome = Outcome.MISS
-    return Validation(outcome, tuple(checks))
+    return Validation(_outcome(sum(1 for c in checks if c.status is SectionStatus.VALID), len(checks)), tuple(checks))
+
+
+def _outcome(valid: int, cited: int) -> Outcome:
+    if cited and valid == cited:
+        return Outcome.PREFETCH
+    return Outcome.HINT if valid else Outcome.MISS
+
+
+def outcome_once(citations: Sequence[Citation], hashes: Mapping[str, str]) -> Outcome:
+    """What recall will answer for these citations once the store holds these hashes (a
+    sync's summary, predicted before it writes): validate's rule on hashes alone. Serving
+    never uses it; validate also hashes the text it is about to serve."""
+    return _outcome(sum(1 for c in citations if hashes.get(c.section_id) == c.recorded_hash), len(citations))

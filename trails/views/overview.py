@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ragtrail_site.errors import Refused
-from scopes.models import Scope
+from scopes.models import Scope, SectionSync
 from trails import calibration, charts, thresholds, tool_results
 from trails.matching import matching_settings
 from trails.models import (
@@ -98,6 +98,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         "last_hour": RecallStat.last_hour(found),
         "figures": figures,
         "tab": "overview",
+        "releases": list(SectionSync.objects.filter(scope=found)[:5]),
         **threshold_context(found),
     })
 

@@ -1,0 +1,191 @@
+"""Keeping a scope's sections in step with its documents (issue 30): the Python FAQ at v3.6.0
+and v3.11.0, turned back into reStructuredText pages, synced old -> new."""
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scopes.models import Scope, Section, SectionSync
+from scopes.splitting import split_tree
+from trails.models import Trail
+from trails.recall import recall
+from trails.record import RecordInput, record
+
+FAQ = Path(__file__).resolve().parents[2] / "scopes" / "fixtures" / "python-faq"
+
+
+def faq_rows(revision: str) -> list[dict]:
+    return [json.loads(line) for line in (FAQ / f"sections-{revision}.jsonl").read_text().splitlines()]
+
+
+def write_faq_pages(revision: str, folder: Path) -> list[dict]:
+    """The FAQ's entries back as rst pages: a page title per file, an entry heading per row."""
+    rows = faq_rows(revision)
+    pages: dict[str, list[dict]] = collections.OrderedDict()
+    for row in rows:
+        pages.setdefault(row["source"], []).append(row)
+    for source, entries in pages.items():
+        name = Path(source).stem
+        lines = ["*" * (len(name) + 4), f"{name.title()} FAQ", "*" * (len(name) + 4), ""]
+        for row in entries:
+            lines += [row["title"], "=" * max(len(row["title"]), 3), "", row["text"], ""]
+        target = folder / source
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return rows
+
+
+def sync(folder: Path, *args: str) -> dict:
+    out = __import__("io").StringIO()
+    call_command("sync_sections", str(folder), "--scope", "faq", "--json", *args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+@pytest.fixture
+def faq(db, tmp_path):
+    Scope.objects.create(slug="faq", matcher="lexical")
+    old, new = tmp_path / "old", tmp_path / "new"
+    return old, new, write_faq_pages("old", old), write_faq_pages("new", new)
+
+
+def test_the_rst_pages_split_back_into_the_faqs_own_sections(faq):
+    old, new, old_rows, new_rows = faq
+    for folder, rows in ((old, old_rows), (new, new_rows)):
+        assert {s.id: s.text for s in split_tree(folder)} == {r["id"]: r["text"] for r in rows}
+
+
+def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_and_reruns_as_a_no_op(faq):
+    old, new, old_rows, new_rows = faq
+    scope = Scope.objects.get(slug="faq")
+    first = sync(old)
+    assert first["sections"] == {"added": 174, "changed": 0, "unchanged": 0, "removed": 0, "missing": 0}
+    # Served trails on the old revision: each cites its own entry and, every third, the next one too.
+    kept = [r for r in old_rows]
+    for index, row in enumerate(kept[:60]):
+        cited = [row["id"]] + ([kept[index + 1]["id"]] if index % 3 == 0 else [])
+        record(scope, RecordInput(query=row["title"], cited=cited, signal="accepted"))
+    before = {t.query: recall(scope, t.query, dry_run=True).outcome.value for t in Trail.objects.filter(scope=scope)}
+    assert set(before.values()) == {"prefetch"}
+
+    previewed = sync(new, "--delete-missing", "--dry-run")
+    # A dry run writes nothing: no section, no release.
+    assert Section.objects.filter(scope=scope).count() == 174 and SectionSync.objects.count() == 1
+    released = sync(new, "--delete-missing")
+    old_texts, new_texts = {r["id"]: r["text"] for r in old_rows}, {r["id"]: r["text"] for r in new_rows}
+    expected = {
+        "added": len(new_texts.keys() - old_texts.keys()),
+        "changed": sum(1 for k in new_texts.keys() & old_texts.keys() if new_texts[k] != old_texts[k]),
+        "unchanged": sum(1 for k in new_texts.keys() & old_texts.keys() if new_texts[k] == old_texts[k]),
+        "removed": len(old_texts.keys() - new_texts.keys()),
+        "missing": 0,
+    }
+    assert released["sections"] == expected == previewed["sections"] == {"added": 13, "changed": 72, "unchanged": 93, "removed": 9, "missing": 0}
+    assert released["trails"] == previewed["trails"]
+    assert {s.section_id: s.text for s in Section.objects.filter(scope=scope)} == new_texts
+
+    after = {q: recall(scope, q, dry_run=True).outcome.value for q in before}
+    touched = {k for k in old_texts if k not in new_texts or new_texts[k] != old_texts[k]}
+    moves = collections.Counter()
+    for trail in Trail.objects.filter(scope=scope, query__in=list(before)):
+        if {c.section_id for c in trail.citations.all()} & touched:
+            was, now = before[trail.query], after[trail.query].replace("miss", "stale")
+            moves["unaffected" if was == now else f"{was} → {now}"] += 1
+    assert released["trails"]["prefetch → hint"] == moves["prefetch → hint"] > 0
+    assert released["trails"]["prefetch → stale"] == moves["prefetch → stale"] > 0
+    assert sum(released["trails"].values()) == sum(moves.values())
+    release = SectionSync.objects.get(scope=scope, pk=released["release_id"])
+    assert release.summary["sections"] == expected and release.by == "command"
+
+    again = sync(new, "--delete-missing")
+    assert again["sections"] == {"added": 0, "changed": 0, "unchanged": 178, "removed": 0, "missing": 0}
+    assert again["release_id"] is None and SectionSync.objects.count() == 2  # the first sync, and this release
+
+
+def test_sections_the_source_dropped_are_kept_without_delete_missing(faq):
+    old, new, *_ = faq
+    sync(old)
+    kept = sync(new)
+    assert kept["sections"]["removed"] == 0 and kept["sections"]["missing"] == 9
+    assert Section.objects.filter(scope__slug="faq").count() == 174 + 13
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_heading(tmp_path):
+    write(tmp_path, "guide/visiting.md", "---\ntitle: Visiting\n---\n\nIntro text.\n\n## ICU hours\n\n14:00 to 16:00.\n\n"
+                                         "```sh\n# not a heading\necho hi\n```\n\n## Ward hours\n\n10:00 to 20:00.\n\n## Ward hours\n\nAgain.\n")
+    sections = {s.id: s.text for s in split_tree(tmp_path)}
+    assert sections == {
+        "guide/visiting.md": "---\ntitle: Visiting\n---\n\nIntro text.",
+        "guide/visiting.md#icu-hours": "14:00 to 16:00.\n\n```sh\n# not a heading\necho hi\n```",
+        "guide/visiting.md#ward-hours": "10:00 to 20:00.",
+        "guide/visiting.md#ward-hours-2": "Again.",
+    }
+
+
+def test_html_headings_by_their_ids_or_text(tmp_path):
+    write(tmp_path, "a.html", "<html><body>\n<h1>Visiting</h1>\n<h2 id=\"icu\">ICU <em>hours</em></h2>\n<p>14:00 to 16:00.</p>\n"
+                              "<h2>Ward hours</h2>\n<pre>\n&lt;h2&gt;not one&lt;/h2&gt;\n</pre>\n</body></html>\n")
+    sections = {s.id: s.text for s in split_tree(tmp_path)}
+    assert set(sections) == {"a.html#icu", "a.html#ward-hours"} and sections["a.html#icu"] == "<p>14:00 to 16:00.</p>"
+
+
+@pytest.mark.parametrize("files, fmt, message", [
+    ({"a.rst": "Title\n=====\n\nx\n\nSame\n----\n\none\n\nSame 2\n------\n\nthree\n\nSame\n----\n\ntwo\n"}, "auto", "a.rst:16: heading 'Same' makes the id"),
+    ({"a.md": "## A\n\ntext\n\n## " + "x" * 600 + "\n\ntext\n"}, "auto", "a.md:5: the id"),
+    ({"a.md": "# A\n\ntext\n", "b.rst": "B\n=\n\ntext\n"}, "auto", "mixed formats (markdown, rst): pass --format"),
+    ({"a.md": b"\xff\xfe not utf-8"}, "auto", "a.md: cannot be read as UTF-8"),
+    ({"s.jsonl": '{"id": "a", "text": "x"}\n{"id": "b"}\n'}, "auto", "s.jsonl:2: each row needs"),
+])
+def test_bad_sources_are_refused_naming_the_file_and_line_and_nothing_is_written(db, tmp_path, files, fmt, message):
+    scope = Scope.objects.create(slug="faq", matcher="lexical")
+    Section.upsert(scope, {"kept": "untouched"})
+    for name, content in files.items():
+        path = tmp_path / "docs" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    with pytest.raises(CommandError, match=__import__("re").escape(message)):
+        call_command("sync_sections", str(tmp_path / "docs"), "--scope", "faq", "--delete-missing", "--format", fmt)
+    assert list(Section.objects.filter(scope=scope).values_list("section_id", "text")) == [("kept", "untouched")]
+    assert not SectionSync.objects.exists()
+
+
+def test_a_failure_inside_the_sync_writes_nothing(faq, monkeypatch):
+    old, new, *_ = faq
+    sync(old)
+    from trails import sync as sync_module
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(sync_module.SectionSync.objects, "create", fail)
+    with pytest.raises(RuntimeError):
+        sync(new, "--delete-missing")
+    assert Section.objects.filter(scope__slug="faq").count() == 174
+    assert not Section.objects.filter(scope__slug="faq", section_id__contains="in-cpython").exists()
+
+
+def test_ci_syncs_through_the_api_with_the_same_summary(api, scope, other_api):
+    body = {"sections": [{"id": "visiting/icu", "text": "ICU: 14:00 to 16:00."}, {"id": "parking", "text": "Car park B."}],
+            "source": "docs@abc123"}
+    first = api.call("post", "/scopes/hospital/section-syncs", body)
+    assert first.status_code == 200 and first.json()["sections"]["added"] == 2
+    body["sections"][0]["text"] = "ICU: 15:00 to 17:00."
+    preview = api.call("post", "/scopes/hospital/section-syncs", {**body, "dry_run": True, "delete_missing": True})
+    assert preview.json()["sections"] == {"added": 0, "changed": 1, "unchanged": 1, "removed": 0, "missing": 0}
+    assert Section.objects.get(scope=scope, section_id="visiting/icu").text == "ICU: 14:00 to 16:00."
+    twice = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]})
+    assert twice.status_code == 422 and twice.json()["error"]["field"] == "sections"
+    hashes_only = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "hash": "0" * 64}]})
+    assert hashes_only.status_code == 422 and hashes_only.json()["error"]["field"] == "sections"
+    assert other_api.call("post", "/scopes/hospital/section-syncs", body).status_code == 404
+    assert SectionSync.objects.get().source == "docs@abc123"

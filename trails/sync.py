@@ -1,0 +1,141 @@
+"""Keeping a scope's sections in step with the documents they come from (a docs release).
+
+One sync compares the full set of sections a source holds now with the store, writes only
+what changed through the store's one write path (hash, kept revision, trails flagged in the
+same transaction), removes what the source dropped when asked, and says what it did: sections
+added / changed / unchanged / removed, and how the served trails move (what recall will
+answer for each: prefetch → hint, → stale, or unaffected). A dry run says the same and
+writes nothing. The whole sync is one transaction under the scope's row lock, so two syncs
+of one scope never interleave and a failure writes nothing.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from ragtrail_site.errors import Invalid
+from scopes.hashing import section_hash
+from scopes.models import Scope, Section, SectionSync
+from scopes.splitting import SourceSection
+from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import outcome_once
+from trails.models import Citation, Trail, TrailStatus
+
+OUTCOME_WORDS = {"prefetch": "prefetch", "hint": "hint", "miss": "stale"}
+SAMPLE_IDS = 50  # ids listed per kind in a summary; counts are always whole
+
+
+@dataclass
+class SyncSummary:
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    removed: list[str] = field(default_factory=list)
+    # In the store, not in the source, and kept (no --delete-missing).
+    missing: list[str] = field(default_factory=list)
+    # "prefetch → hint", "prefetch → stale", "hint → stale", "unaffected": served trails citing a
+    # changed or removed section, by what recall answers before and after.
+    trails: Counter = field(default_factory=Counter)
+    dry_run: bool = False
+    release_id: int | None = None
+
+    def as_json(self) -> dict:
+        return {
+            "dry_run": self.dry_run,
+            "sections": {"added": len(self.added), "changed": len(self.changed), "unchanged": self.unchanged,
+                         "removed": len(self.removed), "missing": len(self.missing)},
+            # The usual moves always listed; any other (a section put back: hint → prefetch) as well.
+            "trails": {**dict.fromkeys(("prefetch → hint", "prefetch → stale", "hint → stale", "unaffected"), 0), **self.trails},
+            "ids": {"added": self.added[:SAMPLE_IDS], "changed": self.changed[:SAMPLE_IDS],
+                    "removed": self.removed[:SAMPLE_IDS], "missing": self.missing[:SAMPLE_IDS]},
+            "release_id": self.release_id,
+        }
+
+    def lines(self) -> list[str]:
+        sections = self.as_json()["sections"]
+        trails = self.as_json()["trails"]
+        head = "would sync" if self.dry_run else "synced"
+        text = [f"{head}: {sections['added']} added, {sections['changed']} changed, {sections['unchanged']} unchanged, "
+                f"{sections['removed']} removed" + (f", {sections['missing']} in the store only (kept: no --delete-missing)"
+                                                     if sections["missing"] else ""),
+                "served trails citing them: " + ", ".join(f"{n} {move}" for move, n in trails.items())]
+        return text
+
+
+def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched: set[str], now: datetime) -> Counter:
+    """How the scope's served trails citing `touched` sections move, judged as recall judges."""
+    moves: Counter = Counter()
+    if not touched:
+        return moves
+    citing = Citation.objects.filter(scope=scope, section_id__in=list(touched)).values_list("trail_id", flat=True)
+    served = set(Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now).values_list("id", flat=True))
+    cited: dict[int, list[CoreCitation]] = {}
+    for trail_id, section_id, recorded in (
+        Citation.objects.filter(trail_id__in=served).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
+    ):
+        cited.setdefault(trail_id, []).append(CoreCitation(section_id, recorded))
+    for citations in cited.values():
+        was, now_is = outcome_once(citations, before).value, outcome_once(citations, after).value
+        moves["unaffected" if was == now_is else f"{OUTCOME_WORDS[was]} → {OUTCOME_WORDS[now_is]}"] += 1
+    return moves
+
+
+def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
+                  by: str = "", source: str = "", now: datetime | None = None) -> SyncSummary:
+    """Makes the scope's store hold the source's sections (see the module's docstring).
+
+    Raises:
+        Invalid: a section id twice, or hashes without texts for a scope that keeps texts
+            (except in a dry run, which only compares).
+    """
+    now = now or timezone.now()
+    incoming: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for section in sections:
+        if section.id in incoming:
+            raise Invalid("invalid", f"section id {section.id!r} appears more than once", field="sections")
+        if section.hash is not None:
+            incoming[section.id] = section.hash
+        else:
+            incoming[section.id] = section_hash(section.text)
+            texts[section.id] = section.text
+    with transaction.atomic():
+        Scope.objects.select_for_update().filter(pk=scope.pk).first()  # one sync of a scope at a time
+        current = dict(Section.objects.filter(scope=scope).values_list("section_id", "hash"))
+        summary = SyncSummary(dry_run=dry_run)
+        for section_id, digest in incoming.items():
+            if section_id not in current:
+                summary.added.append(section_id)
+            elif current[section_id] != digest:
+                summary.changed.append(section_id)
+            else:
+                summary.unchanged += 1
+        gone = [section_id for section_id in current if section_id not in incoming]
+        if delete_missing:
+            summary.removed = gone
+        else:
+            summary.missing = gone
+        to_write = summary.added + summary.changed
+        unwritable = [section_id for section_id in to_write if section_id not in texts]
+        if unwritable and not dry_run:
+            raise Invalid("invalid", f"{len(unwritable)} sections came as hashes only, and this scope keeps the sections' "
+                                     f"text: send their text (first: {unwritable[0]!r})", field="sections")
+        after = {**current, **{k: incoming[k] for k in to_write}}
+        for section_id in summary.removed:
+            after.pop(section_id, None)
+        summary.trails = _moves(scope, current, after, set(summary.changed) | set(summary.removed), now)
+        if dry_run:
+            return summary
+        if to_write:
+            Section.upsert(scope, {section_id: texts[section_id] for section_id in to_write}, now)
+        if summary.removed:
+            Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
+        if to_write or summary.removed:
+            release = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
+                                                 summary=summary.as_json())
+            summary.release_id = release.pk
+    return summary
