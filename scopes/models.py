@@ -15,6 +15,7 @@ from django.db import connection, models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from ragtrail_site.errors import Invalid
 from ragtrail_site.prepared import prepared_cursor
 from scopes.hashing import section_hash
 
@@ -83,6 +84,11 @@ class Scope(models.Model):
     # token, never by its slug: a scope deleted and created again with the same slug
     # (or a reused id on SQLite) can never read the first one's entries.
     cache_token = models.CharField(max_length=32, default=new_cache_token, unique=True, editable=False)
+    keeps_text = models.BooleanField(
+        default=True, help_text="Keep the sections' text. Off: the store keeps section ids and hashes only (for text "
+        "that may not be copied into ragtrail): sync ids and hashes, and a prefetch names the valid sections and "
+        "their hashes for the agent to read from its own index. Set when the scope is created.",
+    )
     keep_raw_queries = models.BooleanField(
         default=False, help_text="Keep the query text of recall events (otherwise only outcomes and scores)."
     )
@@ -139,6 +145,8 @@ sections_changed = Signal()
 
 # Set while Section.upsert writes, so the guards below let its own bulk writes through.
 _store_writing: contextvars.ContextVar[bool] = contextvars.ContextVar("section_store_writing", default=False)
+# Set while a hashes-only scope's sections are written: the hash is the source's (there is no text to hash).
+_hashes_given: contextvars.ContextVar[bool] = contextvars.ContextVar("section_hashes_given", default=False)
 
 STORE_FIELDS = frozenset({"text", "hash", "section_id", "scope", "scope_id"})
 
@@ -169,7 +177,8 @@ class SectionQuerySet(models.QuerySet):
     def bulk_create(self, objs, *args, **kwargs):
         objs = list(objs)
         for section in objs:
-            section.hash = section_hash(section.text)
+            if not _hashes_given.get():
+                section.hash = section_hash(section.text)
         return super().bulk_create(objs, *args, **kwargs)
 
     def delete(self):
@@ -246,8 +255,26 @@ class Section(models.Model):
             {"created", "updated", "unchanged": counts, "changed_ids": ids created or
             updated, in request order, "hashes": {id: hash} for every id sent}.
         """
-        now = now or timezone.now()
+        if not scope.keeps_text:
+            raise Invalid("hashes_only", "this scope keeps section ids and hashes only, never their text: sync ids "
+                                         "and hashes (POST .../section-syncs or manage.py sync_sections)", field="sections")
         hashes = {section_id: section_hash(text) for section_id, text in texts.items()}
+        return cls._upsert(scope, texts, hashes, now or timezone.now())
+
+    @classmethod
+    def upsert_hashes(cls, scope: Scope, hashes: dict[str, str], now=None) -> dict:
+        """upsert for a scope that keeps hashes only (Scope.keeps_text off): each section is
+        its id and the hash of the text the source holds; no text is stored."""
+        if scope.keeps_text:
+            raise Invalid("invalid", "this scope keeps the sections' text: send their text", field="sections")
+        given = _hashes_given.set(True)
+        try:
+            return cls._upsert(scope, dict.fromkeys(hashes, ""), dict(hashes), now or timezone.now())
+        finally:
+            _hashes_given.reset(given)
+
+    @classmethod
+    def _upsert(cls, scope: Scope, texts: dict[str, str], hashes: dict[str, str], now) -> dict:
         token = _store_writing.set(True)
         try:
             with transaction.atomic():

@@ -16,6 +16,12 @@ class ScopeAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name"]
     readonly_fields = ["band_layout_in_use", "thresholds_in_use", "threshold_flags", "threshold_history"]
     actions = ["reset_learned_thresholds", "pin_configured_thresholds", "unpin_thresholds"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Whether the store keeps text is chosen at creation: turned off later, texts already
+        # copied would stay; turned on, hash-only sections would have no text to serve.
+        return [*self.readonly_fields, "keeps_text"] if obj is not None and obj.pk else self.readonly_fields
+
     fieldsets = [
         (None, {"fields": ["slug", "name"]}),
         ("Matching", {
@@ -29,7 +35,7 @@ class ScopeAdmin(admin.ModelAdmin):
             "`manage.py reindex_scope --scope SLUG`. The scope's labels move the threshold in use within limits; "
             "pin the configured thresholds to turn that off.",
         }),
-        ("Prefetch", {"fields": ["token_budget"]}),
+        ("Prefetch", {"fields": ["token_budget", "keeps_text"]}),
         ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
     ]
 

@@ -12,7 +12,7 @@ from scopes.models import Scope
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
-from trails.core.validation import Outcome, SectionStatus, Validation, validate
+from trails.core.validation import CurrentSection, Outcome, SectionStatus, Validation, validate
 from ragtrail_site.errors import Invalid
 from trails.feedback import research_key
 from trails.calibration import floor_for
@@ -110,7 +110,11 @@ def recall(
         if not match.trail.has_paths:
             # One winner at a time: the best is nearly always valid, so one read, not three.
             add_paths([match.trail])
-        validation = validate(match.trail.citations, match.trail.current)
+        current = match.trail.current
+        if not scope.keeps_text:
+            # The store holds hashes only: nothing to re-hash, nothing to serve but ids and hashes.
+            current = {k: CurrentSection(v.hash, None) for k, v in current.items()}
+        validation = validate(match.trail.citations, current)
         if validation.outcome is Outcome.MISS:
             stale.append(match.trail)
             continue
@@ -162,10 +166,16 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
         matched_query=trail.query,
         steps=list(steps),
     )
-    if validation.outcome is Outcome.PREFETCH:
+    if validation.outcome is Outcome.PREFETCH and all(s.text is None for s in validation.sections):
+        # A hashes-only scope: the valid sections and their hashes, for the agent's own index.
+        result.sections = [{"id": s.section_id, "status": SectionStatus.VALID.value, "hash": match.trail.current[s.section_id].hash}
+                           for s in validation.sections]
+        result.calls_saved = savings.calls_saved(validation.outcome, steps, [])
+    elif validation.outcome is Outcome.PREFETCH:
         cut = cut_to_budget([(s.section_id, s.text or "") for s in validation.sections], budget)
         result.sections = [
-            {"id": part.section_id, "status": SectionStatus.VALID.value, "text": part.text, "tokens": part.tokens, "truncated": part.truncated}
+            {"id": part.section_id, "status": SectionStatus.VALID.value, "text": part.text, "tokens": part.tokens,
+             "truncated": part.truncated, "hash": match.trail.current[part.section_id].hash}
             for part in cut.parts
         ]
         result.tokens, result.truncated = cut.tokens, cut.truncated

@@ -28,9 +28,13 @@ class RecallIn(StrictSchema):
 class SectionResult(Schema):
     id: str
     status: SectionStatus
+    # None on a hint, and on a prefetch from a scope that keeps hashes only: read the section
+    # from your own index and check it against `hash`.
     text: Optional[str] = None
     tokens: Optional[int] = None
     truncated: Optional[bool] = None
+    # On a prefetch: the hash (SHA-256 of the UTF-8 text) every cited section has now, and had when recorded.
+    hash: Optional[str] = None
 
 
 class StepOut(Schema):

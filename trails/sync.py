@@ -120,7 +120,7 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         else:
             summary.missing = gone
         to_write = summary.added + summary.changed
-        unwritable = [section_id for section_id in to_write if section_id not in texts]
+        unwritable = [section_id for section_id in to_write if section_id not in texts] if scope.keeps_text else []
         if unwritable and not dry_run:
             raise Invalid("invalid", f"{len(unwritable)} sections came as hashes only, and this scope keeps the sections' "
                                      f"text: send their text (first: {unwritable[0]!r})", field="sections")
@@ -130,8 +130,11 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         summary.trails = _moves(scope, current, after, set(summary.changed) | set(summary.removed), now)
         if dry_run:
             return summary
-        if to_write:
+        if to_write and scope.keeps_text:
             Section.upsert(scope, {section_id: texts[section_id] for section_id in to_write}, now)
+        elif to_write:
+            # Hashes only: a text sent is hashed and dropped, never stored.
+            Section.upsert_hashes(scope, {section_id: incoming[section_id] for section_id in to_write}, now)
         if summary.removed:
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
         if to_write or summary.removed:

@@ -190,3 +190,15 @@ def test_a_key_of_one_scope_fixes_the_scope_and_a_key_of_several_offers_exactly_
         assert "scope" in schema["required"], name
         assert schema["properties"]["scope"]["enum"] == ["hospital", "pharmacy"], name  # never "elsewhere"
     assert not offered["recall result"].is_error
+
+
+def test_a_hashes_only_prefetch_tells_the_model_to_read_its_own_index():
+    from ragtrail_client.client import Recall
+    from ragtrail_client.mcp_server import recall_text
+
+    answer = Recall.from_json({"outcome": "prefetch", "recall_id": "r1", "trail_id": "t1", "matcher": "lexical", "similarity": 0.97,
+                               "matched_query": QUESTION, "sections": [{"id": "visiting/icu", "status": "valid", "text": None,
+                                                                        "hash": "a" * 64, "new_field": 1}],
+                               "steps": [], "hint": None, "tokens": 0, "truncated": False})
+    text = recall_text(answer)
+    assert "read these sections from your own index" in text and f"visiting/icu (sha256 {'a' * 64})" in text

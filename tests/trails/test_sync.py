@@ -189,3 +189,34 @@ def test_ci_syncs_through_the_api_with_the_same_summary(api, scope, other_api):
     assert hashes_only.status_code == 422 and hashes_only.json()["error"]["field"] == "sections"
     assert other_api.call("post", "/scopes/hospital/section-syncs", body).status_code == 404
     assert SectionSync.objects.get().source == "docs@abc123"
+
+
+def test_a_hashes_only_scope_keeps_no_text_and_a_prefetch_names_the_sections_and_hashes(db, tmp_path, api):
+    from scopes.hashing import section_hash
+    from scopes.models import ApiKey
+
+    scope = Scope.objects.create(slug="private", matcher="lexical", keeps_text=False)
+    key = ApiKey.issue([scope])[1]
+    from tests.conftest import ApiClient
+
+    private = ApiClient(key)
+    icu, ward = "ICU visiting: 14:00 to 16:00.", "Ward visiting: 10:00 to 20:00."
+    manifest = {"sections": [{"id": "visiting/icu", "hash": section_hash(icu)}, {"id": "visiting/ward", "hash": section_hash(ward)}]}
+    synced = private.call("post", "/scopes/private/section-syncs", manifest)
+    assert synced.status_code == 200 and synced.json()["sections"]["added"] == 2
+    assert set(Section.objects.filter(scope=scope).values_list("text", flat=True)) == {""}  # no text stored, ever
+    refused = private.call("put", "/scopes/private/sections", {"sections": [{"id": "visiting/icu", "text": icu}]})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "hashes_only"
+
+    recorded = private.call("post", "/scopes/private/trails", {"query": "What are the ICU visiting hours?", "cited": ["visiting/icu"],
+                                                               "hashes": {"visiting/icu": section_hash(icu)}, "signal": "accepted"})
+    assert recorded.status_code == 201, recorded.content
+    served = private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()
+    assert served["outcome"] == "prefetch"
+    assert served["sections"] == [{"id": "visiting/icu", "status": "valid", "text": None, "tokens": None, "truncated": None,
+                                   "hash": section_hash(icu)}]
+    # The source changes: a new manifest, and the trail is no longer served.
+    changed = {"sections": [{"id": "visiting/icu", "hash": section_hash("ICU visiting is suspended.")}, manifest["sections"][1]]}
+    moved = private.call("post", "/scopes/private/section-syncs", changed).json()
+    assert moved["sections"]["changed"] == 1 and moved["trails"]["prefetch → stale"] == 1
+    assert private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()["outcome"] == "miss"

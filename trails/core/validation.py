@@ -30,10 +30,11 @@ class Citation:
 
 @dataclass(frozen=True)
 class CurrentSection:
-    """A section as the store holds it now."""
+    """A section as the store holds it now; text None where the scope keeps hashes only
+    (the agent reads the text from its own index, so there is nothing here to re-hash)."""
 
     hash: str
-    text: str
+    text: str | None
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection
         section = current.get(citation.section_id)
         if section is None:
             checks.append(SectionCheck(citation.section_id, SectionStatus.DELETED))
-        elif section.hash != citation.recorded_hash or section_hash(section.text) != citation.recorded_hash:
+        elif section.hash != citation.recorded_hash or (section.text is not None and section_hash(section.text) != citation.recorded_hash):
             # The text itself is hashed, not only the stored hash trusted: whatever path
             # wrote the row, the text served is the text the trail cited.
             checks.append(SectionCheck(citation.section_id, SectionStatus.CHANGED))

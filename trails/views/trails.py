@@ -89,7 +89,7 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
         by_id[trail_id].cited.append(section_id)
         recorded.setdefault(trail_id, []).append(CoreCitation(section_id, recorded_hash))
     current = {
-        s.section_id: CurrentSection(s.hash, s.text)
+        s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
         for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
     }
     for trail in trails:
@@ -139,7 +139,7 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     citations = list(trail.citations.all())
     current = Section.objects.current(trail.scope, [c.section_id for c in citations])
     validation = validate(
-        [CoreCitation(c.section_id, c.hash) for c in citations], {sid: CurrentSection(s.hash, s.text) for sid, s in current.items()}
+        [CoreCitation(c.section_id, c.hash) for c in citations], {sid: CurrentSection(s.hash, s.text if trail.scope.keeps_text else None) for sid, s in current.items()}
     )
     old_texts = {
         (r.section_id, r.hash): r.text

@@ -44,9 +44,13 @@ class RagtrailError(Exception):
 class SectionResult:
     id: str
     status: str  # "valid", "changed" or "deleted"
-    text: str | None = None
+    text: str | None = None  # None on a hint, and where the scope keeps hashes only (read it from your own index)
     tokens: int | None = None
     truncated: bool | None = None
+    hash: str | None = None  # on a prefetch: SHA-256 of the section's UTF-8 text
+
+
+SECTION_FIELDS = frozenset(SectionResult.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class Recall:
         return cls(
             outcome=body["outcome"], recall_id=body.get("recall_id"), trail_id=body.get("trail_id"),
             matcher=body.get("matcher"), similarity=body.get("similarity"), matched_query=body.get("matched_query"),
-            sections=tuple(SectionResult(**s) for s in body.get("sections", [])),
+            # Fields a newer server adds are left out, so an older client keeps working.
+            sections=tuple(SectionResult(**{k: v for k, v in s.items() if k in SECTION_FIELDS}) for s in body.get("sections", [])),
             steps=tuple(Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in body.get("steps", [])),
             hint=body.get("hint"), tokens=body.get("tokens", 0), truncated=body.get("truncated", False),
             explanation=body.get("explanation"),

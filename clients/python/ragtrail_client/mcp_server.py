@@ -81,6 +81,12 @@ def recall_text(answer: Recall) -> str:
               f"\"{answer.matched_query}\" (similarity {answer.similarity:.2f}, {answer.matcher}).")
     if answer.outcome == "hint":
         return f"{header}\n{answer.hint}\n\nThe path taken then:\n{steps}"
+    if answer.sections and all(section.text is None for section in answer.sections):
+        # A scope that keeps hashes only: the agent reads the sections from its own index.
+        listed = "\n".join(f"- {section.id} (sha256 {section.hash})" for section in answer.sections)
+        return (f"{header}\nEvery cited section is unchanged since. This scope keeps no section text: read these "
+                f"sections from your own index (their SHA-256 is what your copy must hash to), and answer from them.\n"
+                f"{listed}" + (f"\n\nThe path taken then:\n{steps}" if steps else ""))
     sections = "\n\n".join(
         f"## {section.id}\n{section.text}" + (" [cut to the token budget]" if section.truncated else "")
         for section in answer.sections
@@ -197,7 +203,7 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         structured = {
             "outcome": answer.outcome, "recall_id": answer.recall_id, "trail_id": answer.trail_id,
             "similarity": answer.similarity, "matched_query": answer.matched_query, "hint": answer.hint,
-            "sections": [{"id": s.id, "status": s.status, "text": s.text} for s in answer.sections],
+            "sections": [{"id": s.id, "status": s.status, "text": s.text, "hash": s.hash} for s in answer.sections],
             "steps": [s.as_json() for s in answer.steps], "tokens": answer.tokens, "truncated": answer.truncated,
         }
         return CallToolResult(content=[TextContent(type="text", text=recall_text(answer))], structured_content=structured)
