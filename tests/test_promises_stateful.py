@@ -527,6 +527,12 @@ class Promises(RuleBasedStateMachine):
         remaining = {str(i) for i in Trail.objects.filter(scope=scope).values_list("public_id", flat=True)}
         for trail_id in [t for t, m in self.trails.items() if m.scope == slug and t not in remaining]:
             self.trails.pop(trail_id)
+        # A redaction rewrote the kept trails' questions and partitions (and re-signed them):
+        # they are found by what they say now.
+        said = {str(i): (q, p) for i, q, p in Trail.objects.filter(scope=scope).values_list("public_id", "query", "partition")}
+        for trail_id, model in self.trails.items():
+            if model.scope == slug:
+                model.query, model.partition = said[trail_id]
         self.scopes[slug].entries.clear()
 
     def _assert_gone(self, scope: Scope, value: str) -> None:
