@@ -9,11 +9,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from ragtrail_site import metrics
+from ragtrail_site.errors import Refused, RequestRefused, Unavailable
+from ragtrail_site.strict_json import StrictJsonParser
 from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
-from ragtrail_site.strict_json import StrictJsonParser
-from ragtrail_site.errors import Refused, RequestRefused, Unavailable
 
 logger = logging.getLogger("ragtrail.api")
 
@@ -200,9 +201,12 @@ def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A driver's message may quote the request's values (a query, an e-mail): only the
     # error's class and SQLSTATE reach the log, which no purge can reach.
     if isinstance(exc, (OperationalError, InterfaceError)):
+        metrics.STORE_ERRORS.labels("database", "unavailable").inc()
+        metrics.SHED.labels("database away").inc()
         logger.warning("database unavailable on %s %s: %s", request.method, request.path, _described(exc))
         return Unavailable().response()
     if isinstance(exc, DatabaseError):
+        metrics.STORE_ERRORS.labels("database", "refused").inc()
         logger.error("database refused a write on %s %s: %s", request.method, request.path, _described(exc))
         return _error(request, 500, "server_error", "the server failed to answer this request")
     logger.exception("unhandled error on %s %s", request.method, request.path)

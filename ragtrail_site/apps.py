@@ -8,8 +8,11 @@ class SiteConfig(AppConfig):
     verbose_name = "ragtrail site"
 
     def ready(self) -> None:
+        from ragtrail_site import metrics
         from ragtrail_site.load import embedding_gate
-        from trails.embedders import enter_inference_through
+        from trails.embedders import enter_inference_through, report_timings_to
 
         # The model is entered through the load gate in every process (web and worker).
         enter_inference_through(lambda what: embedding_gate().entered(what))
+        report_timings_to(metrics.MODEL_LOAD_SECONDS.set, metrics.EMBEDDING_SECONDS.observe)
+        metrics.count_task_runs()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 
 bind = os.environ.get("RAGTRAIL_BIND", "127.0.0.1:8000")
@@ -27,6 +28,29 @@ access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
 errorlog = "-"
 # Load the app (and so Django) once, then fork: workers share its memory.
 preload_app = True
+
+# Prometheus metrics from every worker process, read as one by /metrics (prometheus-client's
+# multiprocess mode). The folder is set before the app (and so prometheus_client) is imported,
+# emptied at start (values of a previous run would be added in), and a dead worker's gauges
+# are dropped. Give the Celery worker the same PROMETHEUS_MULTIPROC_DIR to see its jobs too.
+os.environ.setdefault(
+    "PROMETHEUS_MULTIPROC_DIR",
+    os.environ.get("RAGTRAIL_METRICS_DIR") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
+)
+
+
+def on_starting(server) -> None:
+    folder = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        if name.endswith(".db"):
+            os.remove(os.path.join(folder, name))
+
+
+def child_exit(server, worker) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def post_worker_init(worker) -> None:

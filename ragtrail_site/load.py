@@ -26,6 +26,7 @@ from typing import Iterator
 
 from django.conf import settings
 
+from ragtrail_site import metrics
 from ragtrail_site.errors import Overloaded
 
 _deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=None)
@@ -134,7 +135,10 @@ class LoadSheddingMiddleware:
         waited = max(0.0, now - arrived) if arrived is not None else 0.0
         served = service_time(budget)
         longest = queue_watch(budget).allowed_wait(waited, budget - served.headroom(budget), time.monotonic())
+        if arrived is not None:
+            metrics.QUEUE_WAIT.observe(waited)
         if waited > 0 and waited >= longest:
+            metrics.SHED.labels("queued past the budget").inc()
             return Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly").response()
         started = time.monotonic()
         token = _deadline.set(started + budget - waited)
@@ -180,6 +184,7 @@ class Gate:
                 self._semaphore.acquire()
             else:
                 if left <= 0 or self.expected_time_through() > left:
+                    metrics.SHED.labels("model busy").inc()
                     raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
                 with self._lock:
                     self._waiting += 1
@@ -189,6 +194,7 @@ class Gate:
                     with self._lock:
                         self._waiting -= 1
                 if not entered:
+                    metrics.SHED.labels("model busy").inc()
                     raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
         started = time.monotonic()
         try:

@@ -4,6 +4,7 @@ The defaults run on a fresh laptop: SQLite and Celery's in-memory broker.
 """
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from .env import SettingError, database_from_url, env_bool, env_int, env_list, env_str
@@ -60,7 +61,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: a request already past its time budget is answered before any other work.
+    # Counts and times API requests, the ones shed just below included.
+    "ragtrail_site.metrics.MetricsMiddleware",
+    # Then: a request already past its time budget is answered before any other work.
     "ragtrail_site.load.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
@@ -211,12 +214,30 @@ CELERY_BEAT_SCHEDULE = {
     "roll-up-recalls": {"task": "trails.tasks.roll_up_task", "schedule": 600.0},
 }
 
+# RAGTRAIL_LOG_FORMAT=json: every log line is one JSON object (python-json-logger), for a log
+# collector, and each API request writes one access line (ragtrail.access: method, route,
+# status, duration, scope, outcome; never a question or a query string).
+LOG_FORMAT = env_str("RAGTRAIL_LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise SettingError("RAGTRAIL_LOG_FORMAT must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s", "rename_fields": {"asctime": "time"}}},
+    "handlers": {"console": {"class": "logging.StreamHandler", **({"formatter": "json"} if LOG_FORMAT == "json" else {})}},
     "root": {"handlers": ["console"], "level": env_str("RAGTRAIL_LOG_LEVEL", "WARNING")},
     # Django's own console handler (on with DEBUG) printed every 4xx a second time beside
     # the root's: its records now reach the console once, through the root.
-    "loggers": {"django": {"handlers": [], "propagate": True}},
+    "loggers": {
+        "django": {"handlers": [], "propagate": True},
+        "ragtrail.access": {"level": "INFO" if LOG_FORMAT == "json" else "WARNING"},
+    },
 }
+
+# /metrics (Prometheus): off unless a bearer token or an allow-list of networks is set.
+RAGTRAIL_METRICS_TOKEN = env_str("RAGTRAIL_METRICS_TOKEN", "")
+try:
+    RAGTRAIL_METRICS_ALLOW = [ipaddress.ip_network(n, strict=False) for n in env_list("RAGTRAIL_METRICS_ALLOW", [])]
+except ValueError as problem:
+    raise SettingError(f"RAGTRAIL_METRICS_ALLOW: {problem}") from None

@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from .api import api
+from .metrics import metrics_view
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="ops:index", permanent=False)),
@@ -10,6 +11,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 # Whatever raises, in any layer, an API path answers JSON (ragtrail_site.errors.server_error).

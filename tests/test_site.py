@@ -164,6 +164,15 @@ def test_sync_benchmark_releases_one_percent_and_reruns_as_a_no_op(db):
     assert "300 sections in 3 pages" in text and text.count("3 changed (of 300)") == 2 and "ratio release / no-op" in text
 
 
+def test_metrics_benchmark_compares_live_and_no_op_metrics_and_puts_them_back(db):
+    from ragtrail_site import metrics
+
+    live = metrics.RECALLS
+    out = StringIO()
+    call_command("benchmark_metrics", "--rounds", "1", "--requests", "10", stdout=out)
+    assert "metrics live" in out.getvalue() and "ratio" in out.getvalue() and metrics.RECALLS is live
+
+
 def test_page_benchmark_times_every_operator_page(db):
     out = StringIO()
     call_command("benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", stdout=out)

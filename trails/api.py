@@ -51,6 +51,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         session=payload.session,
         explain=payload.explain,
     )
+    request.ragtrail_outcome = result.outcome.value  # for the access log line (ragtrail_site.metrics)
     return result
 
 

@@ -20,12 +20,11 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
+from ragtrail_site import metrics
+from ragtrail_site.errors import Conflict, NotFound
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
-from ragtrail_site.errors import Conflict, NotFound
-from trails.models import (
-    Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed,
-)
+from trails.models import Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed
 from trails.thresholds import learn_thresholds
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
@@ -138,6 +137,7 @@ def give_feedback(
             scope, event, event.matcher, event.similarity, not helpful, MatchLabel.Source.FEEDBACK, reporter, event.trail_id, now
         ) is not None
         if not helpful and event.trail_id is not None:
+            metrics.FALSE_HIT_REPORTS.inc()
             Trail(pk=event.trail_id).report_false_hit(reason, reporter=reporter, now=now)
     if labelled:
         learn_thresholds(scope, now)

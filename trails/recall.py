@@ -8,16 +8,18 @@ from typing import Any
 
 from django.utils import timezone
 
+from ragtrail_site import metrics
+from ragtrail_site.errors import Invalid
 from scopes.models import Scope
+from trails.calibration import floor_for
+from trails.candidates import Candidate, add_paths
+from trails.candidates import candidates as read_candidates
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import CurrentSection, Outcome, SectionStatus, Validation, validate
-from ragtrail_site.errors import Invalid
 from trails.feedback import research_key
-from trails.calibration import floor_for
 from trails.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
-from trails.candidates import Candidate, add_paths, candidates as read_candidates
 from trails.models import write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
@@ -153,6 +155,10 @@ def recall(
             nearest_similarity=round(nearest.similarity, 4) if nearest else None,
         )
         result.recall_id = str(recall_id)
+        metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()
+        metrics.RECALL_LOOKUP_SECONDS.observe(time.perf_counter() - started)
+        if stale:
+            metrics.STALE_MARKS.inc(len(stale))
     return result
 
 

@@ -9,12 +9,13 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ragtrail_site import metrics
+from ragtrail_site.errors import Conflict, Invalid
 from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
-from ragtrail_site.errors import Conflict, Invalid
 from trails.feedback import learn_from_research
 from trails.matching import QuestionSignature, matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
@@ -112,6 +113,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
         raise
     if request.session:
         learn_from_research(scope, request.session, request.query, cited, now, request.reporter)
+    metrics.RECORDS.labels(request.signal or "none", status.value if hasattr(status, "value") else str(status)).inc()
     return RecordResult(rows.trail, created=True)
 
 

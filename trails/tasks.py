@@ -6,10 +6,11 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
+from ragtrail_site import metrics
 from scopes.models import Scope
 from trails.purge import run_purge
 from trails.reindex import reindex_scope
-from trails.upkeep import roll_up, sweep_expired
+from trails.upkeep import roll_up, scopes_needing_a_look, sweep_expired
 
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)
@@ -20,7 +21,12 @@ def sweep_expired_task(self, batch_size: int = 5000) -> dict[str, int]:
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)
 def roll_up_task(self, hours: int = 2) -> int:
     end = timezone.now()
-    return roll_up(end - timedelta(hours=hours), end)
+    buckets = roll_up(end - timedelta(hours=hours), end)
+    # The gauges the alerts read, refreshed with the roll-up every ten minutes.
+    looked = scopes_needing_a_look(end)
+    metrics.SCOPES_OVER_BOUND.set(looked["over_false_hit_bound"])
+    metrics.SCOPES_AT_CEILING.set(looked["threshold_at_ceiling"])
+    return buckets
 
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)

@@ -17,15 +17,15 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Max, Sum
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from ragtrail_site import metrics
 from scopes.models import Scope
 from trails import calibration
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
-from django.db.models import Max, Sum
-
 from trails.models import MatchLabel, RecallEvent, RecallStat, ThresholdChange
 
 logger = logging.getLogger(__name__)
@@ -139,20 +139,26 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
                 threshold_flags=flags[:300],
             )
             ThresholdChange.objects.bulk_create(changes)
+            _counted(changes)
     scope.learned_lexical_threshold, scope.learned_embedding_threshold = learned["lexical"], learned["embedding"]
     scope.threshold_flags = flags[:300]
     return decisions
+
+
+def _counted(changes: list) -> None:
+    for change in changes:
+        metrics.THRESHOLD_CHANGES.labels(str(change.kind)).inc()
 
 
 def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fields) -> None:
     with transaction.atomic():
         locked = Scope.objects.select_for_update().get(pk=scope.pk)
         at = now or timezone.now()
-        ThresholdChange.objects.bulk_create([
+        _counted(ThresholdChange.objects.bulk_create([
             ThresholdChange(scope=locked, matcher=matcher, kind=kind, before=in_use(locked, matcher),
                             after=getattr(locked, f"{matcher}_threshold"), by=by[:150], created_at=at)
             for matcher in used_matchers(locked)
-        ])
+        ]))
         values = {"learned_lexical_threshold": None, "learned_embedding_threshold": None, "threshold_flags": "", **fields}
         values = {name: (at if value is _NOW else value) for name, value in values.items()}
         Scope.objects.filter(pk=locked.pk).update(**values)
@@ -217,6 +223,7 @@ def after_matching_change(sender, instance: Scope, created: bool, raw: bool = Fa
     if raw or created or not changed:
         return
     before = instance._matching_before
+    metrics.THRESHOLD_CHANGES.labels(ThresholdChange.Kind.CONFIGURED).inc()
     ThresholdChange.objects.create(
         scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED,
         evidence={name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)},

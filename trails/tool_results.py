@@ -8,9 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
+from ragtrail_site import metrics
+from ragtrail_site.errors import Conflict, Invalid, StoreUnavailable, TooLarge
 from scopes.models import Scope, Section
 from trails.core import toolkey
-from ragtrail_site.errors import Conflict, Invalid, StoreUnavailable, TooLarge
 from trails.models import ToolPolicy
 
 try:
@@ -56,6 +57,8 @@ def namespace(scope: Scope) -> str:
 
 
 def _count(scope: Scope, tool: str, outcome: str) -> None:
+    # Tools named by a policy are a set operators configure; any other name is one label.
+    metrics.TOOL_LOOKUPS.labels(tool if tool in policies_for(scope) else UNLISTED, outcome).inc()
     try:
         _increment(scope, tool, outcome)
     except CACHE_ERRORS:
@@ -115,6 +118,7 @@ def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | Non
     try:
         entry = cache.get(key)
     except CACHE_ERRORS:
+        metrics.STORE_ERRORS.labels("cache", "unavailable").inc()
         return {"hit": False, "reason": UNAVAILABLE}
     if entry is None:
         _count(scope, tool, "miss")

@@ -4,12 +4,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Exists, F, OuterRef, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
+from trails.calibration import limits_for
 from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 from trails.purge import forget_unconfirmed_previews
+from trails.thresholds import in_use, used_matchers
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -100,3 +102,19 @@ def roll_up(start: datetime, end: datetime) -> int:
         SimilarityStat.objects.filter(hour__gte=first, hour__lt=last).delete()
         SimilarityStat.objects.bulk_create(histogram, batch_size=2000)
     return len(buckets)
+
+
+def scopes_needing_a_look(now: datetime) -> dict[str, int]:
+    """What the service-wide alerts count, by scope (a bounded number, not a label per scope):
+    scopes whose false-hit reports in the last hour exceed their bound (at least ten judged
+    recalls), and scopes whose learned threshold sits at its ceiling."""
+    judged = (RecallEvent.objects.filter(feedback_at__gte=now - timedelta(hours=1), feedback_at__lte=now)
+              .values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))))
+    bounds = dict(Scope.objects.values_list("id", "max_false_hit_rate"))
+    over = sum(1 for row in judged if row["judged"] >= 10 and row["reported"] / row["judged"] > bounds.get(row["scope_id"], 1.0))
+    at_ceiling = 0
+    for scope in Scope.objects.filter(scratch=False).filter(Q(learned_lexical_threshold__isnull=False) | Q(learned_embedding_threshold__isnull=False)):
+        if any(in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling
+               for matcher in used_matchers(scope)):
+            at_ceiling += 1
+    return {"over_false_hit_bound": over, "threshold_at_ceiling": at_ceiling}

@@ -1,7 +1,8 @@
 """The project's layers, drawn from its own imports (those inside functions included):
 
   0 the platform: ragtrail_site's request plumbing (errors, strict JSON, deadlines, load
-    shedding, prepared statements, settings helpers), trails.core and scopes.hashing (pure Python);
+    shedding, metrics, prepared statements, settings helpers), trails.core and scopes.hashing
+    (pure Python);
   1 scopes; 2 trails; 3 evaluation (beside the product, never imported by it);
   4 the site's wiring: settings, URLs, the API object, the app that connects the layers.
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ragtrail_site", "scopes", "trails", "evaluation")
-PLATFORM = {f"ragtrail_site.{name}" for name in ("errors", "strict_json", "db_deadline", "load", "prepared", "env", "celery")} | {
+PLATFORM = {f"ragtrail_site.{name}" for name in ("errors", "strict_json", "db_deadline", "load", "prepared", "env", "celery", "metrics")} | {
     "scopes.hashing",  # what a section's hash is: pure Python, read by trails.core
 }
 WIRING = {f"ragtrail_site.{name}" for name in ("settings", "urls", "api", "wsgi", "apps", "gunicorn_conf")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from collections import OrderedDict
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
@@ -19,6 +20,24 @@ from .base import BaseEmbedder
 # (ragtrail_site.apps), bounding how many requests run the model at once and refusing
 # those that would wait past their budget. The embedders know nothing of requests.
 _inference_gate: list[Callable[[str], AbstractContextManager]] = []
+
+
+# Where load and inference times go (the site's metrics, set at app ready); nowhere by default.
+_timings: dict[str, Callable[[float], None]] = {}
+
+
+def report_timings_to(load: Callable[[float], None], inference: Callable[[float], None]) -> None:
+    _timings.update(load=load, inference=inference)
+
+
+def _observe_load(seconds: float) -> None:
+    if "load" in _timings:
+        _timings["load"](seconds)
+
+
+def _observe_inference(seconds: float) -> None:
+    if "inference" in _timings:
+        _timings["inference"](seconds)
 
 
 def enter_inference_through(gate: Callable[[str], AbstractContextManager]) -> None:
@@ -36,7 +55,10 @@ def load_embedder(module: str, model: str) -> BaseEmbedder:
     behind the process's cache of recent questions."""
     from django.conf import settings
 
-    return CachedEmbedder(importlib.import_module(module).Embedder(model), settings.RAGTRAIL_EMBEDDING_CACHE_SIZE)
+    started = time.perf_counter()
+    embedder = CachedEmbedder(importlib.import_module(module).Embedder(model), settings.RAGTRAIL_EMBEDDING_CACHE_SIZE)
+    _observe_load(time.perf_counter() - started)
+    return embedder
 
 
 class CachedEmbedder(BaseEmbedder):
@@ -69,7 +91,9 @@ class CachedEmbedder(BaseEmbedder):
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
             with _entered("the embedding model"):
+                started = time.perf_counter()
                 vectors = self.inner.embed_many(missing)
+                _observe_inference(time.perf_counter() - started)
             vectors.setflags(write=False)  # shared between requests: nobody may change one
             found.update(zip(missing, vectors))
             with self._lock:

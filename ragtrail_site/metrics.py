@@ -1,0 +1,153 @@
+"""The service's Prometheus metrics (prometheus-client), and the protected /metrics view.
+
+Under gunicorn every worker is a process of its own: with PROMETHEUS_MULTIPROC_DIR set (the
+production config sets it), prometheus-client writes each process's values to files there and
+/metrics reads them all, so a scrape sees the whole service whichever worker answers it, the
+Celery worker included when it shares the folder. Without it (a laptop, tests) the process's
+own registry is read.
+
+Labels are bounded sets only: outcome, matcher, the URL pattern (not the path), status, signal,
+task name, the tool of a configured policy ("unlisted" otherwise). Scope slugs are not a label:
+scopes are created at will, and a label per scope would grow the series without bound; what
+differs by scope is on the operator pages, and the alerts that need scopes read gauges that
+count them (scopes over their false-hit bound, scopes whose threshold is at its ceiling).
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import time
+
+import logging
+
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import REGISTRY, multiprocess
+
+# Recall's budget is 500 ms by default: buckets that tell a healthy 5 ms from a budget-eating 400 ms.
+LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+HTTP_REQUESTS = Counter("ragtrail_http_requests_total", "API requests answered, by URL pattern, method and status",
+                        ["route", "method", "status"])
+HTTP_SECONDS = Histogram("ragtrail_http_request_seconds", "API request time in the app, by URL pattern", ["route"],
+                         buckets=LATENCY_BUCKETS)
+RECALLS = Counter("ragtrail_recalls_total", "Recalls answered (dry runs excluded), by outcome and matcher", ["outcome", "matcher"])
+RECALL_LOOKUP_SECONDS = Histogram("ragtrail_recall_lookup_seconds",
+                                  "Recall's own work (sign, candidates, validation, the event write), without HTTP",
+                                  buckets=LATENCY_BUCKETS)
+SHED = Counter("ragtrail_shed_total", "Requests answered 503 to shed load or because a store was away", ["reason"])
+QUEUE_WAIT = Histogram("ragtrail_queue_wait_seconds", "Time an API request waited before the app (X-Request-Start)",
+                       buckets=LATENCY_BUCKETS)
+RECORDS = Counter("ragtrail_records_total", "Trails recorded, by the signal sent and the status given", ["signal", "status"])
+FALSE_HIT_REPORTS = Counter("ragtrail_false_hit_reports_total", "Recalls reported not helpful (false hits)")
+THRESHOLD_CHANGES = Counter("ragtrail_threshold_changes_total", "Moves of a scope's threshold in use, by cause", ["cause"])
+STALE_MARKS = Counter("ragtrail_stale_marks_total", "Trails marked stale by recall (none of their sections unchanged)")
+TOOL_LOOKUPS = Counter("ragtrail_tool_result_lookups_total", "Tool-result cache lookups, by tool and result", ["tool", "result"])
+TASK_RUNS = Counter("ragtrail_task_runs_total", "Background job runs, by task and end state", ["task", "state"])
+TASK_LAST_SUCCESS = Gauge("ragtrail_task_last_success_timestamp_seconds", "When each background job last succeeded",
+                          ["task"], multiprocess_mode="max")
+MODEL_LOAD_SECONDS = Gauge("ragtrail_model_load_seconds", "How long the embedding model took to load, per process",
+                           multiprocess_mode="max")
+EMBEDDING_SECONDS = Histogram("ragtrail_embedding_seconds", "Time the embedding model took for a call (cache misses only)",
+                              buckets=LATENCY_BUCKETS)
+STORE_ERRORS = Counter("ragtrail_store_errors_total", "Database and cache errors, by store and kind", ["store", "kind"])
+SCOPES_OVER_BOUND = Gauge("ragtrail_scopes_over_false_hit_bound",
+                          "Scopes whose false-hit reports in the last hour exceed their bound (set by the roll-up)",
+                          multiprocess_mode="mostrecent")
+SCOPES_AT_CEILING = Gauge("ragtrail_scopes_threshold_at_ceiling",
+                          "Scopes whose learned threshold sits at its ceiling (set by the roll-up)", multiprocess_mode="mostrecent")
+
+
+def registry() -> CollectorRegistry:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        collected = CollectorRegistry()
+        multiprocess.MultiProcessCollector(collected)
+        return collected
+    return REGISTRY
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = settings.RAGTRAIL_METRICS_TOKEN
+    if token:
+        presented = request.headers.get("Authorization", "")
+        if presented.startswith("Bearer ") and hmac.compare_digest(presented[7:].encode(), token.encode()):
+            return True
+    if settings.RAGTRAIL_METRICS_ALLOW:
+        try:
+            client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+        except ValueError:
+            return False
+        return any(client in network for network in settings.RAGTRAIL_METRICS_ALLOW)
+    return False
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus exposition, for a scraper with the bearer token or from an allowed network.
+    With neither configured the endpoint does not exist (404): never public by default."""
+    if not (settings.RAGTRAIL_METRICS_TOKEN or settings.RAGTRAIL_METRICS_ALLOW):
+        raise Http404("metrics are off")
+    if not _allowed(request):
+        response = HttpResponse("a metrics token (Authorization: Bearer ...) or an allowed address is required\n",
+                                status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+access_log = logging.getLogger("ragtrail.access")
+
+
+def _match(request: HttpRequest):
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        # Shed before URL resolution: resolve here, so a 503 counts under its route too.
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return None
+    return match
+
+
+class MetricsMiddleware:
+    """Counts and times every API request by its URL pattern (a bounded set), load-shed 503s
+    included (it sits before the load-shedding middleware); with RAGTRAIL_LOG_FORMAT=json it
+    also writes one access line per API request: method, route, status, duration, scope, and
+    recall's outcome, never the path's values beyond the scope, the query string or the body."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        started = time.perf_counter()
+        response = self.get_response(request)
+        elapsed = time.perf_counter() - started
+        match = _match(request)
+        route = match.route if match is not None and match.route else "unmatched"
+        HTTP_REQUESTS.labels(route, request.method, str(response.status_code)).inc()
+        HTTP_SECONDS.labels(route).observe(elapsed)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info("request", extra={
+                "method": request.method, "route": route, "status": response.status_code,
+                "duration_ms": round(elapsed * 1000, 2), "scope": (match.kwargs.get("scope") if match else None),
+                "outcome": getattr(request, "ragtrail_outcome", None),
+            })
+        return response
+
+
+def count_task_runs() -> None:
+    """Counts every Celery task's runs by end state, and stamps its last success (for the
+    'roll-up or sweep has not run' alerts). Connected once, at app ready."""
+    from celery.signals import task_postrun
+
+    def counted(sender=None, task=None, state=None, **kwargs) -> None:
+        name = getattr(task, "name", None) or getattr(sender, "name", "unknown")
+        TASK_RUNS.labels(name, state or "UNKNOWN").inc()
+        if state == "SUCCESS":
+            TASK_LAST_SUCCESS.labels(name).set(time.time())
+
+    task_postrun.connect(counted, weak=False, dispatch_uid="ragtrail.metrics.task_runs")
