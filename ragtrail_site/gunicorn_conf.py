@@ -30,21 +30,17 @@ errorlog = "-"
 preload_app = True
 
 # Prometheus metrics from every worker process, read as one by /metrics (prometheus-client's
-# multiprocess mode). The folder is set before the app (and so prometheus_client) is imported,
-# emptied at start (values of a previous run would be added in), and a dead worker's gauges
-# are dropped. Give the Celery worker the same PROMETHEUS_MULTIPROC_DIR to see its jobs too.
-os.environ.setdefault(
+# multiprocess mode). The folder is set and emptied here, in the master, before the app (and
+# so prometheus_client) is loaded: values of a previous run would be added in. A dead worker's
+# gauges are dropped. Give the Celery worker the same PROMETHEUS_MULTIPROC_DIR to see its jobs.
+_metrics_dir = os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
     os.environ.get("RAGTRAIL_METRICS_DIR") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
 )
-
-
-def on_starting(server) -> None:
-    folder = os.environ["PROMETHEUS_MULTIPROC_DIR"]
-    os.makedirs(folder, exist_ok=True)
-    for name in os.listdir(folder):
-        if name.endswith(".db"):
-            os.remove(os.path.join(folder, name))
+os.makedirs(_metrics_dir, exist_ok=True)
+for _name in os.listdir(_metrics_dir):
+    if _name.endswith(".db"):
+        os.remove(os.path.join(_metrics_dir, _name))
 
 
 def child_exit(server, worker) -> None:
