@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from django.db import connection
 from django.test import override_settings
 
 from scopes.models import ApiKey, Scope, Section
-from tests.test_production import call, free_port
+from tests.test_production import call, free_port, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "ragtrail_site" / "monitoring"
@@ -129,12 +128,7 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_port(port)
         recalls = 40
         for n in range(recalls):
             status, _, _ = call(base, "POST", "/api/v1/scopes/watched/recall", key, {"query": f"Where do visitors park {n}?"})
@@ -154,13 +148,7 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
         # Both workers answered recalls; the one scrape adds them all up (multiprocess mode).
         assert seen == recalls, f"Prometheus saw {seen} recalls of {recalls}"
     finally:
-        for process in (web, scraper):
-            process.terminate()
-        for process in (web, scraper):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(web, scraper)
     log = web.stdout.read()
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"ragtrail.access"' in line]
     recall_lines = [line for line in lines if line.get("route") == "api/v1/scopes/<scope>/recall"]

@@ -31,6 +31,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for_port(port: int, seconds: float = 60) -> None:
+    """Until something listens on the port (a server starting), or the time is up."""
+    for _ in range(int(seconds * 2)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+
+
+def stop(*processes: subprocess.Popen) -> None:
+    """Terminates them all, then waits for each (30 s, then kill)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def call(base: str, method: str, path: str, key: str | None = None, body=None):
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(base + path, data=data, method=method)
@@ -77,21 +98,10 @@ def production():
 
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_for_port(port)
         yield base, start_jobs, queue
     finally:
-        for process in (web, *jobs):
-            process.terminate()
-        for process in (web, *jobs):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(web, *jobs)
         log = web.stdout.read() if web.stdout else ""
         print(log[-3000:])
 
