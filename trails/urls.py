@@ -13,6 +13,8 @@ urlpatterns = [
     path("<slug:scope>/trails/<uuid:trail_id>/vote/", trails.trail_vote, name="vote"),
     path("<slug:scope>/replay/", recalls.replay, name="replay"),
     path("<slug:scope>/recalls/", recalls.recall_log, name="recalls"),
+    path("<slug:scope>/recalls/<uuid:recall_id>/", recalls.recall_detail, name="recall"),
+    path("<slug:scope>/find/", recalls.find, name="find"),
     path("<slug:scope>/purge/", purge.purge, name="purge"),
     path("<slug:scope>/purge/<uuid:run_id>/", purge.purge_progress, name="purge-progress"),
 ]

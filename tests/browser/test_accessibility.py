@@ -51,7 +51,7 @@ def problems(page) -> list[str]:
 
 def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hospital):  # noqa: F811
     trail = Trail.objects.get(query="When can I visit the ICU and where do I park?")
-    recall(hospital, "When can I visit the ICU and where do I park?")
+    served = recall(hospital, "When can I visit the ICU and where do I park?")
     recall(hospital, "How do I renew my passport?")
     roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
     Section.upsert(hospital, {"visiting/icu": "ICU visiting is closed this week."})
@@ -61,6 +61,7 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
         "overview": "/ops/hospital/", "trails": "/ops/hospital/trails/", "pending trails": "/ops/hospital/trails/?status=pending",
         "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
         "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
+        "one recall": f"/ops/hospital/recalls/{served.recall_id}/",
     }
     report = {}
     for name, path in pages.items():

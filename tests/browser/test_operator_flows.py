@@ -171,3 +171,34 @@ def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citat
     expect(flagged.locator(".pii-flag")).to_contain_text("may hold personal data")
     pending.locator("button:has-text('Approve')").click()
     expect(page.locator("tr", has_text="Is the car park free for visitors?").locator("[data-status]")).to_have_text("active")
+
+
+def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_it(page, live_server, hospital):
+    """Paste a recall id -> see what was served and why -> reject with a reason -> the same
+    question now misses -> undo -> it is served again; every step in the trail's history."""
+    from trails.recall import recall
+
+    hospital.keep_raw_queries = True
+    hospital.save(update_fields=["keep_raw_queries"])
+    served = recall(hospital, "When can I visit the ICU and where do I park?")
+    assert served.outcome.value == "prefetch"
+    log_in(page, live_server, "/ops/hospital/")
+    page.fill("#find-box", served.recall_id)
+    page.press("#find-box", "Enter")
+    page.wait_for_url(f"**/ops/hospital/recalls/{served.recall_id}/")
+    expect(page.locator("#served-sections tbody tr")).to_have_count(2)
+    expect(page.locator("#served-sections")).to_contain_text("unchanged")
+    expect(page.locator("#replay-now")).to_contain_text("prefetch")
+    page.fill("#action-reason", "answers the ward, not the ICU")
+    page.click("#reject")
+    expect(page.locator("#trail-status")).to_have_text("rejected")
+    expect(page.locator("#replay-now")).to_contain_text("miss")
+    expect(page.locator("#trail-history")).to_contain_text("olga: answers the ward, not the ICU")
+    page.click("#undo")
+    expect(page.locator("#trail-status")).to_have_text("active")
+    expect(page.locator("#replay-now")).to_contain_text("prefetch")
+    expect(page.locator("#trail-history")).to_contain_text("Rejection reversed by an operator · Operator · olga: undo")
+    # Words in the box search the trails.
+    page.fill("#find-box", "car park")
+    page.press("#find-box", "Enter")
+    page.wait_for_url("**/ops/hospital/trails/?q=car+park")

@@ -502,3 +502,44 @@ def test_threshold_actions_need_staff_and_post(client, scope):
     assert client.post("/ops/hospital/thresholds/", {"action": "reset"}).status_code == 302  # to log in
     scope.refresh_from_db()
     assert scope.labels_since is None
+
+
+def test_the_find_box_lands_on_a_recall_a_trail_or_a_trail_search(staff, db):
+    from scopes.models import Scope, Section
+    from trails.recall import recall
+    from trails.record import RecordInput, record
+
+    scope = Scope.objects.create(slug="finder", matcher="lexical")
+    Section.upsert(scope, {"s": "Visiting hours are 10 to 8."})
+    trail = record(scope, RecordInput(query="What are the visiting hours?", cited=["s"], signal="accepted")).trail
+    answer = recall(scope, "What are the visiting hours?")
+    assert staff.get(f"/ops/finder/find/?q={answer.recall_id}")["Location"] == f"/ops/finder/recalls/{answer.recall_id}/"
+    assert staff.get(f"/ops/finder/find/?q={trail.public_id}")["Location"] == f"/ops/finder/trails/{trail.public_id}/"
+    assert staff.get("/ops/finder/find/?q=visiting hours")["Location"] == "/ops/finder/trails/?q=visiting+hours"
+    page = staff.get(f"/ops/finder/recalls/{answer.recall_id}/")
+    assert page.status_code == 200 and b"What are the visiting hours?" in page.content
+    other = Scope.objects.create(slug="other", matcher="lexical")
+    # Another scope's recall is not found through this scope's box or page.
+    assert staff.get(f"/ops/other/find/?q={answer.recall_id}")["Location"] == "/ops/other/recalls/"
+    assert staff.get(f"/ops/other/recalls/{answer.recall_id}/").status_code == 404
+    assert other.pk
+
+
+def test_undo_reverses_an_operators_rejection_and_says_so_in_the_history(db):
+    from scopes.models import Scope, Section
+    from trails.models import ActionRefused, TrailStatus
+    from trails.record import RecordInput, record
+
+    scope = Scope.objects.create(slug="undo", matcher="lexical")
+    Section.upsert(scope, {"s": "text"})
+    served = record(scope, RecordInput(query="a served question?", cited=["s"], signal="accepted")).trail
+    served.act("down", by="olga", reason="wrong")
+    assert served.undo_last(by="olga").endswith("active") and served.status == TrailStatus.ACTIVE
+    waiting = record(scope, RecordInput(query="a waiting question?", cited=["s"])).trail
+    waiting.act("down", by="olga")
+    waiting.undo_last(by="olga")
+    assert waiting.status == TrailStatus.PENDING  # never approved before: back to waiting, not served
+    with pytest.raises(ActionRefused):
+        waiting.undo_last(by="olga")
+    with pytest.raises(ActionRefused):
+        served.undo_last(by="key:abc")

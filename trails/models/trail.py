@@ -281,6 +281,35 @@ class Trail(models.Model):
         self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
         self.false_hit_reports, self.false_hit_reporters = locked.false_hit_reports, locked.false_hit_reporters
 
+    def undo_last(self, by: str) -> str:
+        """Reverses the latest operator action that took this trail out of service: a
+        rejection (reinstate; and approve again if it was approved before) or a send-back
+        (approve again). Each step is an act of its own in the history, with "undo" as why.
+
+        Returns:
+            what was done, in words.
+
+        Raises:
+            ActionRefused: the latest operator action is not one of those, or the trail has
+                moved on since (it is no longer rejected or pending).
+        """
+        if is_agent(by):
+            raise ActionRefused("only an operator can undo")
+        with transaction.atomic():
+            locked = Trail.objects.select_for_update().get(pk=self.pk)
+            history = list(TrailSignal.objects.filter(trail=locked).order_by("-created_at", "-id")[:50])
+            last = next((s for s in history if s.source == TrailSignal.Source.OPERATOR), None)
+            if last is None or last.signal not in (Signal.DOWN, Signal.DEMOTE):
+                raise ActionRefused("nothing to undo: the latest operator action neither rejected nor sent this trail back")
+            earlier = history[history.index(last) + 1:]
+            was_approved = last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS, Signal.REPORTED)
+            if last.signal == Signal.DOWN:
+                locked.act(Signal.REINSTATE, by=by, reason="undo")
+            if was_approved:
+                locked.act(Signal.UP, by=by, reason="undo")
+        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
+        return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
+
     def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
         """An up vote approves (activates a pending trail, refreshes an active one); a down
         vote rejects, final for votes: only `reinstate`, an operator's act, reverses it."""

@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ragtrail_site.errors import Refused
+from scopes.models import Section
 from trails.forms import RecallLogFilterForm, ReplayForm
 from trails.models import RecallEvent, Trail
 from trails.recall import recall
@@ -100,3 +105,47 @@ def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
         "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": found.keep_raw_queries,
     })
 
+
+
+@staff_required
+@require_GET
+def find(request: HttpRequest, scope: str) -> HttpResponse:
+    """The header's box: a recall id or a trail id lands on its page; words search the trails."""
+    found = scope_or_404(scope)
+    text = request.GET.get("q", "").strip()[:500]
+    ids = uuids([text])
+    if ids:
+        if RecallEvent.objects.filter(scope=found, public_id=ids[0]).exists():
+            return redirect("ops:recall", scope=found.slug, recall_id=ids[0])
+        if Trail.objects.filter(scope=found, public_id=ids[0]).exists():
+            return redirect("ops:trail", found.slug, ids[0])
+        messages.warning(request, f"No recall or trail {ids[0]} in {found.slug}.")
+        return redirect("ops:recalls", scope=found.slug)
+    return redirect(reverse("ops:trails", args=[found.slug]) + "?" + urlencode({"q": text}))
+
+
+@staff_required
+@require_GET
+def recall_detail(request: HttpRequest, scope: str, recall_id) -> HttpResponse:
+    """One recall, for an incident: what it served (each cited section's hash then and now),
+    why it answered so (a dry run of its kept question, explained), its feedback, and the
+    actions on the trail it served, each recorded with who and why."""
+    found = scope_or_404(scope)
+    event = get_object_or_404(RecallEvent.objects.select_related("trail"), scope=found, public_id=recall_id)
+    trail = event.trail
+    served, why, replayed = [], None, None
+    if trail is not None:
+        citations = list(trail.citations.all())
+        current = Section.objects.current(found, [c.section_id for c in citations])
+        for citation in citations:
+            now = current.get(citation.section_id)
+            served.append({"section_id": citation.section_id, "then": citation.hash, "now": now.hash if now else None,
+                           "same": now is not None and now.hash == citation.hash})
+    if event.query:
+        # The question is kept (keep_raw_queries): what recall would answer it now, and why.
+        replayed = recall(found, event.query, "", None, dry_run=True, explain=True)
+        why = replayed.explanation
+    return scope_page(request, "trails/recalls/recall_detail.html", found, {
+        "event": event, "trail": trail, "served": served, "why": why, "replayed": replayed,
+        "history": trail.signals.all()[:20] if trail is not None else [], "tab": "recalls",
+    })

@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import json
 
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse
@@ -179,7 +180,10 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     action = request.POST.get("vote", "")
     error = ""
     try:
-        trail.act(action, by=request.user.get_username(), reason=request.POST.get("reason", "").strip()[:500])
+        if action == "undo":
+            messages.info(request, trail.undo_last(by=request.user.get_username()))
+        else:
+            trail.act(action, by=request.user.get_username(), reason=request.POST.get("reason", "").strip()[:500])
     except ActionRefused as problem:
         error = str(problem)
     if trail.status == "deleted":
