@@ -119,6 +119,7 @@ STATIC_ROOT = env_str("RAGTRAIL_STATIC_ROOT", "") or None
 WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "admin:login"
+CSRF_FAILURE_VIEW = "trails.views.common.csrf_failure"
 
 # SQLite ignores an index's INCLUDE columns (the band-key index's covering column), which only
 # PostgreSQL, where it matters, uses; the warning on every SQLite migrate says nothing to act on.

@@ -543,3 +543,42 @@ def test_undo_reverses_an_operators_rejection_and_says_so_in_the_history(db):
         waiting.undo_last(by="olga")
     with pytest.raises(ActionRefused):
         served.undo_last(by="key:abc")
+
+
+def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
+    from django.utils import timezone
+
+    from scopes.models import Scope
+    from trails.models import RecallEvent
+
+    scope = Scope.objects.create(slug="health", matcher="lexical", max_false_hit_rate=0.02)
+    now = timezone.now()
+    RecallEvent.objects.bulk_create(
+        RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=0.96, latency_ms=4.0 + i, matcher="lexical",
+                    helpful=i >= 18, feedback_at=now)
+        for i in range(21)
+    )
+    page = staff.get("/ops/health/").content.decode()
+    assert "False hits over the bound:" in page and "18 of 21 judged recalls" in page
+    assert "p50 14.0 ms" in page and "over 21 recalls" in page
+    calm = Scope.objects.create(slug="calm", matcher="lexical")
+    assert "too few judged to tell" in staff.get("/ops/calm/").content.decode()
+
+
+def test_a_lost_session_on_an_htmx_action_sends_the_page_to_the_login_and_changes_nothing(client, db, trails):
+    trail = next(iter(trails.values()))
+    before = trail.status
+    answer = client.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "down"},
+                         headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/ops/hospital/trails/?status=pending"})
+    assert answer.status_code == 204 and answer["HX-Redirect"].startswith("/admin/login/?next=/ops/hospital/trails/")
+    trail.refresh_from_db()
+    assert trail.status == before
+
+
+def test_missing_pages_and_refusals_are_the_apps_own(client, staff, db):
+    assert b"Back to the operator pages" in staff.get("/ops/no-such-scope/").content
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_user("visitor", password="x"))
+    refused = client.get("/ops/")
+    assert refused.status_code == 403 and b"needs a staff account" in refused.content

@@ -73,6 +73,16 @@ def interval(events: int, trials: int, confidence: float = 0.95) -> tuple[float,
     return lower_bound(events, trials, tail), upper_bound(events, trials, tail)
 
 
+def false_hit_verdict(reported: int, judged: int, bound: float, confidence: float = 0.95) -> tuple[str, float, float]:
+    """Whether judged recalls show a scope's false hits over its bound: "over" when even the
+    interval's low end is above it, "within" when its high end is not, else "unclear" (too
+    few judged to tell). Returns (verdict, low, high)."""
+    if judged <= 0:
+        return "unclear", 0.0, 1.0
+    low, high = interval(reported, judged, confidence)
+    return ("over" if low > bound else "within" if high <= bound else "unclear"), low, high
+
+
 def _check(events: int, trials: int, confidence: float) -> None:
     if not 0 <= events <= max(trials, 0) or trials < 0:
         raise ValueError(f"events must be within 0..trials, got {events} of {trials}")

@@ -64,6 +64,24 @@ class RecallEvent(models.Model):
         ]
 
 
+def latency_percentiles(scope: Scope, since: datetime, limit: int = 20_000) -> dict[str, float] | None:
+    """p50 / p95 / p99 of recall latency (ms) since a time: on PostgreSQL over every event in
+    the window, in the database; elsewhere over the window's latest `limit` events."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY latency_ms), count(*) "
+                f"FROM {RecallEvent._meta.db_table} WHERE scope_id = %s AND created_at >= %s", [scope.pk, since])
+            values, count = cursor.fetchone()
+        return dict(zip(("p50", "p95", "p99"), values)) | {"count": count} if count else None
+    values = sorted(RecallEvent.objects.filter(scope=scope, created_at__gte=since).order_by("-created_at")
+                    .values_list("latency_ms", flat=True)[:limit])
+    if not values:
+        return None
+    pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
+    return {"p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99), "count": len(values)}
+
+
 def _prep(model: type[models.Model], field: str, value):
     return model._meta.get_field(field).get_db_prep_value(value, connection)
 

@@ -9,7 +9,7 @@ from functools import wraps
 from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from scopes.models import Scope
@@ -22,9 +22,17 @@ def staff_required(view):
     @wraps(view)
     def checked(request: HttpRequest, *args, **kwargs):
         if not request.user.is_authenticated:
+            if getattr(request, "htmx", False):
+                # An htmx action whose session expired: the whole page goes to the login, which
+                # returns to the page the operator was on (not the fragment's URL), and the
+                # action is not half done: nothing was changed.
+                back = request.htmx.current_url_abs_path or request.get_full_path()
+                response = HttpResponse(status=204)
+                response["HX-Redirect"] = redirect_to_login(back)["Location"]
+                return response
             return redirect_to_login(request.get_full_path())
         if not (request.user.is_active and request.user.is_staff):
-            return HttpResponseForbidden("Operator pages are for staff users.")
+            return render(request, "403.html", status=403)
         return view(request, *args, **kwargs)
 
     return checked
@@ -109,3 +117,14 @@ def uuids(values: list[str]) -> list[str]:
         except ValueError:
             continue
     return valid
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form or htmx action sent without a valid security token (a page left open past a
+    sign-out or a new session): nothing was done. htmx reloads the whole page (never swaps
+    this answer into a row); a plain form gets the app's 403 page."""
+    if getattr(request, "htmx", False):
+        response = HttpResponse(status=204)
+        response["HX-Refresh"] = "true"
+        return response
+    return render(request, "403.html", status=403)

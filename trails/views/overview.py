@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ragtrail_site.errors import Refused
 from scopes.models import Scope, SectionSync
 from trails import calibration, charts, thresholds, tool_results
+from trails.core.calibration import false_hit_verdict
 from trails.matching import matching_settings
 from trails.models import (
     SIMILARITY_BINS,
@@ -26,6 +28,7 @@ from trails.models import (
     TrailSignal,
     TrailStatus,
 )
+from trails.models.recalls import latency_percentiles
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
@@ -59,7 +62,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     current_rows = [r for r in rows if r.hour >= start]
     data = charts.series(current_rows, start, end, bucket)
     matching = matching_settings(found)
-    thresholds = {
+    drawn_thresholds = {
         name: value for name, value, used in (
             ("embedding", matching.embedding_threshold, found.uses_embedding), ("lexical", matching.lexical_threshold, found.uses_lexical)
         ) if used
@@ -67,7 +70,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     figures = {
         "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[found.slug]), bucket),
         "hit-rate": charts.hit_rate_figure(data),
-        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS, thresholds),
+        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS, drawn_thresholds),
     }
     totals = charts.totals(current_rows)
     # The window before, for comparison (the same roll-up rows, read once).
@@ -82,7 +85,20 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         tool_counts, tool_error = tool_results.lookup_counts(found), ""
     except Refused as refused:
         tool_counts, tool_error = {}, refused.message
+    verdict, low, high = false_hit_verdict(judged["reported"], judged["judged"], found.max_false_hit_rate)
+    last_hour = RecallStat.last_hour(found)
+    health = {
+        "false_hits": {"verdict": verdict, "low": low, "high": high, "bound": found.max_false_hit_rate,
+                       "share": judged["reported"] / judged["judged"] if judged["judged"] else None},
+        "latency": latency_percentiles(found, start),
+        "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
+        # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
+        "rollup_behind": last_hour is not None and RecallEvent.objects.filter(scope=found, created_at__gte=last_hour + timedelta(hours=1),
+                                                                             created_at__lt=now - timedelta(minutes=30)).exists(),
+        "flags": [thresholds.describe_flag(flag) for flag in found.threshold_flags.split(",") if flag],
+    }
     return scope_page(request, "trails/overview/overview.html", found, {
+        "health": health,
         "judged": judged["judged"],
         "false_hit_reports": judged["reported"],
         "voted_down": voted_down["down"],

@@ -60,8 +60,9 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
         trails = trails.filter(query__icontains=text)
     section = form.cleaned_data.get("section") if form.is_valid() else ""
     if section:
-        # Every trail citing a section, on the (scope, section_id) index of citations.
-        trails = trails.filter(id__in=Citation.objects.filter(scope=scope, section_id=section.strip()).values("trail_id"))
+        # Every trail citing a section, or any section under an id prefix ("faq/programming.rst"),
+        # on the (scope, section_id) index of citations.
+        trails = trails.filter(id__in=Citation.objects.filter(scope=scope, section_id__startswith=section.strip()).values("trail_id"))
     sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
     return trails.order_by(SORTS[sort], "-id")
 
