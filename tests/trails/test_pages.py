@@ -598,3 +598,15 @@ def test_missing_pages_and_refusals_are_the_apps_own(client, staff, db):
     client.force_login(User.objects.create_user("visitor", password="x"))
     refused = client.get("/ops/")
     assert refused.status_code == 403 and b"needs a staff account" in refused.content
+
+
+def test_a_rejected_trail_says_it_is_not_served_and_offers_reinstate_and_undo(staff, trails):
+    trail = Trail.objects.filter(status="active").first()
+    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "down", "reason": "wrong ward"})
+    html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert 'id="check-outcome">not served' in html and 'id="trail-reinstate"' in html and 'id="trail-undo"' in html
+    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "undo"})
+    trail.refresh_from_db()
+    assert trail.status == "active"
+    html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert 'id="trail-demote"' in html and 'id="check-outcome">prefetch' in html
