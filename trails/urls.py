@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trails.views import evaluation, overview, purge, recalls, trails
+from trails.views import evaluation, overview, purge, recalls, releases, trails
 
 app_name = "ops"
 urlpatterns = [
@@ -15,6 +15,7 @@ urlpatterns = [
     path("<slug:scope>/recalls/", recalls.recall_log, name="recalls"),
     path("<slug:scope>/recalls/<uuid:recall_id>/", recalls.recall_detail, name="recall"),
     path("<slug:scope>/find/", recalls.find, name="find"),
+    path("<slug:scope>/changes/", releases.changes, name="changes"),
     path("<slug:scope>/purge/", purge.purge, name="purge"),
     path("<slug:scope>/purge/<uuid:run_id>/", purge.purge_progress, name="purge-progress"),
 ]

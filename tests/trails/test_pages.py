@@ -610,3 +610,14 @@ def test_a_rejected_trail_says_it_is_not_served_and_offers_reinstate_and_undo(st
     assert trail.status == "active"
     html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
     assert 'id="trail-demote"' in html and 'id="check-outcome">prefetch' in html
+
+
+def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_now(staff, api, trails, scope, other_scope):
+    api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended this week."})
+    html = staff.get("/ops/hospital/changes/?window=24h").content.decode()
+    table = html.split('id="changes"')[1].split("</table>")[0]
+    assert "<code>visiting/icu</code>" in table and "When are ICU visiting hours?" in table
+    assert '<span class="badge miss">miss</span>' in table or '<span class="badge hint">hint</span>' in table
+    assert "<code>parking</code>" not in table  # unchanged sections are not listed
+    other = staff.get("/ops/other/changes/")
+    assert other.status_code == 200 and "When are ICU" not in other.content.decode()
