@@ -61,6 +61,25 @@ SCOPES_AT_CEILING = Gauge("ragtrail_scopes_threshold_at_ceiling",
                           "Scopes whose learned threshold sits at its ceiling (set by the roll-up)", multiprocess_mode="mostrecent")
 
 
+class _Off:
+    """A metric that records nothing (RAGTRAIL_METRICS=off)."""
+
+    def labels(self, *args, **kwargs):
+        return self
+
+    def inc(self, *args, **kwargs) -> None:
+        pass
+
+    observe = set = inc
+
+
+if os.environ.get("RAGTRAIL_METRICS", "on").lower() == "off":
+    # For a service nobody scrapes, and the benchmark's baseline: every metric a no-op.
+    for _name, _metric in list(globals().items()):
+        if isinstance(_metric, (Counter, Gauge, Histogram)):
+            globals()[_name] = _Off()
+
+
 def registry() -> CollectorRegistry:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         collected = CollectorRegistry()

@@ -73,14 +73,25 @@ class Command(BaseCommand):
         parser.add_argument("--memory-requests", type=int, default=100_000, help="0 skips the memory run")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
+        parser.add_argument("--metrics-cost", action="store_true",
+                            help="only compare CPU per lexical recall with the Prometheus metrics on and off (two servers, alternating)")
+        parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --metrics-cost")
 
-    def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json_path: Path | None, **options) -> None:
+    def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json_path: Path | None,
+               metrics_cost: bool = False, rounds: int = 3, **options) -> None:
         if connection.vendor != "postgresql":
             raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
         self.clients = clients
         embedder = get_embedder()
         workload = ScaleWorkload(embedder, seed)
         scopes, key = self._fill(workload)
+        if metrics_cost:
+            try:
+                save_figures(json_path, self._metrics_cost(workload, scopes, key, workers, seconds, rounds))
+            finally:
+                for scope in scopes.values():
+                    drop_scope(scope)
+            return
         port = self._free_port()
         # The model itself, past the process's cache of recent questions.
         model = getattr(embedder, "inner", embedder)
@@ -124,9 +135,45 @@ class Command(BaseCommand):
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
-    def _start(self, port: int, workers: int) -> subprocess.Popen:
+    def _metrics_cost(self, workload, scopes, key, workers, seconds, rounds) -> dict:
+        """CPU per lexical recall request with the metrics on and off: two servers, the same
+        load on each in turn, alternating, so a slow minute weighs on both alike."""
+        stored = workload.base_texts
+        path = f"/api/v1/scopes/{scopes['lexical'].slug}/recall"
+        make = lambda i: Request("POST", path, {"query": stored[(i * 7919) % len(stored)] if i % 2 else f"{stored[i % len(stored)]} now?"})
+        servers = {}
+        try:
+            for state in ("on", "off"):
+                port = self._free_port()
+                servers[state] = (port, self._start(port, workers, {"RAGTRAIL_METRICS": state, "RAGTRAIL_METRICS_TOKEN": "bench"}))
+            measured: dict[str, list[float]] = {"on": [], "off": []}
+            for state, (port, server) in servers.items():
+                self._load(port, key, make, requests=300)  # warm up
+            for round_ in range(rounds):
+                for state in (("on", "off") if round_ % 2 == 0 else ("off", "on")):
+                    port, server = servers[state]
+                    meter = CpuMeter(lambda server=server: worker_pids(server.pid))
+                    meter.start()
+                    results = self._load(port, key, make, seconds=seconds)
+                    row = summary(results, seconds) | meter.stop(len(results))
+                    measured[state].append(row["cpu_ms_per_request"]["workers"])
+                    self.stdout.write(f"round {round_ + 1}, metrics {state}: {row['per_second']}/s, workers' CPU "
+                                      f"{row['cpu_ms_per_request']['workers']} ms a request")
+            on, off = statistics.median(measured["on"]), statistics.median(measured["off"])
+            self.stdout.write(f"metrics cost on lexical HTTP recall, median of {rounds} alternating rounds: workers' CPU "
+                              f"{on} ms a request with the metrics, {off} without; ratio {on / off:.3f} (+{on - off:.3f} ms)")
+            return {"metrics_on_cpu_ms": measured["on"], "metrics_off_cpu_ms": measured["off"], "ratio": round(on / off, 3)}
+        finally:
+            for port, server in servers.values():
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+
+    def _start(self, port: int, workers: int, extra_env: dict | None = None) -> subprocess.Popen:
         env = {
-            **os.environ, "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
+            **os.environ, **(extra_env or {}), "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
             # Production settings: DEBUG off (its query log costs time), this process's key
             # (API keys are checked with it), and no worker recycling, so memory growth shows.
             "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": settings.SECRET_KEY, "RAGTRAIL_MAX_REQUESTS": "0",
