@@ -156,3 +156,13 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
     assert {(line["method"], line["status"], line["scope"], line["outcome"]) for line in recall_lines} == {("POST", 200, "watched", "miss")}
     assert all(isinstance(line["duration_ms"], float) for line in recall_lines)
     assert "visitors park" not in log and "Where do" not in log  # never the question
+
+
+def test_metrics_off_makes_every_metric_a_no_op():
+    code = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragtrail_site.settings'); django.setup(); "
+            "from ragtrail_site import metrics; "
+            "assert all(isinstance(getattr(metrics, n), metrics._Off) for n in ('RECALLS', 'HTTP_SECONDS', 'TASK_LAST_SUCCESS')); "
+            "metrics.RECALLS.labels('prefetch', 'lexical').inc(); metrics.HTTP_SECONDS.labels('r').observe(1.0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "RAGTRAIL_METRICS": "off"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
