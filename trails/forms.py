@@ -9,11 +9,17 @@ STATUS_CHOICES = [("", "Any status"), *((status, status.capitalize()) for status
 SORT_CHOICES = [("age", "Newest first"), ("last_hit", "Last hit"), ("hits", "Most hits")]
 
 
+# Triage of the pending queue: what approving would serve, personal data, sent back by reports.
+FLAG_CHOICES = [("", "Any"), ("would_miss", "Pending: would miss once approved"), ("would_hint", "Pending: would hint once approved"),
+                ("pii", "Pending: may hold personal data"), ("reported", "Sent back by agents' reports")]
+
+
 class TrailFilterForm(forms.Form):
     status = forms.ChoiceField(choices=STATUS_CHOICES, required=False)
     q = forms.CharField(required=False, max_length=200, label="Search queries or a trail id")
     section = forms.CharField(required=False, max_length=512, label="Cites section")
     sort = forms.ChoiceField(choices=SORT_CHOICES, required=False)
+    flag = forms.ChoiceField(choices=FLAG_CHOICES, required=False, label="Triage")
 
 
 OUTCOME_CHOICES = [("", "Any outcome"), ("prefetch", "Prefetch"), ("hint", "Hint"), ("miss", "Miss")]

@@ -202,3 +202,23 @@ def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_i
     page.fill("#find-box", "car park")
     page.press("#find-box", "Enter")
     page.wait_for_url("**/ops/hospital/trails/?q=car+park")
+
+
+def test_operator_triages_the_pending_queue_with_the_keyboard_and_is_asked_before_approving_a_miss(page, live_server, hospital):
+    Section.upsert(hospital, {"parking": "Car park B is closed; park in car park C."})  # both pending trails would now miss
+    log_in(page, live_server, "/ops/hospital/trails/?status=pending")
+    rows = page.locator("#trail-table tbody tr")
+    expect(rows).to_have_count(2)
+    page.keyboard.press("j")
+    expect(rows.nth(0)).to_have_class("focused")
+    page.keyboard.press("j")
+    expect(rows.nth(1)).to_have_class("focused")
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.keyboard.press("a")
+    expect(rows.nth(1).locator("[data-status]")).to_have_text("pending")  # dismissed: nothing changed
+    assert asked and "would give a miss" in asked[0]
+    page.keyboard.press("k")
+    page.keyboard.press("r")
+    expect(rows.nth(0).locator("[data-status]")).to_have_text("rejected")
+    assert Trail.objects.filter(status="rejected").count() == 1

@@ -621,3 +621,29 @@ def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_n
     assert "<code>parking</code>" not in table  # unchanged sections are not listed
     other = staff.get("/ops/other/changes/")
     assert other.status_code == 200 and "When are ICU" not in other.content.decode()
+
+
+def test_triage_filters_find_pending_trails_that_would_miss_hold_personal_data_or_were_sent_back(staff, api, scope, sections):
+    from scopes.models import ApiKey
+
+    api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="pending")
+    api.record("hospital", query="When are ICU visiting hours? Ask ann.archer@example.org", cited=["visiting/icu"], signal="pending")
+    served = api.record("hospital", query="Where is car park B?", cited=["parking"], signal="accepted").json()["trail_id"]
+    api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
+    page = lambda flag: staff.get(f"/ops/hospital/trails/?flag={flag}").content.decode()
+    assert "Ask ann.archer" in page("would_miss") and "Where do visitors park?" not in page("would_miss")
+    assert "Ask ann.archer" in page("pii") and "Where do visitors park?" not in page("pii")
+    # Two keys' reports send the served trail back: it is what "reported" lists.
+    for client in (api, type(api)(ApiKey.issue([scope])[1])):
+        recall_id = client.recall("hospital", query="Where is car park B?").json()["recall_id"]
+        client.call("post", f"/scopes/hospital/recalls/{recall_id}/feedback", {"helpful": False})
+    reported = page("reported")
+    assert "Where is car park B?" in reported and "Where do visitors park?" not in reported
+    assert Trail.objects.get(public_id=served).status == "pending"
+
+
+def test_approving_a_trail_that_would_not_prefetch_asks_first(staff, api, scope, sections):
+    api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
+    api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
+    html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
+    assert 'hx-confirm="Its cited sections have changed: once approved, recall would give a miss' in html

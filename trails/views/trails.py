@@ -63,8 +63,34 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
         # Every trail citing a section, or any section under an id prefix ("faq/programming.rst"),
         # on the (scope, section_id) index of citations.
         trails = trails.filter(id__in=Citation.objects.filter(scope=scope, section_id__startswith=section.strip()).values("trail_id"))
+    flag = form.cleaned_data.get("flag") if form.is_valid() else ""
+    if flag == "reported":
+        trails = trails.filter(status=TrailStatus.PENDING, signals__signal=Signal.REPORTED).distinct()
+    elif flag:
+        trails = trails.filter(id__in=_pending_flagged(scope, flag))
     sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
     return trails.order_by(SORTS[sort], "-id")
+
+
+# The pending queue is judged whole for the triage filters, up to this many trails (newest).
+TRIAGE_LIMIT = 5_000
+
+
+def _pending_flagged(scope: Scope, flag: str) -> list[int]:
+    """Ids of the newest pending trails that would miss / hint once approved, or may hold
+    personal data: the same judgement the rows show, over the whole queue, in three reads."""
+    pending = list(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING).order_by("-id").values_list("id", flat=True)[:TRIAGE_LIMIT])
+    if flag == "pii":
+        rules = scope_rules(scope.id)
+        return [t.id for t in trails_to_check(scope.id, pending) if purge_findings(t, rules)[0]]
+    recorded: dict[int, list[CoreCitation]] = {}
+    for trail_id, section_id, digest in Citation.objects.filter(trail_id__in=pending).order_by("trail_id", "position").values_list(
+            "trail_id", "section_id", "hash"):
+        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
+    current = {s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
+               for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})}
+    wanted = {"would_miss": "miss", "would_hint": "hint"}[flag]
+    return [t for t in pending if validate(recorded.get(t, []), current).outcome.value == wanted]
 
 
 def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
