@@ -647,3 +647,10 @@ def test_approving_a_trail_that_would_not_prefetch_asks_first(staff, api, scope,
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
     html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
     assert 'hx-confirm="Its cited sections have changed: once approved, recall would give a miss' in html
+
+
+def test_the_overviews_report_links_keep_the_window_and_open_the_reported_trails(staff, scope):
+    html = staff.get("/ops/hospital/?window=7d").content.decode()
+    link = html.split('id="false-hit-link"')[0].rsplit('href="', 1)[1]
+    assert "feedback=not_helpful" in link and "since=" in link
+    assert 'href="/ops/hospital/trails/?flag=reported" id="reported-link"' in html

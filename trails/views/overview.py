@@ -99,6 +99,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     }
     return scope_page(request, "trails/overview/overview.html", found, {
         "health": health,
+        "window_start": start,
         "judged": judged["judged"],
         "false_hit_reports": judged["reported"],
         "voted_down": voted_down["down"],

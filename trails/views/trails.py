@@ -48,7 +48,7 @@ SORTS = {"last_hit": F("last_hit_at").desc(nulls_last=True), "hits": F("hit_coun
 def _filtered_trails(scope: Scope, form: TrailFilterForm):
     now = timezone.now()
     trails = Trail.objects.filter(scope=scope).only(
-        "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
+        "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at", "stale_at", "reason"
     )
     status = form.cleaned_data.get("status") if form.is_valid() else ""
     if status:
