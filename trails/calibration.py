@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from trails.core.calibration import LearningLimits, threshold_within
+from trails.core.calibration import LearningLimits, threshold_within, upper_bound
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
@@ -80,3 +80,15 @@ def limits_for(matcher: str, configured: float, fit: dict | None = None) -> Lear
         ceiling=ceiling_for(matcher, configured, fit),
         reporter_shift=REPORTER_SHIFT[matcher],
     )
+
+
+def at_threshold(matcher: str, threshold: float, fit: dict | None = None) -> dict | None:
+    """What the shipped calibration says of a threshold (the grid point at or just above it):
+    the false-hit rate's 95 % upper bound, and the share of true paraphrases reused."""
+    fit = fit or shipped()
+    curve = sorted(fit["matchers"][matcher]["curve"], key=lambda point: point["threshold"])
+    point = next((p for p in curve if p["threshold"] >= threshold - 1e-9), None)
+    if point is None:
+        return None
+    return {"grid_threshold": point["threshold"], "false_hit_upper": upper_bound(point["false_hits"], fit["distinct"], fit["confidence"]),
+            "reuse": point["correct_hits"] / fit["duplicates"]}

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", overview.index, name="index"),
     path("<slug:scope>/", overview.overview, name="overview"),
     path("<slug:scope>/thresholds/", overview.threshold_action, name="thresholds"),
+    path("<slug:scope>/tuning/", overview.tuning, name="tuning"),
     path("<slug:scope>/trails/", trails.trail_list, name="trails"),
     path("<slug:scope>/trails/vote/", trails.trail_bulk_vote, name="bulk-vote"),
     path("<slug:scope>/trails/<uuid:trail_id>/", trails.trail_detail, name="trail"),

@@ -62,6 +62,7 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
         "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
         "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
         "one recall": f"/ops/hospital/recalls/{served.recall_id}/", "docs changes": "/ops/hospital/changes/",
+        "what-if": "/ops/hospital/tuning/?threshold=0.9",
     }
     report = {}
     for name, path in pages.items():

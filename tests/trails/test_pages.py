@@ -654,3 +654,24 @@ def test_the_overviews_report_links_keep_the_window_and_open_the_reported_trails
     link = html.split('id="false-hit-link"')[0].rsplit('href="', 1)[1]
     assert "feedback=not_helpful" in link and "since=" in link
     assert 'href="/ops/hospital/trails/?flag=reported" id="reported-link"' in html
+
+
+def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quotes_the_calibration(staff, db):
+    from django.utils import timezone
+
+    from scopes.models import Scope
+    from trails.models import RecallEvent
+
+    scope = Scope.objects.create(slug="tune", matcher="embedding", embedding_threshold=0.945)
+    now = timezone.now()
+    rows = [(0.95, False), (0.951, True), (0.96, None), (0.99, True)]
+    RecallEvent.objects.bulk_create(RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=s, latency_ms=3.0,
+                                                matcher="embedding", helpful=h, feedback_at=now if h is not None else None)
+                                    for s, h in rows)
+    RecallEvent.objects.create(scope=scope, created_at=now, outcome="miss", latency_ms=3.0, nearest_similarity=0.93)
+    raised = staff.get("/ops/tune/tuning/?threshold=0.97").content.decode()
+    assert "Hits that would become misses: <strong>3</strong> (1 of them reported not helpful, 1 judged helpful)" in raised
+    assert "false hits at most" in raised.split('id="tuning-calibration"')[1]
+    lowered = staff.get("/ops/tune/tuning/?threshold=0.925").content.decode()
+    assert "at least <strong>1</strong>" in lowered and "Hits that would become misses: <strong>0</strong>" in lowered
+    assert staff.get("/ops/tune/tuning/?threshold=nonsense").status_code == 200

@@ -151,3 +151,50 @@ def threshold_action(request: HttpRequest, scope: str) -> HttpResponse:
         return HttpResponse("action must be reset, pin or unpin", status=400)
     return redirect(reverse("ops:overview", args=[scope]) + "#thresholds")
 
+
+
+@staff_required
+@require_GET
+def tuning(request: HttpRequest, scope: str) -> HttpResponse:
+    """Before changing a threshold: what this scope's recent recalls and feedback say at the
+    threshold in use and at one the operator picks, beside the shipped calibration's figures."""
+    found = scope_or_404(scope)
+    window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "7d"
+    since = timezone.now() - WINDOWS[window][0]
+    matcher = "embedding" if found.uses_embedding else "lexical"
+    current = thresholds.in_use(found, matcher)
+    try:
+        picked = min(1.0, max(0.0, float(request.GET.get("threshold", "")))) if request.GET.get("threshold") else None
+    except ValueError:
+        picked = None
+    events = RecallEvent.objects.filter(scope=found, created_at__gte=since)
+    hits = events.exclude(outcome="miss").exclude(similarity__isnull=True)
+    # Judged hits by similarity, a bin of 0.01 each (the bins over 0.85: where thresholds live).
+    by_bin: dict[float, dict[str, int]] = {}
+    for similarity, helpful in hits.filter(similarity__gte=0.85).values_list("similarity", "helpful"):
+        row = by_bin.setdefault(round(int(similarity * 100) / 100, 2), {"hits": 0, "helpful": 0, "not_helpful": 0})
+        row["hits"] += 1
+        if helpful is True:
+            row["helpful"] += 1
+        elif helpful is False:
+            row["not_helpful"] += 1
+    what_if = None
+    if picked is not None:
+        below = hits.filter(similarity__lt=picked)
+        what_if = {
+            "threshold": picked,
+            "hits_lost": below.count() if picked > current else 0,
+            "reported_lost": below.filter(helpful=False).count() if picked > current else 0,
+            "helpful_lost": below.filter(helpful=True).count() if picked > current else 0,
+            # Misses whose nearest allowed candidate is known (sessions' near misses) and would pass.
+            "near_misses_gained": events.filter(outcome="miss", nearest_similarity__gte=picked, nearest_similarity__lt=current).count()
+            if picked < current else 0,
+            "calibration": calibration.at_threshold(matcher, picked),
+        }
+    return scope_page(request, "trails/overview/tuning.html", found, {
+        "window": window, "windows": list(WINDOWS), "matcher": matcher, "current": current, "picked": picked, "what_if": what_if,
+        "at_current": calibration.at_threshold(matcher, current), "bins": sorted(by_bin.items(), reverse=True),
+        "near_misses": list(events.filter(outcome="miss", nearest_similarity__isnull=False).order_by("-nearest_similarity")
+                            .values_list("nearest_similarity", flat=True)[:50]),
+        "tab": "overview",
+    })
