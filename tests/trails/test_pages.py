@@ -116,15 +116,9 @@ def test_plotly_bundle_in_static_is_the_npm_basic_bundle_and_its_gzip_the_same_b
 
 def test_the_overview_weighs_under_a_megabyte_on_the_wire(staff, trails):
     """The page, its CSS and scripts as a browser that accepts gzip receives them."""
-    import re
+    from evaluation.management.commands.benchmark_overview import overview_bytes
 
-    page = staff.get("/ops/hospital/", HTTP_ACCEPT_ENCODING="gzip")
-    total = len(page.content)
-    for asset in re.findall(r'(?:src|href)="(/static/[^"]+)"', page.content.decode()):
-        answer = staff.get(asset, HTTP_ACCEPT_ENCODING="gzip")
-        assert answer.status_code == 200, asset
-        total += int(answer["Content-Length"]) if answer.has_header("Content-Length") else len(b"".join(answer.streaming_content))
-    assert total < 1_000_000, total
+    assert overview_bytes(staff, "/ops/hospital/") < 1_000_000
 
 
 def test_trail_table_filters_searches_sorts_and_answers_htmx_with_the_fragment(staff, trails, scope):
