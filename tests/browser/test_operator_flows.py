@@ -222,3 +222,15 @@ def test_operator_triages_the_pending_queue_with_the_keyboard_and_is_asked_befor
     page.keyboard.press("r")
     expect(rows.nth(0).locator("[data-status]")).to_have_text("rejected")
     assert Trail.objects.filter(status="rejected").count() == 1
+
+
+def test_operator_sees_a_learned_threshold_at_its_ceiling_and_resets_it(page, live_server, hospital):
+    Scope.objects.filter(pk=hospital.pk).update(learned_lexical_threshold=0.99, threshold_flags="lexical:ceiling")
+    log_in(page, live_server, "/ops/hospital/")
+    expect(page.locator("#threshold-in-use-lexical")).to_contain_text("0.99")
+    expect(page.locator("#health-flags")).to_be_visible()
+    page.click("button[value=reset]")
+    expect(page.locator("#threshold-in-use-lexical")).not_to_contain_text("0.99")
+    expect(page.locator("#threshold-in-use-lexical")).not_to_contain_text("learned")
+    hospital.refresh_from_db()
+    assert hospital.learned_lexical_threshold is None and hospital.threshold_flags == ""
