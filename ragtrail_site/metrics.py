@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import time
-
-import logging
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import REGISTRY, multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 # Recall's budget is 500 ms by default: buckets that tell a healthy 5 ms from a budget-eating 400 ms.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -168,5 +166,36 @@ def count_task_runs() -> None:
         TASK_RUNS.labels(name, state or "UNKNOWN").inc()
         if state == "SUCCESS":
             TASK_LAST_SUCCESS.labels(name).set(time.time())
+            # The worker's heartbeat for the operator pages, through the shared cache (Redis in
+            # production); a cache that is away never fails a job.
+            try:
+                from django.core.cache import cache
+
+                cache.set(f"rt:task-last-success:{name}", time.time(), None)
+            except Exception:  # noqa: BLE001 -- any cache failure: the heartbeat is best effort
+                pass
 
     task_postrun.connect(counted, weak=False, dispatch_uid="ragtrail.metrics.task_runs")
+
+
+def last_successes(tasks: list[str]) -> dict[str, float | None]:
+    """When each background job last succeeded, as the worker told the shared cache."""
+    from django.core.cache import cache
+
+    try:
+        found = cache.get_many([f"rt:task-last-success:{task}" for task in tasks])
+    except Exception:  # noqa: BLE001 -- a cache that is away: unknown, not an error page
+        found = {}
+    return {task: found.get(f"rt:task-last-success:{task}") for task in tasks}
+
+
+def service_totals() -> dict[str, float]:
+    """API requests answered and shed (503) since the service started, all its workers."""
+    totals = {"requests": 0.0, "shed": 0.0}
+    for family in registry().collect():
+        for sample in family.samples:
+            if sample.name == "ragtrail_http_requests_total":
+                totals["requests"] += sample.value
+            elif sample.name == "ragtrail_shed_total":
+                totals["shed"] += sample.value
+    return totals

@@ -183,6 +183,22 @@ def pin_thresholds(scope: Scope, by: str, pinned: bool = True, now: datetime | N
         _operator_move(scope, ThresholdChange.Kind.UNPINNED, by, now, threshold_pinned=False, labels_since=_NOW)
 
 
+def accept_learned(scope: Scope, by: str) -> list[str]:
+    """Makes the learned thresholds the configured ones (an operator agrees with the labels):
+    saved as any change of the configured threshold is (recorded, learning restarted, trails
+    re-signed). Returns the matchers whose threshold was accepted."""
+    accepted = []
+    for matcher in used_matchers(scope):
+        learned = getattr(scope, f"learned_{matcher}_threshold")
+        if learned is not None and learned != getattr(scope, f"{matcher}_threshold"):
+            setattr(scope, f"{matcher}_threshold", learned)
+            accepted.append(matcher)
+    if accepted:
+        scope._changed_by = by
+        scope.save()
+    return accepted
+
+
 # -- matching changes, on every path that saves a Scope -------------------------------------
 
 # Fields whose change alters how questions are signed or banded: the trails are re-signed.
@@ -225,6 +241,6 @@ def after_matching_change(sender, instance: Scope, created: bool, raw: bool = Fa
     before = instance._matching_before
     metrics.THRESHOLD_CHANGES.labels(ThresholdChange.Kind.CONFIGURED).inc()
     ThresholdChange.objects.create(
-        scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED,
+        scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED, by=getattr(instance, "_changed_by", "")[:150],
         evidence={name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)},
     )

@@ -570,9 +570,11 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     )
     page = staff.get("/ops/health/").content.decode()
     assert "False hits over the bound:" in page and "18 of 21 judged recalls" in page
+    assert 'id="health-verdict">broken<' in page
     assert "p50 14.0 ms" in page and "over 21 recalls" in page
     calm = Scope.objects.create(slug="calm", matcher="lexical")
-    assert "too few judged to tell" in staff.get("/ops/calm/").content.decode()
+    calm_page = staff.get("/ops/calm/").content.decode()
+    assert "too few judged to tell" in calm_page and 'id="health-verdict">ok<' in calm_page
 
 
 def test_a_lost_session_on_an_htmx_action_sends_the_page_to_the_login_and_changes_nothing(client, db, trails):
@@ -669,3 +671,29 @@ def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quot
     lowered = staff.get("/ops/tune/tuning/?threshold=0.925").content.decode()
     assert "at least <strong>1</strong>" in lowered and "Hits that would become misses: <strong>0</strong>" in lowered
     assert staff.get("/ops/tune/tuning/?threshold=nonsense").status_code == 200
+
+
+def test_an_operator_accepts_a_learned_raise_and_it_becomes_the_configured_threshold(staff, db):
+    from scopes.models import Scope
+    from trails.models import ThresholdChange
+
+    scope = Scope.objects.create(slug="accept", matcher="lexical")
+    Scope.objects.filter(pk=scope.pk).update(learned_lexical_threshold=0.8)
+    staff.post("/ops/accept/thresholds/", {"action": "accept"})
+    scope.refresh_from_db()
+    assert scope.lexical_threshold == 0.8 and scope.learned_lexical_threshold is None
+    change = ThresholdChange.objects.filter(scope=scope).first()
+    assert change.kind == "configured" and change.by == "olga"
+
+
+def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
+    from django.core.cache import cache
+
+    from scopes.models import Scope
+    from trails.tasks import roll_up_task
+
+    Scope.objects.create(slug="beat", matcher="lexical")
+    cache.delete("rt:task-last-success:trails.tasks.roll_up_task")
+    assert "roll_up_task <strong>not heard from</strong>" in staff.get("/ops/beat/").content.decode()
+    roll_up_task.apply()
+    assert "roll_up_task <strong>not heard from</strong>" not in staff.get("/ops/beat/").content.decode()

@@ -12,22 +12,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from ragtrail_site import metrics
 from ragtrail_site.errors import Refused
 from scopes.models import Scope, SectionSync
 from trails import calibration, charts, thresholds, tool_results
 from trails.core.calibration import false_hit_verdict
 from trails.matching import matching_settings
-from trails.models import (
-    SIMILARITY_BINS,
-    RecallEvent,
-    RecallStat,
-    Signal,
-    SimilarityStat,
-    ThresholdChange,
-    Trail,
-    TrailSignal,
-    TrailStatus,
-)
+from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
 from trails.models.recalls import latency_percentiles
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
@@ -96,7 +87,13 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         "rollup_behind": last_hour is not None and RecallEvent.objects.filter(scope=found, created_at__gte=last_hour + timedelta(hours=1),
                                                                              created_at__lt=now - timedelta(minutes=30)).exists(),
         "flags": [thresholds.describe_flag(flag) for flag in found.threshold_flags.split(",") if flag],
+        "service": metrics.service_totals(),
+        "jobs": {name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None) for name, at in metrics.last_successes(
+            ["trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"]).items()},
     }
+    # ok / watch / broken: red only when something needs a person.
+    health["verdict"] = ("broken" if verdict == "over" or health["rollup_behind"] or health["flags"]
+                         else "watch" if verdict == "unclear" and judged["reported"] else "ok")
     return scope_page(request, "trails/overview/overview.html", found, {
         "health": health,
         "window_start": start,
@@ -143,12 +140,16 @@ def threshold_action(request: HttpRequest, scope: str) -> HttpResponse:
     if action == "reset":
         thresholds.reset_learning(found, by=by)
         messages.info(request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside.")
+    elif action == "accept":
+        accepted = thresholds.accept_learned(found, by=by)
+        messages.info(request, f"Learned {', '.join(accepted)} threshold made the configured one." if accepted
+                      else "Nothing learned to accept: the configured thresholds are in use.")
     elif action in ("pin", "unpin"):
         thresholds.pin_thresholds(found, by=by, pinned=action == "pin")
         messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
                       else "Learning on again, from labels given from now on.")
     else:
-        return HttpResponse("action must be reset, pin or unpin", status=400)
+        return HttpResponse("action must be reset, accept, pin or unpin", status=400)
     return redirect(reverse("ops:overview", args=[scope]) + "#thresholds")
 
 
