@@ -697,3 +697,11 @@ def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
     assert "roll_up_task <strong>not heard from</strong>" in staff.get("/ops/beat/").content.decode()
     roll_up_task.apply()
     assert "roll_up_task <strong>not heard from</strong>" not in staff.get("/ops/beat/").content.decode()
+
+
+def test_pending_trails_asking_the_same_question_are_pointed_out_together(staff, api, scope, sections):
+    for ending in ("?", "??", "  ?"):
+        api.record("hospital", query=f"Where do visitors park{ending}", cited=["parking"], signal="pending")
+    api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
+    html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
+    assert html.count("2 more pending trails ask the same") == 3 and "judge them together" in html

@@ -6,7 +6,7 @@ import json
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import F
+from django.db.models import Count, F
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -124,6 +124,13 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
         trail.would = validate(recorded.get(trail.id, []), current).outcome.value
     pending = [t.id for t in trails if t.status == TrailStatus.PENDING]
     if pending:
+        # Near-duplicates in the queue: other pending trails asking the same question (after
+        # normalisation), so they can be judged together.
+        asked = dict(Trail.objects.filter(id__in=pending).values_list("id", "normalised_query"))
+        alike = dict(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, normalised_query__in=set(asked.values()))
+                     .values_list("normalised_query").annotate(n=Count("id")))
+        for trail in trails:
+            trail.alike = alike.get(asked.get(trail.id), 1) - 1 if trail.id in asked else 0
         rules = scope_rules(scope.id)
         for trail in trails_to_check(scope.id, pending):
             names, _ = purge_findings(trail, rules)
