@@ -369,6 +369,9 @@ def test_triage_finds_trails_by_id_and_by_cited_section_and_shows_what_recall_wo
     assert by_id.count('<tr id="trail-') == 1 and f'id="trail-{icu.public_id}"' in by_id
     citing = staff.get("/ops/hospital/trails/?section=parking").content.decode()
     assert citing.count('<tr id="trail-') == 2 and "ICU" not in citing.split('id="trail-table"')[1]
+    assert staff.get("/ops/hospital/trails/?section=visiting").content.decode().count('<tr id="trail-') == 0  # an id is exact
+    by_prefix = staff.get("/ops/hospital/trails/?section=visiting/*").content.decode()
+    assert "ICU" in by_prefix.split('id="trail-table"')[1]
     # What recall would do now, from the cited sections' state.
     assert '<span class="badge prefetch" data-would>prefetch</span>' in by_id
     Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
@@ -571,7 +574,7 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     page = staff.get("/ops/health/").content.decode()
     assert "False hits over the bound:" in page and "18 of 21 judged recalls" in page
     assert 'id="health-verdict">broken<' in page
-    assert "p50 14.0 ms" in page and "over 21 recalls" in page
+    assert "p50 14.0 ms" in page and "over the latest 21 recalls" in page
     calm = Scope.objects.create(slug="calm", matcher="lexical")
     calm_page = staff.get("/ops/calm/").content.decode()
     assert "too few judged to tell" in calm_page and 'id="health-verdict">ok<' in calm_page
