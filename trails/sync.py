@@ -56,8 +56,8 @@ class SyncSummary:
         }
 
     def lines(self) -> list[str]:
-        sections = self.as_json()["sections"]
-        trails = self.as_json()["trails"]
+        summary = self.as_json()
+        sections, trails = summary["sections"], summary["trails"]
         head = "would sync" if self.dry_run else "synced"
         text = [f"{head}: {sections['added']} added, {sections['changed']} changed, {sections['unchanged']} unchanged, "
                 f"{sections['removed']} removed" + (f", {sections['missing']} in the store only (kept: no --delete-missing)"

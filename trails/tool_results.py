@@ -57,16 +57,16 @@ def namespace(scope: Scope) -> str:
 
 
 def _count(scope: Scope, tool: str, outcome: str) -> None:
-    # Tools named by a policy are a set operators configure; any other name is one label.
-    metrics.TOOL_LOOKUPS.labels(tool if tool in policies_for(scope) else UNLISTED, outcome).inc()
+    # Tools named by a policy are a set operators configure; any other name is one bucket.
+    bucket = tool if tool in policies_for(scope) else UNLISTED
+    metrics.TOOL_LOOKUPS.labels(bucket, outcome).inc()
     try:
-        _increment(scope, tool, outcome)
+        _increment(scope, bucket, outcome)
     except CACHE_ERRORS:
         pass  # a counter is not worth failing the call for
 
 
-def _increment(scope: Scope, tool: str, outcome: str) -> None:
-    bucket = tool if tool in policies_for(scope) else UNLISTED
+def _increment(scope: Scope, bucket: str, outcome: str) -> None:
     key = f"rt:toolstat:{namespace(scope)}:{bucket}:{outcome}"
     client = getattr(cache, "_cache", None)
     if hasattr(client, "get_client"):

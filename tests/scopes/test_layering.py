@@ -143,3 +143,26 @@ def test_the_scan_sees_imports_inside_functions_and_relative_ones(tmp_path):
     assert circles(graph) == [["pkg.high", "pkg.low"]]
     (package / "low.py").write_text("def f():\n    return 1\n")
     assert circles(import_graph(tmp_path, ("pkg",))) == []
+
+
+def _imports_of(package: str, upper: set[str]) -> dict[str, list[str]]:
+    return {module: sorted(t for t in targets if t.split(".")[0] in upper)
+            for module, targets in import_graph().items()
+            if module.split(".")[0] == package and any(t.split(".")[0] in upper for t in targets)}
+
+
+def test_scopes_never_imports_trails():
+    offending = _imports_of("scopes", {"trails", "evaluation"})
+    assert not offending, f"scopes imports an upper app: {offending}"
+
+
+def test_the_product_never_imports_the_evaluation():
+    offending = {**_imports_of("trails", {"evaluation"}), **_imports_of("ragtrail_site", {"evaluation"})}
+    assert not offending, f"the product imports the evaluation: {offending}"
+
+
+def test_the_scan_sees_imports_inside_functions(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from trails.reindex import reindex_scope\n    import trails.models\n")
+    # `from a import b` names a and a.b (b may be a module); both imported modules are seen.
+    assert imported_modules(module) == ["trails.reindex", "trails.reindex.reindex_scope", "trails.models"]

@@ -12,8 +12,10 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from scopes.models import Scope
-from trails.models import Trail
+from scopes.models import Scope, Section
+from trails.core.validation import Citation as CoreCitation
+from trails.core.validation import CurrentSection, validate
+from trails.models import Citation, Trail
 
 
 def staff_required(view):
@@ -128,3 +130,19 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         response["HX-Refresh"] = "true"
         return response
     return render(request, "403.html", status=403)
+
+
+def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int, list[str]], dict[int, str]]:
+    """For these trails: the section ids each cites (in order), and what recall would answer
+    with them now (prefetch, hint or miss, from the cited sections' state). Two reads for all
+    of them: their citations, then the sections those cite."""
+    recorded: dict[int, list[CoreCitation]] = {}
+    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=list(trail_ids)).order_by("trail_id", "position")
+                                         .values_list("trail_id", "section_id", "hash")):
+        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
+    current = {
+        s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
+        for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
+    }
+    cited = {trail_id: [c.section_id for c in citations] for trail_id, citations in recorded.items()}
+    return cited, {trail_id: validate(citations, current).outcome.value for trail_id, citations in recorded.items()}

@@ -2,17 +2,14 @@
 trails citing them (the operator's view of a docs release, however the sections arrived)."""
 from __future__ import annotations
 
-from datetime import timedelta
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from scopes.models import Section, SectionRevision, SectionSync
-from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import CurrentSection, validate
 from trails.models import Citation, Trail
-from trails.views.common import scope_or_404, scope_page, staff_required
+from trails.views.common import scope_or_404, scope_page, staff_required, what_recall_gives
 from trails.views.overview import WINDOWS
 
 SECTIONS_SHOWN = 200
@@ -38,18 +35,12 @@ def changes(request: HttpRequest, scope: str) -> HttpResponse:
         citing.setdefault(section_id, []).append(trail_id)
     trail_ids = {t for ids in citing.values() for t in ids[:TRAILS_PER_SECTION]}
     trails = {t.id: t for t in Trail.objects.filter(id__in=trail_ids).only("id", "public_id", "query", "status", "expires_at", "stale_at")}
-    recorded: dict[int, list[CoreCitation]] = {}
-    for trail_id, section_id, digest in Citation.objects.filter(trail_id__in=trail_ids).order_by("trail_id", "position").values_list(
-            "trail_id", "section_id", "hash"):
-        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
-    all_cited = {c.section_id for cs in recorded.values() for c in cs}
-    now_sections = {s.section_id: CurrentSection(s.hash, s.text if found.keeps_text else None)
-                    for s in Section.objects.filter(scope=found, section_id__in=all_cited)}
+    _, would = what_recall_gives(found, trail_ids)
     rows = []
     for section_id, at in changed.items():
         rows.append({
             "section_id": section_id, "at": at, "deleted": section_id not in current,
-            "trails": [{"trail": trails[t], "now": validate(recorded.get(t, []), now_sections).outcome.value}
+            "trails": [{"trail": trails[t], "now": would.get(t, "miss")}
                        for t in citing.get(section_id, [])[:TRAILS_PER_SECTION] if t in trails],
             "more": max(0, len(citing.get(section_id, [])) - TRAILS_PER_SECTION),
         })

@@ -22,7 +22,7 @@ from trails.forms import TrailFilterForm
 from trails.models import TRAIL_ACTIONS, ActionRefused, Citation, Signal, Trail, TrailStatus
 from trails.purge import findings as purge_findings
 from trails.purge import scope_rules, trails_to_check
-from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
 
 TRAILS_PER_PAGE = 25
 
@@ -48,7 +48,8 @@ SORTS = {"last_hit": F("last_hit_at").desc(nulls_last=True), "hits": F("hit_coun
 def _filtered_trails(scope: Scope, form: TrailFilterForm):
     now = timezone.now()
     trails = Trail.objects.filter(scope=scope).only(
-        "public_id", "query", "status", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at", "stale_at", "reason"
+        "public_id", "query", "normalised_query", "status", "hit_count", "last_hit_at", "created_at", "expires_at",
+        "section_changed_at", "stale_at", "reason"
     )
     status = form.cleaned_data.get("status") if form.is_valid() else ""
     if status:
@@ -90,14 +91,9 @@ def _pending_flagged(scope: Scope, flag: str) -> list[int]:
     if flag == "pii":
         rules = scope_rules(scope.id)
         return [t.id for t in trails_to_check(scope.id, pending) if purge_findings(t, rules)[0]]
-    recorded: dict[int, list[CoreCitation]] = {}
-    for trail_id, section_id, digest in Citation.objects.filter(trail_id__in=pending).order_by("trail_id", "position").values_list(
-            "trail_id", "section_id", "hash"):
-        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
-    current = {s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
-               for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})}
+    _, would = what_recall_gives(scope, pending)
     wanted = {"would_miss": "miss", "would_hint": "hint"}[flag]
-    return [t for t in pending if validate(recorded.get(t, []), current).outcome.value == wanted]
+    return [t for t in pending if would.get(t, "miss") == wanted]
 
 
 def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
@@ -116,28 +112,19 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
     `cited` (section ids), `would` (what recall would do now from the cited sections'
     state) and, on pending rows, `pii` (rules of the purge that match what it holds)."""
     by_id = {t.id: t for t in trails}
+    cited, would = what_recall_gives(scope, by_id)
     for trail in trails:
-        trail.cited, trail.pii = [], []
-    citations = Citation.objects.filter(trail_id__in=list(by_id)).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
-    recorded: dict[int, list[CoreCitation]] = {}
-    for trail_id, section_id, recorded_hash in citations:
-        by_id[trail_id].cited.append(section_id)
-        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, recorded_hash))
-    current = {
-        s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
-        for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
-    }
-    for trail in trails:
-        trail.would = validate(recorded.get(trail.id, []), current).outcome.value
+        trail.cited, trail.pii, trail.alike = cited.get(trail.id, []), [], 0
+        trail.would = would.get(trail.id, "miss")  # nothing cited: nothing to serve
     pending = [t.id for t in trails if t.status == TrailStatus.PENDING]
     if pending:
         # Near-duplicates in the queue: other pending trails asking the same question (after
         # normalisation), so they can be judged together.
-        asked = dict(Trail.objects.filter(id__in=pending).values_list("id", "normalised_query"))
-        alike = dict(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, normalised_query__in=set(asked.values()))
+        asked = {by_id[t].normalised_query for t in pending}
+        alike = dict(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, normalised_query__in=asked)
                      .values_list("normalised_query").annotate(n=Count("id")))
-        for trail in trails:
-            trail.alike = alike.get(asked.get(trail.id), 1) - 1 if trail.id in asked else 0
+        for trail_id in pending:
+            by_id[trail_id].alike = alike.get(by_id[trail_id].normalised_query, 1) - 1
         rules = scope_rules(scope.id)
         for trail in trails_to_check(scope.id, pending):
             names, _ = purge_findings(trail, rules)
