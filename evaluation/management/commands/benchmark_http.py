@@ -4,12 +4,7 @@ that stops by itself, and each worker's memory over 100,000 requests."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -20,6 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from evaluation import gunicorn
 from evaluation.cpu import CpuMeter, reference_timings
 from evaluation.loadgen import Request, Result, closed_loop, open_loop
 from evaluation.scale import ScaleWorkload, store_trails
@@ -92,23 +88,19 @@ class Command(BaseCommand):
                 for scope in scopes.values():
                     drop_scope(scope)
             return
-        port = self._free_port()
+        port = gunicorn.free_port()
         # The model itself, past the process's cache of recent questions.
         model = getattr(embedder, "inner", embedder)
         reference = reference_timings(lambda text: model.embed_many([text]))
         self.stdout.write(f"reference workload now: the model {reference['model_ms']} ms a question, "
                           f"a pure-Python loop {reference['python_loop_ms']} ms (medians; compare runs at similar figures)")
         figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts), "reference": reference}
-        server = self._start(port, workers)
+        server = gunicorn.start(port, workers)
         self.meter = CpuMeter(lambda: worker_pids(server.pid))
         try:
             figures.update(self._run(workload, scopes, key, port, server, seconds, overload_seconds, memory_requests))
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            gunicorn.stop(server)
             for scope in scopes.values():
                 drop_scope(scope)
         save_figures(json_path, figures)
@@ -129,12 +121,6 @@ class Command(BaseCommand):
             cursor.execute("ANALYZE")
         return scopes, key
 
-    @staticmethod
-    def _free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
     def _metrics_cost(self, workload, scopes, key, workers, seconds, rounds) -> dict:
         """CPU per lexical recall request with the metrics on and off: two servers, the same
         load on each in turn, alternating, so a slow minute weighs on both alike."""
@@ -144,8 +130,8 @@ class Command(BaseCommand):
         servers = {}
         try:
             for state in ("on", "off"):
-                port = self._free_port()
-                servers[state] = (port, self._start(port, workers, {"RAGTRAIL_METRICS": state, "RAGTRAIL_METRICS_TOKEN": "bench"}))
+                port = gunicorn.free_port()
+                servers[state] = (port, gunicorn.start(port, workers, {"RAGTRAIL_METRICS": state, "RAGTRAIL_METRICS_TOKEN": "bench"}))
             measured: dict[str, list[float]] = {"on": [], "off": []}
             for state, (port, server) in servers.items():
                 self._load(port, key, make, requests=300)  # warm up
@@ -165,34 +151,7 @@ class Command(BaseCommand):
             return {"metrics_on_cpu_ms": measured["on"], "metrics_off_cpu_ms": measured["off"], "ratio": round(on / off, 3)}
         finally:
             for port, server in servers.values():
-                server.send_signal(signal.SIGTERM)
-                try:
-                    server.wait(30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-
-    def _start(self, port: int, workers: int, extra_env: dict | None = None) -> subprocess.Popen:
-        env = {
-            **os.environ, **(extra_env or {}), "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
-            # Production settings: DEBUG off (its query log costs time), this process's key
-            # (API keys are checked with it), and no worker recycling, so memory growth shows.
-            "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": settings.SECRET_KEY, "RAGTRAIL_MAX_REQUESTS": "0",
-        }
-        conf = Path(settings.BASE_DIR) / "ragtrail_site" / "gunicorn_conf.py"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(conf), "ragtrail_site.wsgi"], env=env, cwd=settings.BASE_DIR,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise CommandError(f"gunicorn exited with {server.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        return server
+                gunicorn.stop(server)
 
     def _load(self, port: int, key: str, make, **kwargs) -> list[Result]:
         headers = {"Authorization": f"Bearer {key}"}
