@@ -113,9 +113,35 @@ def test_overview_draws_its_charts_from_the_bundled_plotly(page, live_server, ho
     page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None)
     log_in(page, live_server, "/ops/hospital/")
     expect(page.locator("#kpi-recalls")).to_have_text("2")
+    # plotly.js comes only when a chart nears the screen (a phone's first screen has none).
+    page.locator("#chart-similarity").scroll_into_view_if_needed()
     expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
     expect(page.locator("#chart-similarity[data-drawn=true]")).to_have_count(1)
     assert outside == []
+
+
+def test_a_phone_fetches_plotly_only_when_it_scrolls_to_the_charts(browser, live_server, hospital):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trails.recall import recall
+    from trails.upkeep import roll_up
+
+    recall(hospital, "When can I visit the ICU and where do I park?")
+    roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    fetched = []
+    page.on("request", lambda request: fetched.append(request.url))
+    log_in(page, live_server, "/ops/hospital/")
+    expect(page.locator("#health")).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    assert not [url for url in fetched if "plotly" in url]
+    page.locator("#chart-outcomes").scroll_into_view_if_needed()
+    expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
+    assert [url for url in fetched if "plotly-basic" in url]
+    context.close()
 
 
 def test_operator_replays_a_look_alike_and_reads_why_it_missed(page, live_server, hospital):
@@ -144,6 +170,7 @@ def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live
     recall(hospital, "How do I renew my passport?")
     roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
     log_in(page, live_server, "/ops/hospital/")
+    page.locator("#chart-outcomes").scroll_into_view_if_needed()
     expect(page.locator("#chart-outcomes[data-drawn=true] .main-svg").first).to_be_visible()
     # The current hour's miss bar (the last bar of the miss trace).
     page.locator("#chart-outcomes .trace.bars").nth(2).locator(".point path").last.click(force=True)

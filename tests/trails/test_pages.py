@@ -676,6 +676,30 @@ def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quot
     assert staff.get("/ops/tune/tuning/?threshold=nonsense").status_code == 200
 
 
+def test_the_what_if_reads_at_most_the_windows_latest_recalls_and_says_so(staff, db, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scopes.models import Scope
+    from trails.models import RecallEvent
+    from trails.views import overview
+
+    scope = Scope.objects.create(slug="busy", matcher="embedding", embedding_threshold=0.945)
+    now = timezone.now()
+    # Three old reported hits and two recent ones: only the latest two are read.
+    RecallEvent.objects.bulk_create(RecallEvent(scope=scope, created_at=now - timedelta(hours=hours), outcome="prefetch",
+                                                similarity=0.95, latency_ms=3.0, matcher="embedding", helpful=False,
+                                                feedback_at=now) for hours in (1, 2, 30, 31, 32))
+    monkeypatch.setattr(overview, "WHAT_IF_RECALLS", 2)
+    html = staff.get("/ops/busy/tuning/?threshold=0.97").content.decode()
+    assert "these figures are its latest 2, since" in html
+    assert "Hits that would become misses: <strong>2</strong> (2 of them reported not helpful" in html
+    monkeypatch.setattr(overview, "WHAT_IF_RECALLS", 10)
+    html = staff.get("/ops/busy/tuning/?threshold=0.97").content.decode()
+    assert 'id="tuning-cut"' not in html and "Hits that would become misses: <strong>5</strong>" in html
+
+
 def test_an_operator_accepts_a_learned_raise_and_it_becomes_the_configured_threshold(staff, db):
     from scopes.models import Scope
     from trails.models import ThresholdChange

@@ -19,9 +19,10 @@ from trails import calibration, charts, thresholds, tool_results
 from trails.core.calibration import false_hit_verdict
 from trails.matching import matching_settings
 from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
-from trails.models.recalls import latency_percentiles
+from trails.models.recalls import latency_percentiles, latest_recalls_since, similarity_evidence
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
+WHAT_IF_RECALLS = 100_000
 WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
 
 
@@ -168,34 +169,16 @@ def tuning(request: HttpRequest, scope: str) -> HttpResponse:
         picked = min(1.0, max(0.0, float(request.GET.get("threshold", "")))) if request.GET.get("threshold") else None
     except ValueError:
         picked = None
-    events = RecallEvent.objects.filter(scope=found, created_at__gte=since)
-    hits = events.exclude(outcome="miss").exclude(similarity__isnull=True)
-    # Judged hits by similarity, a bin of 0.01 each (the bins over 0.85: where thresholds live).
-    by_bin: dict[float, dict[str, int]] = {}
-    for similarity, helpful in hits.filter(similarity__gte=0.85).values_list("similarity", "helpful"):
-        row = by_bin.setdefault(round(int(similarity * 100) / 100, 2), {"hits": 0, "helpful": 0, "not_helpful": 0})
-        row["hits"] += 1
-        if helpful is True:
-            row["helpful"] += 1
-        elif helpful is False:
-            row["not_helpful"] += 1
-    what_if = None
-    if picked is not None:
-        below = hits.filter(similarity__lt=picked)
-        what_if = {
-            "threshold": picked,
-            "hits_lost": below.count() if picked > current else 0,
-            "reported_lost": below.filter(helpful=False).count() if picked > current else 0,
-            "helpful_lost": below.filter(helpful=True).count() if picked > current else 0,
-            # Misses whose nearest allowed candidate is known (sessions' near misses) and would pass.
-            "near_misses_gained": events.filter(outcome="miss", nearest_similarity__gte=picked, nearest_similarity__lt=current).count()
-            if picked < current else 0,
-            "calibration": calibration.at_threshold(matcher, picked),
-        }
+    # At most the window's latest 100,000 recalls: 30 days of a million took 512 ms (benchmark_overview).
+    window_start, since = since, latest_recalls_since(found, since, WHAT_IF_RECALLS)
+    by_bin, counts = similarity_evidence(found, since, current, picked)
+    what_if = None if picked is None else {"threshold": picked, **counts, "calibration": calibration.at_threshold(matcher, picked)}
     return scope_page(request, "trails/overview/tuning.html", found, {
-        "window": window, "windows": list(WINDOWS), "matcher": matcher, "current": current, "picked": picked, "what_if": what_if,
+        "window": window, "windows": list(WINDOWS), "matcher": matcher, "cut_since": since if since > window_start else None,
+        "what_if_recalls": WHAT_IF_RECALLS, "current": current, "picked": picked, "what_if": what_if,
         "at_current": calibration.at_threshold(matcher, current), "bins": sorted(by_bin.items(), reverse=True),
-        "near_misses": list(events.filter(outcome="miss", nearest_similarity__isnull=False).order_by("-nearest_similarity")
+        "near_misses": list(RecallEvent.objects.filter(scope=found, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False)
+                            .order_by("-nearest_similarity")
                             .values_list("nearest_similarity", flat=True)[:50]),
         "tab": "overview",
     })
