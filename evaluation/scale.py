@@ -198,3 +198,23 @@ def _copy_value(field, obj):
     if isinstance(value, DatabaseDefault):
         return getattr(field.db_default, "value", field.db_default)  # COPY has no DEFAULT per value
     return json.dumps(value) if isinstance(field, JSONField) else value
+
+
+TRAIL_TABLES = tuple(model._meta.db_table for model in (Trail, BandKey, Citation, Step, TrailSignal))
+
+
+def vacuum_analyze(tables: tuple[str, ...] = TRAIL_TABLES) -> None:
+    """What autovacuum does after a bulk fill, now: statistics and a visibility map.
+
+    Without them the planner reads a freshly filled table as empty. VACUUM cannot run
+    inside a transaction (a test's), ANALYZE can; the statement timeout is lifted because
+    vacuuming a table an earlier run filled and dropped takes minutes.
+    """
+    if connection.vendor != "postgresql":
+        return
+    command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = 0")
+        for table in tables:
+            cursor.execute(f"{command} {table}")
+        cursor.execute("RESET statement_timeout")

@@ -13,13 +13,13 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from django.db import connection
 from django.db.models import Count, Sum
 from django.test import Client, override_settings
 from django.utils import timezone
 
 from evaluation import gunicorn
 from evaluation.questions import QuestionMaker
+from evaluation.scale import vacuum_analyze
 from evaluation.timing import percentile
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
@@ -71,12 +71,7 @@ class Command(BaseCommand):
             started = time.perf_counter()
             buckets = roll_up(now - timedelta(days=31), now + timedelta(minutes=1))
             self.stdout.write(f"rolled up into {buckets:,} hourly buckets in {time.perf_counter() - started:.1f} s")
-            if connection.vendor == "postgresql":
-                # What autovacuum does after a table grows by a tenth: without statistics and a
-                # visibility map the planner reads a bulk-filled table as empty.
-                with connection.cursor() as cursor:
-                    for table in ("trails_trail", "trails_trailsignal", "trails_citation", "trails_recallevent"):
-                        cursor.execute(f"VACUUM ANALYZE {table}")
+            vacuum_analyze(("trails_trail", "trails_trailsignal", "trails_citation", "trails_recallevent"))
 
             client = Client()
             client.force_login(user)

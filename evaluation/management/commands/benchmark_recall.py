@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, drop_scope
+from trails.models import TrailStatus, drop_scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from evaluation.questions import QuestionMaker
+from evaluation.scale import vacuum_analyze
 from evaluation.timing import percentile
 from trails.matching import matching_settings
 from trails.recall import recall
@@ -42,7 +43,7 @@ class Command(BaseCommand):
         vendor = connection.vendor
         self.analyze = analyze
         if vendor == "postgresql":
-            self._analyze()  # the last statistics before the benchmark scope grows
+            vacuum_analyze()  # the last statistics before the benchmark scope grows
         scope = Scope.objects.create(scratch=True, slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
         try:
             self._run(scope, sorted(sizes), recalls, records, seed, vendor)
@@ -54,14 +55,6 @@ class Command(BaseCommand):
     def _precomputed(texts: list[str], embedding: bool):
         """Embeds the texts in one batch for the block (embedding matcher only)."""
         return serving(PrecomputedEmbedder(get_embedder(), texts)) if embedding else nullcontext()
-
-    @staticmethod
-    def _analyze() -> None:
-        # VACUUM cannot run inside a transaction (a test's); ANALYZE can.
-        command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
-        with connection.cursor() as cursor:
-            for model in (Trail, BandKey, Citation, Step, TrailSignal):
-                cursor.execute(f"{command} {model._meta.db_table}")
 
     def _time_recalls(self, scope: Scope, asked: list[tuple[bool, str]]):
         """Times recall of each (is a stored question, query); the first 50 warm up."""
@@ -119,7 +112,7 @@ class Command(BaseCommand):
                 stored.extend(questions)
             fill = time.perf_counter() - started
             if vendor == "postgresql" and self.analyze:
-                self._analyze()
+                vacuum_analyze()
 
             asked = [(i % 2 == 0, maker.random.choice(stored) if i % 2 == 0 else maker.question()) for i in range(recalls + 50)]
             with self._precomputed([q for _, q in asked], embedding):
