@@ -79,7 +79,8 @@ MIDDLEWARE = [
     "ragtrail_site.db_deadline.DatabaseDeadlineMiddleware",
 ]
 
-ROOT_URLCONF = "ragtrail_site.urls"
+# benchmark_http serves ragtrail_site.bench_urls (the service plus two floors to measure against).
+ROOT_URLCONF = env_str("RAGTRAIL_URLCONF", "ragtrail_site.urls")
 WSGI_APPLICATION = "ragtrail_site.wsgi.application"
 
 TEMPLATES = [

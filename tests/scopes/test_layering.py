@@ -21,7 +21,7 @@ PACKAGES = ("ragtrail_site", "scopes", "trails", "evaluation")
 PLATFORM = {f"ragtrail_site.{name}" for name in ("errors", "strict_json", "db_deadline", "load", "prepared", "env", "celery", "metrics")} | {
     "scopes.hashing",  # what a section's hash is: pure Python, read by trails.core
 }
-WIRING = {f"ragtrail_site.{name}" for name in ("settings", "urls", "api", "wsgi", "apps", "gunicorn_conf")}
+WIRING = {f"ragtrail_site.{name}" for name in ("settings", "urls", "bench_urls", "api", "wsgi", "apps", "gunicorn_conf")}
 
 
 def layer_of(module: str) -> int:

@@ -71,10 +71,11 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
         parser.add_argument("--metrics-cost", action="store_true",
                             help="only compare CPU per lexical recall with the Prometheus metrics on and off (two servers, alternating)")
-        parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --metrics-cost")
+        parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --metrics-cost and of the floors")
 
     def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json_path: Path | None,
                metrics_cost: bool = False, rounds: int = 3, **options) -> None:
+        self.floor_rounds = rounds
         if connection.vendor != "postgresql":
             raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
         self.clients = clients
@@ -95,7 +96,7 @@ class Command(BaseCommand):
         self.stdout.write(f"reference workload now: the model {reference['model_ms']} ms a question, "
                           f"a pure-Python loop {reference['python_loop_ms']} ms (medians; compare runs at similar figures)")
         figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts), "reference": reference}
-        server = gunicorn.start(port, workers)
+        server = gunicorn.start(port, workers, {"RAGTRAIL_URLCONF": "ragtrail_site.bench_urls"})
         self.meter = CpuMeter(lambda: worker_pids(server.pid))
         try:
             figures.update(self._run(workload, scopes, key, port, server, seconds, overload_seconds, memory_requests))
@@ -159,6 +160,41 @@ class Command(BaseCommand):
             return asyncio.run(open_loop("127.0.0.1", port, headers, make, **kwargs))
         return asyncio.run(closed_loop("127.0.0.1", port, headers, make, self.clients, **kwargs))
 
+    def _floors(self, port, key, scopes, recall, fresh, offset, half_and_half, seconds) -> dict:
+        """Recall against what the same workers do with nothing of ours (ragtrail_site.bench_urls):
+        embedding recall of new questions against the model alone on new questions from the same
+        pool, and lexical recall's CPU against a trivial endpoint that parses the same body and
+        checks the key. Alternating rounds, so a slow minute weighs on both sides alike."""
+        floor = lambda name, questions, slug: lambda i: Request("POST", f"/api/v1/bench/{slug}/{name}", {"query": questions(i)})
+        pairs = {
+            "embedding": (recall("embedding", fresh), floor("embed", fresh, scopes["embedding"].slug)),
+            "lexical": (recall("lexical", half_and_half), floor("trivial", half_and_half, scopes["lexical"].slug)),
+        }
+        measured: dict = {}
+        for kind, (ours, theirs) in pairs.items():
+            rows: dict[str, list[dict]] = {"recall": [], "floor": []}
+            for round_ in range(self.floor_rounds):
+                for side in (("recall", "floor") if round_ % 2 == 0 else ("floor", "recall")):
+                    offset[0] += 10_000  # new questions for every run, from the same pool
+                    self.meter.start()
+                    results = self._load(port, key, ours if side == "recall" else theirs, seconds=seconds)
+                    rows[side].append(summary(results, seconds) | self.meter.stop(len(results)))
+            rate = {side: statistics.median(r["per_second"] for r in runs) for side, runs in rows.items()}
+            cpu = {side: statistics.median(r["cpu_ms_per_request"]["workers"] + r["cpu_ms_per_request"]["postgres"] for r in runs)
+                   for side, runs in rows.items()}
+            measured[kind] = {"rounds": rows, "rate_ratio": round(rate["recall"] / rate["floor"], 3),
+                              "cpu_ratio": round(cpu["recall"] / cpu["floor"], 3), "rate": rate, "cpu_ms": cpu}
+        embedding, lexical = measured["embedding"], measured["lexical"]
+        self.stdout.write(
+            f"embedding recall of new questions: {embedding['rate']['recall']:.1f}/s against the model alone on the same workers "
+            f"{embedding['rate']['floor']:.1f}/s: {embedding['rate_ratio']:.1%} (target >= 85 %; medians of {self.floor_rounds} "
+            f"alternating rounds; CPU a request, workers + PostgreSQL, {embedding['cpu_ms']['recall']:.2f} / {embedding['cpu_ms']['floor']:.2f} ms)")
+        self.stdout.write(
+            f"lexical recall CPU a request (workers + PostgreSQL) {lexical['cpu_ms']['recall']:.2f} ms against a trivial authenticated "
+            f"endpoint's {lexical['cpu_ms']['floor']:.2f} ms: {lexical['cpu_ratio']:.2f}x (target <= 1.5x); rates "
+            f"{lexical['rate']['recall']:.0f}/s and {lexical['rate']['floor']:.0f}/s")
+        return measured
+
     def _run(self, workload, scopes, key, port, server, seconds, overload_seconds, memory_requests) -> dict:
         rng = np.random.default_rng(11)
         stored = workload.base_texts
@@ -216,6 +252,8 @@ class Command(BaseCommand):
                               f"at most {row['cpu_ceiling_per_second']}/s"
                               + (f"  statuses {row['statuses']} {row['no_answer']}" if row["failed"] else ""))
 
+        figures["floors"] = self._floors(port, key, scopes, recall, fresh, offset, half_and_half, seconds)
+
         # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
         capacity = figures["recall embedding (distinct questions)"]["per_second"]
         rate = max(50.0, 3 * capacity)
@@ -240,23 +278,29 @@ class Command(BaseCommand):
 
         if not memory_requests:
             return figures
-        # Memory over many requests: lexical and embedding recalls of ever new questions.
-        before = worker_rss_mb(server.pid)
+        # Memory over many requests: lexical and embedding recalls of ever new questions. RSS per
+        # worker after the run's first 1,000 requests, then after all of them.
         mixed = lambda i: Request("POST", f"/api/v1/scopes/{scopes['lexical' if i % 3 else 'embedding'].slug}/recall",
                                   {"query": distinct[i % len(distinct)] + ("" if i < len(distinct) else f" again {i // len(distinct)}")})
+        first = min(1_000, memory_requests)
         started = time.perf_counter()
-        memory_run = summary(self._load(port, key, mixed, requests=memory_requests), 1.0)
+        early = summary(self._load(port, key, mixed, requests=first), 1.0)
+        before = worker_rss_mb(server.pid)
+        rest = summary(self._load(port, key, lambda i: mixed(i + first), requests=memory_requests - first), 1.0) if memory_requests > first else early
         took = time.perf_counter() - started
         after = worker_rss_mb(server.pid)
         growth = {pid: round(after.get(pid, 0.0) - mb, 1) for pid, mb in before.items()}
+        ratio = {pid: round(after.get(pid, 0.0) / mb, 3) for pid, mb in before.items() if mb}
         figures["memory"] = {
-            "requests": memory_requests, "seconds": round(took, 1), "failed": memory_run["failed"],
+            "requests": memory_requests, "seconds": round(took, 1), "failed": early["failed"] + (rest["failed"] if rest is not early else 0),
             "rss_before_mb": {str(k): round(v, 1) for k, v in before.items()}, "rss_after_mb": {str(k): round(v, 1) for k, v in after.items()},
-            "growth_mb": {str(k): v for k, v in growth.items()},
+            "growth_mb": {str(k): v for k, v in growth.items()}, "rss_ratio": {str(k): v for k, v in ratio.items()},
         }
         self.stdout.write(
             f"memory: {memory_requests:,} requests in {took:.0f} s (a third embedding recalls, all questions new to the cache "
-            f"until it holds {settings.RAGTRAIL_EMBEDDING_CACHE_SIZE:,}), {memory_run['failed']} failed; RSS per worker "
-            + ", ".join(f"{before[p]:.0f} -> {after.get(p, 0):.0f} MB" for p in before)
+            f"until it holds {settings.RAGTRAIL_EMBEDDING_CACHE_SIZE:,}), {figures['memory']['failed']} failed; RSS per worker after "
+            f"{first:,} -> after {memory_requests:,}: "
+            + ", ".join(f"{before[p]:.0f} -> {after.get(p, 0):.0f} MB ({ratio.get(p, 0):.3f}x)" for p in before)
+            + " (target within 1.10x)"
         )
         return figures
