@@ -21,6 +21,13 @@ $(OUTSIDE)/.installed: clients/mcp-outside/requirements.txt
 	$(OUTSIDE)/bin/python -m pip install --quiet -r clients/mcp-outside/requirements.txt
 	touch $@
 
+# GPTCache, the peer benchmark_peer measures recall against, in its own venv (its pins are not ours).
+PEER ?= .venv-peer
+$(PEER)/.installed: evaluation/peer/requirements.txt
+	test -x $(PEER)/bin/python || $(PYTHON) -m venv $(PEER)
+	$(PEER)/bin/python -m pip install --quiet -r evaluation/peer/requirements.txt
+	touch $@
+
 # The worker (with beat) runs beside the web server on the filesystem broker and stops with it.
 # The laptop demo runs with DEBUG on (and the development secret key); production does not.
 run: export RAGTRAIL_DEBUG ?= 1
@@ -58,7 +65,7 @@ demo-new: $(VENV)/.installed
 # with the previous run. BENCH_ARGS="--sizes 10000 100000 1000000" for the million.
 bench: export RAGTRAIL_SECRET_KEY ?= bench-only-key-not-for-production-0123456789-abcdefghijklmnop
 bench: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed $(PEER)/.installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bench $(BENCH_ARGS)
 

@@ -25,6 +25,11 @@ WATCHED = [
     ("HTTP embedding recall CPU ms (distinct)", ("http", "recall embedding (distinct questions)", "cpu_ms_per_request", "total"), False),
     ("overload: slowest answer ms", ("http", "overload", "max_ms"), False),
     ("worker RSS growth MB (largest)", ("http", "memory", "largest_growth_mb"), False),
+    ("worker RSS after 100k / after 1k (largest)", ("http", "memory", "largest_rss_ratio"), False),
+    ("embedding recall rate / the model alone", ("http", "floors", "embedding", "rate_ratio"), True),
+    ("lexical recall CPU / a trivial endpoint", ("http", "floors", "lexical", "cpu_ratio"), False),
+    ("GPTCache get() p50 / recall() p50 at 100k", ("peer", "sizes", "100000", "ratio_p50"), True),
+    ("GPTCache get() p99 / recall() p99 at 100k", ("peer", "sizes", "100000", "ratio_p99"), True),
 ]
 
 
@@ -51,7 +56,7 @@ def comparison(previous: dict, current: dict, tolerance: float = 0.15) -> list[s
 
 
 class Command(BaseCommand):
-    help = "Runs benchmark_scale and benchmark_http, writes bench-out/bench-<time>.json and compares with the previous run."
+    help = "Runs benchmark_scale, benchmark_http and benchmark_peer, writes bench-out/bench-<time>.json and compares with the previous run."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes of the scale benchmark")
@@ -62,16 +67,19 @@ class Command(BaseCommand):
     def handle(self, *args, sizes, seconds, memory_requests, out: Path, **options) -> None:
         out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        scale_file, http_file = out / f"scale-{stamp}.json", out / f"http-{stamp}.json"
+        scale_file, http_file, peer_file = out / f"scale-{stamp}.json", out / f"http-{stamp}.json", out / f"peer-{stamp}.json"
         self.stdout.write("== embedding recall as one scope grows (in-process, PostgreSQL) ==")
         call_command("benchmark_scale", sizes=sizes, json_path=scale_file, stdout=self.stdout)
         self.stdout.write("\n== HTTP: gunicorn on PostgreSQL, load generator included ==")
         call_command("benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout)
+        self.stdout.write("\n== against GPTCache 0.1.44 at 100,000 questions, embedding excluded on both sides ==")
+        call_command("benchmark_peer", sizes=[100_000], json_path=peer_file, stdout=self.stdout)
         scale = json.loads(scale_file.read_text())
         scale["largest"] = scale["sizes"][str(max(sizes))]
         http = json.loads(http_file.read_text())
         http["memory"]["largest_growth_mb"] = max(http["memory"]["growth_mb"].values(), default=0.0)
-        current = {"when": stamp, "sizes": sizes, "scale": scale, "http": http}
+        http["memory"]["largest_rss_ratio"] = max(http["memory"]["rss_ratio"].values(), default=0.0)
+        current = {"when": stamp, "sizes": sizes, "scale": scale, "http": http, "peer": json.loads(peer_file.read_text())}
         latest = out / "bench-latest.json"
         self.stdout.write("")
         if latest.exists():
