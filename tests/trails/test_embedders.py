@@ -66,6 +66,21 @@ class TestOnnxEmbedder(EmbedderContract):
     module, model = "trails.embedders.onnx", "bundled:all-MiniLM-L6-v2"
 
 
+class TestInt8OnnxEmbedder(EmbedderContract):
+    module, model = "trails.embedders.onnx_int8", "bundled:all-MiniLM-L6-v2"
+
+
+def test_the_int8_model_names_its_vectors_apart_from_the_float_models():
+    """Its vectors are close to the float model's but not the same: a scope's stored vectors
+    must never be compared across the two, so the names differ."""
+    model = "bundled:all-MiniLM-L6-v2"
+    cheap, exact = load_embedder("trails.embedders.onnx_int8", model).inner, load_embedder("trails.embedders.onnx", model).inner
+    assert cheap.name == f"{exact.name}-int8" and cheap.dim == exact.dim
+    texts = [q["question"] for q in faq_questions()]
+    cosines = np.sum(cheap.embed_many(texts) * exact.embed_many(texts), axis=1)
+    assert float(np.median(cosines)) > 0.9 and float(np.max(cosines)) < 1 - 1e-4
+
+
 def test_onnx_gives_the_torch_models_vectors_on_real_questions():
     """Issue 13: a faster inference path is welcome if its vectors are the model's to 1e-4 cosine.
     Measured here to float precision on the FAQ's questions and sections, one by one (as recall

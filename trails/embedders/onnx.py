@@ -201,7 +201,7 @@ class Embedder(BaseEmbedder):
 
         model_dir = Path(model_path(model))
         self._tokenizer = load_tokenizer(model_dir)
-        path = ensure_export(model_dir, Path(settings.RAGTRAIL_MODEL_CACHE))
+        path = self._graph(model_dir, Path(settings.RAGTRAIL_MODEL_CACHE))
         # One intra-op thread per process by default: under gunicorn every worker runs its own
         # session, and a thread per core in each oversubscribed the CPU (issue 12).
         self._session = open_session(path, max(1, settings.RAGTRAIL_MODEL_THREADS))
@@ -211,6 +211,9 @@ class Embedder(BaseEmbedder):
         normalizer = json.loads((model_dir / "tokenizer.json").read_text()).get("normalizer") or {}
         # An uncased model lowercases every text itself, so case need not split the cache.
         self.lowercases = bool(normalizer.get("lowercase", False))
+
+    def _graph(self, model_dir: Path, cache_dir: Path) -> Path:
+        return ensure_export(model_dir, cache_dir)
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
