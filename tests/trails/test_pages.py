@@ -641,6 +641,24 @@ def test_triage_filters_find_pending_trails_that_would_miss_hold_personal_data_o
     assert Trail.objects.get(public_id=served).status == "pending"
 
 
+def test_a_section_whose_text_no_longer_matches_its_hash_is_judged_changed_as_recall_would(staff, api, scope, sections):
+    """Recall hashes the text it serves; the pages' prediction does too, or a row written
+    around the API (a restore, a hand edit) would show prefetch where recall misses."""
+    from django.db import connection
+
+    from scopes.models import Section
+
+    api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="pending")
+    api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
+    with connection.cursor() as cursor:  # around Section.upsert, as a restore or a hand edit would
+        cursor.execute(f"UPDATE {Section._meta.db_table} SET text = %s WHERE scope_id = %s AND section_id = %s",
+                       ["Parking is free on Sundays.", scope.id, "parking"])
+    would_miss = staff.get("/ops/hospital/trails/?flag=would_miss").content.decode()
+    assert "Where do visitors park?" in would_miss and "When are ICU visiting hours?" not in would_miss
+    api.record("hospital", query="Is there parking for visitors?", cited=["parking"], signal="accepted")
+    assert api.recall("hospital", query="Is there parking for visitors?").json()["outcome"] == "miss"
+
+
 def test_approving_a_trail_that_would_not_prefetch_asks_first(staff, api, scope, sections):
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})

@@ -9,12 +9,14 @@ from functools import wraps
 from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from scopes.hashing import section_hash
 from scopes.models import Scope, Section
 from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import CurrentSection, validate
+from trails.core.validation import outcome_once
 from trails.models import Citation, Trail
 
 
@@ -137,12 +139,21 @@ def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int,
     with them now (prefetch, hint or miss, from the cited sections' state). Two reads for all
     of them: their citations, then the sections those cite."""
     recorded: dict[int, list[CoreCitation]] = {}
-    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=list(trail_ids)).order_by("trail_id", "position")
+    # A queryset goes in as a subquery: thousands of ids as parameters cost more to bind
+    # than the read itself.
+    wanted = trail_ids if isinstance(trail_ids, QuerySet) else list(trail_ids)
+    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=wanted).order_by("trail_id", "position")
                                          .values_list("trail_id", "section_id", "hash")):
         recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
-    current = {
-        s.section_id: CurrentSection(s.hash, s.text if scope.keeps_text else None)
-        for s in Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
-    }
+    # Recall hashes the text it is about to serve rather than trust the stored hash. The same
+    # check here, once a section rather than once a citation (the triage filters judge
+    # thousands of trails citing the same few sections): a section whose text does not match
+    # its hash counts as changed for every trail citing it.
+    sections = Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
+    if scope.keeps_text:
+        hashes = {section_id: digest if section_hash(text) == digest else ""
+                  for section_id, digest, text in sections.values_list("section_id", "hash", "text")}
+    else:
+        hashes = dict(sections.values_list("section_id", "hash"))
     cited = {trail_id: [c.section_id for c in citations] for trail_id, citations in recorded.items()}
-    return cited, {trail_id: validate(citations, current).outcome.value for trail_id, citations in recorded.items()}
+    return cited, {trail_id: outcome_once(citations, hashes).value for trail_id, citations in recorded.items()}

@@ -87,13 +87,14 @@ TRIAGE_LIMIT = 5_000
 def _pending_flagged(scope: Scope, flag: str) -> list[int]:
     """Ids of the newest pending trails that would miss / hint once approved, or may hold
     personal data: the same judgement the rows show, over the whole queue, in three reads."""
-    pending = list(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING).order_by("-id").values_list("id", flat=True)[:TRIAGE_LIMIT])
+    newest = Trail.objects.filter(scope=scope, status=TrailStatus.PENDING).order_by("-id").values_list("id", flat=True)[:TRIAGE_LIMIT]
     if flag == "pii":
         rules = scope_rules(scope.id)
-        return [t.id for t in trails_to_check(scope.id, pending) if purge_findings(t, rules)[0]]
-    _, would = what_recall_gives(scope, pending)
+        return [t.id for t in trails_to_check(scope.id, list(newest)) if purge_findings(t, rules)[0]]
+    _, would = what_recall_gives(scope, newest)
     wanted = {"would_miss": "miss", "would_hint": "hint"}[flag]
-    return [t for t in pending if would.get(t, "miss") == wanted]
+    # Read in one statement with the citations: a trail recorded meanwhile is in neither.
+    return [trail_id for trail_id, outcome in would.items() if outcome == wanted]
 
 
 def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, notice: str = "") -> dict:
