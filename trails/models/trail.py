@@ -145,7 +145,8 @@ class Trail(models.Model):
     """The path an agent took to an answer: query, steps and cited sections with their hashes."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="trails")
+    # Indexed by trail_scope_status_expiry, which leads with it.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="trails", db_index=False)
     partition = models.CharField(max_length=200, blank=True, default="")
     query = models.TextField()
     normalised_query = models.TextField()
@@ -401,7 +402,7 @@ def _flag_trails_citing_changed_sections(sender, scope: Scope, section_ids: Sequ
 class Step(models.Model):
     """One tool call on a trail's path."""
 
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="steps")
+    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="steps", db_index=False)  # step_position_unique leads with it
     position = models.PositiveSmallIntegerField()
     tool = models.CharField(max_length=200)
     args = models.JSONField(default=dict)
@@ -415,9 +416,10 @@ class Step(models.Model):
 class Citation(models.Model):
     """A section the answer cited, and its hash when the trail was recorded."""
 
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="citations")
-    # The scope is repeated here so "which trails cite this section" is one index read.
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
+    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="citations", db_index=False)  # citation_position_unique leads with it
+    # The scope is repeated here so "which trails cite this section" is one index read
+    # (citation_scope_section, which also serves the scope alone).
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
     position = models.PositiveSmallIntegerField()
     section_id = models.CharField(max_length=512)
     hash = models.CharField(max_length=64)
