@@ -12,14 +12,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from evaluation.scale import ScaleWorkload, store_trails
+from evaluation.scale import ScaleWorkload, store_trails, vacuum_analyze
 from evaluation.timing import percentile, save_figures
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings, score_candidates, sign
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, drop_scope
+from trails.models import Trail, drop_scope
 from trails.recall import recall
 
 
@@ -34,8 +34,18 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
         parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
+        parser.add_argument("--interleaved", type=int, metavar="SMALL", default=0,
+                            help="then a second scope of SMALL trails, and recall on the two alternately (one process, the same questions)")
+        parser.add_argument("--against-fillfactor", type=int, metavar="PERCENT",
+                            help="then a second store as large, filled at this fillfactor, and recall on the two alternately")
+        parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
+                            help="the trails table's fillfactor for this run's fill (PostgreSQL; the migration sets 75), restored afterwards")
 
-    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, **options) -> None:
+    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0,
+               fillfactor: int | None = None, against_fillfactor: int | None = None, **options) -> None:
+        for given in (fillfactor, against_fillfactor):
+            if given is not None and not 10 <= given <= 100:
+                raise CommandError("--fillfactor and --against-fillfactor must be between 10 and 100")
         embedder = get_embedder()
         started = time.perf_counter()
         workload = ScaleWorkload(embedder, seed)
@@ -48,14 +58,44 @@ class Command(BaseCommand):
             scope, keep = Scope.objects.get(slug=reuse), True
         else:
             scope = Scope.objects.create(scratch=True, slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+        previous_fillfactor = self._set_fillfactor(fillfactor) if fillfactor is not None else None
         try:
             figures = self._run(scope, workload, asked, sorted(sizes), analyze)
+            figures["fillfactor"] = self._fillfactor()
+            if interleaved:
+                figures["interleaved"] = self._interleaved(scope, max(sizes), workload, asked, interleaved, analyze)
+            if against_fillfactor is not None:
+                figures["against_fillfactor"] = self._interleaved(scope, max(sizes), workload, asked, max(sizes), analyze,
+                                                                  fillfactor=against_fillfactor)
         finally:
+            if fillfactor is not None:
+                self._set_fillfactor(previous_fillfactor)
             if not keep:
                 drop_scope(scope)
             else:
                 self.stdout.write(f"kept scope {scope.slug} (--reuse {scope.slug})")
         save_figures(json_path, figures)
+
+    @staticmethod
+    def _fillfactor() -> int | None:
+        """The trails table's fillfactor as PostgreSQL has it (100 when unset); None elsewhere."""
+        if connection.vendor != "postgresql":
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [Trail._meta.db_table])
+            options = cursor.fetchone()[0] or []
+        return next((int(o.split("=", 1)[1]) for o in options if o.startswith("fillfactor=")), 100)
+
+    def _set_fillfactor(self, percent: int | None) -> int | None:
+        """Sets the trails table's fillfactor (None resets it); returns the one it had."""
+        previous = self._fillfactor()
+        if previous is None:
+            return None
+        with connection.cursor() as cursor:
+            table = Trail._meta.db_table
+            cursor.execute(f"ALTER TABLE {table} SET (fillfactor = {int(percent)})" if percent else f"ALTER TABLE {table} RESET (fillfactor)")
+        self.stdout.write(f"trails table fillfactor {percent or 100} for this run (was {previous})")
+        return previous
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
         Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
@@ -87,14 +127,8 @@ class Command(BaseCommand):
             for start in range(0, len(texts), 5000):
                 ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
             fill = time.perf_counter() - started
-            if analyze and connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    # A vacuum of a table an earlier run filled and dropped takes minutes, past
-                    # the API's statement timeout this connection carries.
-                    cursor.execute("SET statement_timeout = 0")
-                    for model in (Trail, BandKey, Citation, Step, TrailSignal):
-                        cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
-                    cursor.execute("RESET statement_timeout")
+            if analyze:
+                vacuum_analyze()
             figures["sizes"][size] = self._measure(scope, workload, asked, ids, size, threshold, fill)
         low, high = figures["sizes"][sizes[0]], figures["sizes"][sizes[-1]]
         if len(sizes) > 1:
@@ -105,10 +139,70 @@ class Command(BaseCommand):
             )
         return figures
 
+    def _interleaved(self, large: Scope, size: int, workload: ScaleWorkload, asked, small_size: int, analyze: bool,
+                     fillfactor: int | None = None) -> dict:
+        """Recall on the large store and on a small one, alternating question by question in
+        this process: a slow minute of the machine lands on both, so their ratio is the store's.
+        With a fillfactor, the second store is filled at it (the trails table's setting for its
+        pages only): the ratio is then the fillfactor's."""
+        previous = self._set_fillfactor(fillfactor) if fillfactor is not None else None
+        small = Scope.objects.create(scratch=True, slug=f"bench-scale-small-{uuid.uuid4().hex[:8]}", name="scale benchmark (small)",
+                                     matcher="embedding")
+        try:
+            Section.upsert(small, dict(list(faq_sections("old").items())[:200]))
+            current = {s.section_id: s for s in Section.objects.filter(scope=small)}
+            section_ids = sorted(current)
+            texts, vectors = workload.grow(small_size)
+            rng = np.random.default_rng(small_size)
+            try:
+                for start in range(0, small_size, 5000):
+                    store_trails(small, texts[start:start + 5000], vectors[start:start + 5000], current,
+                                 lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)])
+            finally:
+                if fillfactor is not None:
+                    self._set_fillfactor(previous)
+            if analyze:
+                vacuum_analyze()
+            spent: dict[str, list[float]] = {"large": [], "small": []}
+            with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))):
+                for i, question in enumerate(asked):
+                    # Which store goes first alternates too, so neither always follows the other.
+                    for name, scope in ((("large", large), ("small", small)) if i % 2 == 0 else (("small", small), ("large", large))):
+                        t0 = time.perf_counter()
+                        recall(scope, question.text)
+                        if i >= 50:
+                            spent[name].append((time.perf_counter() - t0) * 1000.0)
+        finally:
+            drop_scope(small)
+        row = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3)} for name, t in spent.items()}
+        row["p50_ratio"] = round(row["large"]["p50_ms"] / row["small"]["p50_ms"], 2)
+        row["p99_ratio"] = round(row["large"]["p99_ms"] / row["small"]["p99_ms"], 2)
+        first, second = (f"{size:,} trails", f"{small_size:,} trails") if fillfactor is None else (
+            f"fillfactor {self._fillfactor()}", f"fillfactor {fillfactor}")
+        self.stdout.write(
+            f"interleaved, {len(spent['large'])} questions on each: {first} p50 {row['large']['p50_ms']:.2f} ms, "
+            f"p99 {row['large']['p99_ms']:.2f} ms; {second} p50 {row['small']['p50_ms']:.2f} ms, p99 "
+            f"{row['small']['p99_ms']:.2f} ms; ratio p50 {row['p50_ratio']}x, p99 {row['p99_ratio']}x"
+            + (" (target <= 1.5x)" if fillfactor is None else ""))
+        return row
+
+    @staticmethod
+    def _trail_updates() -> tuple[int, int] | None:
+        """(updates, HOT updates) of the trails table so far, from PostgreSQL's statistics."""
+        if connection.vendor != "postgresql":
+            return None
+        time.sleep(1.2)  # a backend reports its counts at most once a second
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", [Trail._meta.db_table])
+            return cursor.fetchone()
+
     def _measure(self, scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float, fill: float) -> dict:
+        updates_before = self._trail_updates()
         by_index: dict[int, int | None] = {}
         timings: list[tuple[str, float, int]] = []
-        with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))):
+        asked_vectors = PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))
+        with serving(asked_vectors):
             for i, question in enumerate(asked):
                 t0 = time.perf_counter()
                 result = recall(scope, question.text)
@@ -116,6 +210,8 @@ class Command(BaseCommand):
                 by_index[i] = result.trail.id if result.outcome.value != "miss" else None
                 if i >= 50:  # the first 50 warm up connections, caches and prepared statements
                     timings.append((question.kind, elapsed, result.candidates))
+        updates_after = self._trail_updates()
+        with serving(asked_vectors):
             brute = self._brute_force(scope, workload, asked, ids, size, threshold)
         latencies = [t for _, t, _ in timings]
         hits = [t for (kind, t, _), i in zip(timings, range(50, len(asked))) if by_index[i] is not None]
@@ -138,6 +234,11 @@ class Command(BaseCommand):
             "false_hits": {"index": rates["not duplicate"][0], "brute_force": rates["not duplicate"][1], "of": rates["not duplicate"][2]},
             "index_missed": missed, "other_trail": other, "index_only": extra,
         }
+        if updates_before and updates_after:
+            # A hit counts itself on its trail's row: a HOT update writes no index entries.
+            done, hot = updates_after[0] - updates_before[0], updates_after[1] - updates_before[1]
+            row["trail_updates"], row["hot_share"] = done, round(hot / done, 3) if done else None
+            self.stdout.write(f"{'':>9} trail row updates during the run: {done}, HOT {hot} ({hot / max(1, done):.1%})")
         dup, non = rates["duplicate"], rates["not duplicate"]
         self.stdout.write(
             f"{size:>9,} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['hit_p50_ms'] or 0:8.2f} {row['miss_p50_ms'] or 0:9.2f} "
