@@ -71,10 +71,13 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
         parser.add_argument("--metrics-cost", action="store_true",
                             help="only compare CPU per lexical recall with the Prometheus metrics on and off (two servers, alternating)")
-        parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --metrics-cost and of the floors")
+        parser.add_argument("--compare-env", metavar="NAME",
+                            help="only compare CPU per lexical recall with the environment variable NAME on and off (two servers, "
+                                 "alternating); --metrics-cost is --compare-env RAGTRAIL_METRICS")
+        parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --compare-env and of the floors")
 
     def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json_path: Path | None,
-               metrics_cost: bool = False, rounds: int = 3, **options) -> None:
+               metrics_cost: bool = False, compare_env: str | None = None, rounds: int = 3, **options) -> None:
         self.floor_rounds = rounds
         if connection.vendor != "postgresql":
             raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
@@ -82,9 +85,9 @@ class Command(BaseCommand):
         embedder = get_embedder()
         workload = ScaleWorkload(embedder, seed)
         scopes, key = self._fill(workload)
-        if metrics_cost:
+        if metrics_cost or compare_env:
             try:
-                save_figures(json_path, self._metrics_cost(workload, scopes, key, workers, seconds, rounds))
+                save_figures(json_path, self._on_and_off(compare_env or "RAGTRAIL_METRICS", workload, scopes, key, workers, seconds, rounds))
             finally:
                 for scope in scopes.values():
                     drop_scope(scope)
@@ -122,9 +125,9 @@ class Command(BaseCommand):
             cursor.execute("ANALYZE")
         return scopes, key
 
-    def _metrics_cost(self, workload, scopes, key, workers, seconds, rounds) -> dict:
-        """CPU per lexical recall request with the metrics on and off: two servers, the same
-        load on each in turn, alternating, so a slow minute weighs on both alike."""
+    def _on_and_off(self, variable: str, workload, scopes, key, workers, seconds, rounds) -> dict:
+        """CPU per lexical recall request with a setting on and off (RAGTRAIL_METRICS, say): two
+        servers, the same load on each in turn, alternating, so a slow minute weighs on both alike."""
         stored = workload.base_texts
         path = f"/api/v1/scopes/{scopes['lexical'].slug}/recall"
         make = lambda i: Request("POST", path, {"query": stored[(i * 7919) % len(stored)] if i % 2 else f"{stored[i % len(stored)]} now?"})
@@ -132,8 +135,9 @@ class Command(BaseCommand):
         try:
             for state in ("on", "off"):
                 port = gunicorn.free_port()
-                servers[state] = (port, gunicorn.start(port, workers, {"RAGTRAIL_METRICS": state, "RAGTRAIL_METRICS_TOKEN": "bench"}))
+                servers[state] = (port, gunicorn.start(port, workers, {variable: state, "RAGTRAIL_METRICS_TOKEN": "bench"}))
             measured: dict[str, list[float]] = {"on": [], "off": []}
+            tails: dict[str, list[float]] = {"on": [], "off": []}
             for state, (port, server) in servers.items():
                 self._load(port, key, make, requests=300)  # warm up
             for round_ in range(rounds):
@@ -144,12 +148,15 @@ class Command(BaseCommand):
                     results = self._load(port, key, make, seconds=seconds)
                     row = summary(results, seconds) | meter.stop(len(results))
                     measured[state].append(row["cpu_ms_per_request"]["workers"])
-                    self.stdout.write(f"round {round_ + 1}, metrics {state}: {row['per_second']}/s, workers' CPU "
-                                      f"{row['cpu_ms_per_request']['workers']} ms a request")
+                    tails[state].append(row["p99_ms"])
+                    self.stdout.write(f"round {round_ + 1}, {variable}={state}: {row['per_second']}/s, p99 {row['p99_ms']} ms, "
+                                      f"workers' CPU {row['cpu_ms_per_request']['workers']} ms a request")
             on, off = statistics.median(measured["on"]), statistics.median(measured["off"])
-            self.stdout.write(f"metrics cost on lexical HTTP recall, median of {rounds} alternating rounds: workers' CPU "
-                              f"{on} ms a request with the metrics, {off} without; ratio {on / off:.3f} (+{on - off:.3f} ms)")
-            return {"metrics_on_cpu_ms": measured["on"], "metrics_off_cpu_ms": measured["off"], "ratio": round(on / off, 3)}
+            self.stdout.write(f"{variable} on lexical HTTP recall, median of {rounds} alternating rounds: workers' CPU "
+                              f"{on} ms a request on, {off} off; ratio {on / off:.3f} ({on - off:+.3f} ms); p99 "
+                              f"{statistics.median(tails['on'])} ms on, {statistics.median(tails['off'])} off")
+            return {"variable": variable, "on_cpu_ms": measured["on"], "off_cpu_ms": measured["off"], "ratio": round(on / off, 3),
+                    "on_p99_ms": tails["on"], "off_p99_ms": tails["off"]}
         finally:
             for port, server in servers.values():
                 gunicorn.stop(server)
