@@ -1,10 +1,10 @@
-"""Drops five single-column foreign-key indexes that another index already leads with.
+"""Drops four single-column foreign-key indexes that another index already leads with.
 
 Each cost a write on the hot paths (every recall inserts an event; every record inserts a
-trail, its citations and steps) and served no read the longer index does not: recall
-events by scope (recallevent_scope_time), trails by scope (trail_scope_status_expiry),
-citations by scope (citation_scope_section), citations and steps by trail (their
-(trail, position) unique constraints).
+trail's citations and steps) and served no read the longer index does not: recall events
+by scope (recallevent_scope_time), citations by scope (citation_scope_section), citations
+and steps by trail (their (trail, position) unique constraints). The trails' own scope
+index stays: without it the trails page read slower (benchmark_overview).
 """
 
 import django.db.models.deletion
@@ -38,10 +38,5 @@ class Migration(migrations.Migration):
             model_name='step',
             name='trail',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='trails.trail'),
-        ),
-        migrations.AlterField(
-            model_name='trail',
-            name='scope',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='trails', to='scopes.scope'),
         ),
     ]
