@@ -27,6 +27,7 @@ from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from evaluation.matching import DEFAULT_PAIRS, load_pairs
+from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
@@ -89,7 +90,7 @@ class ScaleWorkload:
 
     def grow(self, size: int) -> tuple[list[str], np.ndarray]:
         """Grows the store to `size` trails; returns the trails not handed out before (texts and vectors)."""
-        start, self.handed_out = self.handed_out, size
+        start, self.handed_out = self.handed_out, max(self.handed_out, size)
         while self.count < size:
             # Whole blocks only, each from its own stream, whatever sizes are asked for.
             texts, vectors = self._variants(BLOCK - self.count % BLOCK, self.count // BLOCK)
@@ -97,6 +98,13 @@ class ScaleWorkload:
             self.vectors.append(vectors)
             self.count += len(texts)
         return self.texts[start:size], self.matrix()[start:size]
+
+    def first(self, size: int) -> tuple[list[str], np.ndarray]:
+        """The first `size` trails handed out (texts and vectors): a second store of the same
+        questions, or the whole store a peer is given."""
+        if size > self.handed_out:
+            raise ValueError(f"only {self.handed_out:,} trails handed out, not {size:,}")
+        return self.texts[:size], self.matrix()[:size]
 
     def matrix(self) -> np.ndarray:
         if len(self.vectors) > 1:
@@ -164,6 +172,24 @@ def store_trails(scope: Scope, texts: list[str], vectors: np.ndarray, current: d
                         steps=[RecordedStep("search", {"query": text}, sections)]), current, TrailStatus.ACTIVE, "", now))
     save_fast(rows)
     return [r.trail.id for r in rows]
+
+
+def faq_sections_for(scope: Scope) -> dict[str, Section]:
+    """Gives the scope the first 200 FAQ sections (the scale benchmarks' trails cite these)."""
+    Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
+    return {s.section_id: s for s in Section.objects.filter(scope=scope)}
+
+
+def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], seed: int) -> list[int]:
+    """Stores the questions in blocks of 5,000, each citing two of the sections at random
+    (seeded); returns their ids in order."""
+    section_ids = sorted(current)
+    rng = np.random.default_rng(seed)
+    two_sections = lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
+    ids: list[int] = []
+    for start in range(0, len(texts), 5000):
+        ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
+    return ids
 
 
 def save_fast(all_rows: list[TrailRows]) -> None:

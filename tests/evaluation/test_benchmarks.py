@@ -34,6 +34,18 @@ def test_a_store_grown_in_steps_is_the_store_grown_at_once(tmp_path):
     assert len(set(at_once.texts)) == len(at_once.texts) >= 25_000  # each text has its own vector
 
 
+def test_a_second_store_takes_the_first_questions_already_handed_out(tmp_path):
+    """grow() hands out only questions not handed out before: a 10k store made after a 100k one
+    must take the 100k store's first questions, not grow() (which gave it none)."""
+    workload = ScaleWorkload(HashingEmbedder(), seed=3, pairs_path=pairs_file(tmp_path), cache=None)
+    texts, vectors = workload.grow(3_000)
+    assert workload.grow(1_000)[0] == []
+    small_texts, small_vectors = workload.first(1_000)
+    assert small_texts == texts[:1_000] and np.array_equal(small_vectors, vectors[:1_000])
+    with pytest.raises(ValueError):
+        workload.first(5_000)
+
+
 def test_variants_relate_to_their_base_as_same_topic_pairs_do(tmp_path):
     workload = ScaleWorkload(HashingEmbedder(), seed=3, pairs_path=pairs_file(tmp_path), cache=None)
     texts, vectors = workload.grow(2_000)

@@ -21,10 +21,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from evaluation.scale import ScaleWorkload, store_trails, vacuum_analyze
+from evaluation.scale import ScaleWorkload, faq_sections_for, store_citing_two, vacuum_analyze
 from evaluation.timing import percentile, save_figures
-from scopes.demo import faq_sections
-from scopes.models import Scope, Section
+from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings
 from trails.models import drop_scope
@@ -59,20 +58,14 @@ class Command(BaseCommand):
                           "embedding excluded on both sides")
         figures: dict = {"threshold": threshold, "recalls": recalls, "sizes": {}}
         try:
-            Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
-            current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
-            section_ids = sorted(current)
-            stored = 0
+            current = faq_sections_for(scope)
             for size in sorted(sizes):
-                texts, vectors = workload.grow(size)
                 started = time.perf_counter()
-                rng = np.random.default_rng(size)
-                for start in range(stored, size, 5000):
-                    store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current,
-                                 lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)])
-                stored = size
+                new_texts, new_vectors = workload.grow(size)  # only the questions not stored yet
+                store_citing_two(scope, new_texts, new_vectors, current, seed=size)
                 vacuum_analyze()
                 fill = time.perf_counter() - started
+                texts, vectors = workload.first(size)  # GPTCache is built anew with all of them
                 figures["sizes"][size] = self._measure(scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill)
         finally:
             drop_scope(scope)

@@ -12,10 +12,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from evaluation.scale import ScaleWorkload, store_trails, vacuum_analyze
+from evaluation.scale import ScaleWorkload, faq_sections_for, store_citing_two, vacuum_analyze
 from evaluation.timing import percentile, save_figures
-from scopes.demo import faq_sections
-from scopes.models import Scope, Section
+from scopes.models import Scope
 from trails.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings, score_candidates, sign
@@ -98,9 +97,7 @@ class Command(BaseCommand):
         return previous
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
-        Section.upsert(scope, dict(list(faq_sections("old").items())[:200]))
-        current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
-        section_ids = sorted(current)
+        current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
         ids: list[int] = list(Trail.objects.filter(scope=scope).order_by("id").values_list("id", flat=True))
         workload.grow(len(ids))
@@ -122,10 +119,7 @@ class Command(BaseCommand):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
-            rng = np.random.default_rng(size)
-            two_sections = lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
-            for start in range(0, len(texts), 5000):
-                ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
+            ids += store_citing_two(scope, texts, vectors, current, seed=size)
             fill = time.perf_counter() - started
             if analyze:
                 vacuum_analyze()
@@ -149,15 +143,10 @@ class Command(BaseCommand):
         small = Scope.objects.create(scratch=True, slug=f"bench-scale-small-{uuid.uuid4().hex[:8]}", name="scale benchmark (small)",
                                      matcher="embedding")
         try:
-            Section.upsert(small, dict(list(faq_sections("old").items())[:200]))
-            current = {s.section_id: s for s in Section.objects.filter(scope=small)}
-            section_ids = sorted(current)
-            texts, vectors = workload.grow(small_size)
-            rng = np.random.default_rng(small_size)
+            # The large store's first questions: grow() hands out only questions not handed out before.
+            texts, vectors = workload.first(small_size)
             try:
-                for start in range(0, small_size, 5000):
-                    store_trails(small, texts[start:start + 5000], vectors[start:start + 5000], current,
-                                 lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)])
+                store_citing_two(small, texts, vectors, faq_sections_for(small), seed=small_size)
             finally:
                 if fillfactor is not None:
                     self._set_fillfactor(previous)
