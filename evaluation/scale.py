@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,7 @@ from django.db.models import JSONField
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
+from evaluation.fill import BlockSigner, copy_statement, store_block
 from evaluation.matching import DEFAULT_PAIRS, load_pairs
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
@@ -181,15 +183,34 @@ def faq_sections_for(scope: Scope) -> dict[str, Section]:
 
 
 def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], seed: int) -> list[int]:
-    """Stores the questions in blocks of 5,000, each citing two of the sections at random
-    (seeded); returns their ids in order."""
+    """Stores the questions in blocks, each citing two of the sections at random (seeded);
+    returns their ids in order. An embedding-only scope on PostgreSQL is filled by the
+    vectorised fill (evaluation.fill), with the same rows."""
     section_ids = sorted(current)
     rng = np.random.default_rng(seed)
     two_sections = lambda _: [section_ids[i] for i in rng.choice(len(section_ids), 2, replace=False)]
     ids: list[int] = []
+    if connection.vendor == "postgresql" and scope.uses_embedding and not scope.uses_lexical:
+        signer = BlockSigner(scope)
+        with ThreadPoolExecutor(1) as signing:
+            # The next block is signed (Python and numpy) while PostgreSQL writes this one.
+            pending = signing.submit(signer.sign, texts[:FAST_BLOCK], vectors[:FAST_BLOCK])
+            for start in range(0, len(texts), FAST_BLOCK):
+                signed = pending.result()
+                end = start + FAST_BLOCK
+                if end < len(texts):
+                    pending = signing.submit(signer.sign, texts[end:end + FAST_BLOCK], vectors[end:end + FAST_BLOCK])
+                cited = [two_sections(i) for i in range(len(signed.keys))]
+                ids += store_block(scope, texts[start:end], vectors[start:end], signed, cited, current, timezone.now())
+        return ids
     for start in range(0, len(texts), 5000):
         ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
     return ids
+
+
+# Trails signed and written at once by the vectorised fill (its shingle matrix for 20,000
+# questions is about 150 MB).
+FAST_BLOCK = 20_000
 
 
 def save_fast(all_rows: list[TrailRows]) -> None:
@@ -204,19 +225,15 @@ def save_fast(all_rows: list[TrailRows]) -> None:
         Trail.objects.bulk_create([rows.trail for rows in all_rows], batch_size=5000)
         for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
             fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-            with cursor.cursor.copy(_copy_statement(model, [f.column for f in fields])) as copy:
+            with cursor.cursor.copy(copy_statement(model, [f.column for f in fields])) as copy:
                 for rows in all_rows:
                     for child in getattr(rows, attribute):
                         child.trail_id = child.trail.id
                         copy.write_row([_copy_value(f, child) for f in fields])
-        with cursor.cursor.copy(_copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"])) as copy:
+        with cursor.cursor.copy(copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"])) as copy:
             for rows in all_rows:
                 for row in band_key_rows(rows.trail, rows.question):
                     copy.write_row(row)
-
-
-def _copy_statement(model, columns: list[str]) -> str:
-    return f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN"
 
 
 def _copy_value(field, obj):

@@ -1,0 +1,91 @@
+"""The vectorised fill writes the rows record would write: a benchmark on it measures the product's store."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from evaluation.fill import BlockSigner, store_block
+from evaluation.scale import faq_sections_for, store_trails
+from scopes.models import Scope
+from trails.core.simhash import _hyperplanes
+from trails.embedders import PrecomputedEmbedder, serving
+from trails.embedders.hashing import Embedder as HashingEmbedder
+from trails.matching import sign, simhash_params
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from trails.recall import recall
+
+WORDS = ["proxy", "cache", "timeout", "locale", "font", "printer", "intensive care", "ICU", "C++", "naïve"]
+
+
+def questions(count: int, seed: int = 5) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    texts = [f"How do I set the {WORDS[i % len(WORDS)]} of machine {i} (not {WORDS[(i * 7) % len(WORDS)]})?" for i in range(count)]
+    vectors = rng.standard_normal((count, HashingEmbedder().dim)).astype(np.float32)
+    # Some vectors lie on a hyperplane (within rounding): their bit is decided one by one, as record decides it.
+    plane = _hyperplanes(simhash_params())[:, 0]
+    for row in range(0, count, 10):
+        vectors[row] -= (vectors[row] @ plane) / (plane @ plane) * plane
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return texts, vectors
+
+
+@pytest.fixture
+def embedding_scope(db):
+    return Scope.objects.create(slug="fill", name="Fill", matcher="embedding")
+
+
+def test_a_block_is_signed_as_record_signs_each_question(embedding_scope):
+    texts, vectors = questions(300)
+    with serving(PrecomputedEmbedder(HashingEmbedder(), texts, vectors)):
+        signer = BlockSigner(embedding_scope)
+        block = signer.sign(texts, vectors)
+        # A second block meets band values the first one hashed (the signer keeps them).
+        again = signer.sign(texts[::-1], vectors[::-1])
+        assert np.array_equal(again.keys, block.keys[::-1])
+        for i, text in enumerate(texts):
+            one = sign(embedding_scope, text, "")
+            assert block.lexical[i].tobytes() == one.lexical.to_bytes()
+            assert tuple(block.keys[i]) == one.embedding_keys and not one.lexical_keys
+            assert tuple(block.sketch[i]) == one.sketch
+
+
+def test_the_fill_refuses_a_scope_that_matches_lexically(db):
+    scope = Scope.objects.create(slug="words", name="Words", matcher="lexical")
+    with pytest.raises(ValueError, match="embedding-only"):
+        BlockSigner(scope)
+
+
+def rows_of(scope: Scope) -> list[tuple]:
+    """Every stored row of the scope's trails, in trail order, without ids and times."""
+    rows = []
+    for trail in Trail.objects.filter(scope=scope).order_by("id"):
+        rows.append((
+            trail.query, trail.normalised_query, trail.status, trail.signal, trail.reason, trail.lexical_params,
+            bytes(trail.lexical_signature), trail.band_layout, trail.embedding_model, bytes(trail.embedding),
+            trail.expires_at - trail.created_at, trail.hit_count, trail.path_tokens, trail.idempotency_key, trail.partition,
+            list(Step.objects.filter(trail=trail).values_list("position", "tool", "args", "section_ids")),
+            list(Citation.objects.filter(trail=trail).order_by("position").values_list("position", "section_id", "hash")),
+            list(TrailSignal.objects.filter(trail=trail).values_list("signal", "source", "by", "reason")),
+            sorted(BandKey.objects.filter(trail=trail).values_list("key", "sketch_high", "sketch_low")),
+        ))
+    return rows
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the vectorised fill writes with PostgreSQL's COPY")
+def test_the_vectorised_fill_stores_the_rows_record_stores_and_recall_finds_them(embedding_scope):
+    slow_scope = Scope.objects.create(slug="fill-slow", name="Fill (ORM)", matcher="embedding")
+    texts, vectors = questions(60)
+    current, slow_current = faq_sections_for(embedding_scope), faq_sections_for(slow_scope)
+    section_ids = sorted(current)
+    cited = [[section_ids[i % len(section_ids)], section_ids[(i * 3 + 1) % len(section_ids)]] for i in range(len(texts))]
+    with serving(PrecomputedEmbedder(HashingEmbedder(), texts, vectors)):
+        signed = BlockSigner(embedding_scope).sign(texts, vectors)
+        ids = store_block(embedding_scope, texts, vectors, signed, cited, current, timezone.now())
+        store_trails(slow_scope, texts, vectors, slow_current, lambda i: cited[i])
+        assert rows_of(embedding_scope) == rows_of(slow_scope)
+        assert list(Trail.objects.filter(scope=embedding_scope).order_by("id").values_list("id", flat=True)) == ids
+        result = recall(embedding_scope, texts[7])
+    assert result.outcome.value == "prefetch" and result.trail.id == ids[7]
+    assert [s["id"] for s in result.sections] == cited[7]
