@@ -93,3 +93,24 @@ def test_the_cpu_meter_charges_the_work_done_to_the_process_that_did_it():
     assert per_request["total"] >= per_request["workers"]
     assert figures["cpu_ceiling_per_second"] == pytest.approx((os.cpu_count() or 1) * 1000.0 / per_request["total"], rel=0.01)
     assert process_cpu_seconds(worker.pid) == 0.0  # gone: nothing to read
+
+
+def test_the_phase_clock_times_recall_by_store_and_leaves_recall_as_it_was(db):
+    import trails.recall as recall_module
+    from evaluation import phases
+    from scopes.models import Scope, Section
+    from trails.record import RecordInput, record
+
+    scope = Scope.objects.create(slug="phases", name="Phases", matcher="lexical")
+    Section.upsert(scope, {"s1": "Visiting hours are 9 to 5."})
+    record(scope, RecordInput(query="what are the visiting hours on the ward", cited=["s1"], signal="accepted"))
+    original = recall_module.read_candidates
+    with phases.timing() as clock:
+        clock.label = "large"
+        assert recall_module.recall(scope, "what are the visiting hours on the ward").outcome.value == "prefetch"
+        clock.label = "small"
+        recall_module.recall(scope, "where is the car park")
+    timed = clock.mean_ms("large", 1)
+    assert set(timed) == set(phases.PHASES) and timed["read_candidates"] > 0 and timed["validate"] > 0
+    assert clock.mean_ms("small", 1)["validate"] == 0  # a miss validates nothing
+    assert recall_module.read_candidates is original

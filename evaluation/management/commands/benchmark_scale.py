@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from evaluation import phases
 from evaluation.scale import ScaleWorkload, faq_sections_for, store_citing_two, vacuum_analyze
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
@@ -153,17 +154,22 @@ class Command(BaseCommand):
             if analyze:
                 vacuum_analyze()
             spent: dict[str, list[float]] = {"large": [], "small": []}
-            with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))):
+            with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))), \
+                    phases.timing() as clock:
                 for i, question in enumerate(asked):
+                    if i == 50:
+                        clock.reset()  # the warm-up is not counted
                     # Which store goes first alternates too, so neither always follows the other.
                     for name, scope in ((("large", large), ("small", small)) if i % 2 == 0 else (("small", small), ("large", large))):
+                        clock.label = name
                         t0 = time.perf_counter()
                         recall(scope, question.text)
                         if i >= 50:
                             spent[name].append((time.perf_counter() - t0) * 1000.0)
         finally:
             drop_scope(small)
-        row = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3)} for name, t in spent.items()}
+        row = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3),
+                      "phases_mean_ms": clock.mean_ms(name, len(t))} for name, t in spent.items()}
         row["p50_ratio"] = round(row["large"]["p50_ms"] / row["small"]["p50_ms"], 2)
         row["p99_ratio"] = round(row["large"]["p99_ms"] / row["small"]["p99_ms"], 2)
         first, second = (f"{size:,} trails", f"{small_size:,} trails") if fillfactor is None else (
@@ -173,6 +179,8 @@ class Command(BaseCommand):
             f"p99 {row['large']['p99_ms']:.2f} ms; {second} p50 {row['small']['p50_ms']:.2f} ms, p99 "
             f"{row['small']['p99_ms']:.2f} ms; ratio p50 {row['p50_ratio']}x, p99 {row['p99_ratio']}x"
             + (" (target <= 1.5x)" if fillfactor is None else ""))
+        self.stdout.write("  mean ms a recall by phase (first / second): " + ", ".join(
+            f"{phase} {row['large']['phases_mean_ms'][phase]:.2f} / {row['small']['phases_mean_ms'][phase]:.2f}" for phase in phases.PHASES))
         return row
 
     @staticmethod
