@@ -165,7 +165,7 @@ def store_block(scope: Scope, texts: list[str], vectors: np.ndarray, signed: Sig
                        [Trail._meta.db_table, len(texts)])
         ids = [row[0] for row in cursor.fetchall()]
         raw = cursor.cursor
-        fields = [f for f in Trail._meta.concrete_fields]
+        fields = list(Trail._meta.concrete_fields)
         with raw.copy(copy_statement(Trail, [f.column for f in fields])) as copy:
             for i, text in enumerate(texts):
                 given = {**trail_columns, "id": ids[i], "public_id": uuid.uuid4(), "query": text,
@@ -192,8 +192,9 @@ def _skip_reference_checks(cursor) -> None:
 
     The keys are deferred: at a million trails, checking the 33 million rows' references at
     commit took longer than writing them. Every reference here is to a trail written in
-    this transaction or to the scope, so a check could not fail. A role that may not skip
-    them keeps them (the fill is only slower).
+    this transaction or to the scope, so a check could not fail; these tables have no
+    triggers of their own that the setting would also skip. A role that may not skip them
+    keeps them (the fill is only slower).
     """
     try:
         with transaction.atomic():
