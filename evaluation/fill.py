@@ -10,7 +10,6 @@ which stay on the slow path).
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import uuid
@@ -22,7 +21,8 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import NOT_PROVIDED
 
 from scopes.models import Scope, Section
-from trails.core.minhash import _MAX_HASH, _MERSENNE_PRIME, MinHashParams, _permutations
+from trails.core.banding import band_key, band_prefix
+from trails.core.minhash import MinHashParams, permuted_hashes
 from trails.core.normalise import normalise_query, shingles, stable_hash32
 from trails.core.simhash import SimHashParams, _hyperplanes, simhash_bits, sketch_params
 from trails.embedders import get_embedder
@@ -58,8 +58,10 @@ class BlockSigner:
             raise ValueError("the vectorised fill signs embedding-only scopes")
         self.matching = matching_settings(scope)
         self.params = simhash_params()
-        self.namespace = embedding_namespace(partition, get_embedder().name)
+        self.scope = scope
+        self.embedder = get_embedder().name
         layout = self.matching.embedding_layout
+        self.prefix = band_prefix(embedding_namespace(partition, self.embedder), layout)
         # Each band's key for each value its bits can take, hashed the first time a value is
         # met (a 17-bit band has 131,072 values, however many questions are signed).
         self.band_tables = np.zeros((layout.bands, 1 << layout.rows), dtype=np.int64) if layout.rows <= 20 else None
@@ -79,29 +81,23 @@ class BlockSigner:
         """`band_keys` of every row, each distinct band value hashed once."""
         layout = self.matching.embedding_layout
         rows = layout.rows
-        prefix = f"{self.namespace}\x00{layout.label}\x00".encode()
         keys = np.empty((bits.shape[0], layout.bands), dtype=np.int64)
         weights = np.left_shift(1, np.arange(rows, dtype=np.int64))
         for band in range(layout.bands):
             part = np.ascontiguousarray(bits[:, band * rows:(band + 1) * rows])
-            head = prefix + band.to_bytes(2, "big")
             if self.band_tables is None:  # too wide for a table: the block's distinct values
                 _, first, inverse = np.unique(part, axis=0, return_index=True, return_inverse=True)
-                keys[:, band] = np.fromiter((_band_key(head, part[i]) for i in first), dtype=np.int64, count=len(first))[inverse.reshape(-1)]
+                keys[:, band] = np.fromiter((band_key(self.prefix, band, part[i].tobytes()) for i in first), dtype=np.int64, count=len(first))[inverse.reshape(-1)]
                 continue
             values = part.astype(np.int64) @ weights
-            new, first = np.unique(values[~self.band_known[band, values]], return_index=True)
+            fresh = ~self.band_known[band, values]
+            new, first = np.unique(values[fresh], return_index=True)
             if new.size:
-                unknown = np.flatnonzero(~self.band_known[band, values])[first]
-                self.band_tables[band, new] = np.fromiter((_band_key(head, part[i]) for i in unknown), dtype=np.int64, count=new.size)
+                unknown = np.flatnonzero(fresh)[first]
+                self.band_tables[band, new] = np.fromiter((band_key(self.prefix, band, part[i].tobytes()) for i in unknown), dtype=np.int64, count=new.size)
                 self.band_known[band, new] = True
             keys[:, band] = self.band_tables[band, values]
         return keys
-
-
-def _band_key(head: bytes, band_bits: np.ndarray) -> int:
-    # As trails.core.banding.band_keys hashes one band: its bits as bytes after the prefix.
-    return int.from_bytes(hashlib.blake2b(head + band_bits.tobytes(), digest_size=8).digest(), "big", signed=True)
 
 
 def minhash_many(texts: list[str], params: MinHashParams) -> np.ndarray:
@@ -111,7 +107,7 @@ def minhash_many(texts: list[str], params: MinHashParams) -> np.ndarray:
         ValueError: a text has no words.
     """
     index: dict[str, int] = {}
-    owners: list[int] = []  # the row of each shingle occurrence in `columns`
+    owners: list[int] = []  # each shingle occurrence, text by text, as its row in `permuted`
     counts = np.empty(len(texts), dtype=np.int64)
     for i, text in enumerate(texts):
         found = shingles(text)
@@ -120,9 +116,7 @@ def minhash_many(texts: list[str], params: MinHashParams) -> np.ndarray:
         counts[i] = len(found)
         owners.extend(index.setdefault(s, len(index)) for s in found)
     hashes = np.fromiter((stable_hash32(s) for s in index), dtype=np.uint64, count=len(index))
-    a, b = _permutations(params)
-    with np.errstate(over="ignore"):
-        permuted = (((hashes[:, None] * a[None, :] + b[None, :]) % _MERSENNE_PRIME) & _MAX_HASH).astype(np.uint32)
+    permuted = permuted_hashes(hashes, params).T.astype(np.uint32)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     return np.minimum.reduceat(permuted[np.asarray(owners, dtype=np.int64)], starts, axis=0)
 
@@ -141,20 +135,19 @@ def _sketches(bits: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed).view(">i8").astype(np.int64)
 
 
-def store_block(scope: Scope, texts: list[str], vectors: np.ndarray, signed: SignedBlock, cited: list[list[str]],
+def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, signed: SignedBlock, cited: list[list[str]],
                 current: dict[str, Section], now: datetime) -> list[int]:
-    """Stores accepted trails, the i-th asking texts[i] (its vector vectors[i], signed as
-    signed[i]) and citing cited[i] after one search step, as `evaluation.scale.store_trails`
-    would; returns their ids. PostgreSQL only."""
+    """Stores accepted trails in the signer's scope, the i-th asking texts[i] (its vector
+    vectors[i], signed as signed[i]) and citing cited[i] after one search step, as
+    `evaluation.scale.store_trails` would; returns their ids. PostgreSQL only."""
     if connection.vendor != "postgresql":
         raise ValueError("the vectorised fill writes with PostgreSQL's COPY")
-    matching = matching_settings(scope)
-    embedder = get_embedder().name
+    scope, matching = signer.scope, signer.matching
     expires_at = scope.expiry_for(active=True, now=now)
     trail_columns = {
         "partition": "", "status": TrailStatus.ACTIVE.value, "signal": "accepted", "reason": "",
         "lexical_params": matching.minhash.label, "band_layout": matching.lexical_layout.label,
-        "embedding_model": embedder, "created_at": now, "expires_at": expires_at, "request_fingerprint": "",
+        "embedding_model": signer.embedder, "created_at": now, "expires_at": expires_at, "request_fingerprint": "",
         "scope_id": scope.id,
     }
     with transaction.atomic(), connection.cursor() as cursor:

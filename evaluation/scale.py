@@ -182,6 +182,11 @@ def faq_sections_for(scope: Scope) -> dict[str, Section]:
     return {s.section_id: s for s in Section.objects.filter(scope=scope)}
 
 
+# Trails signed and written at once by the vectorised fill (its shingle matrix for 20,000
+# questions is about 150 MB).
+FAST_BLOCK = 20_000
+
+
 def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], seed: int) -> list[int]:
     """Stores the questions in blocks, each citing two of the sections at random (seeded);
     returns their ids in order. An embedding-only scope on PostgreSQL is filled by the
@@ -201,16 +206,12 @@ def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, curren
                 if end < len(texts):
                     pending = signing.submit(signer.sign, texts[end:end + FAST_BLOCK], vectors[end:end + FAST_BLOCK])
                 cited = [two_sections(i) for i in range(len(signed.keys))]
-                ids += store_block(scope, texts[start:end], vectors[start:end], signed, cited, current, timezone.now())
+                ids += store_block(signer, texts[start:end], vectors[start:end], signed, cited, current, timezone.now())
         return ids
     for start in range(0, len(texts), 5000):
         ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
     return ids
 
-
-# Trails signed and written at once by the vectorised fill (its shingle matrix for 20,000
-# questions is about 150 MB).
-FAST_BLOCK = 20_000
 
 
 def save_fast(all_rows: list[TrailRows]) -> None:

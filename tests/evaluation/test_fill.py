@@ -81,8 +81,8 @@ def test_the_vectorised_fill_stores_the_rows_record_stores_and_recall_finds_them
     section_ids = sorted(current)
     cited = [[section_ids[i % len(section_ids)], section_ids[(i * 3 + 1) % len(section_ids)]] for i in range(len(texts))]
     with serving(PrecomputedEmbedder(HashingEmbedder(), texts, vectors)):
-        signed = BlockSigner(embedding_scope).sign(texts, vectors)
-        ids = store_block(embedding_scope, texts, vectors, signed, cited, current, timezone.now())
+        signer = BlockSigner(embedding_scope)
+        ids = store_block(signer, texts, vectors, signer.sign(texts, vectors), cited, current, timezone.now())
         store_trails(slow_scope, texts, vectors, slow_current, lambda i: cited[i])
         assert rows_of(embedding_scope) == rows_of(slow_scope)
         assert list(Trail.objects.filter(scope=embedding_scope).order_by("id").values_list("id", flat=True)) == ids

@@ -96,14 +96,18 @@ def band_keys(values: np.ndarray, layout: BandLayout, namespace: str = "") -> li
     needed = layout.bands * layout.rows
     if values.shape[0] < needed:
         raise ValueError(f"layout {layout.label} needs {needed} values, signature has {values.shape[0]}")
-    prefix = f"{namespace}\x00{layout.label}\x00".encode("utf-8")
+    prefix = band_prefix(namespace, layout)
     raw = np.ascontiguousarray(values[:needed]).tobytes()
     width = len(raw) // needed * layout.rows
-    keys = []
-    for band in range(layout.bands):
-        digest = hashlib.blake2b(
-            prefix + band.to_bytes(2, "big") + raw[band * width : (band + 1) * width],
-            digest_size=8,
-        ).digest()
-        keys.append(int.from_bytes(digest, "big", signed=True))
-    return keys
+    return [band_key(prefix, band, raw[band * width : (band + 1) * width]) for band in range(layout.bands)]
+
+
+def band_prefix(namespace: str, layout: BandLayout) -> bytes:
+    """What every key of this namespace and layout is hashed after."""
+    return f"{namespace}\x00{layout.label}\x00".encode("utf-8")
+
+
+def band_key(prefix: bytes, band: int, band_bytes: bytes) -> int:
+    """One band's key: its values' bytes hashed after the prefix and the band's number."""
+    digest = hashlib.blake2b(prefix + band.to_bytes(2, "big") + band_bytes, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)

@@ -105,12 +105,16 @@ def minhash_of_hashes(hashes: Iterable[int], params: MinHashParams) -> MinHashSi
     hv = np.fromiter(hashes, dtype=np.uint64)
     if hv.size == 0:
         raise ValueError("cannot sign an empty shingle set")
+    return MinHashSignature(params, permuted_hashes(hv, params).min(axis=1).astype(np.uint32))
+
+
+def permuted_hashes(hashes: np.ndarray, params: MinHashParams) -> np.ndarray:
+    """Each 32-bit shingle hash (uint64 array) under each permutation: (num_perm, len(hashes)), below 2**32."""
     a, b = _permutations(params)
     # uint64 products wrap modulo 2**64 before the prime: deterministic, and the
     # same universal-hash family datasketch uses.
     with np.errstate(over="ignore"):
-        permuted = ((a[:, None] * hv[None, :] + b[:, None]) % _MERSENNE_PRIME) & _MAX_HASH
-    return MinHashSignature(params, permuted.min(axis=1).astype(np.uint32))
+        return ((a[:, None] * hashes[None, :] + b[:, None]) % _MERSENNE_PRIME) & _MAX_HASH
 
 
 def minhash_of_shingles(items: Iterable[str], params: MinHashParams) -> MinHashSignature:
