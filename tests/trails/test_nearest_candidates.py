@@ -101,3 +101,24 @@ def test_band_keys_stored_before_sketches_get_them_from_the_migration(crowd):
     migration = importlib.import_module("trails.migrations.0003_band_key_sketch")
     migration.sketch_stored_embeddings(apps, None)
     assert recall(scope, QUESTION, dry_run=True).trail.id == trail.id
+
+
+def test_a_stored_embedding_lies_in_its_trails_row_not_out_of_line(crowd):
+    """A candidate read fetches the trail's page alone: no TOAST index probe and page for its vector."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("TOAST is PostgreSQL's (as in CI)")
+    scope, embedder = crowd
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = %s", [Trail._meta.db_table])
+        toast = cursor.fetchone()[0]
+        count = f"SELECT count(*) FROM {toast}"
+        cursor.execute(count)
+        before = cursor.fetchone()[0]
+        trails = [store(scope, embedder.at_cosine(f"stored question {i}", 0.9)) for i in range(20)]
+        cursor.execute(count)
+        assert cursor.fetchone()[0] == before
+        cursor.execute(f"SELECT count(*) FROM {Trail._meta.db_table} WHERE id = ANY(%s) AND length(embedding) = %s",
+                       [[t.id for t in trails], 4 * embedder.dim])
+        assert cursor.fetchone()[0] == 20
