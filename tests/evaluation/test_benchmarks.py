@@ -114,3 +114,13 @@ def test_the_phase_clock_times_recall_by_store_and_leaves_recall_as_it_was(db):
     assert set(timed) == set(phases.PHASES) and timed["read_candidates"] > 0 and timed["validate"] > 0
     assert clock.mean_ms("small", 1)["validate"] == 0  # a miss validates nothing
     assert recall_module.read_candidates is original
+
+
+@pytest.mark.parametrize("option, value", [("seconds", 0), ("overload_seconds", -1), ("memory_requests", -5), ("clients", 0)])
+def test_the_http_benchmark_refuses_impossible_run_lengths_before_filling_anything(option, value):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    # No database fixture: the refusal comes before the fill (a 0 s run once divided by zero at its end).
+    with pytest.raises(CommandError, match=f"--{option.replace('_', '-')} must be at least"):
+        call_command("benchmark_http", **{option: value})

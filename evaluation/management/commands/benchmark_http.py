@@ -65,7 +65,7 @@ class Command(BaseCommand):
         parser.add_argument("--seconds", type=float, default=20.0, help="length of each throughput run")
         parser.add_argument("--clients", type=int, default=16)
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--overload-seconds", type=float, default=30.0)
+        parser.add_argument("--overload-seconds", type=float, default=30.0, help="0 skips the overload run")
         parser.add_argument("--memory-requests", type=int, default=100_000, help="0 skips the memory run")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
@@ -79,6 +79,12 @@ class Command(BaseCommand):
     def handle(self, *args, seconds, clients, workers, overload_seconds, memory_requests, seed, json_path: Path | None,
                metrics_cost: bool = False, compare_env: str | None = None, rounds: int = 3, **options) -> None:
         self.floor_rounds = rounds
+        # Checked before the minutes of filling: a 0 s throughput run divided by zero at its end.
+        for name, value, least in (("--seconds", seconds, 1), ("--clients", clients, 1), ("--workers", workers, 1),
+                                   ("--rounds", rounds, 1), ("--overload-seconds", overload_seconds, 0),
+                                   ("--memory-requests", memory_requests, 0)):
+            if value < least:
+                raise CommandError(f"{name} must be at least {least}, not {value}")
         if connection.vendor != "postgresql":
             raise CommandError("the HTTP benchmark runs on PostgreSQL: set DATABASE_URL")
         self.clients = clients
@@ -202,6 +208,30 @@ class Command(BaseCommand):
             f"{lexical['rate']['recall']:.0f}/s and {lexical['rate']['floor']:.0f}/s")
         return measured
 
+    def _overload(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds) -> dict:
+        """Fresh embedding recalls at three times the capacity just measured, open loop, then lexical recall 5 s after."""
+        capacity = figures["recall embedding (distinct questions)"]["per_second"]
+        rate = max(50.0, 3 * capacity)
+        offset[0] += 20_000
+        started = time.perf_counter()
+        results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
+        elapsed = time.perf_counter() - started
+        row = summary(results, overload_seconds)
+        row.update({"offered_per_second": round(rate, 1), "run_s": round(elapsed, 1), "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS})
+        found = {"overload": row}
+        self.stdout.write(
+            f"overload: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
+            f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
+            f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
+            f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
+            + f"; the load generator's own lag before sending p99 {row['client_lag_p99_ms']} ms, sent to answered p99 {row['sent_to_answer_p99_ms']} ms"
+        )
+        after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
+        found["after overload"] = after_overload
+        self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
+                          f"{after_overload['shed_503']} shed")
+        return found
+
     def _run(self, workload, scopes, key, port, server, seconds, overload_seconds, memory_requests) -> dict:
         rng = np.random.default_rng(11)
         stored = workload.base_texts
@@ -261,27 +291,8 @@ class Command(BaseCommand):
 
         figures["floors"] = self._floors(port, key, scopes, recall, fresh, offset, half_and_half, seconds)
 
-        # Overload: fresh embedding recalls at three times the capacity just measured, open loop.
-        capacity = figures["recall embedding (distinct questions)"]["per_second"]
-        rate = max(50.0, 3 * capacity)
-        offset[0] += 20_000
-        started = time.perf_counter()
-        results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
-        elapsed = time.perf_counter() - started
-        row = summary(results, overload_seconds)
-        row.update({"offered_per_second": round(rate, 1), "run_s": round(elapsed, 1), "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS})
-        figures["overload"] = row
-        self.stdout.write(
-            f"overload: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
-            f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
-            f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
-            f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
-            + f"; the load generator's own lag before sending p99 {row['client_lag_p99_ms']} ms, sent to answered p99 {row['sent_to_answer_p99_ms']} ms"
-        )
-        after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
-        figures["after overload"] = after_overload
-        self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
-                          f"{after_overload['shed_503']} shed")
+        if overload_seconds:
+            figures.update(self._overload(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds))
 
         if not memory_requests:
             return figures
