@@ -247,6 +247,19 @@ def _copy_value(field, obj):
 TRAIL_TABLES = tuple(model._meta.db_table for model in (Trail, BandKey, Citation, Step, TrailSignal))
 
 
+def database_label() -> str:
+    """The database, and on PostgreSQL its shared buffers: the figures at a million trails depend on them.
+
+    This machine's kernel pages out page-cache pages left untouched for a minute (DAMON), so
+    what PostgreSQL's own buffers do not hold is often read from disk again.
+    """
+    if connection.vendor != "postgresql":
+        return connection.vendor
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW shared_buffers")
+        return f"postgresql (shared_buffers {cursor.fetchone()[0]})"
+
+
 def vacuum_analyze(tables: tuple[str, ...] = TRAIL_TABLES) -> None:
     """What autovacuum does after a bulk fill, now: statistics and a visibility map.
 

@@ -19,9 +19,14 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
 
-from evaluation.scale import ScaleWorkload, faq_sections_for, store_citing_two, vacuum_analyze
+from evaluation.scale import (
+    ScaleWorkload,
+    database_label,
+    faq_sections_for,
+    store_citing_two,
+    vacuum_analyze,
+)
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
@@ -53,10 +58,10 @@ class Command(BaseCommand):
         asked = workload.asked(recalls + warm)
         scope = Scope.objects.create(scratch=True, slug=f"bench-peer-{uuid.uuid4().hex[:8]}", name="peer benchmark", matcher="embedding")
         threshold = matching_settings(scope).embedding_threshold
-        self.stdout.write(f"database: {connection.vendor}; embedding threshold {threshold} (GPTCache: the same cosine); "
+        self.stdout.write(f"database: {database_label()}; embedding threshold {threshold} (GPTCache: the same cosine); "
                           f"{recalls} questions a side at each size in {blocks} alternating blocks, after {warm} to warm up; "
                           "embedding excluded on both sides")
-        figures: dict = {"threshold": threshold, "recalls": recalls, "sizes": {}}
+        figures: dict = {"threshold": threshold, "recalls": recalls, "database": database_label(), "sizes": {}}
         try:
             current = faq_sections_for(scope)
             for size in sorted(sizes):

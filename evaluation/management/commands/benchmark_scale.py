@@ -13,7 +13,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 from evaluation import phases
-from evaluation.scale import ScaleWorkload, faq_sections_for, store_citing_two, vacuum_analyze
+from evaluation.scale import (
+    ScaleWorkload,
+    database_label,
+    faq_sections_for,
+    store_citing_two,
+    vacuum_analyze,
+)
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.candidates import Candidate
@@ -110,7 +116,7 @@ class Command(BaseCommand):
         matching = matching_settings(scope)
         threshold = matching.embedding_threshold
         self.stdout.write(
-            f"database: {connection.vendor}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
+            f"database: {database_label()}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
             f"sketch limit {matching.embedding_sketch_limit} bits, nearest {settings.RAGTRAIL_EMBEDDING_NEAREST} read; "
             + ("VACUUM ANALYZE after each fill" if analyze else "statistics and visibility as left by autovacuum")
         )
@@ -119,7 +125,7 @@ class Command(BaseCommand):
             f"{'trails':>9} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'cands':>6} {'c p99':>6} "
             f"{'fill s':>7}  correct hits (index / brute force)  false hits (index / brute force)  index missed"
         )
-        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "sizes": {}}
+        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "database": database_label(), "sizes": {}}
         for size in sizes:
             if size < len(ids):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
