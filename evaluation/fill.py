@@ -27,7 +27,7 @@ from trails.core.normalise import normalise_query, shingles, stable_hash32
 from trails.core.simhash import SimHashParams, _hyperplanes, simhash_bits, sketch_params
 from trails.embedders import get_embedder
 from trails.matching import embedding_namespace, matching_settings, simhash_params
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, bulk_transaction
 
 # A projection this close to 0 may fall on the other side of its hyperplane in a matrix
 # product than in the one-vector product record uses (BLAS sums in another order): such
@@ -150,9 +150,7 @@ def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, sign
         "embedding_model": signer.embedder, "created_at": now, "expires_at": expires_at, "request_fingerprint": "",
         "scope_id": scope.id,
     }
-    with transaction.atomic(), connection.cursor() as cursor:
-        # A fill is not a request: the service's 5 s statement timeout would cancel a big COPY.
-        cursor.execute("SET LOCAL statement_timeout = 0")
+    with bulk_transaction(), connection.cursor() as cursor:
         _skip_reference_checks(cursor)
         cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
                        [Trail._meta.db_table, len(texts)])

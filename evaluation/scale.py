@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import JSONField
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
@@ -34,7 +34,7 @@ from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, bulk_transaction, without_statement_timeout
 from trails.record import RecordInput, TrailRows, band_key_rows
 
 OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
@@ -220,9 +220,7 @@ def save_fast(all_rows: list[TrailRows]) -> None:
     if connection.vendor != "postgresql":
         TrailRows.save_all(all_rows)
         return
-    with transaction.atomic(), connection.cursor() as cursor:
-        # A fill is not a request: the service's 5 s statement timeout would cancel a big COPY.
-        cursor.execute("SET LOCAL statement_timeout = 0")
+    with bulk_transaction(), connection.cursor() as cursor:
         Trail.objects.bulk_create([rows.trail for rows in all_rows], batch_size=5000)
         for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
             fields = [f for f in model._meta.concrete_fields if not f.primary_key]
@@ -270,8 +268,6 @@ def vacuum_analyze(tables: tuple[str, ...] = TRAIL_TABLES) -> None:
     if connection.vendor != "postgresql":
         return
     command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
-    with connection.cursor() as cursor:
-        cursor.execute("SET statement_timeout = 0")
+    with without_statement_timeout(), connection.cursor() as cursor:
         for table in tables:
             cursor.execute(f"{command} {table}")
-        cursor.execute("RESET statement_timeout")

@@ -23,7 +23,7 @@ from trails.models.recalls import (
 from trails.models.learning import MatchLabel, ThresholdChange
 from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.purge import PiiPattern, PurgeRun
-from trails.models.bulk import drop_scope
+from trails.models.bulk import bulk_transaction, drop_scope, without_statement_timeout
 
 __all__ = [
     "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "TRAIL_ACTIONS", "ActionRefused", "BandKey", "Citation", "Signal",
@@ -31,5 +31,5 @@ __all__ = [
     "flag_trails_citing", "is_agent", "trail_status_changed", "trails_deleting",
     "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
     "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
-    "PiiPattern", "PurgeRun", "drop_scope",
+    "PiiPattern", "PurgeRun", "bulk_transaction", "drop_scope", "without_statement_timeout",
 ]

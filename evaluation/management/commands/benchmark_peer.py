@@ -58,10 +58,11 @@ class Command(BaseCommand):
         asked = workload.asked(recalls + warm)
         scope = Scope.objects.create(scratch=True, slug=f"bench-peer-{uuid.uuid4().hex[:8]}", name="peer benchmark", matcher="embedding")
         threshold = matching_settings(scope).embedding_threshold
-        self.stdout.write(f"database: {database_label()}; embedding threshold {threshold} (GPTCache: the same cosine); "
+        database = database_label()
+        self.stdout.write(f"database: {database}; embedding threshold {threshold} (GPTCache: the same cosine); "
                           f"{recalls} questions a side at each size in {blocks} alternating blocks, after {warm} to warm up; "
                           "embedding excluded on both sides")
-        figures: dict = {"threshold": threshold, "recalls": recalls, "database": database_label(), "sizes": {}}
+        figures: dict = {"threshold": threshold, "recalls": recalls, "database": database, "sizes": {}}
         try:
             current = faq_sections_for(scope)
             for size in sorted(sizes):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import connection
 
 from evaluation import phases
 from evaluation.scale import (
@@ -25,8 +25,12 @@ from scopes.models import Scope
 from trails.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import matching_settings, score_candidates, sign
-from trails.models import Trail, drop_scope
+from trails.models import Trail, bulk_transaction, drop_scope
 from trails.recall import recall
+
+
+# Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.
+WARM_UP = 50
 
 
 class Command(BaseCommand):
@@ -55,7 +59,7 @@ class Command(BaseCommand):
         embedder = get_embedder()
         started = time.perf_counter()
         workload = ScaleWorkload(embedder, seed)
-        asked = workload.asked(recalls + 50)
+        asked = workload.asked(recalls + WARM_UP)
         self.stdout.write(
             f"workload: {len(workload.base_texts)} QQP questions embedded by {embedder.name} "
             f"({time.perf_counter() - started:.0f} s), grown with variants; {len(asked)} questions asked at each size"
@@ -106,17 +110,15 @@ class Command(BaseCommand):
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
         current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
-                    cursor.execute("SET LOCAL statement_timeout = 0")
+        # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
+        with bulk_transaction():
             ids: list[int] = list(Trail.objects.filter(scope=scope).order_by("id").values_list("id", flat=True))
         workload.grow(len(ids))
         matching = matching_settings(scope)
         threshold = matching.embedding_threshold
+        database = database_label()
         self.stdout.write(
-            f"database: {database_label()}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
+            f"database: {database}; threshold {threshold}; band layout {matching.embedding_layout.label}; "
             f"sketch limit {matching.embedding_sketch_limit} bits, nearest {settings.RAGTRAIL_EMBEDDING_NEAREST} read; "
             + ("VACUUM ANALYZE after each fill" if analyze else "statistics and visibility as left by autovacuum")
         )
@@ -125,7 +127,7 @@ class Command(BaseCommand):
             f"{'trails':>9} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'cands':>6} {'c p99':>6} "
             f"{'fill s':>7}  correct hits (index / brute force)  false hits (index / brute force)  index missed"
         )
-        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "database": database_label(), "sizes": {}}
+        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "database": database, "sizes": {}}
         for size in sizes:
             if size < len(ids):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
@@ -168,14 +170,14 @@ class Command(BaseCommand):
             with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))), \
                     phases.timing() as clock:
                 for i, question in enumerate(asked):
-                    if i == 50:
+                    if i == WARM_UP:
                         clock.reset()  # the warm-up is not counted
                     # Which store goes first alternates too, so neither always follows the other.
                     for name, scope in ((("large", large), ("small", small)) if i % 2 == 0 else (("small", small), ("large", large))):
                         clock.label = name
                         t0 = time.perf_counter()
                         recall(scope, question.text)
-                        if i >= 50:
+                        if i >= WARM_UP:
                             spent[name].append((time.perf_counter() - t0) * 1000.0)
         finally:
             drop_scope(small)
@@ -216,14 +218,14 @@ class Command(BaseCommand):
                 result = recall(scope, question.text)
                 elapsed = (time.perf_counter() - t0) * 1000.0
                 by_index[i] = result.trail.id if result.outcome.value != "miss" else None
-                if i >= 50:  # the first 50 warm up connections, caches and prepared statements
+                if i >= WARM_UP:
                     timings.append((question.kind, elapsed, result.candidates))
         updates_after = self._trail_updates()
         with serving(asked_vectors):
             brute = self._brute_force(scope, workload, asked, ids, size, threshold)
         latencies = [t for _, t, _ in timings]
-        hits = [t for (kind, t, _), i in zip(timings, range(50, len(asked))) if by_index[i] is not None]
-        misses = [t for (kind, t, _), i in zip(timings, range(50, len(asked))) if by_index[i] is None]
+        hits = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is not None]
+        misses = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is None]
         candidates = [c for _, _, c in timings]
         rates = {}
         for kind in ("duplicate", "not duplicate"):
