@@ -91,8 +91,9 @@ def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bo
 
 @receiver(trail_status_changed, dispatch_uid="trails.reindex.sign_on_becoming_servable")
 def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, **kwargs) -> None:
-    """A trail coming back from rejection has no band keys (a rejected trail is stored
-    without them): it is signed now, so once approved it is found like any other."""
+    """A trail coming back from rejection is signed afresh, so once approved it is found
+    like any other. Always, not only when it has no band keys (rejected at record): one
+    rejected later keeps the keys of the matching it was signed under, and re-signing
+    after a matching change reaches servable trails only."""
     if before == TrailStatus.REJECTED and trail.status in (TrailStatus.PENDING, TrailStatus.ACTIVE):
-        if not BandKey.objects.filter(trail_id=trail.pk).exists():
-            resign(Scope.objects.get(pk=trail.scope_id), [trail])
+        resign(Scope.objects.get(pk=trail.scope_id), [trail])

@@ -34,6 +34,20 @@ def test_a_trail_rejected_at_record_reinstated_and_approved_is_served(api, secti
     assert answer["outcome"] == "prefetch" and answer["trail_id"] == body["trail_id"]
 
 
+def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reinstated(api, sections, operator, scope):
+    """A rejected trail keeps the band keys of the matching it was signed under; the scope's
+    matching changes while it is out of service (re-signing reaches servable trails only).
+    Reinstated and approved, it must be found by the matching in use now."""
+    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
+    assert operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "down"}).status_code == 302
+    scope.lexical_threshold = 0.6  # from 0.5: the band keys drawn for 0.6 differ
+    scope.save()
+    for vote in ("reinstate", "up"):
+        assert operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": vote}).status_code == 302
+    answer = api.recall("hospital", query=QUERY).json()
+    assert answer["outcome"] == "prefetch" and answer["trail_id"] == trail_id
+
+
 def test_the_same_through_django_admin(api, sections, operator):
     trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"], answer=REFUSING).json()["trail_id"]
     pk = Trail.objects.get(public_id=trail_id).pk
