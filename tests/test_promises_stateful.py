@@ -269,6 +269,7 @@ class Promises(RuleBasedStateMachine):
         barrier = threading.Barrier(ups + downs)
         codes: list[int] = []
         before = TrailSignal.objects.filter(trail__public_id=trail_id).count()
+        expires_before = Trail.objects.get(public_id=trail_id).expires_at
 
         def cast(direction: str) -> None:
             try:
@@ -297,11 +298,11 @@ class Promises(RuleBasedStateMachine):
         # Which vote won is the race's. What follows must not depend on it: Hypothesis replays
         # choices and, seeing other rules enabled after the same ones, stops the run
         # (FlakyStrategyDefinition). So an operator settles the trail as rejected, and its
-        # expiry is put back where it was before an approval renewed it.
+        # expiry is put back where it was before an approval renewed it (else a later sweep
+        # deletes the trail or keeps it, by which vote won).
         if row.status != "rejected":
             row.act("down", by="root", reason="settled after the race")
-        if trail.expired:
-            Trail.objects.filter(pk=row.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
         trail.status = "rejected"
         trail.reporters.clear()
 
