@@ -2,7 +2,8 @@
 gunicorn workers (RAGTRAIL_URLCONF=ragtrail_site.bench_urls; never in production):
 
 - POST /api/v1/bench/{scope}/trivial: the same stack as recall (Django, ninja, the strict JSON
-  body, RecallIn, the key check for the scope) and nothing else: the framework's floor.
+  body, RecallIn, the key check for the scope, recall's time budget for shedding load) and
+  nothing else: the framework's floor.
 - POST /api/v1/bench/{scope}/embed: that, plus the serving embedder on the query: the model alone.
 """
 from __future__ import annotations

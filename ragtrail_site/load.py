@@ -53,7 +53,10 @@ def budget_for(path: str) -> float | None:
     """The time budget (seconds) of an API path, or None for paths not shed."""
     if not path.startswith("/api/"):
         return None
-    if path.endswith("/recall") or "/tool-results/" in path:
+    # The benchmark's floors (ragtrail_site.bench_urls, never routed in production) stand in
+    # for recall, so they are shed by recall's budget: under the API's longer one the model
+    # alone was never shed where recall was, and the ratio measured the budgets.
+    if path.endswith("/recall") or "/tool-results/" in path or path.startswith("/api/v1/bench/"):
         return settings.RAGTRAIL_RECALL_BUDGET_MS / 1000.0
     return settings.RAGTRAIL_API_BUDGET_MS / 1000.0
 

@@ -28,3 +28,14 @@ def test_the_benchmark_url_conf_adds_the_floors_beside_recall():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["trivial", "embed_only", "recall_endpoint"]
+
+
+def test_the_floors_are_shed_by_recalls_budget_not_the_apis_longer_one(settings):
+    # Under the API's 2 s budget the model alone was never shed where recall (0.5 s) was,
+    # and benchmark_http's ratio compared the budgets, not the work.
+    from ragtrail_site.load import budget_for
+
+    settings.RAGTRAIL_RECALL_BUDGET_MS, settings.RAGTRAIL_API_BUDGET_MS = 500, 2000
+    recall = budget_for("/api/v1/scopes/s/recall")
+    assert recall == 0.5 and budget_for("/api/v1/scopes/s/trails") == 2.0
+    assert budget_for("/api/v1/bench/s/trivial") == recall and budget_for("/api/v1/bench/s/embed") == recall
