@@ -365,8 +365,8 @@ class Promises(RuleBasedStateMachine):
         model = self.trails[data.draw(st.sampled_from(approved))]
         cited = list(model.cited)
         for section_id in {"none": [], "one": cited[:1], "every": cited}[edit]:
-            now = self.scopes[model.scope].sections.get(section_id)
-            self.put_section(model.scope, section_id, 1 if now == text_of(model.scope, section_id, 0) else 0)
+            text = self.scopes[model.scope].sections.get(section_id)
+            self.put_section(model.scope, section_id, 1 if text == text_of(model.scope, section_id, 0) else 0)
         self._recall_and_check(model.scope, model.query, model.partition, dry_run)
 
     def _recall_and_check(self, slug: str, query: str, partition: str, dry_run: bool) -> None:

@@ -96,4 +96,4 @@ def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, **
     rejected later keeps the keys of the matching it was signed under, and re-signing
     after a matching change reaches servable trails only."""
     if before == TrailStatus.REJECTED and trail.status in (TrailStatus.PENDING, TrailStatus.ACTIVE):
-        resign(Scope.objects.get(pk=trail.scope_id), [trail])
+        resign(trail.scope, [trail])  # act() read it with the trail, under the row lock
