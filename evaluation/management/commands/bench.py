@@ -30,6 +30,8 @@ WATCHED = [
     ("lexical recall CPU / a trivial endpoint", ("http", "floors", "lexical", "cpu_ratio"), False),
     ("GPTCache get() p50 / recall() p50 at 100k", ("peer", "sizes", "100000", "ratio_p50"), True),
     ("GPTCache get() p99 / recall() p99 at 100k", ("peer", "sizes", "100000", "ratio_p99"), True),
+    ("GPTCache get() p50 / recall() p50 at 1M", ("peer", "sizes", "1000000", "ratio_p50"), True),
+    ("GPTCache get() p99 / recall() p99 at 1M", ("peer", "sizes", "1000000", "ratio_p99"), True),
 ]
 
 
@@ -62,9 +64,11 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes of the scale benchmark")
         parser.add_argument("--seconds", type=float, default=20.0, help="length of each HTTP throughput run")
         parser.add_argument("--memory-requests", type=int, default=100_000)
+        # 1M adds ~20 minutes here: the ragtrail fill (7 min), GPTCache's import (4) and its ~180 ms scans (6).
+        parser.add_argument("--peer-sizes", type=int, nargs="+", default=[100_000], help="store sizes of the GPTCache comparison")
         parser.add_argument("--out", type=Path, default=Path(settings.BASE_DIR) / "bench-out")
 
-    def handle(self, *args, sizes, seconds, memory_requests, out: Path, **options) -> None:
+    def handle(self, *args, sizes, seconds, memory_requests, peer_sizes, out: Path, **options) -> None:
         out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         scale_file, http_file, peer_file = out / f"scale-{stamp}.json", out / f"http-{stamp}.json", out / f"peer-{stamp}.json"
@@ -72,8 +76,8 @@ class Command(BaseCommand):
         call_command("benchmark_scale", sizes=sizes, json_path=scale_file, stdout=self.stdout)
         self.stdout.write("\n== HTTP: gunicorn on PostgreSQL, load generator included ==")
         call_command("benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout)
-        self.stdout.write("\n== against GPTCache 0.1.44 at 100,000 questions, embedding excluded on both sides ==")
-        call_command("benchmark_peer", sizes=[100_000], json_path=peer_file, stdout=self.stdout)
+        self.stdout.write(f"\n== against GPTCache 0.1.44 at {', '.join(f'{n:,}' for n in peer_sizes)} questions, embedding excluded on both sides ==")
+        call_command("benchmark_peer", sizes=peer_sizes, json_path=peer_file, stdout=self.stdout)
         scale = json.loads(scale_file.read_text())
         scale["largest"] = scale["sizes"][str(max(sizes))]
         http = json.loads(http_file.read_text())
