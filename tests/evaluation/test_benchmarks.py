@@ -68,6 +68,17 @@ def test_the_comparison_flags_what_got_worse_past_the_tolerance():
     assert "REGRESSION" not in lines["embedding recall p50 ms at the largest size"]  # 5 %: within the tolerance
 
 
+def test_the_comparison_watches_the_peer_at_a_million_once_both_runs_measured_it():
+    # Figures as they come back from the JSON files: sizes are string keys.
+    peer = lambda p50, p99: {"peer": {"sizes": {"100000": {"ratio_p50": 11.0, "ratio_p99": 5.0},
+                                                "1000000": {"ratio_p50": p50, "ratio_p99": p99}}}}
+    lines = {line.split("  ")[1].strip(): line for line in comparison(peer(28.0, 18.0), peer(20.0, 17.0))}
+    assert "REGRESSION" in lines["GPTCache get() p50 / recall() p50 at 1M"]  # 29 % less of a lead
+    assert "REGRESSION" not in lines["GPTCache get() p99 / recall() p99 at 1M"]
+    only_100k = {"peer": {"sizes": {"100000": {"ratio_p50": 11.0, "ratio_p99": 5.0}}}}
+    assert not [line for line in comparison(only_100k, peer(20.0, 17.0)) if "at 1M" in line]  # nothing to compare with
+
+
 def test_the_cpu_meter_charges_the_work_done_to_the_process_that_did_it():
     import os
     import subprocess
