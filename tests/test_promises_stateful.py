@@ -361,10 +361,10 @@ class Promises(RuleBasedStateMachine):
                 if section_id not in self.scopes[slug].sections:
                     self.put_section(slug, section_id, 0)
             self.record(slug, question, cited, signal=True, hashes="none", dirty="", dirty_value=NAME, refusing=False)
-            approved = [list(self.trails)[-1]]
+            approved = [next(reversed(self.trails))]  # the trail just recorded
         model = self.trails[data.draw(st.sampled_from(approved))]
-        cited = list(model.cited)
-        for section_id in {"none": [], "one": cited[:1], "every": cited}[edit]:
+        its_sections = list(model.cited)
+        for section_id in {"none": [], "one": its_sections[:1], "every": its_sections}[edit]:
             text = self.scopes[model.scope].sections.get(section_id)
             self.put_section(model.scope, section_id, 1 if text == text_of(model.scope, section_id, 0) else 0)
         self._recall_and_check(model.scope, model.query, model.partition, dry_run)
