@@ -31,7 +31,7 @@ from trails.core import calibration
 from trails.core.normalise import normalise_query
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.matching import score_candidates, sign
-from trails.models import Trail, TrailStatus, drop_scope
+from trails.models import Trail, drop_scope
 from trails.recall import recall
 from trails.record import RecordInput, TrailRows
 
@@ -108,7 +108,7 @@ def store(scope: Scope, data: list[dict]) -> dict[int, str]:
         if key in seen:
             continue
         seen.add(key)
-        batch.append(TrailRows.build(scope, RecordInput(query=pair["a"], cited=["s"], signal="accepted"), current, TrailStatus.ACTIVE, "", now))
+        batch.append(TrailRows.build(scope, RecordInput(query=pair["a"], cited=["s"], signal="accepted"), current, "", now))
     for start in range(0, len(batch), 2000):
         TrailRows.save_all(batch[start:start + 2000])
     return {t.id: t.normalised_query for t in Trail.objects.filter(scope=scope).only("id", "normalised_query")}

@@ -34,7 +34,7 @@ from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, bulk_transaction, without_statement_timeout
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal, bulk_transaction, without_statement_timeout
 from trails.record import RecordInput, TrailRows, band_key_rows
 
 OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
@@ -171,7 +171,7 @@ def store_trails(scope: Scope, texts: list[str], vectors: np.ndarray, current: d
         for i, text in enumerate(texts):
             sections = cited(i)
             rows.append(TrailRows.build(scope, RecordInput(query=text, cited=sections, signal="accepted",
-                        steps=[RecordedStep("search", {"query": text}, sections)]), current, TrailStatus.ACTIVE, "", now))
+                        steps=[RecordedStep("search", {"query": text}, sections)]), current, "", now))
     save_fast(rows)
     return [r.trail.id for r in rows]
 

@@ -10,7 +10,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from ragtrail_site import metrics
-from ragtrail_site.errors import Refused, RequestRefused, Unavailable
+from ragtrail_site.db_deadline import deadline_passed
+from ragtrail_site.errors import Refused, RequestRefused, database_refusal
 from ragtrail_site.strict_json import StrictJsonParser
 from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
@@ -38,7 +39,8 @@ ERRORS_OF_EVERY_OPERATION = {
     "404": "no such scope for this key, or no such object in it (never 403: a key cannot probe other scopes)",
     "422": "input the API refuses, naming the field",
     "500": "the server failed (the JSON shape still holds)",
-    "503": "overloaded or the database is away; Retry-After says when to try again",
+    "503": "overloaded (code overloaded), a lock held past its wait limit (lock_wait), the request's database "
+           "deadline passed (deadline) or the database is away (unavailable); Retry-After says when to try again",
 }
 ERRORS_OF_BODIES = {
     "400": "the body is not UTF-8 JSON",
@@ -201,10 +203,11 @@ def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A driver's message may quote the request's values (a query, an e-mail): only the
     # error's class and SQLSTATE reach the log, which no purge can reach.
     if isinstance(exc, (OperationalError, InterfaceError)):
-        metrics.STORE_ERRORS.labels("database", "unavailable").inc()
-        metrics.SHED.labels("database away").inc()
-        logger.warning("database unavailable on %s %s: %s", request.method, request.path, _described(exc))
-        return Unavailable().response()
+        refusal = database_refusal(exc, deadline_passed())
+        metrics.STORE_ERRORS.labels("database", refusal.code).inc()
+        metrics.SHED.labels({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")).inc()
+        logger.warning("database refused (%s) on %s %s: %s", refusal.code, request.method, request.path, _described(exc))
+        return refusal.response()
     if isinstance(exc, DatabaseError):
         metrics.STORE_ERRORS.labels("database", "refused").inc()
         logger.error("database refused a write on %s %s: %s", request.method, request.path, _described(exc))

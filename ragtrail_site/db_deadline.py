@@ -21,7 +21,10 @@ import time
 from contextvars import ContextVar
 
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import InterfaceError, OperationalError, connection
+from django.shortcuts import render
+
+from ragtrail_site.errors import database_refusal
 
 # When the current API request's database time runs out (monotonic seconds).
 _request_deadline: ContextVar[float | None] = ContextVar("ragtrail_db_deadline", default=None)
@@ -99,6 +102,13 @@ def _with_deadline(execute, sql, params, many, context):
         WATCHDOG.release(token)
 
 
+def deadline_passed() -> bool:
+    """Whether the current request's database deadline has run out (a call then failed
+    because the watchdog shut its socket, not because the database went away)."""
+    deadline = _request_deadline.get()
+    return deadline is not None and time.monotonic() >= deadline
+
+
 class DatabaseDeadlineMiddleware:
     """Puts the deadline on every database call of an API request (PostgreSQL only)."""
 
@@ -114,3 +124,24 @@ class DatabaseDeadlineMiddleware:
             finally:
                 _request_deadline.reset(token)
         return self.get_response(request)
+
+
+class DatabaseRefusalPageMiddleware:
+    """An operator page whose database work was refused (a lock held past its wait limit,
+    a statement past its timeout, the database away) answers a styled 503 page naming the
+    cause, never Django's bare 500. (The API answers the same causes as JSON.)"""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if request.path.startswith("/api/") or not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        refusal = database_refusal(exception, deadline_passed())
+        response = render(request, "503.html", {"code": refusal.code, "message": refusal.message}, status=503)
+        for name, value in refusal.headers.items():
+            response[name] = value
+        return response

@@ -94,8 +94,44 @@ class Unavailable(RequestRefused):
 
     headers = {"Retry-After": "5"}
 
-    def __init__(self, message: str = "the database is not answering; retry shortly") -> None:
-        super().__init__(503, "unavailable", message)
+    def __init__(self, message: str = "the database is not answering; retry shortly", code: str = "unavailable") -> None:
+        super().__init__(503, code, message)
+
+
+class LockWait(Unavailable):
+    """Another change held a row this request must change past the lock wait limit."""
+
+    headers = {"Retry-After": "1"}
+
+    def __init__(self) -> None:
+        super().__init__("another change to the same trail or scope held it past the lock wait limit; "
+                         "nothing was changed: retry shortly", code="lock_wait")
+
+
+class DeadlinePassed(Unavailable):
+    """The request's database work ran past its deadline (statement timeout or the watchdog)."""
+
+    headers = {"Retry-After": "1"}
+
+    def __init__(self) -> None:
+        super().__init__("the database did not finish this request within its deadline; retry shortly", code="deadline")
+
+
+# PostgreSQL's SQLSTATEs of a wait on another transaction's lock: lock_not_available (lock_timeout),
+# deadlock_detected, serialization_failure.
+LOCK_STATES = frozenset({"55P03", "40P01", "40001"})
+DEADLINE_STATES = frozenset({"57014"})  # query_canceled: the statement_timeout
+
+
+def database_refusal(problem: Exception, deadline_passed: bool = False) -> Unavailable:
+    """What a request answers for a database error it could not get past: a lock wait, the
+    request's deadline, or the database being away, each its own 503 (code and message)."""
+    state = getattr(problem.__cause__, "sqlstate", None) or getattr(problem, "sqlstate", None)
+    if state in LOCK_STATES:
+        return LockWait()
+    if state in DEADLINE_STATES or deadline_passed:
+        return DeadlinePassed()
+    return Unavailable()
 
 
 def server_error(request, *args, **kwargs):

@@ -77,6 +77,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "ragtrail_site.strict_json.StrictJsonMiddleware",
     "ragtrail_site.db_deadline.DatabaseDeadlineMiddleware",
+    # An operator page refused by the database answers a 503 page naming why.
+    "ragtrail_site.db_deadline.DatabaseRefusalPageMiddleware",
 ]
 
 # benchmark_http serves ragtrail_site.bench_urls (the service plus two floors to measure against).

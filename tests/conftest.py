@@ -69,3 +69,10 @@ VISITING = {
 def sections(scope: Scope) -> dict[str, str]:
     Section.upsert(scope, VISITING)
     return dict(VISITING)
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):
+    """Runs what a block left for after its commit (labels, learning, re-signing) when the
+    block ends, as a real commit would: the test's own transaction never commits."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)

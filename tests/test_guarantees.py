@@ -39,13 +39,14 @@ def empty_cache():
 
 
 # 1. A section edited in Django admin is hashed, its old text kept, and citing trails flagged.
-def test_section_edited_in_admin_is_rehashed_and_never_served_under_its_old_hash(api, scope, sections, admin_client):
+def test_section_edited_in_admin_is_rehashed_and_never_served_under_its_old_hash(api, scope, sections, admin_client, committed):
     trail_id = api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"]).json()["trail_id"]
     section = Section.objects.get(scope=scope, section_id="visiting/icu")
     edited = "Intensive care visiting is closed this week."
-    response = admin_client.post(
-        f"/admin/scopes/section/{section.pk}/change/", {"scope": scope.pk, "section_id": "visiting/icu", "text": edited}
-    )
+    with committed():
+        response = admin_client.post(
+            f"/admin/scopes/section/{section.pk}/change/", {"scope": scope.pk, "section_id": "visiting/icu", "text": edited}
+        )
     assert response.status_code == 302, response.content[:500]
     section.refresh_from_db()
     assert (section.text, section.hash) == (edited, section_hash(edited))
@@ -54,11 +55,12 @@ def test_section_edited_in_admin_is_rehashed_and_never_served_under_its_old_hash
     assert Trail.objects.get(public_id=trail_id).section_changed_at is not None
 
 
-def test_section_saved_from_a_shell_is_rehashed_and_flags_citing_trails(api, scope, sections):
+def test_section_saved_from_a_shell_is_rehashed_and_flags_citing_trails(api, scope, sections, committed):
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"])
     section = Section.objects.get(scope=scope, section_id="visiting/icu")
     section.text = "Closed."
-    section.save()
+    with committed():
+        section.save()
     assert Section.objects.get(pk=section.pk).hash == section_hash("Closed.")
     assert Trail.objects.get().section_changed_at is not None
     with pytest.raises(ValueError, match="upsert"):
@@ -227,7 +229,7 @@ def test_an_operator_reinstates_a_rejected_trail_explicitly_and_it_is_in_the_his
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "rejected"
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"}).status_code == 409
     trail = Trail.objects.get(public_id=trail_id)
-    trail.reinstate(by="olga")
+    trail.act("reinstate", by="olga")
     trail.refresh_from_db()
     assert trail.status == "pending"
     assert list(trail.signals.values_list("signal", flat=True)) == ["down", "reinstate"]

@@ -313,7 +313,7 @@ class Promises(RuleBasedStateMachine):
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "rejected"]))
         trail = Trail.objects.get(public_id=trail_id)
-        trail.reinstate(by="root")
+        trail.act("reinstate", by="root")
         self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
         if approve:
             trail.act("up", by="root")

@@ -143,9 +143,10 @@ def test_tool_cache_benchmark_runs(db):
     assert "60 lookups" in out.getvalue() and "lookups/s" in out.getvalue()
 
 
-def test_demo_move_to_the_new_revision_flags_the_trails_it_touches(db):
+def test_demo_move_to_the_new_revision_flags_the_trails_it_touches(db, committed):
     call_command("load_demo", "--no-credentials", stdout=StringIO())
-    call_command("load_demo", "--revision", "new", "--no-credentials", stdout=StringIO())
+    with committed():
+        call_command("load_demo", "--revision", "new", "--no-credentials", stdout=StringIO())
     flagged = Trail.objects.filter(scope__slug="python-faq", section_changed_at__isnull=False).count()
     assert flagged == 18  # 13 come back as hints and 5 as misses; 7 are untouched
 

@@ -136,23 +136,25 @@ def give_feedback(
         labelled = event.similarity is not None and _label(
             scope, event, event.matcher, event.similarity, not helpful, MatchLabel.Source.FEEDBACK, reporter, event.trail_id, now
         ) is not None
-        if not helpful and event.trail_id is not None:
-            metrics.FALSE_HIT_REPORTS.inc()
+        reported = not helpful and event.trail_id is not None
+        if reported:
             Trail(pk=event.trail_id).report_false_hit(reason, reporter=reporter, now=now)
+    if reported:
+        metrics.FALSE_HIT_REPORTS.inc()
     if labelled:
         learn_thresholds(scope, now)
     return event
 
 
 @receiver(trail_status_changed, dispatch_uid="trails.feedback.label_rejections")
-def label_rejections(sender, trail: Trail, action: str, before: str, by: str, at: datetime, **kwargs) -> None:
+def label_rejections(sender, trail: Trail, action: str, before: str, after: str, by: str, at: datetime, **kwargs) -> None:
     """A served trail that is rejected labels the recent recalls that served it (those no
     agent judged) as false hits, by whoever rejected it; reinstating it takes them back."""
     if action == Signal.REINSTATE:
         if MatchLabel.objects.filter(trail_id=trail.pk, source=MatchLabel.Source.REJECTION).delete()[0]:
             learn_thresholds(Scope.objects.get(pk=trail.scope_id), at)
         return
-    if action != Signal.DOWN or before == trail.status:
+    if action != Signal.DOWN or before == after:
         return
     reporter = by if is_agent(by) else f"operator:{by or 'unknown'}"
     served = list(

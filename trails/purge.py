@@ -2,7 +2,7 @@
 
 A caller writes a trail's query, partition, idempotency key, steps (tool names, their
 arguments' keys and values, the section ids they returned) and cited section ids, and a
-recall event's query. A purge checks all of them: text is redacted where it can be (and
+recall event's query and partition. A purge checks all of them: text is redacted where it can be (and
 the trail re-signed, so matching follows the new text), and so are the reasons agents
 give with feedback (on recall events and in trails' signal history); a trail whose section ids hold
 the data is deleted, since a citation cannot be redacted without breaking the path.
@@ -173,6 +173,7 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     # reasons are redacted too.
     for model, rows, field in (
         (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(query=""), "query"),
+        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(partition=""), "partition"),
         (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(feedback_reason=""), "feedback_reason"),
         (TrailSignal, TrailSignal.objects.filter(trail__scope=run.scope).exclude(reason=""), "reason"),
     ):

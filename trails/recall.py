@@ -147,6 +147,7 @@ def recall(
             stale_ids=[t.id for t in stale],
             matcher=result.matcher,
             query=query if scope.keep_raw_queries else "",
+            partition=partition if scope.keep_raw_queries else "",
             now=now,
             calls_saved=result.calls_saved,
             tokens_saved=result.tokens_saved,

@@ -93,14 +93,9 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             field="hashes", section_ids=changed,
         )
 
-    if request.answer is not None and says_sources_do_not_answer(request.answer):
-        status, reason = TrailStatus.REJECTED, "the answer says its sources do not answer the question"
-    elif request.signal in POSITIVE_SIGNALS:
-        status, reason = TrailStatus.ACTIVE, ""
-    else:
-        status, reason = TrailStatus.PENDING, "no positive signal: waiting for approval"
-
-    rows = TrailRows.build(scope, request, current, status, reason, now, fingerprint)
+    refused = "the answer says its sources do not answer the question" if (
+        request.answer is not None and says_sources_do_not_answer(request.answer)) else ""
+    rows = TrailRows.build(scope, request, current, refused, now, fingerprint)
     rows.trail.path_tokens = path_tokens(scope, request.steps, current)
     try:
         TrailRows.save_all([rows])
@@ -113,7 +108,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
         raise
     if request.session:
         learn_from_research(scope, request.session, request.query, cited, now, request.reporter)
-    metrics.RECORDS.labels(request.signal or "none", status.value if hasattr(status, "value") else str(status)).inc()
+    metrics.RECORDS.labels(request.signal or "none", rows.trail.status).inc()
     return RecordResult(rows.trail, created=True)
 
 
@@ -134,23 +129,23 @@ class TrailRows:
         scope: Scope,
         request: RecordInput,
         current: dict[str, Section],
-        status: str,
-        reason: str,
+        refused: str,
         now: datetime,
         fingerprint: str = "",
     ) -> "TrailRows":
-        """Signs the query and lays out every row; `current` holds each cited section."""
+        """Signs the query and lays out every row; `current` holds each cited section;
+        `refused` says why admission refused the answer (blank where it did not)."""
         question = sign(scope, request.query, request.partition)
-        trail = Trail(
-            scope=scope,
+        # The initial status is the lifecycle table's (record with or without a positive signal, or refused).
+        trail = Trail.start(
+            scope,
+            signalled=request.signal in POSITIVE_SIGNALS,
+            refused_reason=refused,
+            now=now,
             partition=request.partition,
             query=request.query,
             normalised_query=normalise_query(request.query),
-            status=status,
             signal=request.signal or "",
-            reason=reason,
-            created_at=now,
-            expires_at=scope.expiry_for(active=status == TrailStatus.ACTIVE, now=now),
             idempotency_key=request.idempotency_key,
             request_fingerprint=fingerprint,
         )
@@ -166,7 +161,7 @@ class TrailRows:
                 Citation(trail=trail, scope=scope, position=i, section_id=section_id, hash=current[section_id].hash)
                 for i, section_id in enumerate(cited)
             ],
-            question=None if status == TrailStatus.REJECTED else question,
+            question=None if trail.status == TrailStatus.REJECTED else question,
             signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
             if request.signal
             else [],

@@ -90,10 +90,13 @@ def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bo
 
 
 @receiver(trail_status_changed, dispatch_uid="trails.reindex.sign_on_becoming_servable")
-def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, **kwargs) -> None:
+def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, after: str, **kwargs) -> None:
     """A trail coming back from rejection is signed afresh, so once approved it is found
     like any other. Always, not only when it has no band keys (rejected at record): one
     rejected later keeps the keys of the matching it was signed under, and re-signing
     after a matching change reaches servable trails only."""
-    if before == TrailStatus.REJECTED and trail.status in (TrailStatus.PENDING, TrailStatus.ACTIVE):
-        resign(trail.scope, [trail])  # act() read it with the trail, under the row lock
+    if before == TrailStatus.REJECTED and after in (TrailStatus.PENDING, TrailStatus.ACTIVE):
+        # After the commit (the trail's lock is released): the embedding takes the model's time.
+        with transaction.atomic():
+            fresh = list(Trail.objects.filter(pk=trail.pk).only("id", "scope_id", "query", "partition"))
+            resign(trail.scope, fresh)  # act() read the scope with the trail (without locking it)

@@ -5,8 +5,9 @@ what changed through the store's one write path (hash, kept revision, trails fla
 same transaction), removes what the source dropped when asked, and says what it did: sections
 added / changed / unchanged / removed, and how the served trails move (what recall will
 answer for each: prefetch → hint, → stale, or unaffected). A dry run says the same and
-writes nothing. The whole sync is one transaction under the scope's row lock, so two syncs
-of one scope never interleave and a failure writes nothing.
+writes nothing. The whole sync is one transaction under the scope's sync lock, so two syncs
+of one scope never interleave and a failure writes nothing; it locks no trail (the citing
+trails are flagged for operators once it commits), so votes and reports go on beside it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ragtrail_site.errors import Invalid
@@ -84,6 +85,20 @@ def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched:
     return moves
 
 
+# The first key of the advisory lock a sync holds (the second is the scope's id).
+SYNC_LOCK = 7261  # a fixed number no other advisory lock of the service uses
+
+
+def one_sync_at_a_time(scope: Scope) -> None:
+    """Holds the scope's sync lock until the transaction ends. Not the scope's row: learning
+    and threshold moves lock that, and they must not wait for a whole docs release."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SYNC_LOCK, scope.pk])
+    else:
+        Scope.objects.select_for_update().filter(pk=scope.pk).first()  # SQLite: one writer at a time anyway
+
+
 def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
                   by: str = "", source: str = "", now: datetime | None = None) -> SyncSummary:
     """Makes the scope's store hold the source's sections (see the module's docstring).
@@ -104,7 +119,7 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
             incoming[section.id] = section_hash(section.text)
             texts[section.id] = section.text
     with transaction.atomic():
-        Scope.objects.select_for_update().filter(pk=scope.pk).first()  # one sync of a scope at a time
+        one_sync_at_a_time(scope)
         current = dict(Section.objects.filter(scope=scope).values_list("section_id", "hash"))
         summary = SyncSummary(dry_run=dry_run)
         for section_id, digest in incoming.items():

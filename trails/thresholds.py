@@ -106,7 +106,7 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
         The decision per matcher the scope uses (empty when pinned).
     """
     with transaction.atomic():
-        locked = Scope.objects.select_for_update().get(pk=scope.pk)
+        locked = Scope.objects.select_for_update(no_key=True).get(pk=scope.pk)
         if locked.threshold_pinned:
             return {}
         at = now or timezone.now()
@@ -152,7 +152,7 @@ def _counted(changes: list) -> None:
 
 def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fields) -> None:
     with transaction.atomic():
-        locked = Scope.objects.select_for_update().get(pk=scope.pk)
+        locked = Scope.objects.select_for_update(no_key=True).get(pk=scope.pk)
         at = now or timezone.now()
         _counted(ThresholdChange.objects.bulk_create([
             ThresholdChange(scope=locked, matcher=matcher, kind=kind, before=in_use(locked, matcher),
@@ -215,10 +215,11 @@ def apply_matching_change(sender, instance: Scope, raw: bool = False, **kwargs) 
     in the same save), and a changed threshold or bound drops what was learned against
     the old one. What changed is kept on the instance for `after_matching_change`."""
     instance._matching_changed = frozenset()
-    if raw or instance.pk is None:
+    if raw:
         return
-    before = Scope.objects.filter(pk=instance.pk).values(*MATCHING_FIELDS).first()
+    before = Scope.objects.filter(pk=instance.pk).values(*MATCHING_FIELDS).first() if instance.pk is not None else None
     if before is None:
+        calibrate_new_scope(instance)
         return
     changed = {name for name in MATCHING_FIELDS if before[name] != getattr(instance, name)}
     if changed & BOUND_FIELDS and not changed & THRESHOLD_FIELDS:
@@ -230,6 +231,17 @@ def apply_matching_change(sender, instance: Scope, raw: bool = False, **kwargs) 
         instance.threshold_flags = ""
     instance._matching_changed = frozenset(changed)
     instance._matching_before = before
+
+
+def calibrate_new_scope(scope: Scope) -> None:
+    """A scope being created gets the calibration's thresholds for its bound and matcher, as
+    an edit of either would set them; thresholds given at creation (different from the
+    model's defaults, which are the calibration's for the default bound and matcher) stand."""
+    defaults = {name: Scope._meta.get_field(name).default for name in THRESHOLD_FIELDS}
+    if any(getattr(scope, name) != value for name, value in defaults.items()):
+        return
+    for name, value in calibration.thresholds_for(scope.max_false_hit_rate, scope.matcher).items():
+        setattr(scope, name, value)
 
 
 @receiver(post_save, sender=Scope, dispatch_uid="trails.thresholds.after_matching_change")

@@ -1,4 +1,4 @@
-"""Upkeep jobs: idempotent functions, each with a management command (and later a Celery task)."""
+"""Upkeep jobs: idempotent functions, each with a management command and a Celery task."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -9,7 +9,7 @@ from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
 from trails.calibration import limits_for
-from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
+from trails.models import SIMILARITY_BINS, Citation, expiring, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 from trails.purge import forget_unconfirmed_previews
 from trails.thresholds import in_use, used_matchers
 
@@ -29,7 +29,7 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
     """
     deleted = {"trails": 0, "events": 0}
     while True:
-        ids = list(Trail.objects.filter(expires_at__lte=now).order_by("id").values_list("id", flat=True)[:batch_size])
+        ids = list(expiring(Trail.objects.all(), now).order_by("id").values_list("id", flat=True)[:batch_size])
         if not ids:
             break
         with transaction.atomic():

@@ -176,8 +176,11 @@ def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, 
     assert response.status_code == 302 and response["Location"] == f"/ops/hospital/trails/{pending.public_id}/"
     pending.refresh_from_db()
     assert pending.status == "rejected"
-    assert staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}).status_code == 400
-    assert staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "maybe"}).status_code == 400
+    # A refused action comes back to the trail's page saying why (never a bare error page).
+    refused = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}, follow=True)
+    assert refused.status_code == 200 and "Nothing was done: a rejected trail cannot be approved" in refused.content.decode()
+    unknown = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "maybe"}, follow=True)
+    assert unknown.status_code == 200 and "Nothing was done: unknown action" in unknown.content.decode()
     pending.refresh_from_db()
     assert pending.status == "rejected" and TrailSignal.objects.filter(trail=pending).count() == 1
 

@@ -202,14 +202,16 @@ def test_real_faq_edits_give_all_three_outcomes(api):
     assert api.recall("hospital", query="How do copies and views of data differ?").json()["outcome"] == "hint"
 
 
-def test_a_section_change_flags_exactly_the_active_trails_that_cite_it(api, sections):
+def test_a_section_change_flags_exactly_the_active_trails_that_cite_it(api, sections, committed):
     icu = record_icu(api)  # cites visiting/icu and parking
     ward = api.record("hospital", query="What are the general ward visiting hours?", cited=["visiting/ward"]).json()["trail_id"]
     pending = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()["trail_id"]
-    api.put_sections("hospital", {"parking": "Visitors park in car park C.", "visiting/ward": sections["visiting/ward"]})
+    with committed():  # the flag is set once the write commits
+        api.put_sections("hospital", {"parking": "Visitors park in car park C.", "visiting/ward": sections["visiting/ward"]})
     flagged = {t: api.call("get", f"/scopes/hospital/trails/{t}").json()["section_changed_at"] is not None for t in (icu, ward, pending)}
     assert flagged == {icu: True, ward: False, pending: False}
     # The flag informs operators; what recall serves is still decided on read.
     assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "hint"
-    api.call("delete", "/scopes/hospital/sections/visiting/ward")
+    with committed():
+        api.call("delete", "/scopes/hospital/sections/visiting/ward")
     assert api.call("get", f"/scopes/hospital/trails/{ward}").json()["section_changed_at"] is not None

@@ -52,7 +52,7 @@ def grown_scope(db):
     questions = [maker.question() for _ in range(TRAILS)]
     rows = [
         TrailRows.build(scope, RecordInput(query=query, cited=["s"], steps=[RecordedStep("search", {"q": query}, ["s"])], signal="accepted"),
-                        current, TrailStatus.ACTIVE, "", now)
+                        current, "", now)
         for query in questions
     ]
     TrailRows.save_all(rows)

@@ -9,7 +9,7 @@ from ragtrail_site.celery import app as celery_app
 from scopes.models import Scope
 from tests.trails.test_record import QUERY
 from trails.calibration import thresholds_for
-from trails.models import TRAIL_ACTIONS, ActionRefused, BandKey, ThresholdChange, Trail, TrailStatus
+from trails.models import ActionRefused, BandKey, ThresholdChange, Trail, TrailStatus
 
 REFUSING = "The documents I found don't cover this."
 
@@ -21,20 +21,21 @@ def operator(db) -> Client:
     return client
 
 
-def test_a_trail_rejected_at_record_reinstated_and_approved_is_served(api, sections, operator):
+def test_a_trail_rejected_at_record_reinstated_and_approved_is_served(api, sections, operator, committed):
     body = api.record("hospital", query=QUERY, cited=["visiting/icu"], answer=REFUSING).json()
     assert body["status"] == "rejected"
     trail = Trail.objects.get(public_id=body["trail_id"])
     assert not BandKey.objects.filter(trail=trail).exists()  # a rejected trail is stored unsigned for lookups
     # The operator reinstates it from its row and approves it (the same pages an operator uses).
-    assert operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "reinstate"}).status_code == 302
+    with committed():
+        assert operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "reinstate"}).status_code == 302
     assert operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "up"}).status_code == 302
     assert Trail.objects.get(pk=trail.pk).status == TrailStatus.ACTIVE
     answer = api.recall("hospital", query=QUERY).json()
     assert answer["outcome"] == "prefetch" and answer["trail_id"] == body["trail_id"]
 
 
-def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reinstated(api, sections, operator, scope):
+def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reinstated(api, sections, operator, scope, committed):
     """A rejected trail keeps the band keys of the matching it was signed under; the scope's
     matching changes while it is out of service (re-signing reaches servable trails only).
     Reinstated and approved, it must be found by the matching in use now."""
@@ -42,18 +43,20 @@ def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reins
     assert operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "down"}).status_code == 302
     scope.lexical_threshold = 0.6  # from 0.5: the band keys drawn for 0.6 differ
     scope.save()
-    for vote in ("reinstate", "up"):
-        assert operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": vote}).status_code == 302
+    with committed():
+        for vote in ("reinstate", "up"):
+            assert operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": vote}).status_code == 302
     answer = api.recall("hospital", query=QUERY).json()
     assert answer["outcome"] == "prefetch" and answer["trail_id"] == trail_id
 
 
-def test_the_same_through_django_admin(api, sections, operator):
+def test_the_same_through_django_admin(api, sections, operator, committed):
     trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"], answer=REFUSING).json()["trail_id"]
     pk = Trail.objects.get(public_id=trail_id).pk
-    for action in ("reinstate", "approve"):
-        response = operator.post("/admin/trails/trail/", {"action": action, "_selected_action": [pk]}, follow=True)
-        assert response.status_code == 200
+    with committed():
+        for action in ("reinstate", "approve"):
+            response = operator.post("/admin/trails/trail/", {"action": action, "_selected_action": [pk]}, follow=True)
+            assert response.status_code == 200
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
     # Django admin finds a trail by the id the API and the pages show.
     found = operator.get("/admin/trails/trail/", {"q": trail_id}).content.decode()
@@ -81,18 +84,6 @@ def test_an_operator_sends_an_active_trail_back_to_pending_with_a_reason(api, se
     signal = trail.signals.last()
     assert (signal.signal, signal.source, signal.by, signal.reason) == ("demote", "operator", "olga", "wrong ward")
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"
-
-
-@pytest.mark.parametrize("action", list(TRAIL_ACTIONS))
-def test_every_action_refuses_the_statuses_it_does_not_apply_to_and_changes_nothing(api, sections, action):
-    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
-    trail = Trail.objects.get(public_id=trail_id)
-    rule = TRAIL_ACTIONS[action]
-    if TrailStatus.ACTIVE in rule.allowed:
-        return
-    with pytest.raises(ActionRefused):
-        trail.act(action, by="olga")
-    assert Trail.objects.get(pk=trail.pk).status == TrailStatus.ACTIVE and not trail.signals.exclude(signal="accepted").exists()
 
 
 def test_a_bound_changed_from_a_shell_sets_the_thresholds_and_drops_what_was_learned(scope):

@@ -73,13 +73,26 @@ def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection
         section = current.get(citation.section_id)
         if section is None:
             checks.append(SectionCheck(citation.section_id, SectionStatus.DELETED))
-        elif section.hash != citation.recorded_hash or (section.text is not None and section_hash(section.text) != citation.recorded_hash):
-            # The text itself is hashed, not only the stored hash trusted: whatever path
-            # wrote the row, the text served is the text the trail cited.
+        elif read_hash(section) != citation.recorded_hash:
             checks.append(SectionCheck(citation.section_id, SectionStatus.CHANGED))
         else:
             checks.append(SectionCheck(citation.section_id, SectionStatus.VALID, section.text))
     return Validation(_outcome(sum(1 for c in checks if c.status is SectionStatus.VALID), len(checks)), tuple(checks))
+
+
+def read_hash(section: CurrentSection) -> str:
+    """The hash a section is judged by: its stored hash, or "" (changed for every citation)
+    where its text does not hash to it. The text itself is hashed, not only the stored hash
+    trusted: whatever path wrote the row, the text served is the text the trail cited."""
+    if section.text is not None and section_hash(section.text) != section.hash:
+        return ""
+    return section.hash
+
+
+def as_read(section: CurrentSection) -> CurrentSection:
+    """The section with its text hashed once and dropped: what pages judging many trails
+    citing one section pass to `validate` (the same verdicts, one hash per section)."""
+    return CurrentSection(read_hash(section), None)
 
 
 def _outcome(valid: int, cited: int) -> Outcome:
@@ -92,4 +105,4 @@ def outcome_once(citations: Sequence[Citation], hashes: Mapping[str, str]) -> Ou
     """What recall will answer for these citations once the store holds these hashes (a
     sync's summary, predicted before it writes): validate's rule on hashes alone. Serving
     never uses it; validate also hashes the text it is about to serve."""
-    return _outcome(sum(1 for c in citations if hashes.get(c.section_id) == c.recorded_hash), len(citations))
+    return validate(citations, {section_id: CurrentSection(digest, None) for section_id, digest in hashes.items()}).outcome

@@ -1,7 +1,9 @@
 """The trails app's models, by concept; every name is importable from `trails.models`.
 
-- `trail`: a trail and its parts (steps, citations, band keys, signal history, reports), the
-  one table of actions on it, and the flagging of trails whose sections changed;
+- `lifecycle`: statuses and the only code that writes them (the declared table is
+  trails.core.lifecycle), a trail's history and reports;
+- `trail`: a trail and its parts (steps, citations, band keys), and the flagging of trails
+  whose sections changed;
 - `recalls`: recall events and their hourly roll-ups;
 - `learning`: judged matches and every move of a learned threshold;
 - `tool_policies`: which tools' results are cached;
@@ -12,10 +14,13 @@ A module lower in that list never imports a higher one: where a lower one must r
 a higher one (a trail's recall events when it is deleted), it sends a signal the higher one
 receives (`trails_deleting`, `trail_status_changed`).
 """
+from trails.models.lifecycle import (
+    DISPLAY_STATUSES, EXPIRED, POSITIVE_SIGNALS, ActionRefused, Signal, TrailReport, TrailSignal, TrailStatus, actor_of,
+    expiring, is_agent, mark_stale, mark_stale_statements, trail_status_changed,
+)
 from trails.models.trail import (
-    DISPLAY_STATUSES, EXPIRED, POSITIVE_SIGNALS, TRAIL_ACTIONS, ActionRefused, BandKey, Citation, Signal, Step, Trail,
-    TrailAction, TrailQuerySet, TrailReport, TrailSignal, TrailStatus, delete_rows, flag_trails_citing, is_agent,
-    trail_status_changed, trails_deleting,
+    BandKey, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing, trails_deleting,
+    validations_now,
 )
 from trails.models.recalls import (
     SIMILARITY_BINS, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, write_recall_effects,
@@ -26,9 +31,9 @@ from trails.models.purge import PiiPattern, PurgeRun
 from trails.models.bulk import bulk_transaction, drop_scope, without_statement_timeout
 
 __all__ = [
-    "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "TRAIL_ACTIONS", "ActionRefused", "BandKey", "Citation", "Signal",
-    "Step", "Trail", "TrailAction", "TrailQuerySet", "TrailReport", "TrailSignal", "TrailStatus", "delete_rows",
-    "flag_trails_citing", "is_agent", "trail_status_changed", "trails_deleting",
+    "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "ActionRefused", "Signal", "TrailReport", "TrailSignal",
+    "TrailStatus", "actor_of", "expiring", "is_agent", "mark_stale", "mark_stale_statements", "trail_status_changed",
+    "BandKey", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "trails_deleting", "validations_now",
     "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
     "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
     "PiiPattern", "PurgeRun", "bulk_transaction", "drop_scope", "without_statement_timeout",

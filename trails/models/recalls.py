@@ -14,7 +14,8 @@ from django.utils import timezone
 from scopes.models import Scope
 from trails.charts import HourCounts
 from trails.core.validation import Outcome
-from trails.models.trail import Trail, TrailStatus, trails_deleting
+from trails.models.lifecycle import mark_stale_statements
+from trails.models.trail import Trail, trails_deleting
 
 # The database's choices of the one outcome enum (trails/core/validation.py).
 RecallOutcome = models.TextChoices("RecallOutcome", [(o.name, o.value) for o in Outcome])
@@ -38,6 +39,8 @@ class RecallEvent(models.Model):
     calls_saved = models.PositiveSmallIntegerField(default=0)
     tokens_saved = models.PositiveIntegerField(default=0)
     query = models.TextField(blank=True)
+    # The partition asked in, kept with the query (and purged like it): a replay asks what was asked.
+    partition = models.CharField(max_length=200, blank=True, db_default="")
     # The agent's verdict on what the recall served (POST .../recalls/{id}/feedback).
     helpful = models.BooleanField(null=True, blank=True)
     feedback_reason = models.CharField(max_length=500, blank=True, db_default="")
@@ -131,6 +134,7 @@ def write_recall_effects(
     matcher: str | None,
     query: str,
     now: datetime,
+    partition: str = "",
     calls_saved: int = 0,
     tokens_saved: int = 0,
     research_key: str = "",
@@ -146,10 +150,7 @@ def write_recall_effects(
     trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
     statements: list[tuple[str, list]] = []
     if stale_ids:
-        statements.append((
-            f"UPDATE {trail} SET status = %s, stale_at = %s, reason = %s WHERE id IN ({', '.join(['%s'] * len(stale_ids))}) AND status = %s",
-            [TrailStatus.STALE.value, _prep(Trail, "stale_at", now), "every cited section changed", *stale_ids, TrailStatus.ACTIVE.value],
-        ))
+        statements += mark_stale_statements(trail, stale_ids, _prep(Trail, "stale_at", now))
     if hit and trail_id is not None:
         statements.append((
             f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s",
@@ -157,10 +158,10 @@ def write_recall_effects(
         ))
     statements.append((
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-        "stale_marked, calls_saved, tokens_saved, query, research_key, nearest_trail_id, nearest_similarity) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, research_key,
+         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, partition, research_key,
          nearest_trail_id, nearest_similarity],
     ))
     if connection.vendor == "postgresql":

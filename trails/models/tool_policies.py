@@ -37,7 +37,7 @@ class ToolPolicyQuerySet(models.QuerySet):
         """Replaces a scope's policies in one transaction, under a lock on the scope's row
         (concurrent replacements apply one after the other); the version moves with them."""
         with transaction.atomic():
-            Scope.objects.select_for_update().filter(pk=scope.pk).exists()
+            Scope.objects.select_for_update(no_key=True).filter(pk=scope.pk).exists()
             self.filter(scope=scope).delete()
             return self.bulk_create(ToolPolicy(scope=scope, **p) for p in policies)
 

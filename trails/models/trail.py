@@ -1,10 +1,11 @@
-"""A trail (a recorded path to an answer) and its parts: steps, citations, band keys, signal history and reports; the one table of actions on it."""
+"""A trail (a recorded path to an answer) and its parts: steps, citations, band keys; the
+flagging of trails whose sections changed. Its lifecycle (status, history, reports) is
+trails.models.lifecycle."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from django.db import connection, models, transaction
 from django.db.models import Q
@@ -12,83 +13,12 @@ from django.dispatch import Signal as DjangoSignal
 from django.dispatch import receiver
 from django.utils import timezone
 
-from scopes.models import Scope, sections_changed
+from scopes.models import Scope, Section, sections_changed
 from trails.core.hint import RecordedStep
-from trails.core.minhash import MinHashParams, MinHashSignature
 from trails.core.validation import Citation as CoreCitation
-
-
-class TrailStatus(models.TextChoices):
-    PENDING = "pending", "Pending approval"
-    ACTIVE = "active", "Active"
-    STALE = "stale", "Stale"
-    REJECTED = "rejected", "Rejected"
-
-
-class Signal(models.TextChoices):
-    ACCEPTED = "accepted", "Caller accepted the answer"
-    USER = "user", "User thumbs-up"
-    VERIFIER = "verifier", "Verifier approved"
-    UP = "up", "Approved"
-    DOWN = "down", "Rejected"
-    REINSTATE = "reinstate", "Rejection reversed by an operator"
-    DEMOTE = "demote", "Sent back to pending by an operator"
-    REPORTED = "reported", "Reported not helpful by agents"
-
-
-POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
-
-
-class ActionRefused(ValueError):
-    """An action that does not apply to a trail in its state (the API answers 409, a page says why)."""
-
-
-def is_agent(by: str) -> bool:
-    """Whether an actor is an agent's API key ("key:<lookup>") rather than an operator."""
-    return by.startswith("key:")
-
-
-@dataclass(frozen=True)
-class TrailAction:
-    """One thing that can be done to a trail: from which statuses, to which, and how it reads."""
-
-    signal: str
-    allowed: tuple[str, ...]
-    status: str | None  # None: the trail is deleted
-    reason: str  # the status line afterwards; {by} and {reason} are filled in
-    refusal: str
-    verb: str
-    operator_only: bool = False
-
-
-# The one table of which action applies to which status: the API, the operator pages,
-# Django admin and the bulk actions all act through it (Trail.act, TrailQuerySet.act).
-TRAIL_ACTIONS: dict[str, TrailAction] = {
-    Signal.UP: TrailAction(Signal.UP, (TrailStatus.PENDING, TrailStatus.ACTIVE), TrailStatus.ACTIVE, "",
-                           "a {status} trail cannot be approved", "approve"),
-    # A rejection is final for votes: only reinstate, an operator's act, reverses it.
-    Signal.DOWN: TrailAction(Signal.DOWN, tuple(TrailStatus), TrailStatus.REJECTED, "rejected by {by}{reason}",
-                             "a {status} trail cannot be rejected", "reject"),
-    Signal.REINSTATE: TrailAction(Signal.REINSTATE, (TrailStatus.REJECTED,), TrailStatus.PENDING,
-                                  "rejection reversed by {by}{reason}",
-                                  "only a rejected trail can be reinstated; this one is {status}", "reinstate", operator_only=True),
-    Signal.DEMOTE: TrailAction(Signal.DEMOTE, (TrailStatus.ACTIVE,), TrailStatus.PENDING, "sent back to pending by {by}{reason}",
-                               "only an active trail can be sent back to pending; this one is {status}", "send back", operator_only=True),
-    # Stale trails never come back; deleting them is housekeeping.
-    "delete": TrailAction("delete", (TrailStatus.STALE,), None, "", "only a stale trail can be deleted; this one is {status}",
-                          "delete", operator_only=True),
-}
-
-# Sent inside the transaction of every status change, with `trail`, `action`, `before`,
-# `by` and `at`: the upper modules (labels and learning, re-signing) act on it, so the
-# model never calls up into them.
-trail_status_changed = DjangoSignal()
-
-
-# What an operator sees a trail as: its status, except that an active trail past its
-# expiry shows as expired (the sweep deletes it; recall never serves it meanwhile).
-EXPIRED = "expired"
-DISPLAY_STATUSES = [*TrailStatus.values, EXPIRED]
+from trails.core.validation import CurrentSection, Validation, as_read, validate
+from trails.core.lifecycle import Hold
+from trails.models.lifecycle import EXPIRED, ActionRefused, Lifecycle, Signal, TrailReport, TrailSignal, TrailStatus
 
 
 # Sent with the ids of trails about to be deleted in bulk, in the deleting transaction: rows
@@ -132,7 +62,7 @@ class TrailQuerySet(models.QuerySet):
         transaction; returns (changed, skipped)."""
         changed = skipped = 0
         with transaction.atomic():
-            for trail in self.select_for_update().order_by("id"):
+            for trail in self.select_for_update(of=("self",)).order_by("id"):
                 try:
                     trail.act(action, by=by, reason=reason)
                     changed += 1
@@ -141,7 +71,7 @@ class TrailQuerySet(models.QuerySet):
         return changed, skipped
 
 
-class Trail(models.Model):
+class Trail(Lifecycle, models.Model):
     """The path an agent took to an answer: query, steps and cited sections with their hashes."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -152,6 +82,10 @@ class Trail(models.Model):
     query = models.TextField()
     normalised_query = models.TextField()
     status = models.CharField(max_length=16, choices=TrailStatus.choices)
+    # Why a pending trail is held out of service (agents' reports, an operator), blank
+    # while it waits for its first approval: an agent's up vote approves only the latter.
+    held_by = models.CharField(max_length=16, choices=[(h.value, h.name.lower()) for h in Hold], blank=True,
+                               default="", db_default="")
     signal = models.CharField(max_length=16, choices=Signal.choices, blank=True)
     reason = models.CharField(max_length=200, blank=True)
     lexical_params = models.CharField(max_length=40)
@@ -197,9 +131,6 @@ class Trail(models.Model):
     def __str__(self) -> str:
         return f"{self.public_id} {self.query[:60]}"
 
-    def signature(self) -> MinHashSignature:
-        return MinHashSignature.from_bytes(MinHashParams.from_label(self.lexical_params), bytes(self.lexical_signature))
-
     def core_citations(self) -> list[CoreCitation]:
         return [CoreCitation(c.section_id, c.hash) for c in self.citations.order_by("position")]
 
@@ -232,156 +163,36 @@ class Trail(models.Model):
             return EXPIRED
         return self.status
 
-    def act(self, action: str, by: str = "", reason: str = "", now: datetime | None = None) -> None:
-        """Applies an action (TRAIL_ACTIONS) under a lock on the trail's row.
 
-        Actions racing on one trail are applied one at a time, each against the state
-        the one before it left, and each is in the signal history with who and why.
-        `by` is the actor: "key:<lookup>" for an agent's API key, else an operator's name.
+def validations_now(scope: Scope, trail_ids: Iterable[int] | models.QuerySet) -> dict[int, Validation]:
+    """What recall would find of each of these trails' citations now: outcome (prefetch,
+    hint, miss) and each section valid, changed or deleted, by recall's own rule
+    (trails.core.validation.validate, each section's text hashed where the scope keeps it).
+    The trail page, the recall page, the lists and a release's trails all read this.
 
-        Raises:
-            ActionRefused: the action does not apply to the trail's status now (the
-                trail is left as it was, and this instance shows its current state).
-        """
-        rule = TRAIL_ACTIONS.get(action)
-        if rule is None:
-            raise ActionRefused(f"unknown action {action!r}; one of {', '.join(TRAIL_ACTIONS)}")
-        if rule.operator_only and is_agent(by):
-            raise ActionRefused(f"only an operator can {rule.verb} a trail")
-        with transaction.atomic():
-            locked = Trail.objects.select_for_update().select_related("scope").get(pk=self.pk)
-            before = locked.status
-            if before not in rule.allowed:
-                self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-                raise ActionRefused(rule.refusal.format(status=locked.display_status))
-            if action == Signal.DOWN and is_agent(by) and before == TrailStatus.ACTIVE:
-                # One agent's key does not take an approved trail out of service: its down
-                # vote is a report, and reports from enough reporters send it back to pending.
-                self.report_false_hit(reason or "voted down", reporter=by, now=now)
-                return
-            # Read the clock after the lock: the history's order is the order actions applied.
-            at = now or timezone.now()
-            if rule.status is None:
-                Trail.delete_by_ids([locked.pk])
-                self.status = "deleted"
-                return
-            locked.status = rule.status
-            locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "")[:200]
-            fields = ["status", "reason"]
-            if rule.status == TrailStatus.ACTIVE:
-                # An approval answers the reports so far: counting starts again.
-                locked.false_hit_reports = locked.false_hit_reporters = 0
-                fields += ["false_hit_reports", "false_hit_reporters"]
-                TrailReport.objects.filter(trail_id=locked.pk).delete()
-            if rule.status != TrailStatus.REJECTED:
-                locked.expires_at = locked.scope.expiry_for(active=rule.status == TrailStatus.ACTIVE, now=at)
-                fields.append("expires_at")
-            locked.save(update_fields=fields)
-            source = TrailSignal.Source.FEEDBACK if is_agent(by) or not by else TrailSignal.Source.OPERATOR
-            TrailSignal.objects.create(trail=locked, signal=rule.signal, source=source, by=by[:150], reason=reason[:500], created_at=at)
-            trail_status_changed.send(Trail, trail=locked, action=action, before=before, by=by, at=at)
-        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-        self.false_hit_reports, self.false_hit_reporters = locked.false_hit_reports, locked.false_hit_reporters
-
-    def undo_last(self, by: str) -> str:
-        """Reverses the latest operator action that took this trail out of service: a
-        rejection (reinstate; and approve again if it was approved before) or a send-back
-        (approve again). Each step is an act of its own in the history, with "undo" as why.
-
-        Returns:
-            what was done, in words.
-
-        Raises:
-            ActionRefused: the latest operator action is not one of those, or the trail has
-                moved on since (it is no longer rejected or pending).
-        """
-        if is_agent(by):
-            raise ActionRefused("only an operator can undo")
-        with transaction.atomic():
-            locked = Trail.objects.select_for_update().get(pk=self.pk)
-            history = list(TrailSignal.objects.filter(trail=locked).order_by("-created_at", "-id")[:50])
-            last = next((s for s in history if s.source == TrailSignal.Source.OPERATOR), None)
-            if last is None or last.signal not in (Signal.DOWN, Signal.DEMOTE):
-                raise ActionRefused("nothing to undo: the latest operator action neither rejected nor sent this trail back")
-            earlier = history[history.index(last) + 1:]
-            was_approved = last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS, Signal.REPORTED)
-            if last.signal == Signal.DOWN:
-                locked.act(Signal.REINSTATE, by=by, reason="undo")
-            if was_approved:
-                locked.act(Signal.UP, by=by, reason="undo")
-        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-        return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
-
-    def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
-        """An up vote approves (activates a pending trail, refreshes an active one); a down
-        vote rejects, final for votes: only `reinstate`, an operator's act, reverses it."""
-        if vote not in (Signal.UP, Signal.DOWN):
-            raise ActionRefused(f"unknown vote {vote!r}")
-        self.act(vote, by=by, now=now)
-
-    def reinstate(self, by: str, now: datetime | None = None) -> None:
-        """Reverses a rejection: the trail goes back to pending, to be approved again."""
-        self.act(Signal.REINSTATE, by=by, now=now)
-
-    def report_false_hit(self, reason: str = "", reporter: str = "", now: datetime | None = None) -> bool:
-        """Counts an agent's "not helpful" report on a recall that served this trail.
-
-        Reports are counted per reporter: once `false_hit_reporters_to_pending` different
-        reporters (API keys, never fewer than two) have reported it since it was last
-        approved, an active trail goes back to pending (not served until an operator
-        approves it again), with the reason in its signal history. One key repeating its
-        report counts once. Reports are counted under the row lock, so racing reports
-        each count once.
-
-        Returns:
-            Whether this report sent the trail back to pending.
-        """
-        with transaction.atomic():
-            locked = Trail.objects.select_for_update().select_related("scope").get(pk=self.pk)
-            at = now or timezone.now()
-            locked.false_hit_reports += 1
-            fields = ["false_hit_reports"]
-            _, new_reporter = TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100], defaults={"created_at": at})
-            if new_reporter:
-                locked.false_hit_reporters += 1
-                fields.append("false_hit_reporters")
-            demoted = (
-                locked.status == TrailStatus.ACTIVE
-                and locked.false_hit_reporters >= locked.scope.false_hit_reporters_to_pending
-            )
-            if demoted:
-                locked.status = TrailStatus.PENDING
-                # The agents' words go to the signal history, not to the status line.
-                locked.reason = f"reported not helpful by {locked.false_hit_reporters} reporters"
-                locked.expires_at = locked.scope.expiry_for(active=False, now=at)
-                fields += ["status", "reason", "expires_at"]
-            locked.save(update_fields=fields)
-            if demoted:
-                TrailSignal.objects.create(
-                    trail=locked, signal=Signal.REPORTED, source=TrailSignal.Source.FEEDBACK, by=reporter[:150],
-                    reason=reason[:500], created_at=at,
-                )
-        self.status, self.reason, self.expires_at = locked.status, locked.reason, locked.expires_at
-        self.false_hit_reports, self.false_hit_reporters = locked.false_hit_reports, locked.false_hit_reporters
-        return demoted
-
-
-class TrailReport(models.Model):
-    """One reporter's "not helpful" on a trail since its last approval: reports count per reporter."""
-
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="+")
-    reporter = models.CharField(max_length=100)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["trail", "reporter"], name="trail_report_once_per_reporter")]
-
+    Two reads for all of them: their citations, then the sections those cite; each section's
+    text is hashed once, however many trails cite it.
+    """
+    recorded: dict[int, list[CoreCitation]] = {}
+    # A queryset goes in as a subquery: thousands of ids as parameters cost more to bind
+    # than the read itself.
+    wanted = trail_ids if isinstance(trail_ids, models.QuerySet) else list(trail_ids)
+    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=wanted).order_by("trail_id", "position")
+                                         .values_list("trail_id", "section_id", "hash")):
+        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
+    rows = Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
+    columns = ("section_id", "hash", "text") if scope.keeps_text else ("section_id", "hash")
+    current = {row[0]: as_read(CurrentSection(row[1], row[2] if scope.keeps_text else None)) for row in rows.values_list(*columns)}
+    return {trail_id: validate(citations, current) for trail_id, citations in recorded.items()}
 
 
 def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) -> int:
-    """Flags the active trails of a scope that cite any of these sections.
+    """Flags the active trails of a scope that cite any of these sections (a flag for
+    operators, not a status: recall still validates on read).
 
-    Reads the (scope, section_id) index of citations, never the scope's trails.
+    Reads the (scope, section_id) index of citations, never the scope's trails; locks the
+    trails it flags in id order (the lock order), so two writers never wait on each other
+    in a circle.
 
     Returns:
         How many trails were newly flagged.
@@ -389,15 +200,21 @@ def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) 
     if not section_ids:
         return 0
     citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
-    return Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True).update(
-        section_changed_at=now
-    )
+    flagged = Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True)
+    if connection.vendor == "postgresql":
+        ids = list(flagged.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
+        flagged = Trail.objects.filter(id__in=ids)
+    return flagged.update(section_changed_at=now)
 
 
 @receiver(sections_changed, dispatch_uid="trails.flag_trails_citing")
 def _flag_trails_citing_changed_sections(sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs) -> None:
-    # Every write of the section store (API, admin, demo, evaluation, shell) sends this.
-    flag_trails_citing(scope, section_ids, at)
+    # Every write of the section store (API, admin, demo, evaluation, shell) sends this. The
+    # flag is for operators (recall validates on read), so it is set once the write commits,
+    # in a short transaction of its own: a docs sync never holds trails' rows for its length,
+    # and votes on those trails never wait on it.
+    ids = list(section_ids)
+    transaction.on_commit(lambda: flag_trails_citing(scope, ids, at), robust=True)
 
 
 class Step(models.Model):
@@ -465,26 +282,3 @@ class BandKey(models.Model):
         indexes = [
             models.Index(fields=["key", "scope", "trail"], include=["sketch_high", "sketch_low"], name="bandkey_key_scope_sketch")
         ]
-
-
-class TrailSignal(models.Model):
-    """The history of signals and votes a trail received."""
-
-    class Source(models.TextChoices):
-        RECORD = "record", "At record time"
-        FEEDBACK = "feedback", "Feedback"
-        OPERATOR = "operator", "Operator"
-
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="signals")
-    signal = models.CharField(max_length=16, choices=Signal.choices)
-    source = models.CharField(max_length=16, choices=Source.choices)
-    by = models.CharField(max_length=150, blank=True, help_text="The operator, where one acted.")
-    # An agent's words with its report: caller-written, so purged like a query.
-    reason = models.CharField(max_length=500, blank=True, db_default="")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        # The overview counts a window's down-votes and reports: a few rows among every trail's record signal.
-        indexes = [models.Index(fields=["created_at"], name="trailsignal_complaints", condition=Q(signal__in=["down", "reported"]))]
-

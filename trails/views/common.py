@@ -9,15 +9,11 @@ from functools import wraps
 from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from scopes.hashing import section_hash
-from scopes.models import Scope, Section
-from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import outcome_once
-from trails.models import Citation, Trail
+from scopes.models import Scope
+from trails.models import Trail, validations_now
 
 
 def staff_required(view):
@@ -136,24 +132,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 
 def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int, list[str]], dict[int, str]]:
     """For these trails: the section ids each cites (in order), and what recall would answer
-    with them now (prefetch, hint or miss, from the cited sections' state). Two reads for all
-    of them: their citations, then the sections those cite."""
-    recorded: dict[int, list[CoreCitation]] = {}
-    # A queryset goes in as a subquery: thousands of ids as parameters cost more to bind
-    # than the read itself.
-    wanted = trail_ids if isinstance(trail_ids, QuerySet) else list(trail_ids)
-    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=wanted).order_by("trail_id", "position")
-                                         .values_list("trail_id", "section_id", "hash")):
-        recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
-    # Recall hashes the text it is about to serve rather than trust the stored hash. The same
-    # check here, once a section rather than once a citation (the triage filters judge
-    # thousands of trails citing the same few sections): a section whose text does not match
-    # its hash counts as changed for every trail citing it.
-    sections = Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
-    if scope.keeps_text:
-        hashes = {section_id: digest if section_hash(text) == digest else ""
-                  for section_id, digest, text in sections.values_list("section_id", "hash", "text")}
-    else:
-        hashes = dict(sections.values_list("section_id", "hash"))
-    cited = {trail_id: [c.section_id for c in citations] for trail_id, citations in recorded.items()}
-    return cited, {trail_id: outcome_once(citations, hashes).value for trail_id, citations in recorded.items()}
+    with them now (prefetch, hint or miss: trails.models.validations_now)."""
+    checked = validations_now(scope, trail_ids)
+    cited = {trail_id: [s.section_id for s in validation.sections] for trail_id, validation in checked.items()}
+    return cited, {trail_id: validation.outcome.value for trail_id, validation in checked.items()}

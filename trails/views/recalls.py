@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 from ragtrail_site.errors import Refused
 from scopes.models import Section
 from trails.forms import RecallLogFilterForm, ReplayForm
-from trails.models import RecallEvent, Trail
+from trails.core.validation import SectionStatus
+from trails.models import RecallEvent, Trail, validations_now
 from trails.recall import recall
 from trails.schemas import recall_json
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
@@ -35,7 +36,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
         # From the recall log: the event's id in the URL, its kept query read here.
         event = RecallEvent.objects.filter(scope=found, public_id__in=uuids([request.GET["recall"]])).exclude(query="").first()
         if event is not None:
-            data = {"query": event.query, "partition": ""}
+            data = {"query": event.query, "partition": event.partition}
     form = ReplayForm(data)
     form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
     if form.is_bound and form.is_valid():
@@ -137,15 +138,18 @@ def recall_detail(request: HttpRequest, scope: str, recall_id) -> HttpResponse:
     if trail is not None:
         citations = list(trail.citations.all())
         current = Section.objects.current(found, [c.section_id for c in citations])
-        for citation in citations:
+        checked = validations_now(found, [trail.id]).get(trail.id)
+        for citation, check in zip(citations, checked.sections if checked else []):
             now = current.get(citation.section_id)
             served.append({"section_id": citation.section_id, "then": citation.hash, "now": now.hash if now else None,
-                           "same": now is not None and now.hash == citation.hash})
+                           "same": check.status is SectionStatus.VALID})
     if event.query:
-        # The question is kept (keep_raw_queries): what recall would answer it now, and why.
-        replayed = recall(found, event.query, "", None, dry_run=True, explain=True)
+        # The question is kept (keep_raw_queries): what recall would answer it now, in the
+        # partition it was asked in, and why.
+        replayed = recall(found, event.query, event.partition, None, dry_run=True, explain=True)
         why = replayed.explanation
     return scope_page(request, "trails/recalls/recall_detail.html", found, {
         "event": event, "trail": trail, "served": served, "why": why, "replayed": replayed,
         "history": trail.signals.all()[:20] if trail is not None else [], "tab": "recalls",
+        "undoable": trail is not None and trail.undoable() is not None,
     })

@@ -19,7 +19,8 @@ from scopes.models import Scope, Section, SectionRevision
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection, SectionStatus, validate
 from trails.forms import TrailFilterForm
-from trails.models import TRAIL_ACTIONS, ActionRefused, Citation, Signal, Trail, TrailStatus
+from trails.core.lifecycle import NAMED_ACTIONS
+from trails.models import ActionRefused, Citation, Signal, Trail, TrailStatus, validations_now
 from trails.purge import findings as purge_findings
 from trails.purge import scope_rules, trails_to_check
 from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
@@ -168,9 +169,7 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     trail = _trail(scope, trail_id)
     citations = list(trail.citations.all())
     current = Section.objects.current(trail.scope, [c.section_id for c in citations])
-    validation = validate(
-        [CoreCitation(c.section_id, c.hash) for c in citations], {sid: CurrentSection(s.hash, s.text if trail.scope.keeps_text else None) for sid, s in current.items()}
-    )
+    validation = validations_now(trail.scope, [trail.id]).get(trail.id) or validate([], {})
     old_texts = {
         (r.section_id, r.hash): r.text
         for r in SectionRevision.objects.filter(scope=trail.scope, section_id__in=[c.section_id for c in citations])
@@ -194,6 +193,7 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         "citations": rows,
         "outcome": validation.outcome.value,
         "signals": trail.signals.all(),
+        "undoable": trail.undoable() is not None,
         # The recalls this trail answered, newest first, and how closely they matched.
         "recalls": trail.recall_events.order_by("-created_at", "-id").only(
             "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
@@ -221,7 +221,8 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         _triage(trail.scope, [trail])
         return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
     if error:
-        return HttpResponse(error, status=400)
+        # Said on the page the operator comes back to, never as a bare error page.
+        messages.error(request, f"Nothing was done: {error}.")
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
         back = reverse("ops:trail", args=[scope, trail.public_id])
@@ -239,7 +240,7 @@ def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
     form = TrailFilterForm(request.GET)
     done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)",
             Signal.DEMOTE: "sent back to pending", "delete": "deleted"}
-    if action not in TRAIL_ACTIONS:
+    if action not in NAMED_ACTIONS:
         notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."

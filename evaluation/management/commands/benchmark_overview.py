@@ -24,7 +24,7 @@ from evaluation.timing import percentile
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
-from trails.models import RecallEvent, Trail, TrailStatus, drop_scope
+from trails.models import RecallEvent, Trail, TrailStatus, drop_scope, mark_stale
 from trails.record import RecordInput, TrailRows
 from trails.upkeep import roll_up
 
@@ -188,16 +188,21 @@ class Command(BaseCommand):
         section_ids = sorted(current)
         maker = QuestionMaker(11)
         statuses = [TrailStatus.ACTIVE] * 90 + [TrailStatus.PENDING] * 5 + [TrailStatus.STALE] * 3 + [TrailStatus.REJECTED] * 2
+        stale: list[bool] = []
         for start in range(0, trails, 5000):
             rows = []
             for _ in range(min(5000, trails - start)):
                 cited = rng.sample(section_ids, 2)
-                status = rng.choice(statuses)
+                drawn = rng.choice(statuses)
                 rows.append(TrailRows.build(scope, RecordInput(
-                    query=maker.question(), cited=cited, signal="accepted" if status == TrailStatus.ACTIVE else None,
+                    query=maker.question(), cited=cited, signal=None if drawn == TrailStatus.PENDING else "accepted",
                     steps=[RecordedStep("search", {"q": "faq"}, cited), RecordedStep("read", {"id": cited[0]}, cited[:1])],
-                ), current, status, "", now - timedelta(seconds=rng.randrange(30 * 86400))))
+                ), current, "refused by the benchmark" if drawn == TrailStatus.REJECTED else "",
+                    now - timedelta(seconds=rng.randrange(30 * 86400))))
+                stale.append(drawn == TrailStatus.STALE)
             TrailRows.save_all(rows)
+            # Stale as recall marks them (the lifecycle's rule and history).
+            mark_stale([row.trail.id for row, is_stale in zip(rows, stale[-len(rows):]) if is_stale], now)
         return list(Trail.objects.filter(scope=scope).values_list("id", flat=True))
 
     def fill_events(self, scope: Scope, events: int, trail_ids: list[int], rng: random.Random, now) -> None:

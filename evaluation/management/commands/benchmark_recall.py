@@ -107,7 +107,7 @@ class Command(BaseCommand):
                     for query in questions:
                         cited = maker.random.sample(section_ids, 2)
                         batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
-                                     steps=[RecordedStep("search", {"query": query}, cited)]), current, TrailStatus.ACTIVE, "", now))
+                                     steps=[RecordedStep("search", {"query": query}, cited)]), current, "", now))
                 TrailRows.save_all(batch)
                 stored.extend(questions)
             fill = time.perf_counter() - started

@@ -63,7 +63,7 @@ class Command(BaseCommand):
                     cited = rng.sample(ids, 2)
                     rows.append(TrailRows.build(scope, RecordInput(query=maker.question(), cited=cited, signal="accepted",
                                                                    steps=[RecordedStep("search", {}, cited)]),
-                                                current, TrailStatus.ACTIVE, "", timezone.now()))
+                                                current, "", timezone.now()))
                 TrailRows.save_all(rows)
 
                 release, noop = [], []

@@ -44,7 +44,7 @@ class Command(BaseCommand):
             maker = QuestionMaker(5)
             for start in range(0, trails, 5000):
                 rows = [TrailRows.build(scope, RecordInput(query=maker.question(), cited=["s"], signal="accepted", steps=[RecordedStep("read", {}, ["s"])]),
-                                        current, TrailStatus.ACTIVE, "", now) for _ in range(min(5000, trails - start))]
+                                        current, "", now) for _ in range(min(5000, trails - start))]
                 for i, row in enumerate(rows):
                     if i % 2:
                         row.trail.expires_at = now - timedelta(minutes=1)

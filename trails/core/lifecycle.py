@@ -1,0 +1,225 @@
+"""A trail's lifecycle: the one declared table of who may do what to a trail, from which
+state, to which, and what it does to the trail's reports and the scope's labels.
+
+Plain data and one lookup, so the table can be read, tested and printed (the README's
+lifecycle section is checked against `table_rows()`) without Django. The model layer
+(trails.models.trail) applies a rule under the trail's row lock; nothing else changes a
+trail's status.
+
+States are a trail's status, except that a pending trail is one of two: waiting for its
+first approval ("pending"), or held out of service by agents' reports or an operator
+("held"). An agent's up vote approves the first and never the second: only an
+operator's approval answers reports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Status(str, Enum):
+    """What a trail's status column holds."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    STALE = "stale"
+    REJECTED = "rejected"
+
+
+class State(str, Enum):
+    """Where a trail stands in the lifecycle (a status, with pending split in two)."""
+
+    NEW = "new"  # not yet recorded
+    PENDING = "pending"  # recorded without a positive signal: waiting for a first approval
+    HELD = "held"  # pending again: taken out of service by reports or an operator
+    ACTIVE = "active"
+    STALE = "stale"
+    REJECTED = "rejected"
+    DELETED = "deleted"
+
+
+class Hold(str, Enum):
+    """Why a pending trail is held (the trail's `held_by` column); blank when it is not."""
+
+    NONE = ""
+    REPORTS = "reports"
+    OPERATOR = "operator"
+
+
+class Actor(str, Enum):
+    AGENT = "agent"  # an API key
+    OPERATOR = "operator"  # a signed-in person: operator pages, Django admin, a command
+    SYSTEM = "system"  # recall's read-time check, the sweep
+
+
+class Reports(str, Enum):
+    """What an action does to the reports counted against a trail since its last approval."""
+
+    KEEP = "kept"
+    COUNT = "counted"  # this report is added (once per reporter)
+    ANSWER = "answered"  # cleared: an operator's approval answers them
+    GONE = "deleted with the trail"
+
+
+class Labels(str, Enum):
+    """What an action does to the scope's labels (the evidence its threshold learns from)."""
+
+    NONE = "none"
+    REJECTION = "labels the recalls that served it as false hits"
+    WITHDRAW = "withdraws the labels its rejection made"
+
+
+class Expiry(str, Enum):
+    """Which expiry the trail gets."""
+
+    KEEP = "kept"
+    ACTIVE = "the scope's TTL"
+    PENDING = "the scope's pending TTL"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table."""
+
+    action: str
+    actor: Actor
+    from_states: tuple[State, ...]
+    to_state: State | None  # None: the status stays as it was
+    reports: Reports = Reports.KEEP
+    labels: Labels = Labels.NONE
+    expiry: Expiry = Expiry.KEEP
+    hold: Hold = Hold.NONE  # why the trail is held, where to_state is HELD
+    # Said with the new status ({by}, {reason}, {reporters} filled in); blank keeps the old words.
+    reason: str = ""
+    # Taken as another action (an agent's down vote on an active trail is a report).
+    taken_as: str = ""
+    note: str = ""
+
+    def applies_to(self, state: State) -> bool:
+        return state in self.from_states
+
+
+A, O, S = Actor.AGENT, Actor.OPERATOR, Actor.SYSTEM
+NEW, PENDING, HELD, ACTIVE, STALE, REJECTED, DELETED = (
+    State.NEW, State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED, State.DELETED,
+)
+ANY_RECORDED = (PENDING, HELD, ACTIVE, STALE, REJECTED)
+
+# Actions an API caller or operator names; the others are the system's own.
+VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE = "up", "down", "reinstate", "demote", "delete"
+REPORT = "report"
+RECORD_SIGNALLED, RECORD_UNSIGNALLED, RECORD_REFUSED = "record", "record-unsignalled", "record-refused"
+MARK_STALE, EXPIRE = "mark-stale", "expire"
+
+# The table. One row per (action, actor); an action absent for an actor is refused to it.
+RULES: tuple[Rule, ...] = (
+    Rule(RECORD_SIGNALLED, A, (NEW,), ACTIVE, expiry=Expiry.ACTIVE,
+         note="recorded with a positive signal (accepted, user, verifier)"),
+    Rule(RECORD_UNSIGNALLED, A, (NEW,), PENDING, expiry=Expiry.PENDING, reason="no positive signal: waiting for approval",
+         note="recorded without a positive signal"),
+    Rule(RECORD_REFUSED, A, (NEW,), REJECTED, expiry=Expiry.PENDING, reason="{reason}", note="the answer refused to answer (admission)"),
+    Rule(VOTE_UP, A, (PENDING, ACTIVE), ACTIVE, expiry=Expiry.ACTIVE,
+         note="approves a trail recorded pending, or renews an active one; reports stay counted"),
+    Rule(VOTE_DOWN, A, (PENDING, HELD, STALE, REJECTED), REJECTED, reason="rejected by {by}{reason}",
+         labels=Labels.REJECTION, note="final for votes"),
+    Rule(VOTE_DOWN, A, (ACTIVE,), None, reports=Reports.COUNT, taken_as=REPORT,
+         note="on an active trail one key's down vote is that key's report"),
+    Rule(REPORT, A, (ACTIVE,), None, reports=Reports.COUNT,
+         note="'not helpful' on a recall that served it; counted once per key"),
+    Rule(REPORT, A, (ACTIVE,), HELD, reports=Reports.COUNT, expiry=Expiry.PENDING, hold=Hold.REPORTS,
+         reason="reported not helpful by {reporters} reporters",
+         note="the report that brings the scope's number of different reporters"),
+    Rule(REPORT, A, (PENDING, HELD, STALE, REJECTED), None, reports=Reports.COUNT,
+         note="counted; the status stays"),
+    Rule(VOTE_UP, O, (PENDING, HELD, ACTIVE), ACTIVE, reports=Reports.ANSWER, expiry=Expiry.ACTIVE,
+         note="approve: the only way back into service from held"),
+    Rule(VOTE_DOWN, O, ANY_RECORDED, REJECTED, reason="rejected by {by}{reason}", labels=Labels.REJECTION),
+    Rule(DEMOTE, O, (ACTIVE,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, reason="sent back to pending by {by}{reason}",
+         note="send back"),
+    Rule(REINSTATE, O, (REJECTED,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, labels=Labels.WITHDRAW,
+         reason="rejection reversed by {by}{reason}", note="to be approved again by an operator"),
+    Rule(DELETE, O, (STALE,), DELETED, reports=Reports.GONE),
+    Rule(MARK_STALE, S, (ACTIVE,), STALE, reason="every cited section changed",
+         note="recall's read-time check found none of its sections unchanged; never comes back"),
+    Rule(EXPIRE, S, ANY_RECORDED, DELETED, reports=Reports.GONE, note="the sweep, past the trail's expiry"),
+)
+
+# Words for refusals: what the action would be called by whoever tried it.
+VERBS = {VOTE_UP: "approve", VOTE_DOWN: "reject", REINSTATE: "reinstate", DEMOTE: "send back", DELETE: "delete",
+         REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire"}
+# The actions an API caller or operator may name (the others are the system's or record's).
+NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE)
+
+
+class Refused(ValueError):
+    """The action does not apply: to this actor, or to the trail's state now."""
+
+
+def state_of(status: str, held_by: str = "") -> State:
+    """A stored trail's state from its status and hold."""
+    if status == Status.PENDING:
+        return HELD if held_by else PENDING
+    return State(status)
+
+
+def status_of(state: State) -> Status | None:
+    """The status column a state is stored as (None: the trail is deleted)."""
+    if state is DELETED:
+        return None
+    return Status.PENDING if state in (PENDING, HELD) else Status(state.value)
+
+
+def rules_for(action: str, actor: Actor) -> list[Rule]:
+    return [r for r in RULES if r.action == action and r.actor is actor]
+
+
+def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0, reporters_to_hold: int = 2) -> Rule:
+    """The rule that applies to an actor's action on a trail in this state.
+
+    Args:
+        reporters_after: for a report, the different reporters counted once it is added.
+        reporters_to_hold: the scope's number of reporters that takes an active trail out.
+
+    Raises:
+        Refused: the actor may not take this action at all, or not from this state
+            (the message says which, in an operator's words).
+    """
+    rules = rules_for(action, actor)
+    verb = VERBS.get(action, action)
+    if not rules:
+        if any(r.action == action for r in RULES):
+            who = {A: "an agent's key", O: "an operator", S: "the service itself"}
+            allowed = " or ".join(who[a] for a in Actor if any(r.action == action and r.actor is a for r in RULES))
+            raise Refused(f"only {allowed} can {verb} a trail")
+        raise Refused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
+    applicable = [r for r in rules if r.applies_to(state)]
+    if not applicable:
+        raise Refused(_refusal(action, actor, state))
+    if action == REPORT and state is ACTIVE:
+        held = reporters_after >= max(reporters_to_hold, 2)
+        return next(r for r in applicable if (r.to_state is HELD) == held)
+    return applicable[0]
+
+
+def _refusal(action: str, actor: Actor, state: State) -> str:
+    verb = VERBS.get(action, action)
+    if state is HELD and action == VOTE_UP and actor is A:
+        return ("this trail was taken out of service (by agents' reports or an operator): "
+                "only an operator's approval serves it again")
+    shown = "pending" if state is HELD else state.value
+    if action == REINSTATE:
+        return f"only a rejected trail can be reinstated; this one is {shown}"
+    if action == DEMOTE:
+        return f"only an active trail can be sent back to pending; this one is {shown}"
+    if action == DELETE:
+        return f"only a stale trail can be deleted; this one is {shown}"
+    return f"a {shown} trail cannot be {'approved' if action == VOTE_UP else verb + 'ed'}"
+
+
+def table_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """The table as text rows: action, actor, from, to, reports, labels (for the README)."""
+    rows = []
+    for r in RULES:
+        to = "(unchanged)" if r.to_state is None else r.to_state.value + (f" ({r.hold.value})" if r.hold is not Hold.NONE else "")
+        rows.append((r.action, r.actor.value, ", ".join(s.value for s in r.from_states), to, r.reports.value, r.labels.value))
+    return rows
