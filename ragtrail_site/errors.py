@@ -109,9 +109,8 @@ class LockWait(Unavailable):
 
 
 class DeadlinePassed(Unavailable):
-    """The request's database work ran past its deadline (statement timeout or the watchdog)."""
-
-    headers = {"Retry-After": "1"}
+    """The request's database work ran past its deadline (statement timeout or the watchdog):
+    a database that hangs may take a while, so the wait asked for is the same as when it is away."""
 
     def __init__(self) -> None:
         super().__init__("the database did not finish this request within its deadline; retry shortly", code="deadline")

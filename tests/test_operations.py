@@ -205,6 +205,7 @@ def test_a_hung_database_answers_503_within_the_deadline_not_after_the_pause(api
         os.kill(backend, signal.SIGCONT)
         connection.close()
     assert response.status_code == 503 and response["Retry-After"] == "5", response.content
+    assert response.json()["error"]["code"] == "deadline"  # not "unavailable" nor "lock_wait": the cause is named
     assert elapsed < 4, elapsed
     # The next request gets a fresh connection and is answered.
     assert api.recall("hospital", query="Where do visitors park?").status_code == 200
@@ -234,3 +235,44 @@ def test_the_database_deadline_bounds_the_whole_request_not_each_call(settings):
     elapsed = time.perf_counter() - started
     connection.close()
     assert 0.95 < elapsed < 1.3, elapsed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_held_past_its_wait_limit_is_a_named_503_for_agents_and_a_styled_page_for_operators(api, scope, sections):
+    """Another transaction holds a trail's row past the lock wait limit: the agent's vote
+    answers 503 "lock_wait" (not "unavailable"), the operator's page a 503 page saying so;
+    nothing changed."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's lock_timeout (as in CI)")
+    import threading
+
+    from django.contrib.auth.models import User
+    from django.db import connections, transaction
+    from django.test import Client
+
+    trail_id = api.record("hospital", **record_body()).json()["trail_id"]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Trail.objects.select_for_update().get(public_id=trail_id)
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        voted = api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"})
+        operator = Client()
+        operator.force_login(User.objects.create_superuser("olga", password="x"))
+        page = operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "down"})
+    finally:
+        release.set()
+        holder.join()
+    assert voted.status_code == 503 and voted.json()["error"]["code"] == "lock_wait" and voted["Retry-After"] == "1"
+    assert page.status_code == 503 and 'data-code="lock_wait"' in page.content.decode() and "ops.css" in page.content.decode()
+    assert Trail.objects.get(public_id=trail_id).status == "active"

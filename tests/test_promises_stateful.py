@@ -10,6 +10,10 @@ call must have done is checked after every step:
   its current hash, and a hint's changed sections really changed;
 - no pending, rejected, expired or stale trail is ever served, and trails go stale only
   when every section they cite changed;
+- every status follows the lifecycle's declared table (trails.core.lifecycle): the model
+  predicts each vote, report and operator action by the table's rule, never by the code's;
+- a scope is calibrated whether created or edited with a matcher or bound, and a docs sync
+  beside agents' votes and operator rejections (threads, PostgreSQL) refuses nothing;
 - after a purge, no row of the scope (every text and JSON field of every model, found
   generically), no API answer and no operator page holds the purged value;
 - a tool result is a hit only while the sections it lists are the versions it was
@@ -39,8 +43,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from scopes.models import ApiKey, Scope, Section, SectionRevision
 from tests.conftest import ApiClient
 from trails import purge
+from trails.calibration import thresholds_for
+from trails.core import lifecycle as table
+from trails.core.lifecycle import Actor, Reports, State
 from scopes.hashing import section_hash
-from trails.models import PurgeRun, Trail, TrailSignal
+from trails.models import PurgeRun, Trail, TrailReport, TrailSignal
 from trails.upkeep import sweep_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +90,32 @@ class TrailModel:
     partition: str = ""
     # The keys ("a", "b") that reported it not helpful since its last approval: two send it back.
     reporters: set = field(default_factory=set)
+    # Pending because reports or an operator took it out of service (not waiting for a first approval).
+    held: bool = False
+
+    def state(self) -> State:
+        return State.HELD if self.status == "pending" and self.held else State(self.status)
+
+    def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
+        """What the declared table says the action does to this trail; False where it refuses."""
+        reporters = self.reporters | {reporter} if action == table.REPORT or (
+            action == table.VOTE_DOWN and actor is Actor.AGENT and self.state() is State.ACTIVE) else self.reporters
+        try:
+            rule = table.decide(action, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+            if rule.taken_as:
+                rule = table.decide(rule.taken_as, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+        except table.Refused:
+            return False
+        if rule.reports is Reports.COUNT:
+            self.reporters = reporters
+        elif rule.reports is Reports.ANSWER:
+            self.reporters = set()
+        if rule.to_state is not None:
+            self.status = "pending" if rule.to_state in (State.PENDING, State.HELD) else rule.to_state.value
+            self.held = rule.to_state is State.HELD
+        if rule.expiry is not table.Expiry.KEEP:
+            self.expired = False
+        return True
 
 
 @dataclass
@@ -111,8 +144,9 @@ class Promises(RuleBasedStateMachine):
         User.objects.all().delete()
         self.scopes: dict[str, ScopeModel] = {}
         self.apis: dict[str, ApiClient] = {}
-        # A second agent's key per scope: reports count per key, and two keys demote.
-        self.second_apis: dict[str, ApiClient] = {}
+        # Three agents' keys per scope, "a", "b" and "c", each with the reporter it is counted as:
+        # reports count per key, and two keys' reports hold a trail.
+        self.keys: dict[str, dict[str, tuple[ApiClient, str]]] = {}
         self.trails: dict[str, TrailModel] = {}
         # Recalls that served a trail: recall id -> [scope, incarnation, trail id, judged already].
         self.served: dict[str, list] = {}
@@ -128,17 +162,21 @@ class Promises(RuleBasedStateMachine):
 
     def _create_scope(self, slug: str, incarnation: int) -> None:
         scope = Scope.objects.create(slug=slug, matcher="lexical")
-        self.apis[slug] = ApiClient(ApiKey.issue([scope])[1])
-        self.second_apis[slug] = ApiClient(ApiKey.issue([scope], name="second")[1])
+        self.keys[slug] = {}
+        for label in ("a", "b", "c"):
+            key, raw = ApiKey.issue([scope], name=label)
+            self.keys[slug][label] = (ApiClient(raw), f"key:{key.lookup}")
+        self.apis[slug] = self.keys[slug]["a"][0]
         self.scopes[slug] = ScopeModel(incarnation=incarnation)
         # Every scope starts caching the tool, as the first one did: the cache paths are walked often.
         self.set_tool_policy(slug, True)
 
     # -- checks shared by the rules --------------------------------------------------
 
-    def _call(self, slug: str, method: str, path: str, body=None, second: bool = False):
+    def _call(self, slug: str, method: str, path: str, body=None, second: bool = False, key: str = ""):
         Totals.steps += 1
-        response = (self.second_apis if second else self.apis)[slug].call(method, f"/scopes/{slug}{path}", body)
+        client = self.keys[slug][key or ("b" if second else "a")][0]
+        response = client.call(method, f"/scopes/{slug}{path}", body)
         assert response.status_code < 500, response.content[:500]
         text = response.content.decode()
         for other in SLUGS:
@@ -228,35 +266,35 @@ class Promises(RuleBasedStateMachine):
         return list(self.trails)
 
     @precondition(lambda self: self.trails)
-    @rule(data=st.data(), vote=st.sampled_from(["up", "down"]), second=st.booleans())
-    def vote(self, data, vote, second) -> None:
+    @rule(data=st.data(), vote=st.sampled_from(["up", "down"]), key=st.sampled_from(["a", "b", "c"]))
+    def vote(self, data, vote, key) -> None:
+        """An agent's vote, by one of three keys: "c" never reports, so its up votes come
+        between the others' reports (and must not shield the trail from them)."""
         trail_id = data.draw(st.sampled_from(self._live_trails()))
         trail = self.trails[trail_id]
-        response = self._call(trail.scope, "post", f"/trails/{trail_id}/feedback", {"vote": vote}, second=second)
-        if vote == "down" and trail.status == "active":
-            # One agent's key never takes an approved trail out: its down vote is a report.
-            assert response.status_code == 200
-            self._reported(trail, "b" if second else "a")
-            # The API shows an approved trail past its expiry as "expired" (never served).
-            assert response.json()["status"] == ("expired" if trail.status == "active" and trail.expired else trail.status)
-        elif vote == "down":
-            assert response.status_code == 200 and response.json()["status"] == "rejected"
-            trail.status = "rejected"
-        elif trail.status in ("pending", "active"):
-            assert response.status_code == 200 and response.json()["status"] == "active"
-            self._approved(trail)
+        was = trail.status
+        response = self._call(trail.scope, "post", f"/trails/{trail_id}/feedback", {"vote": vote}, key=key)
+        if not trail.apply(vote, Actor.AGENT, reporter=self.keys[trail.scope][key][1]):
+            assert response.status_code == 409, (response.content, trail)
+            return
+        assert response.status_code == 200, (response.content, trail)
+        # The API shows an approved trail past its expiry as "expired" (never served).
+        assert response.json()["status"] == ("expired" if trail.status == "active" and trail.expired else trail.status)
+        if vote == "up" and was != "active":
             self._check_findable(trail_id)
-        else:
-            assert response.status_code == 409
 
-    def _approved(self, trail: TrailModel) -> None:
-        trail.status, trail.expired = "active", False
-        trail.reporters.clear()
+    def _operator(self, trail_id: str, action: str, reason: str = "") -> None:
+        """An operator's action (as the pages and admin take it); the table says what follows."""
+        model = self.trails[trail_id]
+        try:
+            Trail.objects.get(public_id=trail_id).act(action, by="root", reason=reason)
+        except table.Refused:
+            assert not model.apply(action, Actor.OPERATOR), (action, model)
+            return
+        assert model.apply(action, Actor.OPERATOR), (action, model)
 
     def _reported(self, trail: TrailModel, reporter: str) -> None:
-        trail.reporters.add(reporter)
-        if trail.status == "active" and len(trail.reporters) >= 2:
-            trail.status, trail.expired = "pending", False
+        assert trail.apply(table.REPORT, Actor.AGENT, reporter=reporter)
 
     @precondition(lambda self: connection.vendor == "postgresql" and any(m.status in ("pending", "rejected") for m in self.trails.values()))
     @rule(data=st.data(), ups=st.integers(0, 3), downs=st.integers(1, 3))
@@ -303,8 +341,9 @@ class Promises(RuleBasedStateMachine):
         if row.status != "rejected":
             row.act("down", by="root", reason="settled after the race")
         Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
-        trail.status = "rejected"
-        trail.reporters.clear()
+        trail.status, trail.held = "rejected", False
+        # The reports of the race's down votes (one key's, if an approval came first) stay counted.
+        trail.reporters = set(TrailReport.objects.filter(trail=row).values_list("reporter", flat=True))
 
     @precondition(lambda self: any(t.status == "rejected" for t in self.trails.values()))
     @rule(data=st.data(), approve=st.booleans())
@@ -312,12 +351,9 @@ class Promises(RuleBasedStateMachine):
         """Undoes a rejection (at record time or later), and perhaps approves at once."""
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "rejected"]))
-        trail = Trail.objects.get(public_id=trail_id)
-        trail.act("reinstate", by="root")
-        self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
+        self._operator(trail_id, "reinstate")
         if approve:
-            trail.act("up", by="root")
-            self._approved(self.trails[trail_id])
+            self._operator(trail_id, "up")
             self._check_findable(trail_id)
 
     def _check_findable(self, trail_id: str) -> None:
@@ -336,8 +372,7 @@ class Promises(RuleBasedStateMachine):
     def operator_sends_back_to_pending(self, data) -> None:
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "active"]))
-        Trail.objects.get(public_id=trail_id).act("demote", by="root", reason="checking it")
-        self.trails[trail_id].status, self.trails[trail_id].expired = "pending", False
+        self._operator(trail_id, "demote", reason="checking it")
 
     @rule(slug=scopes_st, question=st.sampled_from(QUESTIONS), dirty_value=st.sampled_from(("",) + DIRTY_VALUES), dry_run=st.booleans())
     def recall(self, slug, question, dirty_value, dry_run) -> None:
@@ -427,8 +462,9 @@ class Promises(RuleBasedStateMachine):
         trail = self.trails.get(trail_id)
         if helpful or trail is None:
             return
-        self._reported(trail, "b" if second else "a")
+        self._reported(trail, self.keys[slug]["b" if second else "a"][1])
         assert response.json()["trail_status"] == trail.status
+        assert response.json()["false_hit_reporters"] == len(trail.reporters), (response.json(), trail)
 
     @rule(slug=scopes_st, threshold=st.sampled_from([0.5, 0.6, 0.8]), through_admin=st.booleans())
     def change_matching(self, slug, threshold, through_admin) -> None:
@@ -446,6 +482,66 @@ class Promises(RuleBasedStateMachine):
             scope.lexical_threshold = threshold
             scope.save()
         assert Scope.objects.get(slug=slug).lexical_threshold == threshold
+
+    @rule(matcher=st.sampled_from(["lexical", "embedding", "both"]), bound=st.sampled_from([0.005, 0.02, 0.05]),
+          through_admin=st.booleans())
+    def create_a_scope_with_a_matcher_or_bound(self, matcher, bound, through_admin) -> None:
+        """A scope created with a matcher or bound gets the calibration's thresholds, as an edit would."""
+        Totals.steps += 1
+        if through_admin:
+            form = {"slug": "fresh", "name": "Fresh", "matcher": matcher, "max_false_hit_rate": bound,
+                    "lexical_threshold": 0.5, "embedding_threshold": 0.945, "token_budget": 2000, "active_ttl_days": 30,
+                    "pending_ttl_days": 7, "event_retention_days": 30, "false_hit_reporters_to_pending": 2,
+                    "synonyms": "", "band_count": "", "band_rows": ""}
+            response = self.admin.post("/admin/scopes/scope/add/", form)
+            assert response.status_code == 302, response.content[:2000]
+            fresh = Scope.objects.get(slug="fresh")
+        else:
+            fresh = Scope.objects.create(slug="fresh", matcher=matcher, max_false_hit_rate=bound)
+        fresh.refresh_from_db()
+        expected = thresholds_for(bound, matcher)
+        assert {"lexical_threshold": fresh.lexical_threshold, "embedding_threshold": fresh.embedding_threshold} == expected
+        fresh.delete()
+
+    @precondition(lambda self: connection.vendor == "postgresql" and len(self.trails) >= 2)
+    @rule(data=st.data(), slug=scopes_st, version=versions_st)
+    def sync_beside_votes_and_rejections(self, data, slug, version) -> None:
+        """A docs release of a scope while an agent votes a trail down and an operator rejects
+        another, in threads: the lock order queues them; none is refused or answers 5xx."""
+        agent_target, operator_target = data.draw(st.lists(st.sampled_from(self._live_trails()), min_size=2, max_size=2, unique=True))
+        texts = {section_id: text_of(slug, section_id, version) for section_id in SECTION_IDS}
+        body = {"sections": [{"id": i, "text": t} for i, t in texts.items()], "source": "release"}
+        agent = self.trails[agent_target]
+        key = self.keys[agent.scope]["a"]
+        barrier = threading.Barrier(3)
+        outcomes: dict[str, object] = {}
+
+        def run(name: str, call) -> None:
+            try:
+                barrier.wait()
+                outcomes[name] = call()
+            except Exception as problem:  # noqa: BLE001 -- reported below, with its name
+                outcomes[name] = problem
+            finally:
+                connections.close_all()
+
+        calls = {
+            "sync": lambda: self.keys[slug]["a"][0].call("post", f"/scopes/{slug}/section-syncs", body).status_code,
+            "vote": lambda: ApiClient(key[0].headers["Authorization"].split()[1]).call(
+                "post", f"/scopes/{agent.scope}/trails/{agent_target}/feedback", {"vote": "down"}).status_code,
+            "reject": lambda: Trail.objects.get(public_id=operator_target).act("down", by="root", reason="release") or 200,
+        }
+        threads = [threading.Thread(target=run, args=(name, call)) for name, call in calls.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        Totals.steps += 3
+        assert outcomes["sync"] == 200 and outcomes["reject"] == 200, outcomes
+        self.scopes[slug].sections.update(texts)
+        expected_vote = 200 if agent.apply("down", Actor.AGENT, reporter=key[1]) else 409
+        assert outcomes["vote"] == expected_vote, (outcomes, agent)
+        assert self.trails[operator_target].apply("down", Actor.OPERATOR)
 
     def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
         trail = self.trails.get(answer["trail_id"])

@@ -9,6 +9,8 @@ from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
 from trails.calibration import limits_for
+from trails.core.calibration import false_hit_verdict
+from trails.models.recalls import judged_counts
 from trails.models import SIMILARITY_BINS, Citation, expiring, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 from trails.purge import forget_unconfirmed_previews
 from trails.thresholds import in_use, used_matchers
@@ -106,12 +108,12 @@ def roll_up(start: datetime, end: datetime) -> int:
 
 def scopes_needing_a_look(now: datetime) -> dict[str, int]:
     """What the service-wide alerts count, by scope (a bounded number, not a label per scope):
-    scopes whose false-hit reports in the last hour exceed their bound (at least ten judged
-    recalls), and scopes whose learned threshold sits at its ceiling."""
-    judged = (RecallEvent.objects.filter(feedback_at__gte=now - timedelta(hours=1), feedback_at__lte=now)
-              .values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))))
+    scopes whose false hits the one verdict (trails.core.calibration.false_hit_verdict, over
+    FALSE_HIT_WINDOW, as the overview's health strip) judges over their bound, and scopes
+    whose learned threshold sits at its ceiling."""
     bounds = dict(Scope.objects.values_list("id", "max_false_hit_rate"))
-    over = sum(1 for row in judged if row["judged"] >= 10 and row["reported"] / row["judged"] > bounds.get(row["scope_id"], 1.0))
+    over = sum(1 for scope_id, (reported, judged) in judged_counts(None, now).items()
+               if false_hit_verdict(reported, judged, bounds.get(scope_id, 1.0)).verdict == "over")
     at_ceiling = 0
     for scope in Scope.objects.filter(scratch=False).filter(Q(learned_lexical_threshold__isnull=False) | Q(learned_embedding_threshold__isnull=False)):
         if any(in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling

@@ -255,3 +255,62 @@ def test_undo_is_not_offered_for_what_agents_reports_did(api, scope, sections):
     assert staff.get(f"/ops/hospital/trails/{trail_id}/").context["undoable"] is False
     Trail.objects.get(public_id=trail_id).act("down", by="olga")
     assert staff.get(f"/ops/hospital/trails/{trail_id}/").context["undoable"] is True
+
+
+# -- one lock order: a docs sync never blocks votes, reports or rejections --------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, scope, sections, monkeypatch):
+    """A sync is paused with its transaction open (after its lock, before its writes): an
+    agent's down vote, an agent's report (which labels and learns) and an operator's
+    rejection of trails citing the synced sections are answered at once, not after the sync
+    nor with a 503; once the sync commits, the citing trails are flagged."""
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks and lock_timeout as PostgreSQL has them (as in CI)")
+    import threading
+    import time
+
+    from trails import sync as sync_module
+
+    voted = record_icu(api)
+    rejected = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
+    reported_recall = api.recall("hospital", query="Where do visitors park?").json()["recall_id"]
+    started, release = threading.Event(), threading.Event()
+    real_upsert = sync_module.Section.upsert
+
+    def paused_upsert(*args, **kwargs):
+        started.set()
+        release.wait(15)
+        return real_upsert(*args, **kwargs)
+
+    monkeypatch.setattr(sync_module.Section, "upsert", paused_upsert)
+    answers: dict = {}
+
+    def release_docs() -> None:
+        try:
+            body = {"sections": [{"id": "visiting/icu", "text": "ICU visiting is 15:00 to 17:00."},
+                                 {"id": "parking", "text": "Visitors park in car park C."},
+                                 {"id": "visiting/ward", "text": "General ward visiting hours are 10:00 to 20:00."}]}
+            answers["sync"] = api.call("post", "/scopes/hospital/section-syncs", body)
+        finally:
+            connections.close_all()
+
+    syncing = threading.Thread(target=release_docs)
+    syncing.start()
+    try:
+        assert started.wait(10)
+        began = time.perf_counter()
+        vote = api.call("post", f"/scopes/hospital/trails/{voted}/feedback", {"vote": "down"})
+        report = api.call("post", f"/scopes/hospital/recalls/{reported_recall}/feedback", {"helpful": False})
+        Trail.objects.get(public_id=rejected).act("down", by="olga", reason="wrong car park")
+        waited = time.perf_counter() - began
+    finally:
+        release.set()
+        syncing.join()
+    assert vote.status_code == 200 and report.status_code == 200, (vote.content, report.content)
+    assert waited < 1.5, f"the votes waited {waited:.2f} s on the sync"
+    assert answers["sync"].status_code == 200 and answers["sync"].json()["sections"]["changed"] == 2
+    assert Trail.objects.get(public_id=voted).section_changed_at is not None
+    assert Trail.objects.get(public_id=rejected).status == TrailStatus.REJECTED

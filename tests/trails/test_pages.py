@@ -575,12 +575,32 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
         for i in range(21)
     )
     page = staff.get("/ops/health/").content.decode()
-    assert "False hits over the bound:" in page and "18 of 21 judged recalls" in page
+    assert "False hits over the bound:" in page and "18 of 21 recalls judged in the last 24 h" in page
     assert 'id="health-verdict">broken<' in page
     assert "p50 14.0 ms" in page and "over the latest 21 recalls" in page
     calm = Scope.objects.create(slug="calm", matcher="lexical")
     calm_page = staff.get("/ops/calm/").content.decode()
-    assert "too few judged to tell" in calm_page and 'id="health-verdict">ok<' in calm_page
+    assert "none judged yet" in calm_page and 'id="health-verdict">ok<' in calm_page
+
+
+@pytest.mark.parametrize("reported,judged,page_says,alert", [(1, 10, "watch", 0), (6, 6, "broken", 1), (0, 40, "ok", 0), (3, 40, "watch", 0), (5, 40, "broken", 1)])
+def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, reported, judged, page_says, alert):
+    from django.utils import timezone
+
+    from scopes.models import Scope
+    from trails.models import RecallEvent
+    from trails.upkeep import scopes_needing_a_look
+
+    scope = Scope.objects.create(slug="judged", matcher="lexical", max_false_hit_rate=0.02)
+    now = timezone.now()
+    RecallEvent.objects.bulk_create(
+        RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=0.96, latency_ms=4.0, matcher="lexical",
+                    helpful=i >= reported, feedback_at=now)
+        for i in range(judged)
+    )
+    page = staff.get("/ops/judged/").content.decode()
+    assert f'id="health-verdict">{page_says}<' in page
+    assert scopes_needing_a_look(timezone.now())["over_false_hit_bound"] == alert
 
 
 def test_a_lost_session_on_an_htmx_action_sends_the_page_to_the_login_and_changes_nothing(client, db, trails):

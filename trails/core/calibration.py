@@ -73,14 +73,37 @@ def interval(events: int, trials: int, confidence: float = 0.95) -> tuple[float,
     return lower_bound(events, trials, tail), upper_bound(events, trials, tail)
 
 
-def false_hit_verdict(reported: int, judged: int, bound: float, confidence: float = 0.95) -> tuple[str, float, float]:
-    """Whether judged recalls show a scope's false hits over its bound: "over" when even the
-    interval's low end is above it, "within" when its high end is not, else "unclear" (too
-    few judged to tell). Returns (verdict, low, high)."""
-    if judged <= 0:
-        return "unclear", 0.0, 1.0
-    low, high = interval(reported, judged, confidence)
-    return ("over" if low > bound else "within" if high <= bound else "unclear"), low, high
+@dataclass(frozen=True)
+class FalseHitVerdict:
+    """What a scope's judged recalls say of its false hits against its bound.
+
+    `verdict`: "over" when even the interval's low end is above the bound (an alert and a
+    red strip), "watch" when reports came but too few recalls were judged to tell, "ok"
+    otherwise (within the bound, or nothing reported). `low`, `high`: the 95 % interval.
+    """
+
+    verdict: str
+    reported: int
+    judged: int
+    bound: float
+    low: float
+    high: float
+
+    @property
+    def too_few_to_tell(self) -> bool:
+        return self.low <= self.bound < self.high
+
+    @property
+    def share(self) -> float | None:
+        return self.reported / self.judged if self.judged else None
+
+
+def false_hit_verdict(reported: int, judged: int, bound: float, confidence: float = 0.95) -> FalseHitVerdict:
+    """The one false-hit verdict: the overview's health strip, the alert's gauge and the
+    what-if page all read it (see FalseHitVerdict)."""
+    low, high = interval(reported, judged, confidence) if judged > 0 else (0.0, 1.0)
+    verdict = "over" if judged > 0 and low > bound else "watch" if reported and high > bound else "ok"
+    return FalseHitVerdict(verdict, reported, judged, bound, low, high)
 
 
 def _check(events: int, trials: int, confidence: float) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Sequence
 
 from django.db import connection, models, transaction
@@ -71,6 +71,21 @@ class RecallEvent(models.Model):
             # The what-if page's near misses: only recalls with a session carry one.
             models.Index(fields=["scope", "created_at"], name="recallevent_near_misses", condition=Q(nearest_similarity__isnull=False)),
         ]
+
+
+# The recalls the false-hit verdict judges: the overview's health strip and the alert's
+# gauge read the same window, so they never disagree on the same counts.
+FALSE_HIT_WINDOW = timedelta(hours=24)
+
+
+def judged_counts(scope_ids: Sequence[int] | None, now: datetime) -> dict[int, tuple[int, int]]:
+    """(reported not helpful, judged) recalls per scope over FALSE_HIT_WINDOW before `now`,
+    read on the labelled-recalls index; all scopes where `scope_ids` is None."""
+    rows = RecallEvent.objects.filter(feedback_at__gt=now - FALSE_HIT_WINDOW, feedback_at__lte=now)
+    if scope_ids is not None:
+        rows = rows.filter(scope_id__in=list(scope_ids))
+    counted = rows.values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))).order_by()
+    return {row["scope_id"]: (row["reported"], row["judged"]) for row in counted}
 
 
 def latency_percentiles(scope: Scope, since: datetime, limit: int = 5_000) -> dict[str, float] | None:

@@ -201,10 +201,11 @@ def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) 
         return 0
     citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
     flagged = Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True)
-    if connection.vendor == "postgresql":
-        ids = list(flagged.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
-        flagged = Trail.objects.filter(id__in=ids)
-    return flagged.update(section_changed_at=now)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            ids = list(flagged.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
+            flagged = Trail.objects.filter(id__in=ids)
+        return flagged.update(section_changed_at=now)
 
 
 @receiver(sections_changed, dispatch_uid="trails.flag_trails_citing")

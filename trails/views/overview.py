@@ -19,7 +19,7 @@ from trails import calibration, charts, thresholds, tool_results
 from trails.core.calibration import false_hit_verdict
 from trails.matching import matching_settings
 from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
-from trails.models.recalls import latency_percentiles, latest_recalls_since, similarity_evidence
+from trails.models.recalls import FALSE_HIT_WINDOW, judged_counts, latency_percentiles, latest_recalls_since, similarity_evidence
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
@@ -77,11 +77,11 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         tool_counts, tool_error = tool_results.lookup_counts(found), ""
     except Refused as refused:
         tool_counts, tool_error = {}, refused.message
-    verdict, low, high = false_hit_verdict(judged["reported"], judged["judged"], found.max_false_hit_rate)
+    false_hits = false_hit_verdict(*judged_counts([found.pk], now).get(found.pk, (0, 0)), found.max_false_hit_rate)
     last_hour = RecallStat.last_hour(found)
     health = {
-        "false_hits": {"verdict": verdict, "low": low, "high": high, "bound": found.max_false_hit_rate,
-                       "share": judged["reported"] / judged["judged"] if judged["judged"] else None},
+        "false_hits": false_hits,
+        "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
         "latency": latency_percentiles(found, start),
         "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
         # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
@@ -93,8 +93,8 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
             ["trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"]).items()},
     }
     # ok / watch / broken: red only when something needs a person.
-    health["verdict"] = ("broken" if verdict == "over" or health["rollup_behind"] or health["flags"]
-                         else "watch" if verdict == "unclear" and judged["reported"] else "ok")
+    health["verdict"] = ("broken" if false_hits.verdict == "over" or health["rollup_behind"] or health["flags"]
+                         else "watch" if false_hits.verdict == "watch" else "ok")
     return scope_page(request, "trails/overview/overview.html", found, {
         "health": health,
         "window_start": start,
@@ -177,6 +177,8 @@ def tuning(request: HttpRequest, scope: str) -> HttpResponse:
         "window": window, "windows": list(WINDOWS), "matcher": matcher, "cut_since": since if since > window_start else None,
         "what_if_recalls": WHAT_IF_RECALLS, "current": current, "picked": picked, "what_if": what_if,
         "at_current": calibration.at_threshold(matcher, current), "bins": sorted(by_bin.items(), reverse=True),
+        "false_hits": false_hit_verdict(*judged_counts([found.pk], timezone.now()).get(found.pk, (0, 0)), found.max_false_hit_rate),
+        "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
         "near_misses": list(RecallEvent.objects.filter(scope=found, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False)
                             .order_by("-nearest_similarity")
                             .values_list("nearest_similarity", flat=True)[:50]),
