@@ -1,6 +1,6 @@
 """A vectorised fill for the scale benchmarks: trails signed in numpy, written with COPY.
 
-Signing a question one by one (trails.matching.sign) and writing it through the ORM cost
+Signing a question one by one (trails.serving.matching.sign) and writing it through the ORM cost
 3 ms a trail: a million trails took 40 minutes. Here a block of questions is signed at
 once and every row is written with COPY, band keys in PostgreSQL's binary format straight
 from numpy. The rows are the ones record would write for the same question, vector and
@@ -26,8 +26,9 @@ from trails.core.minhash import MinHashParams, permuted_hashes
 from trails.core.normalise import normalise_query, shingles, stable_hash32
 from trails.core.simhash import SimHashParams, _hyperplanes, simhash_bits, sketch_params
 from trails.embedders import get_embedder
-from trails.matching import embedding_namespace, matching_settings, simhash_params
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, TrailStatus, bulk_transaction
+from trails.serving.matching import embedding_namespace, matching_settings, simhash_params
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from evaluation.bulk import bulk_transaction
 
 # A projection this close to 0 may fall on the other side of its hyperplane in a matrix
 # product than in the one-vector product record uses (BLAS sums in another order): such
@@ -45,7 +46,7 @@ class SignedBlock:
 
 
 class BlockSigner:
-    """Signs blocks of questions as `trails.matching.sign` does in an embedding-only scope,
+    """Signs blocks of questions as `trails.serving.matching.sign` does in an embedding-only scope,
     given their vectors. The scope's settings are read here, once; `sign` touches no
     database, so the next block can be signed in a thread while PostgreSQL writes this one.
 
@@ -143,11 +144,12 @@ def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, sign
     if connection.vendor != "postgresql":
         raise ValueError("the vectorised fill writes with PostgreSQL's COPY")
     scope, matching = signer.scope, signer.matching
-    expires_at = scope.expiry_for(active=True, now=now)
+    # The rows record() would write for an accepted trail: its status and expiry from the lifecycle table.
+    accepted = Trail.start(scope, signalled=True, now=now)
     trail_columns = {
-        "partition": "", "status": TrailStatus.ACTIVE.value, "signal": "accepted", "reason": "",
+        "partition": "", "status": accepted.status, "signal": "accepted", "reason": accepted.reason,
         "lexical_params": matching.minhash.label, "band_layout": matching.lexical_layout.label,
-        "embedding_model": signer.embedder, "created_at": now, "expires_at": expires_at, "request_fingerprint": "",
+        "embedding_model": signer.embedder, "created_at": now, "expires_at": accepted.expires_at, "request_fingerprint": "",
         "scope_id": scope.id,
     }
     with bulk_transaction(), connection.cursor() as cursor:

@@ -22,11 +22,12 @@ import numpy as np
 
 from scopes.models import Scope, Section
 from trails.core.calibration import Rate
-from trails.feedback import give_feedback
-from trails.matching import matching_settings
-from trails.models import Citation, MatchLabel, ThresholdChange, Trail, TrailStatus, drop_scope
-from trails.recall import recall
-from trails.record import RecordInput, record
+from trails.learning.feedback import give_feedback
+from trails.serving.matching import matching_settings
+from trails.models import Citation, MatchLabel, ThresholdChange, Trail, TrailStatus
+from evaluation.bulk import drop_scope
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, record
 
 HONEST_KEYS = ("key:honest-1", "key:honest-2", "key:honest-3")
 FLOOD_KEY = "key:flood"

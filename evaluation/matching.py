@@ -1,7 +1,7 @@
 """Experiment 1: matching quality on labelled question pairs, through record's rows and recall.
 
 Four pairs in five (line numbers not divisible by 5) are the fit split: thresholds
-are chosen there (`fit_thresholds`, shipped in trails/calibration.json). Every fifth
+are chosen there (`fit_thresholds`, shipped in trails/learning/calibration.json). Every fifth
 pair (line numbers 0, 5, 10, ...) is the validation split, never used for fitting;
 every rate is given per split with its 95 % Clopper-Pearson interval.
 
@@ -25,15 +25,16 @@ from django.conf import settings
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.calibration import thresholds_for
-from trails.candidates import candidates as read_candidates
+from trails.learning.shipped import thresholds_for
+from trails.serving.candidates import candidates as read_candidates
 from trails.core import calibration
 from trails.core.normalise import normalise_query
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.matching import score_candidates, sign
-from trails.models import Trail, drop_scope
-from trails.recall import recall
-from trails.record import RecordInput, TrailRows
+from trails.serving.matching import score_candidates, sign
+from trails.models import Trail
+from evaluation.bulk import drop_scope
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, TrailRows
 
 # The shared labelled pairs (Quora), beside the repository.
 DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"

@@ -1,6 +1,6 @@
 """Where a recall's time goes: recall()'s steps timed by name, for the scale benchmark.
 
-The steps are the names trails.recall calls them by; while `timing` is open they are
+The steps are the names trails.serving.recall calls them by; while `timing` is open they are
 wrapped there (and put back after), so the product's code carries no timers.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import trails.recall as recall_module
+import trails.serving.recall as recall_module
 
 PHASES = ("sign", "read_candidates", "score_candidates", "add_paths", "validate", "write_recall_effects")
 

@@ -34,8 +34,9 @@ from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal, bulk_transaction, without_statement_timeout
-from trails.record import RecordInput, TrailRows, band_key_rows
+from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from evaluation.bulk import bulk_transaction, without_statement_timeout
+from trails.serving.record import RecordInput, TrailRows, band_key_rows
 
 OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
             "Serious question: ", "Does anyone know: ", "Help please: "]

@@ -13,10 +13,10 @@ from typing import Callable
 
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
-from trails.models import drop_scope
-from trails.recall import recall
+from evaluation.bulk import drop_scope
+from trails.serving.recall import recall
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, record
+from trails.serving.record import RecordInput, record
 
 
 RANDOM_SHARES = (0.05, 0.10, 0.20, 0.50)

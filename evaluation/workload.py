@@ -17,12 +17,12 @@ from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
 from evaluation.agents import Agent, Given, Tools
 from evaluation.bm25 import BM25
-from trails.models import drop_scope
+from evaluation.bulk import drop_scope
 from evaluation.timing import percentile
-from trails.recall import recall
+from trails.serving.recall import recall
 from trails.schemas import recall_json
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, record
+from trails.serving.record import RecordInput, record
 
 REPEAT_SHARES = (0.0, 0.25, 0.5, 0.75)
 # Repeats are asked as agents ask: sometimes word for word, sometimes reworded a little.

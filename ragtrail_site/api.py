@@ -9,17 +9,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from ragtrail_site import metrics
-from ragtrail_site.db_deadline import deadline_passed
-from ragtrail_site.errors import Refused, RequestRefused, database_refusal
-from ragtrail_site.strict_json import StrictJsonParser
+from infra import metrics
+from infra.db_deadline import deadline_passed
+from infra.errors import Refused, RequestRefused, database_refusal
+from infra.strict_json import StrictJsonParser
 from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
 from trails.api import router as trails_router
 
 logger = logging.getLogger("ragtrail.api")
 
-# Every refusal the API can answer, in the one error shape (ragtrail_site.errors.RequestRefused).
+# Every refusal the API can answer, in the one error shape (infra.errors.RequestRefused).
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["error"],
@@ -83,7 +83,7 @@ RULES_BEYOND_THE_SCHEMA = {
         "hashes": "hashes name only listed sections, and every listed section has its hash",
     },
 }
-# What every JSON body must be, whatever the operation (ragtrail_site.strict_json).
+# What every JSON body must be, whatever the operation (infra.strict_json).
 RULES_OF_EVERY_BODY = (
     "objects and arrays nest at most 32 levels; no key twice in one object; numbers finite and "
     "integers within ±(2^53 − 1); no NUL (\\u0000) in any string or key"

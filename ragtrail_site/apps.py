@@ -8,8 +8,8 @@ class SiteConfig(AppConfig):
     verbose_name = "ragtrail site"
 
     def ready(self) -> None:
-        from ragtrail_site import metrics
-        from ragtrail_site.load import embedding_gate
+        from infra import metrics
+        from infra.load_shedding import embedding_gate
         from trails.embedders import enter_inference_through, report_timings_to
 
         # The model is entered through the load gate in every process (web and worker).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from .env import SettingError, database_from_url, env_bool, env_int, env_list, env_str
+from infra.env import SettingError, database_from_url, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -62,9 +62,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Counts and times API requests, the ones shed just below included.
-    "ragtrail_site.metrics.MetricsMiddleware",
+    "infra.metrics.MetricsMiddleware",
     # Then: a request already past its time budget is answered before any other work.
-    "ragtrail_site.load.LoadSheddingMiddleware",
+    "infra.load_shedding.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -75,14 +75,13 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "ragtrail_site.strict_json.StrictJsonMiddleware",
-    "ragtrail_site.db_deadline.DatabaseDeadlineMiddleware",
+    "infra.strict_json.StrictJsonMiddleware",
+    "infra.db_deadline.DatabaseDeadlineMiddleware",
     # An operator page refused by the database answers a 503 page naming why.
-    "ragtrail_site.db_deadline.DatabaseRefusalPageMiddleware",
+    "infra.db_deadline.DatabaseRefusalPageMiddleware",
 ]
 
-# benchmark_http serves ragtrail_site.bench_urls (the service plus two floors to measure against).
-ROOT_URLCONF = env_str("RAGTRAIL_URLCONF", "ragtrail_site.urls")
+ROOT_URLCONF = "ragtrail_site.urls"
 WSGI_APPLICATION = "ragtrail_site.wsgi.application"
 
 TEMPLATES = [
@@ -156,10 +155,12 @@ RAGTRAIL_MODEL_THREADS = env_int("RAGTRAIL_MODEL_THREADS", env_int("RAGTRAIL_TOR
 RAGTRAIL_EMBEDDING_CACHE_SIZE = env_int("RAGTRAIL_EMBEDDING_CACHE_SIZE", 10_000)
 # Requests inside the model at once per process; the others wait, up to their time budget.
 RAGTRAIL_EMBEDDING_CONCURRENCY = env_int("RAGTRAIL_EMBEDDING_CONCURRENCY", 1)
-# Time budgets (ragtrail_site/load.py): past them a request is answered 503 with Retry-After.
+# Time budgets (infra/load_shedding.py): past them a request is answered 503 with Retry-After.
 RAGTRAIL_RECALL_BUDGET_MS = env_int("RAGTRAIL_RECALL_BUDGET_MS", 500)
 RAGTRAIL_API_BUDGET_MS = env_int("RAGTRAIL_API_BUDGET_MS", 2000)
-# Embedding collisions read per lookup, nearest by sketch first (trails/candidates.py).
+# API paths (regular expressions) shed by recall's budget rather than the API's.
+RAGTRAIL_RECALL_BUDGET_PATHS = [r"/recall$", r"/tool-results/"]
+# Embedding collisions read per lookup, nearest by sketch first (trails/serving/candidates.py).
 # At a million trails 16 answered what 32 answered (2,000 questions, the same 2 of 709
 # brute-force answers missed) and read 10.7 candidates instead of 19; 8 missed 7 of 684.
 RAGTRAIL_EMBEDDING_NEAREST = env_int("RAGTRAIL_EMBEDDING_NEAREST", 16)

@@ -3,7 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from .api import api
-from .metrics import metrics_view
+from infra.metrics import metrics_view
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="ops:index", permanent=False)),
@@ -14,7 +14,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
 ]
 
-# Whatever raises, in any layer, an API path answers JSON (ragtrail_site.errors.server_error).
-handler500 = "ragtrail_site.errors.server_error"
-handler404 = "ragtrail_site.errors.page_not_found"
-handler400 = "ragtrail_site.errors.bad_request"
+# Whatever raises, in any layer, an API path answers JSON (infra.errors.server_error).
+handler500 = "infra.errors.server_error"
+handler404 = "infra.errors.page_not_found"
+handler400 = "infra.errors.bad_request"

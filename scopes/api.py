@@ -7,7 +7,7 @@ from ninja import Router, Status
 from scopes.auth import granted_scope
 from scopes.models import Section
 from scopes.schemas import GrantedScopesOut, SectionOut, SectionsIn, SectionsOut
-from ragtrail_site.errors import RequestRefused
+from infra.errors import RequestRefused
 
 router = Router(tags=["sections"])
 

@@ -5,7 +5,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from scopes.models import ApiKey, Scope
-from ragtrail_site.errors import RequestRefused
+from infra.errors import RequestRefused
 
 
 class ApiKeyAuth(HttpBearer):

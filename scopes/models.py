@@ -15,9 +15,9 @@ from django.db import connection, models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ragtrail_site.errors import Invalid
-from ragtrail_site.prepared import prepared_cursor
-from scopes.hashing import section_hash
+from infra.errors import Invalid
+from infra.prepared import prepared_cursor
+from infra.hashing import section_hash
 
 
 def new_policy_version() -> str:
@@ -59,7 +59,7 @@ class Scope(models.Model):
         null=True, blank=True, help_text="Override of the rows per band derived from the threshold."
     )
     # The threshold defaults keep a 2 % false-hit bound at 95 % confidence on the fit split
-    # of the Quora dev pairs (trails/calibration.json; README, "How matching works").
+    # of the Quora dev pairs (trails/learning/calibration.json; README, "How matching works").
     matcher = models.CharField(max_length=16, choices=Matcher.choices, default=Matcher.EMBEDDING)
     embedding_threshold = models.FloatField(
         default=0.945,
@@ -105,7 +105,7 @@ class Scope(models.Model):
         help_text="How many different API keys must report a trail's recalls as not helpful before it goes "
         "back to pending approval (an operator can send it back at once from the trail's page).",
     )
-    # Moved by the scope's own labels (trails/thresholds.py): up where they show with
+    # Moved by the scope's own labels (trails/learning/thresholds.py): up where they show with
     # confidence that the bound is broken, down where they show it holds lower; None: the
     # configured threshold stands. Every move is a ThresholdChange row with its evidence.
     learned_lexical_threshold = models.FloatField(null=True, blank=True, editable=False)
@@ -471,7 +471,7 @@ class ApiKey(models.Model):
 
 
 class SectionSync(models.Model):
-    """A docs release: one sync of a scope's sections from its documents (trails/sync.py),
+    """A docs release: one sync of a scope's sections from its documents (trails/upkeep/sync.py),
     with what it changed and how the served trails moved. Dry runs leave none."""
 
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="section_syncs")

@@ -66,7 +66,7 @@ def test_an_overflowing_tool_result_is_never_stored_so_no_client_reads_infinity(
 def test_a_database_error_is_logged_by_its_class_never_its_message(api, sections, caplog, monkeypatch):
     from django.db import DataError
 
-    from trails import record as record_module
+    from trails.serving import record as record_module
 
     def refuse(*args, **kwargs):
         raise DataError(f"invalid input syntax for type json: {EMAIL}")
@@ -82,7 +82,7 @@ def test_a_database_error_is_logged_by_its_class_never_its_message(api, sections
 def test_a_failure_in_any_layer_answers_the_json_error_shape(api, sections, monkeypatch, layer):
     from django.test import Client
 
-    from ragtrail_site.strict_json import StrictJsonMiddleware
+    from infra.strict_json import StrictJsonMiddleware
     from scopes.auth import ApiKeyAuth
     from trails import api as trails_api
 
@@ -114,7 +114,7 @@ def test_the_openapi_document_lists_every_error_response_with_its_json_shape(cli
 
 
 def test_domain_refusals_carry_no_status_and_the_edge_chooses_it():
-    from ragtrail_site.errors import Conflict, Invalid, NotFound, RequestRefused, StoreUnavailable, TooLarge
+    from infra.errors import Conflict, Invalid, NotFound, RequestRefused, StoreUnavailable, TooLarge
 
     for kind, status in ((Invalid, 422), (NotFound, 404), (Conflict, 409), (TooLarge, 413), (StoreUnavailable, 503)):
         refusal = kind("code", "message", field="f", section_ids=["s"])

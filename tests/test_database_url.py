@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ragtrail_site.env import SettingError, database_from_url
+from infra.env import SettingError, database_from_url
 
 BASE = "/srv/ragtrail"
 

@@ -17,8 +17,8 @@ from django.test import Client, override_settings
 
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
-from trails import purge
-from scopes.hashing import section_hash
+from trails.upkeep import purge
+from infra.hashing import section_hash
 from trails.models import PurgeRun, RecallEvent, Step, Trail, TrailSignal
 
 TOOL_POLICY = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]}

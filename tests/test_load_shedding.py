@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from ragtrail_site.load import embedding_gate, queued_since
+from infra.load_shedding import embedding_gate, queued_since
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
 from trails.embedders import CachedEmbedder, get_embedder
@@ -113,7 +113,7 @@ def test_the_bundled_model_gives_the_same_vector_to_whitespace_and_case_variants
 
 
 def test_a_wait_the_gate_cannot_grant_in_time_is_refused_at_once():
-    from ragtrail_site.load import Gate, Overloaded, _deadline
+    from infra.load_shedding import Gate, Overloaded, _deadline
 
     gate = Gate(1)
     gate._held_s = 20.0  # one caller stays inside 20 s, as measured
@@ -152,7 +152,7 @@ def test_a_shed_request_says_how_long_its_body_is(api, scope, settings):
 def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_it(api, scope, sections, settings):
     """The 503 must itself come back within the budget: a request whose queue wait leaves less
     than recalls take (measured; at most half the budget) is refused before any work."""
-    from ragtrail_site import load
+    from infra import load_shedding as load
 
     settings.RAGTRAIL_RECALL_BUDGET_MS = 500
     load.queue_watch.cache_clear()
@@ -178,7 +178,7 @@ def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_i
 
 
 def test_a_standing_queue_is_drained_to_a_short_wait_and_a_burst_is_not():
-    from ragtrail_site.load import QueueWatch
+    from infra.load_shedding import QueueWatch
 
     watch = QueueWatch(target=0.15, interval=1.0)
     longest = 0.4

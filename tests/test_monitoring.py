@@ -160,7 +160,7 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
 
 def test_metrics_off_makes_every_metric_a_no_op():
     code = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragtrail_site.settings'); django.setup(); "
-            "from ragtrail_site import metrics; "
+            "from infra import metrics; "
             "assert all(isinstance(getattr(metrics, n), metrics._Off) for n in ('RECALLS', 'HTTP_SECONDS', 'TASK_LAST_SUCCESS')); "
             "metrics.RECALLS.labels('prefetch', 'lexical').inc(); metrics.HTTP_SECONDS.labels('r').observe(1.0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "RAGTRAIL_METRICS": "off"},

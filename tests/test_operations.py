@@ -220,7 +220,7 @@ def test_the_database_deadline_bounds_the_whole_request_not_each_call(settings):
     from django.db import OperationalError
     from django.test import RequestFactory
 
-    from ragtrail_site.db_deadline import DatabaseDeadlineMiddleware
+    from infra.db_deadline import DatabaseDeadlineMiddleware
 
     settings.RAGTRAIL_DB_DEADLINE_S = 1.0
 

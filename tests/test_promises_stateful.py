@@ -42,13 +42,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from scopes.models import ApiKey, Scope, Section, SectionRevision
 from tests.conftest import ApiClient
-from trails import purge
-from trails.calibration import thresholds_for
+from trails.upkeep import purge
+from trails.learning.shipped import thresholds_for
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 from trails.models import PurgeRun, Trail, TrailReport, TrailSignal
-from trails.upkeep import sweep_expired
+from trails.upkeep.jobs import sweep_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

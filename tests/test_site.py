@@ -77,7 +77,7 @@ def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
 
 
 def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_calibration(admin_client):
-    from trails.calibration import thresholds_for
+    from trails.learning.shipped import thresholds_for
 
     scope = Scope.objects.create(slug="docs", matcher="lexical")
     form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget",
@@ -92,7 +92,7 @@ def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_cal
 
 
 def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client):
-    from trails.calibration import thresholds_for
+    from trails.learning.shipped import thresholds_for
 
     scope = Scope.objects.create(slug="docs")
     form = {f: getattr(scope, f) for f in ("slug", "name", "embedding_threshold", "lexical_threshold", "token_budget", "max_false_hit_rate",
@@ -166,7 +166,7 @@ def test_sync_benchmark_releases_one_percent_and_reruns_as_a_no_op(db):
 
 
 def test_metrics_benchmark_compares_live_and_no_op_metrics_and_puts_them_back(db):
-    from ragtrail_site import metrics
+    from infra import metrics
 
     live = metrics.RECALLS
     out = StringIO()

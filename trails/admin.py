@@ -5,9 +5,9 @@ from django.utils.html import format_html_join
 from django.http import HttpRequest
 
 from scopes.models import Scope
-from trails.matching import matching_settings
+from trails.serving.matching import matching_settings
 from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail
-from trails.thresholds import pin_thresholds, reset_learning
+from trails.learning.thresholds import pin_thresholds, reset_learning
 
 
 @admin.register(Scope)
@@ -40,7 +40,7 @@ class ScopeAdmin(admin.ModelAdmin):
     ]
 
     def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
-        super().save_model(request, obj, form, change)  # the rules run on the save itself (trails.thresholds)
+        super().save_model(request, obj, form, change)  # the rules run on the save itself (trails.learning.thresholds)
         changed = getattr(obj, "_matching_changed", frozenset())
         if changed & {"max_false_hit_rate", "matcher"}:
             messages.info(request, f"Thresholds for a {obj.max_false_hit_rate:.1%} false-hit bound: "
@@ -107,7 +107,7 @@ class TrailAdmin(admin.ModelAdmin):
     """Read-only rows; a status changes only through the vote rules (the actions below),
     so every change is in the trail's signal history."""
 
-    list_display = ["public_id", "scope", "query", "status", "hit_count", "expires_at"]
+    list_display = ["public_id", "scope", "query", "status", "held_by", "hit_count", "expires_at"]
     list_filter = ["scope", "status"]
     search_fields = ["query"]
     readonly_fields = [f.name for f in Trail._meta.fields]
@@ -115,10 +115,14 @@ class TrailAdmin(admin.ModelAdmin):
     actions = ["approve", "reject", "reinstate"]
 
     def get_search_results(self, request, queryset, search_term):
-        """The query text, or a trail's public id (what the API, the pages and the logs show)."""
+        """The query text, a trail's public id (what the API, the pages and the logs show) or
+        its primary key (what database logs and admin URLs show)."""
         queryset, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term.isdigit():
+            return queryset | self.model.objects.filter(pk=int(term)), duplicates
         try:
-            public_id = uuid.UUID(search_term.strip())
+            public_id = uuid.UUID(term)
         except ValueError:
             return queryset, duplicates
         return queryset | self.model.objects.filter(public_id=public_id), duplicates

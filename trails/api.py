@@ -6,15 +6,15 @@ import uuid
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from ragtrail_site.errors import RequestRefused
+from infra.errors import RequestRefused
 from scopes.auth import granted_scope, reporter
 from scopes.splitting import SourceSection
 from trails import tool_results
 from trails.core.hint import RecordedStep
-from trails.feedback import give_feedback
+from trails.learning.feedback import give_feedback
 from trails.models import ActionRefused, ToolPolicy, Trail
-from trails.recall import recall
-from trails.record import RecordInput, record
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, record
 from trails.schemas import (
     FeedbackIn,
     RecallFeedbackIn,
@@ -33,7 +33,7 @@ from trails.schemas import (
     ToolStoreOut,
     TrailOut,
 )
-from trails.sync import sync_sections
+from trails.upkeep.sync import sync_sections
 
 router = Router(tags=["trails"])
 
@@ -51,7 +51,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         session=payload.session,
         explain=payload.explain,
     )
-    request.ragtrail_outcome = result.outcome.value  # for the access log line (ragtrail_site.metrics)
+    request.ragtrail_outcome = result.outcome.value  # for the access log line (infra.metrics)
     return result
 
 

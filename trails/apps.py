@@ -20,4 +20,5 @@ class TrailsConfig(AppConfig):
         connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")
         # Their receivers act on every path: scope saves (thresholds, re-signing) and trail
         # status changes (rejection labels, signing a reinstated trail).
-        from trails import feedback, reindex, thresholds  # noqa: F401
+        from trails.learning import feedback, thresholds  # noqa: F401
+        from trails.upkeep import reindex  # noqa: F401

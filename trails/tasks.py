@@ -6,11 +6,11 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from ragtrail_site import metrics
+from infra import metrics
 from scopes.models import Scope
-from trails.purge import run_purge
-from trails.reindex import reindex_scope
-from trails.upkeep import roll_up, scopes_needing_a_look, sweep_expired
+from trails.upkeep.purge import run_purge
+from trails.upkeep.reindex import reindex_scope
+from trails.upkeep.jobs import roll_up, scopes_needing_a_look, sweep_expired
 
 
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)

@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Conflict, Invalid, StoreUnavailable, TooLarge
+from infra import metrics
+from infra.errors import Conflict, Invalid, StoreUnavailable, TooLarge
 from scopes.models import Scope, Section
 from trails.core import toolkey
 from trails.models import ToolPolicy

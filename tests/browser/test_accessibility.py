@@ -11,8 +11,8 @@ from django.utils import timezone
 from scopes.models import Section
 from tests.browser.test_operator_flows import hospital, log_in  # noqa: F401 (fixture)
 from trails.models import PurgeRun, Trail
-from trails.recall import recall
-from trails.upkeep import roll_up
+from trails.serving.recall import recall
+from trails.upkeep.jobs import roll_up
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from scopes.models import Scope, Section
 from trails.models import Trail
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, record
+from trails.serving.record import RecordInput, record
 
 pytestmark = pytest.mark.slow
 
@@ -103,8 +103,8 @@ def test_overview_draws_its_charts_from_the_bundled_plotly(page, live_server, ho
 
     from django.utils import timezone
 
-    from trails.recall import recall
-    from trails.upkeep import roll_up
+    from trails.serving.recall import recall
+    from trails.upkeep.jobs import roll_up
 
     recall(hospital, "When can I visit the ICU and where do I park?")
     recall(hospital, "How do I renew my passport?")
@@ -125,8 +125,8 @@ def test_a_phone_fetches_plotly_only_when_it_scrolls_to_the_charts(browser, live
 
     from django.utils import timezone
 
-    from trails.recall import recall
-    from trails.upkeep import roll_up
+    from trails.serving.recall import recall
+    from trails.upkeep.jobs import roll_up
 
     recall(hospital, "When can I visit the ICU and where do I park?")
     roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
@@ -163,8 +163,8 @@ def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live
 
     from django.utils import timezone
 
-    from trails.recall import recall
-    from trails.upkeep import roll_up
+    from trails.serving.recall import recall
+    from trails.upkeep.jobs import roll_up
 
     recall(hospital, "When can I visit the ICU and where do I park?")
     recall(hospital, "How do I renew my passport?")
@@ -203,7 +203,7 @@ def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citat
 def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_it(page, live_server, hospital):
     """Paste a recall id -> see what was served and why -> reject with a reason -> the same
     question now misses -> undo -> it is served again; every step in the trail's history."""
-    from trails.recall import recall
+    from trails.serving.recall import recall
 
     hospital.keep_raw_queries = True
     hospital.save(update_fields=["keep_raw_queries"])

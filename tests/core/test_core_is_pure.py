@@ -13,7 +13,7 @@ def test_every_core_module_imports_without_django():
     assert {"trails.core.validation", "trails.core.calibration", "trails.core.toolkey"} <= set(CORE_MODULES)
     code = (
         "import importlib, sys\n"
-        f"for name in {CORE_MODULES + ['scopes.hashing']!r}:\n"
+        f"for name in {CORE_MODULES + ['infra.hashing']!r}:\n"
         "    importlib.import_module(name)\n"
         "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), 'django was imported'\n"
     )

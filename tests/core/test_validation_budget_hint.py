@@ -3,7 +3,7 @@ import pytest
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text, starting_step
 from trails.core.refusal import says_sources_do_not_answer
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 from trails.core.validation import Citation, CurrentSection, Outcome, SectionStatus, validate
 
 A, B = section_hash("alpha"), section_hash("beta")

@@ -107,10 +107,10 @@ def test_the_cpu_meter_charges_the_work_done_to_the_process_that_did_it():
 
 
 def test_the_phase_clock_times_recall_by_store_and_leaves_recall_as_it_was(db):
-    import trails.recall as recall_module
+    import trails.serving.recall as recall_module
     from evaluation import phases
     from scopes.models import Scope, Section
-    from trails.record import RecordInput, record
+    from trails.serving.record import RecordInput, record
 
     scope = Scope.objects.create(slug="phases", name="Phases", matcher="lexical")
     Section.upsert(scope, {"s1": "Visiting hours are 9 to 5."})

@@ -12,9 +12,9 @@ from scopes.models import Scope
 from trails.core.simhash import _hyperplanes
 from trails.embedders import PrecomputedEmbedder, serving
 from trails.embedders.hashing import Embedder as HashingEmbedder
-from trails.matching import sign, simhash_params
+from trails.serving.matching import sign, simhash_params
 from trails.models import BandKey, Citation, Step, Trail, TrailSignal
-from trails.recall import recall
+from trails.serving.recall import recall
 
 WORDS = ["proxy", "cache", "timeout", "locale", "font", "printer", "intensive care", "ICU", "C++", "naïve"]
 

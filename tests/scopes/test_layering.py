@@ -1,13 +1,16 @@
-"""The project's layers, drawn from its own imports (those inside functions included):
+"""The project's floors, drawn from its own imports (those inside functions included), one
+floor a folder, lowest first:
 
-  0 the platform: ragtrail_site's request plumbing (errors, strict JSON, deadlines, load
-    shedding, metrics, prepared statements, settings helpers), trails.core and scopes.hashing
-    (pure Python);
-  1 scopes; 2 trails; 3 evaluation (beside the product, never imported by it);
-  4 the site's wiring: settings, URLs, the API object, the app that connects the layers.
+  0 infra/          the plumbing: errors, strict JSON, load shedding, database deadline,
+                    metrics, env settings, prepared statements, section hashing;
+  1 trails/core/    the rules in plain Python (no Django): matching, validation, the lifecycle table;
+  2 scopes/         tenants, keys, the section store;
+  3 trails/         trails, recall, record, learning, upkeep, pages and API;
+  4 ragtrail_site/  the wiring: settings, URLs, the API object, the app that connects the floors;
+  5 evaluation/     benchmarks and the evaluation, beside the product, never imported by it.
 
-A module never imports one of a higher layer, and no modules import each other in a circle,
-not even inside a function. Where a lower layer must tell a higher one something, it sends a
+A module never imports one of a higher floor, and no modules import each other in a circle,
+not even inside a function. Where a lower floor must tell a higher one something, it sends a
 Django signal or calls what the higher one registered at app ready (ragtrail_site.apps).
 """
 from __future__ import annotations
@@ -17,19 +20,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ragtrail_site", "scopes", "trails", "evaluation")
-PLATFORM = {f"ragtrail_site.{name}" for name in ("errors", "strict_json", "db_deadline", "load", "prepared", "env", "celery", "metrics")} | {
-    "scopes.hashing",  # what a section's hash is: pure Python, read by trails.core
-}
-WIRING = {f"ragtrail_site.{name}" for name in ("settings", "urls", "bench_urls", "api", "wsgi", "apps", "gunicorn_conf")}
+PACKAGES = ("infra", "ragtrail_site", "scopes", "trails", "evaluation")
+# The floors, by the folder a module lives in (the longest prefix decides).
+FLOORS = {"infra": 0, "trails.core": 1, "scopes": 2, "trails": 3, "ragtrail_site": 4, "evaluation": 5}
 
 
 def layer_of(module: str) -> int:
-    if module in PLATFORM or module == "ragtrail_site" or module.startswith("trails.core"):
-        return 0
-    if module in WIRING:
-        return 4
-    return {"scopes": 1, "trails": 2, "evaluation": 3}[module.split(".")[0]]
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):
+        floor = FLOORS.get(".".join(parts[:depth]))
+        if floor is not None:
+            return floor
+    raise KeyError(f"{module} is in no floor")
 
 
 def project_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
@@ -161,8 +163,24 @@ def test_the_product_never_imports_the_evaluation():
     assert not offending, f"the product imports the evaluation: {offending}"
 
 
+def test_the_plumbing_imports_no_app_and_no_wiring():
+    offending = _imports_of("infra", {"scopes", "trails", "evaluation", "ragtrail_site"})
+    assert not offending, f"infra imports an app or the wiring: {offending}"
+
+
+def test_the_core_imports_nothing_but_the_plumbings_pure_hashing():
+    core = {module: sorted(t for t in targets if not t.startswith("trails.core"))
+            for module, targets in import_graph().items() if module.startswith("trails.core")}
+    assert {module: targets for module, targets in core.items() if set(targets) - {"infra.hashing"}} == {}
+
+
+def test_no_module_is_longer_than_500_lines():
+    long = {module: n for module, path in project_modules(ROOT).items() if (n := len(path.read_text().splitlines())) > 500}
+    assert long == {}, f"split these by concept: {long}"
+
+
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from trails.reindex import reindex_scope\n    import trails.models\n")
+    module.write_text("def f():\n    from trails.upkeep.reindex import reindex_scope\n    import trails.models\n")
     # `from a import b` names a and a.b (b may be a module); both imported modules are seen.
-    assert imported_modules(module) == ["trails.reindex", "trails.reindex.reindex_scope", "trails.models"]
+    assert imported_modules(module) == ["trails.upkeep.reindex", "trails.upkeep.reindex.reindex_scope", "trails.models"]

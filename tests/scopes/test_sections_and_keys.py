@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 
 
 def test_upsert_reports_created_updated_unchanged_and_hashes(api, scope):

@@ -1,4 +1,4 @@
-"""The candidate SQL (trails/candidates.py) against the ORM query it replaces."""
+"""The candidate SQL (trails/serving/candidates.py) against the ORM query it replaces."""
 from __future__ import annotations
 
 import random
@@ -7,12 +7,12 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scopes.models import Scope, Section
-from trails.candidates import Lookup, add_paths, candidates
+from trails.serving.candidates import Lookup, add_paths, candidates
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
 from trails.models import BandKey, Trail, TrailStatus
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, record
+from trails.serving.record import RecordInput, record
 
 
 def orm_candidates(scope: Scope, partition: str, keys: list[int], now) -> dict:

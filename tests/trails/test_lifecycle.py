@@ -12,7 +12,7 @@ from django.test import Client
 from scopes.models import Scope, Section
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
-from trails.calibration import thresholds_for
+from trails.learning.shipped import thresholds_for
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
 from trails.models import ActionRefused, RecallEvent, Trail, TrailReport, TrailSignal, TrailStatus
@@ -272,7 +272,7 @@ def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, 
     import threading
     import time
 
-    from trails import sync as sync_module
+    from trails.upkeep import sync as sync_module
 
     voted = record_icu(api)
     rejected = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
@@ -314,3 +314,16 @@ def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, 
     assert answers["sync"].status_code == 200 and answers["sync"].json()["sections"]["changed"] == 2
     assert Trail.objects.get(public_id=voted).section_changed_at is not None
     assert Trail.objects.get(public_id=rejected).status == TrailStatus.REJECTED
+
+
+def test_the_readmes_lifecycle_table_is_the_declared_one():
+    assert table.markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_django_admin_finds_a_trail_by_its_public_id_and_by_its_primary_key(api, sections):
+    trail = Trail.objects.get(public_id=record_icu(api))
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="x"))
+    for term in (str(trail.public_id), str(trail.pk)):
+        found = admin.get("/admin/trails/trail/", {"q": term}).context["cl"].result_list
+        assert list(found) == [trail], term

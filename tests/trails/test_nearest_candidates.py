@@ -18,8 +18,8 @@ from scopes.models import Scope, Section
 from trails.embedders import serving
 from trails.embedders.base import BaseEmbedder
 from trails.models import BandKey, Trail
-from trails.recall import recall
-from trails.record import RecordInput, record
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, record
 
 QUESTION = "how do i reset my password"
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from tests.conftest import VISITING
 from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
-from trails.upkeep import roll_up
+from trails.upkeep.jobs import roll_up
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, tr
     assert 'aria-valuenow="33"' in fragment and "1 of 3 trails checked" in fragment and "<html" not in fragment
     PurgeRun.objects.filter(id=run.id).update(total=1, trail_ids=list(Trail.objects.filter(query__contains="bob@").values_list("id", flat=True)))
 
-    from trails.purge import run_purge
+    from trails.upkeep.purge import run_purge
 
     PurgeRun.objects.filter(id=run.id).update(state="queued", total=0, processed=0)
     run_purge(run.id)
@@ -522,8 +522,8 @@ def test_threshold_actions_need_staff_and_post(client, scope):
 
 def test_the_find_box_lands_on_a_recall_a_trail_or_a_trail_search(staff, db):
     from scopes.models import Scope, Section
-    from trails.recall import recall
-    from trails.record import RecordInput, record
+    from trails.serving.recall import recall
+    from trails.serving.record import RecordInput, record
 
     scope = Scope.objects.create(slug="finder", matcher="lexical")
     Section.upsert(scope, {"s": "Visiting hours are 10 to 8."})
@@ -544,7 +544,7 @@ def test_the_find_box_lands_on_a_recall_a_trail_or_a_trail_search(staff, db):
 def test_undo_reverses_an_operators_rejection_and_says_so_in_the_history(db):
     from scopes.models import Scope, Section
     from trails.models import ActionRefused, TrailStatus
-    from trails.record import RecordInput, record
+    from trails.serving.record import RecordInput, record
 
     scope = Scope.objects.create(slug="undo", matcher="lexical")
     Section.upsert(scope, {"s": "text"})
@@ -589,7 +589,7 @@ def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, re
 
     from scopes.models import Scope
     from trails.models import RecallEvent
-    from trails.upkeep import scopes_needing_a_look
+    from trails.upkeep.jobs import scopes_needing_a_look
 
     scope = Scope.objects.create(slug="judged", matcher="lexical", max_false_hit_rate=0.02)
     now = timezone.now()

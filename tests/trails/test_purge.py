@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from trails import purge
+from trails.upkeep import purge
 from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
 
 QUERIES = [

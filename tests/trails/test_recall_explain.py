@@ -52,7 +52,7 @@ def test_below_the_threshold_gives_the_nearest_similarity(api, scope, sections):
     scope.lexical_threshold = 0.9  # the band layout follows; the reworded question still shares a band
     scope.band_count, scope.band_rows = 32, 4
     scope.save()
-    from trails.reindex import reindex_scope
+    from trails.upkeep.reindex import reindex_scope
 
     reindex_scope(scope)
     why = explain(api, "when are the ICU visiting hours")["explanation"]

@@ -6,11 +6,11 @@ import pytest
 from scopes.models import ApiKey
 from tests.conftest import ApiClient
 from tests.trails.test_recall import record_icu
-from trails.calibration import REPORTER_SHIFT
+from trails.learning.shipped import REPORTER_SHIFT
 from trails.core.calibration import MIN_LABELS
-from trails.matching import matching_settings
+from trails.serving.matching import matching_settings
 from trails.models import MatchLabel, RecallEvent, ThresholdChange, Trail, TrailSignal, TrailStatus
-from trails.thresholds import learn_thresholds, pin_thresholds, reset_learning
+from trails.learning.thresholds import learn_thresholds, pin_thresholds, reset_learning
 
 QUESTION = "what are the ICU visiting hours"
 # Matches the recorded question at a Jaccard of 0.66 (lexical scope).
@@ -175,7 +175,7 @@ def test_one_key_flooding_not_helpful_moves_the_threshold_one_bounded_step_and_f
 
 def test_feedback_reasons_are_purged_with_the_subject(api, scope, sections):
     from trails.models import PurgeRun
-    from trails.purge import run_purge
+    from trails.upkeep.purge import run_purge
 
     record_icu(api)
     feedback(api, recall_id(api), helpful=False, reason="Bob Baker said it was wrong")
@@ -188,7 +188,7 @@ def test_feedback_reasons_are_purged_with_the_subject(api, scope, sections):
 
 
 def test_a_re_search_in_the_same_session_labels_the_recall_a_false_hit(api, scope, sections):
-    from trails.feedback import RESEARCHED
+    from trails.learning.feedback import RESEARCHED
 
     record_icu(api)
     served = api.recall("hospital", query=QUESTION, session="run-7").json()

@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from scopes.models import Scope, Section
 from evaluation.questions import QuestionMaker
-from trails.candidates import candidates as read_candidates
-from trails.matching import sign
-from trails.models import BandKey, Citation, Step, Trail, TrailStatus
+from trails.serving.candidates import candidates as read_candidates
+from trails.serving.matching import sign
+from trails.models import BandKey, Citation, Step, Trail
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, TrailRows
+from trails.serving.record import RecordInput, TrailRows
 
 TRAILS = 3000
 

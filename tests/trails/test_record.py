@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from scopes.models import Section
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 from trails.models import BandKey, Citation, Step, Trail, TrailSignal
 
 QUERY = "What are the ICU visiting hours?"

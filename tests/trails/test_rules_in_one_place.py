@@ -8,7 +8,7 @@ from django.test import Client
 from ragtrail_site.celery import app as celery_app
 from scopes.models import Scope
 from tests.trails.test_record import QUERY
-from trails.calibration import thresholds_for
+from trails.learning.shipped import thresholds_for
 from trails.models import ActionRefused, BandKey, ThresholdChange, Trail, TrailStatus
 
 REFUSING = "The documents I found don't cover this."

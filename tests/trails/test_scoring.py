@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from scopes.models import Scope
-from trails.candidates import Candidate
+from trails.serving.candidates import Candidate
 from trails.core.guard import EMPTY_LEXICON, question_terms
 from trails.core.simhash import EmbeddingVector
-from trails.matching import QuestionSignature, matching_settings, score_candidates
+from trails.serving.matching import QuestionSignature, matching_settings, score_candidates
 from trails.core.minhash import minhash_query
 
 QUERY = "How do I renew a passport for my child in 2024?"

@@ -7,7 +7,7 @@ import pytest
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
 from trails.embedders import get_embedder, load_embedder
-from trails.reindex import reindex_scope
+from trails.upkeep.reindex import reindex_scope
 
 SECTIONS = {"s1": "Section one.", "s2": "Section two."}
 
@@ -27,7 +27,7 @@ def outcome(api: ApiClient, stored: str, asked: str, **extra) -> dict:
 
 
 def test_new_scopes_default_to_the_thresholds_calibrated_for_their_bound(semantic):
-    from trails.calibration import thresholds_for
+    from trails.learning.shipped import thresholds_for
 
     scope, _ = semantic
     assert scope.matcher == "embedding" and scope.max_false_hit_rate == 0.02

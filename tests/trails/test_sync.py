@@ -12,8 +12,8 @@ from django.core.management import CommandError, call_command
 from scopes.models import Scope, Section, SectionSync
 from scopes.splitting import split_tree
 from trails.models import Trail
-from trails.recall import recall
-from trails.record import RecordInput, record
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, record
 
 FAQ = Path(__file__).resolve().parents[2] / "scopes" / "fixtures" / "python-faq"
 
@@ -162,7 +162,7 @@ def test_bad_sources_are_refused_naming_the_file_and_line_and_nothing_is_written
 def test_a_failure_inside_the_sync_writes_nothing(faq, monkeypatch):
     old, new, *_ = faq
     sync(old)
-    from trails import sync as sync_module
+    from trails.upkeep import sync as sync_module
 
     def fail(*args, **kwargs):
         raise RuntimeError("the disk is full")
@@ -192,7 +192,7 @@ def test_ci_syncs_through_the_api_with_the_same_summary(api, scope, other_api):
 
 
 def test_a_hashes_only_scope_keeps_no_text_and_a_prefetch_names_the_sections_and_hashes(db, tmp_path, api):
-    from scopes.hashing import section_hash
+    from infra.hashing import section_hash
     from scopes.models import ApiKey
 
     scope = Scope.objects.create(slug="private", matcher="lexical", keeps_text=False)

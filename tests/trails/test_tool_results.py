@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from tests.conftest import VISITING
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 
 POLICIES = [
     {"tool": "read_file", "cacheable": True, "ttl_s": 600, "ignore_args": ["intention"], "path_args": ["path"]},

@@ -9,7 +9,7 @@ from scopes.models import SectionRevision
 from tests.conftest import VISITING
 from trails.core.budget import count_tokens
 from trails.models import BandKey, Citation, RecallEvent, RecallStat, SimilarityStat, Step, Trail
-from trails.upkeep import roll_up, sweep_expired
+from trails.upkeep.jobs import roll_up, sweep_expired
 
 NOW = datetime(2026, 11, 30, 12, 30, tzinfo=dt_timezone.utc)
 

@@ -117,7 +117,7 @@ RULES: tuple[Rule, ...] = (
          note="recorded with a positive signal (accepted, user, verifier)"),
     Rule(RECORD_UNSIGNALLED, A, (NEW,), PENDING, expiry=Expiry.PENDING, reason="no positive signal: waiting for approval",
          note="recorded without a positive signal"),
-    Rule(RECORD_REFUSED, A, (NEW,), REJECTED, expiry=Expiry.PENDING, reason="{reason}", note="the answer refused to answer (admission)"),
+    Rule(RECORD_REFUSED, A, (NEW,), REJECTED, expiry=Expiry.PENDING, reason="{reason}", note="the answer says its sources do not cover the question"),
     Rule(VOTE_UP, A, (PENDING, ACTIVE), ACTIVE, expiry=Expiry.ACTIVE,
          note="approves a trail recorded pending, or renews an active one; reports stay counted"),
     Rule(VOTE_DOWN, A, (PENDING, HELD, STALE, REJECTED), REJECTED, reason="rejected by {by}{reason}",
@@ -216,10 +216,19 @@ def _refusal(action: str, actor: Actor, state: State) -> str:
     return f"a {shown} trail cannot be {'approved' if action == VOTE_UP else verb + 'ed'}"
 
 
-def table_rows() -> list[tuple[str, str, str, str, str, str]]:
-    """The table as text rows: action, actor, from, to, reports, labels (for the README)."""
+def table_rows() -> list[tuple[str, ...]]:
+    """The table as text rows: action, actor, from, to, reports, labels, note."""
     rows = []
     for r in RULES:
-        to = "(unchanged)" if r.to_state is None else r.to_state.value + (f" ({r.hold.value})" if r.hold is not Hold.NONE else "")
-        rows.append((r.action, r.actor.value, ", ".join(s.value for s in r.from_states), to, r.reports.value, r.labels.value))
+        to = "(unchanged)" if r.to_state is None else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")
+        rows.append((r.action, r.actor.value, ", ".join(s.value for s in r.from_states), to, r.reports.value,
+                     "" if r.labels is Labels.NONE else r.labels.value, r.note))
     return rows
+
+
+def markdown_table() -> str:
+    """The table as the README shows it (a test holds the README to it)."""
+    head = ("action", "who", "from", "to", "reports", "labels", "note")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell or "" for cell in row) + " |" for row in table_rows()]
+    return "\n".join(lines)

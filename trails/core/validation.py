@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
-from scopes.hashing import section_hash
+from infra.hashing import section_hash
 
 
 class Outcome(str, Enum):
@@ -78,6 +78,12 @@ def validate(citations: Sequence[Citation], current: Mapping[str, CurrentSection
         else:
             checks.append(SectionCheck(citation.section_id, SectionStatus.VALID, section.text))
     return Validation(_outcome(sum(1 for c in checks if c.status is SectionStatus.VALID), len(checks)), tuple(checks))
+
+
+def as_stored(digest: str, text: str | None, keeps_text: bool) -> CurrentSection:
+    """A section as a scope's store holds it: a scope that keeps hashes only has no text to
+    re-hash or serve (the agent reads it from its own index), so only its hash counts."""
+    return CurrentSection(digest, text if keeps_text else None)
 
 
 def read_hash(section: CurrentSection) -> str:

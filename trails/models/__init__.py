@@ -7,8 +7,7 @@
 - `recalls`: recall events and their hourly roll-ups;
 - `learning`: judged matches and every move of a learned threshold;
 - `tool_policies`: which tools' results are cached;
-- `purge`: personal-data patterns and purge runs;
-- `bulk`: deleting a whole scope's rows (benchmark and evaluation scopes).
+- `purge`: personal-data patterns and purge runs.
 
 A module lower in that list never imports a higher one: where a lower one must reach rows of
 a higher one (a trail's recall events when it is deleted), it sends a signal the higher one
@@ -28,7 +27,6 @@ from trails.models.recalls import (
 from trails.models.learning import MatchLabel, ThresholdChange
 from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.purge import PiiPattern, PurgeRun
-from trails.models.bulk import bulk_transaction, drop_scope, without_statement_timeout
 
 __all__ = [
     "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "ActionRefused", "Signal", "TrailReport", "TrailSignal",
@@ -36,5 +34,5 @@ __all__ = [
     "BandKey", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "trails_deleting", "validations_now",
     "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
     "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
-    "PiiPattern", "PurgeRun", "bulk_transaction", "drop_scope", "without_statement_timeout",
+    "PiiPattern", "PurgeRun",
 ]

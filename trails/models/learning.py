@@ -13,7 +13,7 @@ from trails.models.trail import Trail, trails_deleting
 class MatchLabel(models.Model):
     """A judged match: was serving a trail at this similarity right or wrong, and who said so.
 
-    The scope's thresholds are learned from these (trails/thresholds.py). Sources: an
+    The scope's thresholds are learned from these (trails/learning/thresholds.py). Sources: an
     agent's feedback on a recall, a re-search (a path recorded for the same question in
     the same session: citing the served sections or not), a near miss (the nearest
     candidate of a miss, judged by the path then recorded), a rejection of a trail that

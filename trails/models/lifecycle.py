@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from scopes.models import Scope
 from trails.core import lifecycle as table
-from trails.core.lifecycle import Actor, Expiry, Hold, Reports, Rule, State, state_of, status_of
+from trails.core.lifecycle import Actor, Expiry, Reports, Rule, State, state_of, status_of
 
 ActionRefused = table.Refused
 

@@ -12,7 +12,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from scopes.models import Scope
-from trails.charts import HourCounts
+from trails.core.charts import HourCounts
 from trails.core.validation import Outcome
 from trails.models.lifecycle import mark_stale_statements
 from trails.models.trail import Trail, trails_deleting
@@ -50,7 +50,7 @@ class RecallEvent(models.Model):
     research_key = models.CharField(max_length=64, blank=True, db_default="")
     # For a miss by embedding: the nearest candidate the guard allowed, under the threshold.
     # A path the agent then records for the same question says whether serving it would
-    # have been right (a label that can lower the threshold: trails/feedback.py).
+    # have been right (a label that can lower the threshold: trails/learning/feedback.py).
     nearest_trail = models.ForeignKey(
         Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )

@@ -16,7 +16,7 @@ from django.utils import timezone
 from scopes.models import Scope, Section, sections_changed
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import CurrentSection, Validation, as_read, validate
+from trails.core.validation import Validation, as_read, as_stored, validate
 from trails.core.lifecycle import Hold
 from trails.models.lifecycle import EXPIRED, ActionRefused, Lifecycle, Signal, TrailReport, TrailSignal, TrailStatus
 
@@ -182,7 +182,7 @@ def validations_now(scope: Scope, trail_ids: Iterable[int] | models.QuerySet) ->
         recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
     rows = Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
     columns = ("section_id", "hash", "text") if scope.keeps_text else ("section_id", "hash")
-    current = {row[0]: as_read(CurrentSection(row[1], row[2] if scope.keeps_text else None)) for row in rows.values_list(*columns)}
+    current = {row[0]: as_read(as_stored(row[1], row[-1], scope.keeps_text)) for row in rows.values_list(*columns)}
     return {trail_id: validate(citations, current) for trail_id, citations in recorded.items()}
 
 

@@ -12,12 +12,15 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Refused
+from infra import metrics
+from infra.errors import Refused
 from scopes.models import Scope, SectionSync
-from trails import calibration, charts, thresholds, tool_results
+from trails import tool_results
+from trails.core import charts
+from trails.learning import shipped as calibration
+from trails.learning import thresholds
 from trails.core.calibration import false_hit_verdict
-from trails.matching import matching_settings
+from trails.serving.matching import matching_settings
 from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
 from trails.models.recalls import FALSE_HIT_WINDOW, judged_counts, latency_percentiles, latest_recalls_since, similarity_evidence
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required

@@ -10,10 +10,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from trails.forms import PurgeForm
+from trails.views.forms import PurgeForm
 from trails.models import PurgeRun
-from trails.purge import preview as preview_purge
-from trails.purge import run_purge
+from trails.upkeep.purge import preview as preview_purge
+from trails.upkeep.purge import run_purge
 from trails.tasks import purge_task
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
 

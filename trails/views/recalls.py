@@ -10,12 +10,12 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from ragtrail_site.errors import Refused
+from infra.errors import Refused
 from scopes.models import Section
-from trails.forms import RecallLogFilterForm, ReplayForm
+from trails.views.forms import RecallLogFilterForm, ReplayForm
 from trails.core.validation import SectionStatus
 from trails.models import RecallEvent, Trail, validations_now
-from trails.recall import recall
+from trails.serving.recall import recall
 from trails.schemas import recall_json
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
 

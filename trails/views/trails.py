@@ -16,13 +16,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from scopes.models import Scope, Section, SectionRevision
-from trails.core.validation import Citation as CoreCitation
-from trails.core.validation import CurrentSection, SectionStatus, validate
-from trails.forms import TrailFilterForm
+from trails.core.validation import SectionStatus, validate
+from trails.views.forms import TrailFilterForm
 from trails.core.lifecycle import NAMED_ACTIONS
 from trails.models import ActionRefused, Citation, Signal, Trail, TrailStatus, validations_now
-from trails.purge import findings as purge_findings
-from trails.purge import scope_rules, trails_to_check
+from trails.upkeep.purge import findings as purge_findings
+from trails.upkeep.purge import scope_rules, trails_to_check
 from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
 
 TRAILS_PER_PAGE = 25

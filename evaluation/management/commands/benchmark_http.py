@@ -23,7 +23,7 @@ from evaluation.timing import percentile, save_figures
 from scopes.demo import faq_sections
 from scopes.models import ApiKey, Scope, Section
 from trails.embedders import get_embedder
-from trails.models import drop_scope
+from evaluation.bulk import drop_scope
 
 
 def summary(results: list[Result], seconds: float) -> dict:
@@ -105,7 +105,7 @@ class Command(BaseCommand):
         self.stdout.write(f"reference workload now: the model {reference['model_ms']} ms a question, "
                           f"a pure-Python loop {reference['python_loop_ms']} ms (medians; compare runs at similar figures)")
         figures: dict = {"workers": workers, "clients": clients, "trails_per_scope": len(workload.base_texts), "reference": reference}
-        server = gunicorn.start(port, workers, {"RAGTRAIL_URLCONF": "ragtrail_site.bench_urls"})
+        server = gunicorn.start(port, workers, {"DJANGO_SETTINGS_MODULE": "evaluation.settings"})
         self.meter = CpuMeter(lambda: worker_pids(server.pid))
         try:
             figures.update(self._run(workload, scopes, key, port, server, seconds, overload_seconds, memory_requests))
@@ -174,7 +174,7 @@ class Command(BaseCommand):
         return asyncio.run(closed_loop("127.0.0.1", port, headers, make, self.clients, **kwargs))
 
     def _floors(self, port, key, scopes, recall, fresh, offset, half_and_half, seconds) -> dict:
-        """Recall against what the same workers do with nothing of ours (ragtrail_site.bench_urls):
+        """Recall against what the same workers do with nothing of ours (evaluation/urls.py):
         embedding recall of new questions against the model alone on new questions from the same
         pool, and lexical recall's CPU against a trivial endpoint that parses the same body and
         checks the key. Alternating rounds, so a slow minute weighs on both sides alike."""

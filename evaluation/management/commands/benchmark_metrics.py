@@ -11,10 +11,10 @@ import uuid
 from django.core.management.base import BaseCommand
 from django.test import Client
 
-from ragtrail_site import metrics
+from infra import metrics
 from scopes.models import ApiKey, Scope, Section
-from trails.models import drop_scope
-from trails.record import RecordInput, record
+from evaluation.bulk import drop_scope
+from trails.serving.record import RecordInput, record
 
 
 class _Nothing:

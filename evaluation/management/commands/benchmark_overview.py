@@ -24,9 +24,10 @@ from evaluation.timing import percentile
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
-from trails.models import RecallEvent, Trail, TrailStatus, drop_scope, mark_stale
-from trails.record import RecordInput, TrailRows
-from trails.upkeep import roll_up
+from trails.models import RecallEvent, Trail, TrailStatus, mark_stale
+from evaluation.bulk import drop_scope
+from trails.serving.record import RecordInput, TrailRows
+from trails.upkeep.jobs import roll_up
 
 # The operator pages' budget (issue 14): every page answers within it at this size.
 BUDGET_MS = 300.0

@@ -30,9 +30,9 @@ from evaluation.scale import (
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.matching import matching_settings
-from trails.models import drop_scope
-from trails.recall import recall
+from trails.serving.matching import matching_settings
+from evaluation.bulk import drop_scope
+from trails.serving.recall import recall
 
 PEER = Path(__file__).resolve().parents[2] / "peer"
 

@@ -12,15 +12,15 @@ from django.utils import timezone
 
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
-from trails.models import TrailStatus, drop_scope
+from evaluation.bulk import drop_scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from evaluation.questions import QuestionMaker
 from evaluation.scale import vacuum_analyze
 from evaluation.timing import percentile
-from trails.matching import matching_settings
-from trails.recall import recall
+from trails.serving.matching import matching_settings
+from trails.serving.recall import recall
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, TrailRows, record
+from trails.serving.record import RecordInput, TrailRows, record
 
 
 class Command(BaseCommand):

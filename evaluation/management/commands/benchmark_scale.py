@@ -22,11 +22,12 @@ from evaluation.scale import (
 )
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
-from trails.candidates import Candidate
+from trails.serving.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.matching import matching_settings, score_candidates, sign
-from trails.models import Trail, bulk_transaction, drop_scope
-from trails.recall import recall
+from trails.serving.matching import matching_settings, score_candidates, sign
+from trails.models import Trail
+from evaluation.bulk import bulk_transaction, drop_scope
+from trails.serving.recall import recall
 
 
 # Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.

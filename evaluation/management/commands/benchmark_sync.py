@@ -15,9 +15,9 @@ from evaluation.questions import QuestionMaker
 from scopes.models import Scope, Section
 from scopes.splitting import split_tree
 from trails.core.hint import RecordedStep
-from trails.models import TrailStatus, drop_scope
-from trails.record import RecordInput, TrailRows
-from trails.sync import sync_sections
+from evaluation.bulk import drop_scope
+from trails.serving.record import RecordInput, TrailRows
+from trails.upkeep.sync import sync_sections
 
 
 def write_pages(folder: Path, pages: int, per_page: int, edits: dict[tuple[int, int], str]) -> None:

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from scopes.models import Scope
 from trails import tool_results
 from evaluation.timing import percentile
-from trails.models import drop_scope
+from evaluation.bulk import drop_scope
 
 
 class Command(BaseCommand):

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from scopes.models import Scope, Section
 from evaluation.questions import QuestionMaker
-from trails.models import drop_scope
-from trails.models import RecallEvent, RecallStat, TrailStatus
+from evaluation.bulk import drop_scope
+from trails.models import RecallEvent, RecallStat
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, TrailRows
-from trails.upkeep import roll_up, sweep_expired
+from trails.serving.record import RecordInput, TrailRows
+from trails.upkeep.jobs import roll_up, sweep_expired
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Fits the matcher thresholds to a false-hit bound on the fit split and writes trails/calibration.json."""
+"""Fits the matcher thresholds to a false-hit bound on the fit split and writes trails/learning/calibration.json."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from trails.calibration import CALIBRATION_FILE
+from trails.learning.shipped import CALIBRATION_FILE
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from evaluation import matching
 from evaluation.matching import DEFAULT_PAIRS

@@ -17,10 +17,10 @@ from django.utils import timezone
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section
 from trails.models import Trail
-from trails.recall import recall
+from trails.serving.recall import recall
 from trails.core.hint import RecordedStep
-from trails.record import RecordInput, record
-from trails.upkeep import roll_up
+from trails.serving.record import RecordInput, record
+from trails.upkeep.jobs import roll_up
 
 DEMO_SCOPE = "python-faq"
 DEMO_TRAILS = 25

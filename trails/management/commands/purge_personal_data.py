@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
 from trails.models import PurgeRun
-from trails import purge
+from trails.upkeep import purge
 
 
 class Command(BaseCommand):

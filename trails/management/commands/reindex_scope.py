@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
-from trails.reindex import reindex_scope
+from trails.upkeep.reindex import reindex_scope
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from trails.upkeep import roll_up
+from trails.upkeep.jobs import roll_up
 
 
 class Command(BaseCommand):

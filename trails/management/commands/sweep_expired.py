@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from trails.upkeep import sweep_expired
+from trails.upkeep.jobs import sweep_expired
 
 
 class Command(BaseCommand):

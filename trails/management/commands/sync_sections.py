@@ -6,10 +6,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ragtrail_site.errors import Refused
+from infra.errors import Refused
 from scopes.models import Scope
 from scopes.splitting import FORMATS, SplitError, split_tree
-from trails.sync import sync_sections
+from trails.upkeep.sync import sync_sections
 
 
 class Command(BaseCommand):

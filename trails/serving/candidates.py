@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 from django.conf import settings
 from django.db import connection
 
-from ragtrail_site.prepared import prepared_cursor
+from infra.prepared import prepared_cursor
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation

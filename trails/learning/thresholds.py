@@ -22,9 +22,9 @@ from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from ragtrail_site import metrics
+from infra import metrics
 from scopes.models import Scope
-from trails import calibration
+from trails.learning import shipped as calibration
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
 from trails.models import MatchLabel, RecallEvent, RecallStat, ThresholdChange
 
@@ -208,7 +208,7 @@ THRESHOLD_FIELDS = frozenset({"embedding_threshold", "lexical_threshold"})
 MATCHING_FIELDS = SIGNING_FIELDS | BOUND_FIELDS
 
 
-@receiver(pre_save, sender=Scope, dispatch_uid="trails.thresholds.matching_change")
+@receiver(pre_save, sender=Scope, dispatch_uid="trails.learning.thresholds.matching_change")
 def apply_matching_change(sender, instance: Scope, raw: bool = False, **kwargs) -> None:
     """Before any save of a scope (admin, shell, a command, the evaluation): a changed bound
     or matcher sets both thresholds from the calibration (unless a threshold was changed
@@ -244,9 +244,9 @@ def calibrate_new_scope(scope: Scope) -> None:
         setattr(scope, name, value)
 
 
-@receiver(post_save, sender=Scope, dispatch_uid="trails.thresholds.after_matching_change")
+@receiver(post_save, sender=Scope, dispatch_uid="trails.learning.thresholds.after_matching_change")
 def after_matching_change(sender, instance: Scope, created: bool, raw: bool = False, **kwargs) -> None:
-    """After the save: records the change (trails.reindex re-signs where signing changed)."""
+    """After the save: records the change (trails.upkeep.reindex re-signs where signing changed)."""
     changed = getattr(instance, "_matching_changed", frozenset())
     if raw or created or not changed:
         return

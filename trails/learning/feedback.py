@@ -6,7 +6,7 @@ is a label. Labels that cost the agent nothing come from the paths it records: a
 recorded for the same question in the same session soon after a recall says whether
 what the recall served (a hit) or would have served (a miss's nearest candidate) was
 right, by whether it cites any of those sections. A served trail that is rejected
-labels the recalls that served it. Every label names its reporter (trails/thresholds.py
+labels the recalls that served it. Every label names its reporter (trails/learning/thresholds.py
 bounds what one reporter can move).
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Conflict, NotFound
+from infra import metrics
+from infra.errors import Conflict, NotFound
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
 from trails.models import Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed
-from trails.thresholds import learn_thresholds
+from trails.learning.thresholds import learn_thresholds
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
 RESEARCH_WINDOW = timedelta(minutes=10)
@@ -146,7 +146,7 @@ def give_feedback(
     return event
 
 
-@receiver(trail_status_changed, dispatch_uid="trails.feedback.label_rejections")
+@receiver(trail_status_changed, dispatch_uid="trails.learning.feedback.label_rejections")
 def label_rejections(sender, trail: Trail, action: str, before: str, after: str, by: str, at: datetime, **kwargs) -> None:
     """A served trail that is rejected labels the recent recalls that served it (those no
     agent judged) as false hits, by whoever rejected it; reinstating it takes them back."""

@@ -1,6 +1,6 @@
 """The shipped calibration: matcher thresholds for a scope's false-hit bound.
 
-trails/calibration.json holds, per matcher, how many false hits the fit split gave at
+trails/learning/calibration.json holds, per matcher, how many false hits the fit split gave at
 each threshold of a grid (written by `manage.py calibrate_thresholds`). A scope's
 thresholds for its bound are the lowest whose one-sided upper confidence bound (at the
 confidence the fit used, 99 %) is within it.
@@ -43,7 +43,7 @@ def thresholds_for(bound: float, matcher: str = "embedding") -> dict[str, float]
 # paraphrases matched at the configured threshold (on the fit split) still match.
 CEILING_REUSE_SHARE = 0.5
 # How far under the configured threshold labels may lower it: embedding band keys are
-# drawn 0.04 under the configured threshold (trails.matching.EMBEDDING_BAND_MARGIN), so
+# drawn 0.04 under the configured threshold (trails.serving.matching.EMBEDDING_BAND_MARGIN), so
 # candidates down to 0.03 under are still found. Lexical band layouts follow the
 # configured threshold's S-curve closely, so lexical thresholds are never lowered.
 LOWERING_ROOM = {"embedding": 0.03, "lexical": 0.0}

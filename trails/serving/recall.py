@@ -8,18 +8,18 @@ from typing import Any
 
 from django.utils import timezone
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Invalid
+from infra import metrics
+from infra.errors import Invalid
 from scopes.models import Scope
-from trails.calibration import floor_for
-from trails.candidates import Candidate, add_paths
-from trails.candidates import candidates as read_candidates
+from trails.learning.shipped import floor_for
+from trails.serving.candidates import Candidate, add_paths
+from trails.serving.candidates import candidates as read_candidates
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
-from trails.core.validation import CurrentSection, Outcome, SectionStatus, Validation, validate
-from trails.feedback import research_key
-from trails.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
+from trails.core.validation import Outcome, SectionStatus, Validation, as_stored, validate
+from trails.learning.feedback import research_key
+from trails.serving.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
 from trails.models import write_recall_effects
 
 # A trail whose sections all changed is marked stale and the next candidate is
@@ -112,10 +112,7 @@ def recall(
         if not match.trail.has_paths:
             # One winner at a time: the best is nearly always valid, so one read, not three.
             add_paths([match.trail])
-        current = match.trail.current
-        if not scope.keeps_text:
-            # The store holds hashes only: nothing to re-hash, nothing to serve but ids and hashes.
-            current = {k: CurrentSection(v.hash, None) for k, v in current.items()}
+        current = {k: as_stored(v.hash, v.text, scope.keeps_text) for k, v in match.trail.current.items()}
         validation = validate(match.trail.citations, current)
         if validation.outcome is Outcome.MISS:
             stale.append(match.trail)

@@ -7,9 +7,7 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from scopes.models import Scope, Section
-from trails.models.learning import MatchLabel, ThresholdChange
-from trails.models.recalls import RecallEvent
-from trails.models.trail import BandKey, Citation, Step, Trail, TrailReport, TrailSignal, delete_rows
+from trails.models import BandKey, Citation, MatchLabel, RecallEvent, Step, ThresholdChange, Trail, TrailReport, TrailSignal, delete_rows
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from ninja.parser import Parser
 
-from ragtrail_site.errors import RequestRefused
+from infra.errors import RequestRefused
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 

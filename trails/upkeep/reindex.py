@@ -11,10 +11,10 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from scopes.models import Scope
-from trails.matching import sign
+from trails.serving.matching import sign
 from trails.models import BandKey, Trail, TrailStatus, trail_status_changed
-from trails.record import SIGNED_FIELDS, band_key_rows, take_signature
-from trails.thresholds import SIGNING_FIELDS
+from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
+from trails.learning.thresholds import SIGNING_FIELDS
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def reindex_scope(
             progress(done, after_id)
 
 
-@receiver(post_save, sender=Scope, dispatch_uid="trails.reindex.resign_after_matching_change")
+@receiver(post_save, sender=Scope, dispatch_uid="trails.upkeep.reindex.resign_after_matching_change")
 def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bool = False, **kwargs) -> None:
     """Whoever saves a scope with changed signing settings (admin, shell, a command), its
     trails are re-signed so they stay findable: inline for a small scope, else by the
@@ -89,7 +89,7 @@ def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bo
     instance.resigning = "re-signing queued"
 
 
-@receiver(trail_status_changed, dispatch_uid="trails.reindex.sign_on_becoming_servable")
+@receiver(trail_status_changed, dispatch_uid="trails.upkeep.reindex.sign_on_becoming_servable")
 def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, after: str, **kwargs) -> None:
     """A trail coming back from rejection is signed afresh, so once approved it is found
     like any other. Always, not only when it has no band keys (rejected at record): one

@@ -67,7 +67,7 @@ def database_from_url(url: str, base_dir: str) -> dict:
         return database
     options = database.setdefault("OPTIONS", {})
     # Django turns psycopg's statement preparation off; recall's candidate read uses a
-    # server-binding cursor that psycopg prepares after five runs (see trails.candidates).
+    # server-binding cursor that psycopg prepares after five runs (see trails.serving.candidates).
     # Behind a transaction-pooling PgBouncer, set prepare_threshold= (empty) in the URL
     # (an empty value, which dj-database-url drops, so it is read here).
     threshold = parse_qs(urlparse(url).query, keep_blank_values=True).get("prepare_threshold", ["5"])[-1]

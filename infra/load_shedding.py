@@ -17,6 +17,7 @@ client library backs off, and an agent treats it as a miss.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -26,8 +27,8 @@ from typing import Iterator
 
 from django.conf import settings
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Overloaded
+from infra import metrics
+from infra.errors import Overloaded
 
 _deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=None)
 
@@ -53,12 +54,14 @@ def budget_for(path: str) -> float | None:
     """The time budget (seconds) of an API path, or None for paths not shed."""
     if not path.startswith("/api/"):
         return None
-    # The benchmark's floors (ragtrail_site.bench_urls, never routed in production) stand in
-    # for recall, so they are shed by recall's budget: under the API's longer one the model
-    # alone was never shed where recall was, and the ratio measured the budgets.
-    if path.endswith("/recall") or "/tool-results/" in path or path.startswith("/api/v1/bench/"):
+    if any(pattern.search(path) for pattern in _recall_budget_paths(tuple(settings.RAGTRAIL_RECALL_BUDGET_PATHS))):
         return settings.RAGTRAIL_RECALL_BUDGET_MS / 1000.0
     return settings.RAGTRAIL_API_BUDGET_MS / 1000.0
+
+
+@lru_cache(maxsize=4)
+def _recall_budget_paths(patterns: tuple[str, ...]) -> list[re.Pattern]:
+    return [re.compile(pattern) for pattern in patterns]
 
 
 class ServiceTime:

@@ -18,8 +18,8 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ragtrail_site.errors import Invalid
-from scopes.hashing import section_hash
+from infra.errors import Invalid
+from infra.hashing import section_hash
 from scopes.models import Scope, Section, SectionSync
 from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation

@@ -1,5 +1,5 @@
 """The service's URLs plus two floors that benchmark_http measures recall against, on the same
-gunicorn workers (RAGTRAIL_URLCONF=ragtrail_site.bench_urls; never in production):
+gunicorn workers (DJANGO_SETTINGS_MODULE=evaluation.settings; never in production):
 
 - POST /api/v1/bench/{scope}/trivial: the same stack as recall (Django, ninja, the strict JSON
   body, RecallIn, the key check for the scope, recall's time budget for shedding load) and

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.shortcuts import render
 
-from ragtrail_site.errors import database_refusal
+from infra.errors import database_refusal
 
 # When the current API request's database time runs out (monotonic seconds).
 _request_deadline: ContextVar[float | None] = ContextVar("ragtrail_db_deadline", default=None)

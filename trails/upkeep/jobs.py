@@ -8,12 +8,12 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
-from trails.calibration import limits_for
+from trails.learning.shipped import limits_for
 from trails.core.calibration import false_hit_verdict
 from trails.models.recalls import judged_counts
 from trails.models import SIMILARITY_BINS, Citation, expiring, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
-from trails.purge import forget_unconfirmed_previews
-from trails.thresholds import in_use, used_matchers
+from trails.upkeep.purge import forget_unconfirmed_previews
+from trails.learning.thresholds import in_use, used_matchers
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:

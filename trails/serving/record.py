@@ -9,15 +9,15 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ragtrail_site import metrics
-from ragtrail_site.errors import Conflict, Invalid
+from infra import metrics
+from infra.errors import Conflict, Invalid
 from scopes.models import Scope, Section
 from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
-from trails.feedback import learn_from_research
-from trails.matching import QuestionSignature, matching_settings, sign
+from trails.learning.feedback import learn_from_research
+from trails.serving.matching import QuestionSignature, matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
 

@@ -22,7 +22,7 @@ from trails.core.simhash import (
     EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits, sketch, sketch_distance_limit,
 )
 from trails.embedders import get_embedder
-from trails.candidates import Candidate, Lookup
+from trails.serving.candidates import Candidate, Lookup
 
 # The embedding band layout is derived from a cosine floor this far under the threshold.
 EMBEDDING_BAND_MARGIN = 0.04
@@ -38,7 +38,7 @@ class MatchingSettings:
     embedding_layout: BandLayout
     lexicon: Lexicon
     # The configured thresholds, or those the scope's labels moved them to (within the
-    # limits of trails.calibration.limits_for, where the configured layout still finds
+    # limits of trails.learning.shipped.limits_for, where the configured layout still finds
     # the candidates).
     lexical_threshold: float
     embedding_threshold: float

@@ -22,7 +22,7 @@ from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
 from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal
-from trails.reindex import resign
+from trails.upkeep.reindex import resign
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
 # forgotten after this long (by the sweep).
