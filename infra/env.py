@@ -44,9 +44,11 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_from_url(url: str, base_dir: str) -> dict:
+def database_from_url(url: str, base_dir: str, connect_timeout_s: int = 3, statement_timeout_ms: int = 5000,
+                      lock_timeout_ms: int = 2000) -> dict:
     """Turns DATABASE_URL (sqlite:///path or postgres://user:pass@host:port/name?options)
-    into Django's form, read by dj-database-url, with ragtrail's defaults added."""
+    into Django's form, read by dj-database-url, with ragtrail's defaults added (the
+    timeouts apply to PostgreSQL where the URL sets none of its own)."""
     engine = urlparse(url).scheme
     if engine not in {"sqlite", "postgres", "postgresql", "pgsql"}:
         raise SettingError(f"DATABASE_URL scheme {engine!r} is not supported (use sqlite or postgres)")
@@ -76,11 +78,9 @@ def database_from_url(url: str, base_dir: str) -> dict:
     # A database that is down or overloaded must fail a request fast (the API then
     # answers 503), not hold a worker: connect in seconds, no statement or lock wait
     # past its budget. The URL's own values win.
-    options.setdefault("connect_timeout", int(os.environ.get("RAGTRAIL_DB_CONNECT_TIMEOUT_S", "3")))
+    options.setdefault("connect_timeout", connect_timeout_s)
     if "options" not in options:
-        statement = os.environ.get("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", "5000")
-        lock = os.environ.get("RAGTRAIL_DB_LOCK_TIMEOUT_MS", "2000")
-        options["options"] = f"-c statement_timeout={int(statement)} -c lock_timeout={int(lock)}"
+        options["options"] = f"-c statement_timeout={statement_timeout_ms} -c lock_timeout={lock_timeout_ms}"
     database["PORT"] = str(database.get("PORT") or "")
     database["CONN_MAX_AGE"] = 60
     return database

@@ -71,7 +71,7 @@ class _Off:
     observe = set = inc
 
 
-if os.environ.get("RAGTRAIL_METRICS", "on").lower() == "off":
+if not settings.RAGTRAIL_METRICS:
     # For a service nobody scrapes, and the benchmark's baseline: every metric a no-op.
     for _name, _metric in list(globals().items()):
         if isinstance(_metric, (Counter, Gauge, Histogram)):
@@ -150,7 +150,7 @@ class MetricsMiddleware:
         if access_log.isEnabledFor(logging.INFO):
             access_log.info("request", extra={
                 "method": request.method, "route": route, "status": response.status_code,
-                "duration_ms": round(elapsed * 1000, 2), "scope": (match.kwargs.get("scope") if match else None),
+                "duration_ms": round(elapsed * 1000, 2), "scope": (match.kwargs.get("scope") or match.kwargs.get("scope_slug") if match else None),
                 "outcome": getattr(request, "ragtrail_outcome", None),
             })
         return response

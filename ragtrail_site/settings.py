@@ -1,6 +1,6 @@
 """ragtrail settings: one file, every deployment choice read from the environment.
 
-The defaults run on a fresh laptop: SQLite and Celery's in-memory broker.
+The defaults run on a fresh laptop: SQLite and Celery's filesystem broker (no server).
 """
 from __future__ import annotations
 
@@ -99,7 +99,12 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_from_url(env_str("DATABASE_URL", "sqlite:///db.sqlite3"), str(BASE_DIR))}
+DATABASES = {"default": database_from_url(
+    env_str("DATABASE_URL", "sqlite:///db.sqlite3"), str(BASE_DIR),
+    connect_timeout_s=env_int("RAGTRAIL_DB_CONNECT_TIMEOUT_S", 3),
+    statement_timeout_ms=env_int("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", 5000),
+    lock_timeout_ms=env_int("RAGTRAIL_DB_LOCK_TIMEOUT_MS", 2000),
+)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -149,8 +154,7 @@ RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-Mini
 RAGTRAIL_MODEL_CACHE = env_str("RAGTRAIL_MODEL_CACHE", str(BASE_DIR / ".cache" / "models"))
 # Model threads per process (each gunicorn worker is one process); raise it only for a
 # single process with the machine to itself, e.g. a long evaluation run.
-# RAGTRAIL_TORCH_THREADS is the name it had before ONNX Runtime.
-RAGTRAIL_MODEL_THREADS = env_int("RAGTRAIL_MODEL_THREADS", env_int("RAGTRAIL_TORCH_THREADS", 1))
+RAGTRAIL_MODEL_THREADS = env_int("RAGTRAIL_MODEL_THREADS", 1)
 # Recent questions' vectors kept per process (384 floats each: 1.5 kB, so 10,000 is 15 MB).
 RAGTRAIL_EMBEDDING_CACHE_SIZE = env_int("RAGTRAIL_EMBEDDING_CACHE_SIZE", 10_000)
 # Requests inside the model at once per process; the others wait, up to their time budget.
@@ -243,6 +247,8 @@ LOGGING = {
 }
 
 # /metrics (Prometheus): off unless a bearer token or an allow-list of networks is set.
+# Off: every metric is a no-op (a service nobody scrapes, and the benchmarks' baseline).
+RAGTRAIL_METRICS = env_bool("RAGTRAIL_METRICS", True)
 RAGTRAIL_METRICS_TOKEN = env_str("RAGTRAIL_METRICS_TOKEN", "")
 try:
     RAGTRAIL_METRICS_ALLOW = [ipaddress.ip_network(n, strict=False) for n in env_list("RAGTRAIL_METRICS_ALLOW", [])]

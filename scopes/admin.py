@@ -50,7 +50,7 @@ class SectionAdmin(admin.ModelAdmin):
 
 @admin.register(SectionSync)
 class SectionSyncAdmin(admin.ModelAdmin):
-    """Docs releases are written by syncs only (manage.py sync_sections, the API): read-only here."""
+    """Section syncs are written by syncs only (manage.py sync_sections, the API): read-only here."""
 
     list_display = ["__str__", "scope", "by", "source", "created_at"]
     list_filter = ["scope"]

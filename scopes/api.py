@@ -21,8 +21,8 @@ def granted_scopes(request: HttpRequest):
 
 @router.put("/{scope}/sections", response=SectionsOut)
 def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
-    found = granted_scope(request, scope)
-    return Section.upsert(found, {s.id: s.text for s in payload.sections})
+    granted = granted_scope(request, scope)
+    return Section.upsert(granted, {s.id: s.text for s in payload.sections})
 
 
 def _section(request: HttpRequest, scope: str, section_id: str) -> Section:

@@ -471,7 +471,7 @@ class ApiKey(models.Model):
 
 
 class SectionSync(models.Model):
-    """A docs release: one sync of a scope's sections from its documents (trails/upkeep/sync.py),
+    """One sync of a scope's sections from its documents (trails/upkeep/sync.py),
     with what it changed and how the served trails moved. Dry runs leave none."""
 
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="section_syncs")
@@ -483,7 +483,7 @@ class SectionSync(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["scope", "created_at"], name="sectionsync_scope_time")]
-        verbose_name = "docs release"
+        verbose_name = "section sync"
 
     def __str__(self) -> str:
         sections = self.summary.get("sections", {})

@@ -179,7 +179,7 @@ def test_page_benchmark_times_every_operator_page(db):
     call_command("benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", "--phone-loads", "0", stdout=out)
     text = out.getvalue()
     for page in ("overview 30d", "trails by section", "trail ", "recalls an hour", "replay a recall", "purge", "one recall",
-                 "docs changes 30d", "what-if 7d", "triage would miss", "triage reported"):
+                 "syncs 30d", "what-if 7d", "triage would miss", "triage reported"):
         assert f"\n{page}" in "\n" + text, page
     assert "pages over 300 ms at p90:" in text and "the overview on the wire (gzip accepted):" in text
     assert not Scope.objects.filter(slug__startswith="overview-").exists()

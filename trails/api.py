@@ -172,15 +172,15 @@ def tool_result_stats(request: HttpRequest, scope: str):
 
 @router.post("/{scope}/section-syncs", response=SectionSyncOut, tags=["sections"])
 def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
-    """A docs release from CI: the full set of sections the source holds now. Only what
+    """A sync from docs CI: the full set of sections the source holds now. Only what
     changed is written (one transaction); the answer says what changed and how the served
     trails move, as `manage.py sync_sections` prints it."""
-    found = granted_scope(request, scope)
+    granted = granted_scope(request, scope)
     sections = []
     for index, section in enumerate(payload.sections):
         if (section.text is None) == (section.hash is None):
             raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
         sections.append(SourceSection(section.id, section.text or "", "", 0, hash=section.hash))
-    summary = sync_sections(found, sections, delete_missing=payload.delete_missing, dry_run=payload.dry_run,
+    summary = sync_sections(granted, sections, delete_missing=payload.delete_missing, dry_run=payload.dry_run,
                             by=reporter(request), source=payload.source)
     return summary.as_json()

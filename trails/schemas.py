@@ -246,4 +246,4 @@ class SectionSyncOut(Schema):
     sections: SectionSyncCounts
     trails: dict[str, int]
     ids: dict[str, list[str]]
-    release_id: Optional[int] = None
+    sync_id: Optional[int] = None

@@ -61,7 +61,7 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
         "overview": "/ops/hospital/", "trails": "/ops/hospital/trails/", "pending trails": "/ops/hospital/trails/?status=pending",
         "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
         "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
-        "one recall": f"/ops/hospital/recalls/{served.recall_id}/", "docs changes": "/ops/hospital/changes/",
+        "one recall": f"/ops/hospital/recalls/{served.recall_id}/", "syncs": "/ops/hospital/syncs/",
         "what-if": "/ops/hospital/tuning/?threshold=0.9",
     }
     report = {}

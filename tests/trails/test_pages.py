@@ -636,12 +636,12 @@ def test_a_rejected_trail_says_it_is_not_served_and_offers_reinstate_and_undo(st
 
 def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_now(staff, api, trails, scope, other_scope):
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended this week."})
-    html = staff.get("/ops/hospital/changes/?window=24h").content.decode()
+    html = staff.get("/ops/hospital/syncs/?window=24h").content.decode()
     table = html.split('id="changes"')[1].split("</table>")[0]
     assert "<code>visiting/icu</code>" in table and "When are ICU visiting hours?" in table
     assert '<span class="badge miss">miss</span>' in table or '<span class="badge hint">hint</span>' in table
     assert "<code>parking</code>" not in table  # unchanged sections are not listed
-    other = staff.get("/ops/other/changes/")
+    other = staff.get("/ops/other/syncs/")
     assert other.status_code == 200 and "When are ICU" not in other.content.decode()
 
 

@@ -97,12 +97,12 @@ def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_a
     assert released["trails"]["prefetch → hint"] == moves["prefetch → hint"] > 0
     assert released["trails"]["prefetch → stale"] == moves["prefetch → stale"] > 0
     assert sum(released["trails"].values()) == sum(moves.values())
-    release = SectionSync.objects.get(scope=scope, pk=released["release_id"])
+    release = SectionSync.objects.get(scope=scope, pk=released["sync_id"])
     assert release.summary["sections"] == expected and release.by == "command"
 
     again = sync(new, "--delete-missing")
     assert again["sections"] == {"added": 0, "changed": 0, "unchanged": 178, "removed": 0, "missing": 0}
-    assert again["release_id"] is None and SectionSync.objects.count() == 2  # the first sync, and this release
+    assert again["sync_id"] is None and SectionSync.objects.count() == 2  # the first sync, and this one
 
 
 def test_sections_the_source_dropped_are_kept_without_delete_missing(faq):

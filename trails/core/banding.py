@@ -30,8 +30,9 @@ class BandLayout:
             raise ValueError(f"not a band layout label: {label!r}")
         return cls(int(bands), int(rows))
 
-    def collision_probability(self, similarity: float) -> float:
-        """Probability that two items of this similarity share at least one band."""
+    def collision_probability(self, similarity: float | np.ndarray) -> float | np.ndarray:
+        """Probability that two items of this similarity share at least one band (the S-curve
+        `layout_for_threshold` fits to a threshold); elementwise over an array."""
         return 1.0 - (1.0 - similarity**self.rows) ** self.bands
 
 
@@ -67,11 +68,12 @@ def layout_for_threshold(
     best: tuple[float, BandLayout] | None = None
     for bands in range(1, num_values + 1):
         for rows in range(1, num_values // bands + 1):
-            fp = _integrate(1.0 - (1.0 - below**rows) ** bands, below)
-            fn = _integrate((1.0 - above**rows) ** bands, above)
+            layout = BandLayout(bands, rows)
+            fp = _integrate(layout.collision_probability(below), below)
+            fn = _integrate(1.0 - layout.collision_probability(above), above)
             error = false_positive_weight * fp + (1.0 - false_positive_weight) * fn
             if best is None or error < best[0]:
-                best = (error, BandLayout(bands, rows))
+                best = (error, layout)
     assert best is not None
     return best[1]
 

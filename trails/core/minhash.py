@@ -82,19 +82,6 @@ class MinHashSignature:
             )
         return cls(params, values)
 
-    def jaccard(self, other: "MinHashSignature") -> float:
-        """Estimates the Jaccard similarity of the two shingle sets.
-
-        Raises:
-            ValueError: the signatures were made with different parameters.
-        """
-        if self.params != other.params:
-            raise ValueError(
-                f"cannot compare MinHash signatures made with {self.params.label} "
-                f"and {other.params.label}"
-            )
-        return float(np.count_nonzero(self.values == other.values)) / self.params.num_perm
-
 
 def minhash_of_hashes(hashes: Iterable[int], params: MinHashParams) -> MinHashSignature:
     """Builds a signature from 32-bit shingle hashes.

@@ -3,7 +3,7 @@
 trails/learning/calibration.json holds, per matcher, how many false hits the fit split gave at
 each threshold of a grid (written by `manage.py calibrate_thresholds`). A scope's
 thresholds for its bound are the lowest whose one-sided upper confidence bound (at the
-confidence the fit used, 99 %) is within it.
+confidence the fit used, 95 %: `confidence` in the file) is within it.
 """
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def validations_now(scope: Scope, trail_ids: Iterable[int] | models.QuerySet) ->
     """What recall would find of each of these trails' citations now: outcome (prefetch,
     hint, miss) and each section valid, changed or deleted, by recall's own rule
     (trails.core.validation.validate, each section's text hashed where the scope keeps it).
-    The trail page, the recall page, the lists and a release's trails all read this.
+    The trail page, the recall page, the lists and the syncs page all read this.
 
     Two reads for all of them: their citations, then the sections those cite; each section's
     text is hashed once, however many trails cite it.

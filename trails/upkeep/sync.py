@@ -1,4 +1,4 @@
-"""Keeping a scope's sections in step with the documents they come from (a docs release).
+"""Keeping a scope's sections in step with the documents they come from (a sync).
 
 One sync compares the full set of sections a source holds now with the store, writes only
 what changed through the store's one write path (hash, kept revision, trails flagged in the
@@ -42,7 +42,7 @@ class SyncSummary:
     # changed or removed section, by what recall answers before and after.
     trails: Counter = field(default_factory=Counter)
     dry_run: bool = False
-    release_id: int | None = None
+    sync_id: int | None = None
 
     def as_json(self) -> dict:
         return {
@@ -53,7 +53,7 @@ class SyncSummary:
             "trails": {**dict.fromkeys(("prefetch → hint", "prefetch → stale", "hint → stale", "unaffected"), 0), **self.trails},
             "ids": {"added": self.added[:SAMPLE_IDS], "changed": self.changed[:SAMPLE_IDS],
                     "removed": self.removed[:SAMPLE_IDS], "missing": self.missing[:SAMPLE_IDS]},
-            "release_id": self.release_id,
+            "sync_id": self.sync_id,
         }
 
     def lines(self) -> list[str]:
@@ -91,7 +91,7 @@ SYNC_LOCK = 7261  # a fixed number no other advisory lock of the service uses
 
 def one_sync_at_a_time(scope: Scope) -> None:
     """Holds the scope's sync lock until the transaction ends. Not the scope's row: learning
-    and threshold moves lock that, and they must not wait for a whole docs release."""
+    and threshold moves lock that, and they must not wait for a whole sync."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SYNC_LOCK, scope.pk])
@@ -153,7 +153,7 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         if summary.removed:
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
         if to_write or summary.removed:
-            release = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
-                                                 summary=summary.as_json())
-            summary.release_id = release.pk
+            made = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
+                                              summary=summary.as_json())
+            summary.sync_id = made.pk
     return summary

@@ -101,11 +101,11 @@ def last_scope(request: HttpRequest) -> Scope | None:
     in (a scope in use, not the newest empty one); else any."""
     scopes = operator_scopes()
     remembered = request.session.get(LAST_SCOPE)
-    found = scopes.filter(slug=remembered).first() if remembered else None
-    if found is None:
+    scope = scopes.filter(slug=remembered).first() if remembered else None
+    if scope is None:
         latest = Trail.objects.filter(scope__in=scopes).order_by("-id").values_list("scope_id", flat=True).first()
-        found = scopes.filter(pk=latest).first() if latest else scopes.first()
-    return found
+        scope = scopes.filter(pk=latest).first() if latest else scopes.first()
+    return scope
 
 
 

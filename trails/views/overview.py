@@ -33,16 +33,16 @@ WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(da
 @staff_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    found = last_scope(request)
-    if found is None:
+    scope = last_scope(request)
+    if scope is None:
         return render(request, "trails/no_scopes.html")
-    return redirect("ops:overview", scope=found.slug)
+    return redirect("ops:overview", scope_slug=scope.slug)
 
 
 @staff_required
 @require_GET
-def overview(request: HttpRequest, scope: str) -> HttpResponse:
-    found = scope_or_404(scope)
+def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
+    scope = scope_or_404(scope_slug)
     window = request.GET.get("window", "24h")
     if window not in WINDOWS:
         window = "24h"
@@ -53,44 +53,44 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     if bucket >= timedelta(days=1):
         # Daily buckets start at midnight so a day's bar is that calendar day.
         start = start.replace(hour=0)
-    rows = RecallStat.hourly(found, start - span)
+    rows = RecallStat.hourly(scope, start - span)
     current_rows = [r for r in rows if r.hour >= start]
     data = charts.series(current_rows, start, end, bucket)
-    matching = matching_settings(found)
+    matching = matching_settings(scope)
     drawn_thresholds = {
         name: value for name, value, used in (
-            ("embedding", matching.embedding_threshold, found.uses_embedding), ("lexical", matching.lexical_threshold, found.uses_lexical)
+            ("embedding", matching.embedding_threshold, scope.uses_embedding), ("lexical", matching.lexical_threshold, scope.uses_lexical)
         ) if used
     }
     figures = {
-        "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[found.slug]), bucket),
+        "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[scope.slug]), bucket),
         "hit-rate": charts.hit_rate_figure(data),
-        "similarity": charts.similarity_figure(SimilarityStat.histogram(found, start), SIMILARITY_BINS, drawn_thresholds),
+        "similarity": charts.similarity_figure(SimilarityStat.histogram(scope, start), SIMILARITY_BINS, drawn_thresholds),
     }
     totals = charts.totals(current_rows)
     # The window before, for comparison (the same roll-up rows, read once).
     previous = charts.totals(r for r in rows if start - span <= r.hour < start)
-    judged = RecallEvent.objects.filter(scope=found, feedback_at__gte=start).aggregate(
+    judged = RecallEvent.objects.filter(scope=scope, feedback_at__gte=start).aggregate(
         judged=Count("id"), reported=Count("id", filter=Q(helpful=False))
     )
     voted_down = TrailSignal.objects.filter(
-        trail__scope=found, created_at__gte=start, signal__in=[Signal.DOWN, Signal.REPORTED]
+        trail__scope=scope, created_at__gte=start, signal__in=[Signal.DOWN, Signal.REPORTED]
     ).aggregate(down=Count("id", filter=Q(signal=Signal.DOWN)), reported=Count("id", filter=Q(signal=Signal.REPORTED)))
     try:
-        tool_counts, tool_error = tool_results.lookup_counts(found), ""
+        tool_counts, tool_error = tool_results.lookup_counts(scope), ""
     except Refused as refused:
         tool_counts, tool_error = {}, refused.message
-    false_hits = false_hit_verdict(*judged_counts([found.pk], now).get(found.pk, (0, 0)), found.max_false_hit_rate)
-    last_hour = RecallStat.last_hour(found)
+    false_hits = false_hit_verdict(*judged_counts([scope.pk], now).get(scope.pk, (0, 0)), scope.max_false_hit_rate)
+    last_hour = RecallStat.last_hour(scope)
     health = {
         "false_hits": false_hits,
         "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
-        "latency": latency_percentiles(found, start),
+        "latency": latency_percentiles(scope, start),
         "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
         # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
-        "rollup_behind": last_hour is not None and RecallEvent.objects.filter(scope=found, created_at__gte=last_hour + timedelta(hours=1),
+        "rollup_behind": last_hour is not None and RecallEvent.objects.filter(scope=scope, created_at__gte=last_hour + timedelta(hours=1),
                                                                              created_at__lt=now - timedelta(minutes=30)).exists(),
-        "flags": [thresholds.describe_flag(flag) for flag in found.threshold_flags.split(",") if flag],
+        "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "service": metrics.service_totals(),
         "jobs": {name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None) for name, at in metrics.last_successes(
             ["trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"]).items()},
@@ -98,7 +98,7 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
     # ok / watch / broken: red only when something needs a person.
     health["verdict"] = ("broken" if false_hits.verdict == "over" or health["rollup_behind"] or health["flags"]
                          else "watch" if false_hits.verdict == "watch" else "ok")
-    return scope_page(request, "trails/overview/overview.html", found, {
+    return scope_page(request, "trails/overview/overview.html", scope, {
         "health": health,
         "window_start": start,
         "judged": judged["judged"],
@@ -112,12 +112,12 @@ def overview(request: HttpRequest, scope: str) -> HttpResponse:
         "windows": list(WINDOWS),
         "totals": totals,
         **{f"{outcome}_share": totals.share(outcome) for outcome in charts.OUTCOMES},
-        "pending": Trail.objects.filter(scope=found, status=TrailStatus.PENDING, expires_at__gt=now).count(),
-        "last_hour": RecallStat.last_hour(found),
+        "pending": Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, expires_at__gt=now).count(),
+        "last_hour": RecallStat.last_hour(scope),
         "figures": figures,
         "tab": "overview",
-        "releases": list(SectionSync.objects.filter(scope=found)[:5]),
-        **threshold_context(found),
+        "syncs": list(SectionSync.objects.filter(scope=scope)[:5]),
+        **threshold_context(scope),
     })
 
 
@@ -137,52 +137,52 @@ def threshold_context(scope: Scope) -> dict:
 
 @staff_required
 @require_POST
-def threshold_action(request: HttpRequest, scope: str) -> HttpResponse:
+def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Reset the learned threshold, or pin / unpin the configured one: recorded with who."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     action, by = request.POST.get("action"), request.user.get_username()
     if action == "reset":
-        thresholds.reset_learning(found, by=by)
+        thresholds.reset_learning(scope, by=by)
         messages.info(request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside.")
     elif action == "accept":
-        accepted = thresholds.accept_learned(found, by=by)
+        accepted = thresholds.accept_learned(scope, by=by)
         messages.info(request, f"Learned {', '.join(accepted)} threshold made the configured one." if accepted
                       else "Nothing learned to accept: the configured thresholds are in use.")
     elif action in ("pin", "unpin"):
-        thresholds.pin_thresholds(found, by=by, pinned=action == "pin")
+        thresholds.pin_thresholds(scope, by=by, pinned=action == "pin")
         messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
                       else "Learning on again, from labels given from now on.")
     else:
         return HttpResponse("action must be reset, accept, pin or unpin", status=400)
-    return redirect(reverse("ops:overview", args=[scope]) + "#thresholds")
+    return redirect(reverse("ops:overview", args=[scope_slug]) + "#thresholds")
 
 
 
 @staff_required
 @require_GET
-def tuning(request: HttpRequest, scope: str) -> HttpResponse:
+def tuning(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Before changing a threshold: what this scope's recent recalls and feedback say at the
     threshold in use and at one the operator picks, beside the shipped calibration's figures."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "7d"
     since = timezone.now() - WINDOWS[window][0]
-    matcher = "embedding" if found.uses_embedding else "lexical"
-    current = thresholds.in_use(found, matcher)
+    matcher = "embedding" if scope.uses_embedding else "lexical"
+    current = thresholds.in_use(scope, matcher)
     try:
         picked = min(1.0, max(0.0, float(request.GET.get("threshold", "")))) if request.GET.get("threshold") else None
     except ValueError:
         picked = None
     # At most the window's latest 100,000 recalls: 30 days of a million took 512 ms (benchmark_overview).
-    window_start, since = since, latest_recalls_since(found, since, WHAT_IF_RECALLS)
-    by_bin, counts = similarity_evidence(found, since, current, picked)
+    window_start, since = since, latest_recalls_since(scope, since, WHAT_IF_RECALLS)
+    by_bin, counts = similarity_evidence(scope, since, current, picked)
     what_if = None if picked is None else {"threshold": picked, **counts, "calibration": calibration.at_threshold(matcher, picked)}
-    return scope_page(request, "trails/overview/tuning.html", found, {
+    return scope_page(request, "trails/overview/tuning.html", scope, {
         "window": window, "windows": list(WINDOWS), "matcher": matcher, "cut_since": since if since > window_start else None,
         "what_if_recalls": WHAT_IF_RECALLS, "current": current, "picked": picked, "what_if": what_if,
         "at_current": calibration.at_threshold(matcher, current), "bins": sorted(by_bin.items(), reverse=True),
-        "false_hits": false_hit_verdict(*judged_counts([found.pk], timezone.now()).get(found.pk, (0, 0)), found.max_false_hit_rate),
+        "false_hits": false_hit_verdict(*judged_counts([scope.pk], timezone.now()).get(scope.pk, (0, 0)), scope.max_false_hit_rate),
         "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
-        "near_misses": list(RecallEvent.objects.filter(scope=found, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False)
+        "near_misses": list(RecallEvent.objects.filter(scope=scope, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False)
                             .order_by("-nearest_similarity")
                             .values_list("nearest_similarity", flat=True)[:50]),
         "tab": "overview",

@@ -22,22 +22,22 @@ logger = logging.getLogger(__name__)
 
 @staff_required
 @require_http_methods(["GET", "POST"])
-def purge(request: HttpRequest, scope: str) -> HttpResponse:
+def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Preview stores the matched trails on a run; confirming runs that run, whatever the
     form's fields say by then."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     if request.method == "GET" and wants_csv(request):
         # The audit log: who purged what rule when, never the purged text.
-        runs = PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED).values_list(
+        runs = PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED).values_list(
             "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
         )[:CSV_ROW_LIMIT]
-        return csv_response(f"{found.slug}-purge-audit.csv", ["run_id", "created_at", "requested_by", "rule", "action", "state",
+        return csv_response(f"{scope.slug}-purge-audit.csv", ["run_id", "created_at", "requested_by", "rule", "action", "state",
                                                               "checked", "matched", "finished_at"], runs.iterator())
     form = PurgeForm(request.POST or None)
     preview, status, problem = None, 200, ""
     if request.method == "POST" and request.POST.get("step") == "run":
         run = PurgeRun.objects.filter(
-            scope=found, public_id__in=uuids([request.POST.get("run", "")]), state=PurgeRun.State.PREVIEWED
+            scope=scope, public_id__in=uuids([request.POST.get("run", "")]), state=PurgeRun.State.PREVIEWED
         ).first()
         if run is not None:
             return _start_purge(request, run)
@@ -47,14 +47,14 @@ def purge(request: HttpRequest, scope: str) -> HttpResponse:
             status = 422
         else:
             data = form.cleaned_data
-            run = PurgeRun.request(found, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
+            run = PurgeRun.request(scope, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
             run.state = PurgeRun.State.PREVIEWED
             count, shown = preview_purge(run)
             run.save()
             preview = {"count": count, "shown": shown, "run": run, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
-    runs = list(PurgeRun.objects.filter(scope=found).exclude(state=PurgeRun.State.PREVIEWED)[:50])
+    runs = list(PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED)[:50])
     shown_id = request.GET.get("run")
-    return scope_page(request, "trails/purge/purge.html", found, {
+    return scope_page(request, "trails/purge/purge.html", scope, {
         "form": form, "preview": preview, "runs": runs, "tab": "purge", "problem": problem,
         "watched": [r for r in runs if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id],
     }, status)
@@ -79,7 +79,7 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
 
 @staff_required
 @require_GET
-def purge_progress(request: HttpRequest, scope: str, run_id) -> HttpResponse:
-    run = get_object_or_404(PurgeRun, scope__slug=scope, public_id=run_id)
+def purge_progress(request: HttpRequest, scope_slug: str, run_id) -> HttpResponse:
+    run = get_object_or_404(PurgeRun, scope__slug=scope_slug, public_id=run_id)
     return render(request, "trails/purge/purge.html#progress", {"run": run, "scope": run.scope})
 

@@ -22,27 +22,27 @@ from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope
 
 @staff_required
 @require_http_methods(["GET", "POST"])
-def replay(request: HttpRequest, scope: str) -> HttpResponse:
+def replay(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """A question is posted, never put in the URL: server and proxy logs keep URLs."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     result, status = None, 200
     data = request.POST if request.method == "POST" else None
     if request.method == "GET" and request.GET.get("trail"):
         # "Replay now" from a trail names the trail in the URL, never its question.
-        source = Trail.objects.filter(scope=found, public_id__in=uuids([request.GET["trail"]])).first()
+        source = Trail.objects.filter(scope=scope, public_id__in=uuids([request.GET["trail"]])).first()
         if source is not None:
             data = {"query": source.query, "partition": source.partition}
     elif request.method == "GET" and request.GET.get("recall"):
         # From the recall log: the event's id in the URL, its kept query read here.
-        event = RecallEvent.objects.filter(scope=found, public_id__in=uuids([request.GET["recall"]])).exclude(query="").first()
+        event = RecallEvent.objects.filter(scope=scope, public_id__in=uuids([request.GET["recall"]])).exclude(query="").first()
         if event is not None:
             data = {"query": event.query, "partition": event.partition}
     form = ReplayForm(data)
-    form.fields["token_budget"].widget.attrs["placeholder"] = str(found.token_budget)
+    form.fields["token_budget"].widget.attrs["placeholder"] = str(scope.token_budget)
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         try:
-            answer = recall(found, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
+            answer = recall(scope, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
         except Refused as refused:
             form.add_error(refused.field or None, refused.message)
             status = 422
@@ -54,7 +54,7 @@ def replay(request: HttpRequest, scope: str) -> HttpResponse:
                       "json": json.dumps(sent, indent=2, ensure_ascii=False)}
     elif form.is_bound:
         status = 422
-    return scope_page(request, "trails/recalls/replay.html", found, {"form": form, "result": result, "tab": "replay"}, status)
+    return scope_page(request, "trails/recalls/replay.html", scope, {"form": form, "result": result, "tab": "replay"}, status)
 
 
 RECALLS_PER_PAGE = 50
@@ -62,11 +62,11 @@ RECALLS_PER_PAGE = 50
 
 @staff_required
 @require_GET
-def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
+def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Recent recalls, newest first, filtered; pages by id (no count over a million rows)."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     form = RecallLogFilterForm(request.GET or None)
-    events = RecallEvent.objects.filter(scope=found).select_related("trail").only(
+    events = RecallEvent.objects.filter(scope=scope).select_related("trail").only(
         "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
         "feedback_reason", "trail__public_id", "trail__query",
     )
@@ -90,11 +90,11 @@ def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
             events = events.filter(id__lt=f["before"])
     if wants_csv(request):
         fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful", "feedback_reason"]
-        if found.keep_raw_queries:
+        if scope.keep_raw_queries:
             fields.append("query")
         rows = events.order_by("-created_at", "-id").values_list(*fields)[:CSV_ROW_LIMIT]
         header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful", "feedback_reason"]
-        return csv_response(f"{found.slug}-recalls.csv", header + (["query"] if found.keep_raw_queries else []), rows.iterator())
+        return csv_response(f"{scope.slug}-recalls.csv", header + (["query"] if scope.keep_raw_queries else []), rows.iterator())
     rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
     older = None
     if len(rows) > RECALLS_PER_PAGE:
@@ -102,43 +102,43 @@ def recall_log(request: HttpRequest, scope: str) -> HttpResponse:
         query = request.GET.copy()
         query["before"] = rows[-1].id
         older = query.urlencode()
-    return scope_page(request, "trails/recalls/recall_log.html", found, {
-        "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": found.keep_raw_queries,
+    return scope_page(request, "trails/recalls/recall_log.html", scope, {
+        "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": scope.keep_raw_queries,
     })
 
 
 
 @staff_required
 @require_GET
-def find(request: HttpRequest, scope: str) -> HttpResponse:
+def find(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """The header's box: a recall id or a trail id lands on its page; words search the trails."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     text = request.GET.get("q", "").strip()[:500]
     ids = uuids([text])
     if ids:
-        if RecallEvent.objects.filter(scope=found, public_id=ids[0]).exists():
-            return redirect("ops:recall", scope=found.slug, recall_id=ids[0])
-        if Trail.objects.filter(scope=found, public_id=ids[0]).exists():
-            return redirect("ops:trail", found.slug, ids[0])
-        messages.warning(request, f"No recall or trail {ids[0]} in {found.slug}.")
-        return redirect("ops:recalls", scope=found.slug)
-    return redirect(reverse("ops:trails", args=[found.slug]) + "?" + urlencode({"q": text}))
+        if RecallEvent.objects.filter(scope=scope, public_id=ids[0]).exists():
+            return redirect("ops:recall", scope_slug=scope.slug, recall_id=ids[0])
+        if Trail.objects.filter(scope=scope, public_id=ids[0]).exists():
+            return redirect("ops:trail", scope.slug, ids[0])
+        messages.warning(request, f"No recall or trail {ids[0]} in {scope.slug}.")
+        return redirect("ops:recalls", scope_slug=scope.slug)
+    return redirect(reverse("ops:trails", args=[scope.slug]) + "?" + urlencode({"q": text}))
 
 
 @staff_required
 @require_GET
-def recall_detail(request: HttpRequest, scope: str, recall_id) -> HttpResponse:
+def recall_detail(request: HttpRequest, scope_slug: str, recall_id) -> HttpResponse:
     """One recall, for an incident: what it served (each cited section's hash then and now),
     why it answered so (a dry run of its kept question, explained), its feedback, and the
     actions on the trail it served, each recorded with who and why."""
-    found = scope_or_404(scope)
-    event = get_object_or_404(RecallEvent.objects.select_related("trail"), scope=found, public_id=recall_id)
+    scope = scope_or_404(scope_slug)
+    event = get_object_or_404(RecallEvent.objects.select_related("trail"), scope=scope, public_id=recall_id)
     trail = event.trail
     served, why, replayed = [], None, None
     if trail is not None:
         citations = list(trail.citations.all())
-        current = Section.objects.current(found, [c.section_id for c in citations])
-        checked = validations_now(found, [trail.id]).get(trail.id)
+        current = Section.objects.current(scope, [c.section_id for c in citations])
+        checked = validations_now(scope, [trail.id]).get(trail.id)
         for citation, check in zip(citations, checked.sections if checked else []):
             now = current.get(citation.section_id)
             served.append({"section_id": citation.section_id, "then": citation.hash, "now": now.hash if now else None,
@@ -146,9 +146,9 @@ def recall_detail(request: HttpRequest, scope: str, recall_id) -> HttpResponse:
     if event.query:
         # The question is kept (keep_raw_queries): what recall would answer it now, in the
         # partition it was asked in, and why.
-        replayed = recall(found, event.query, event.partition, None, dry_run=True, explain=True)
+        replayed = recall(scope, event.query, event.partition, None, dry_run=True, explain=True)
         why = replayed.explanation
-    return scope_page(request, "trails/recalls/recall_detail.html", found, {
+    return scope_page(request, "trails/recalls/recall_detail.html", scope, {
         "event": event, "trail": trail, "served": served, "why": why, "replayed": replayed,
         "history": trail.signals.all()[:20] if trail is not None else [], "tab": "recalls",
         "undoable": trail is not None and trail.undoable() is not None,

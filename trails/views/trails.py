@@ -134,23 +134,23 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
 
 @staff_required
 @require_GET
-def trail_list(request: HttpRequest, scope: str) -> HttpResponse:
-    found = scope_or_404(scope)
+def trail_list(request: HttpRequest, scope_slug: str) -> HttpResponse:
+    scope = scope_or_404(scope_slug)
     form = TrailFilterForm(request.GET)
     if wants_csv(request):
-        rows = _filtered_trails(found, form).values_list(
+        rows = _filtered_trails(scope, form).values_list(
             "public_id", "status", "query", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
         )[:CSV_ROW_LIMIT]
-        return csv_response(f"{found.slug}-trails.csv", ["trail_id", "status", "query", "hits", "last_hit_at", "created_at",
+        return csv_response(f"{scope.slug}-trails.csv", ["trail_id", "status", "query", "hits", "last_hit_at", "created_at",
                                                          "expires_at", "section_changed_at"], rows.iterator())
-    context = _trail_table(request, found, form)
+    context = _trail_table(request, scope, form)
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": found, **context})
-    return scope_page(request, "trails/trails/trail_list.html", found, {**context, "tab": "trails"})
+        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, **context})
+    return scope_page(request, "trails/trails/trail_list.html", scope, {**context, "tab": "trails"})
 
 
-def _trail(scope: str, trail_id) -> Trail:
-    return get_object_or_404(Trail.objects.select_related("scope"), scope__slug=scope, public_id=trail_id)
+def _trail(scope_slug: str, trail_id) -> Trail:
+    return get_object_or_404(Trail.objects.select_related("scope"), scope__slug=scope_slug, public_id=trail_id)
 
 
 def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
@@ -164,8 +164,8 @@ def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
 
 @staff_required
 @require_GET
-def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
-    trail = _trail(scope, trail_id)
+def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
+    trail = _trail(scope_slug, trail_id)
     citations = list(trail.citations.all())
     current = Section.objects.current(trail.scope, [c.section_id for c in citations])
     validation = validations_now(trail.scope, [trail.id]).get(trail.id) or validate([], {})
@@ -203,8 +203,8 @@ def trail_detail(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
 
 @staff_required
 @require_POST
-def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
-    trail = _trail(scope, trail_id)
+def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
+    trail = _trail(scope_slug, trail_id)
     action = request.POST.get("vote", "")
     error = ""
     try:
@@ -215,7 +215,7 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
     except ActionRefused as problem:
         error = str(problem)
     if trail.status == "deleted":
-        return redirect(reverse("ops:trails", args=[scope]))
+        return redirect(reverse("ops:trails", args=[scope_slug]))
     if request.htmx:
         _triage(trail.scope, [trail])
         return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
@@ -224,16 +224,16 @@ def trail_vote(request: HttpRequest, scope: str, trail_id) -> HttpResponse:
         messages.error(request, f"Nothing was done: {error}.")
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
-        back = reverse("ops:trail", args=[scope, trail.public_id])
+        back = reverse("ops:trail", args=[scope_slug, trail.public_id])
     return redirect(back)
 
 
 @staff_required
 @require_POST
-def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
+def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Acts on the selected rows where the action applies: approve or reject pending
     trails, reinstate rejected ones, delete stale ones."""
-    found = scope_or_404(scope)
+    scope = scope_or_404(scope_slug)
     action = request.POST.get("vote")
     ids = uuids(request.POST.getlist("trail"))
     form = TrailFilterForm(request.GET)
@@ -244,13 +244,13 @@ def trail_bulk_vote(request: HttpRequest, scope: str) -> HttpResponse:
     elif not ids:
         notice = "Select the trails to act on first."
     else:
-        changed, _ = Trail.objects.filter(scope=found, public_id__in=ids).act(action, by=request.user.get_username())
+        changed, _ = Trail.objects.filter(scope=scope, public_id__in=ids).act(action, by=request.user.get_username())
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
             f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "
             f"the action does not apply to {'their' if skipped != 1 else 'its'} status." if skipped else ""
         )
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": found, **_trail_table(request, found, form, notice)})
-    return redirect(reverse("ops:trails", args=[scope]) + ("?" + request.GET.urlencode() if request.GET else ""))
+        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, **_trail_table(request, scope, form, notice)})
+    return redirect(reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""))
 

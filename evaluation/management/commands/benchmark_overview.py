@@ -102,7 +102,7 @@ class Command(BaseCommand):
                 "purge": f"/ops/{slug}/purge/",
                 "one recall": f"/ops/{slug}/recalls/{event.public_id}/",
                 "find a recall id": f"/ops/{slug}/find/?q={event.public_id}",
-                "docs changes 30d": f"/ops/{slug}/changes/?window=30d",
+                "syncs 30d": f"/ops/{slug}/syncs/?window=30d",
                 "what-if 7d": f"/ops/{slug}/tuning/?window=7d&threshold=0.6",
                 "what-if 30d": f"/ops/{slug}/tuning/?window=30d&threshold=0.6",
                 "triage would miss": f"/ops/{slug}/trails/?flag=would_miss",

@@ -1,5 +1,5 @@
-"""Docs changes: the sections that changed in a window, and what recall now does with the
-trails citing them (the operator's view of a docs release, however the sections arrived)."""
+"""Syncs: the scope's section syncs in a window, the sections that changed (by a sync or any
+other write), and what recall now does with the trails citing them."""
 from __future__ import annotations
 
 
@@ -18,24 +18,24 @@ TRAILS_PER_SECTION = 50
 
 @staff_required
 @require_GET
-def changes(request: HttpRequest, scope: str) -> HttpResponse:
-    found = scope_or_404(scope)
+def syncs(request: HttpRequest, scope_slug: str) -> HttpResponse:
+    scope = scope_or_404(scope_slug)
     window = request.GET.get("window", "7d") if request.GET.get("window") in WINDOWS else "7d"
     since = timezone.now() - WINDOWS[window][0]
-    revisions = list(SectionRevision.objects.filter(scope=found, replaced_at__gte=since).order_by("-replaced_at", "section_id")
+    revisions = list(SectionRevision.objects.filter(scope=scope, replaced_at__gte=since).order_by("-replaced_at", "section_id")
                      .values_list("section_id", "replaced_at")[: SECTIONS_SHOWN * 4])
     changed: dict[str, object] = {}
     for section_id, at in revisions:
         changed.setdefault(section_id, at)  # the latest change of each
         if len(changed) >= SECTIONS_SHOWN:
             break
-    current = Section.objects.current(found, changed)
+    current = Section.objects.current(scope, changed)
     citing: dict[str, list[int]] = {}
-    for trail_id, section_id in Citation.objects.filter(scope=found, section_id__in=list(changed)).values_list("trail_id", "section_id"):
+    for trail_id, section_id in Citation.objects.filter(scope=scope, section_id__in=list(changed)).values_list("trail_id", "section_id"):
         citing.setdefault(section_id, []).append(trail_id)
     trail_ids = {t for ids in citing.values() for t in ids[:TRAILS_PER_SECTION]}
     trails = {t.id: t for t in Trail.objects.filter(id__in=trail_ids).only("id", "public_id", "query", "status", "expires_at", "stale_at")}
-    _, would = what_recall_gives(found, trail_ids)
+    _, would = what_recall_gives(scope, trail_ids)
     rows = []
     for section_id, at in changed.items():
         rows.append({
@@ -44,7 +44,7 @@ def changes(request: HttpRequest, scope: str) -> HttpResponse:
                        for t in citing.get(section_id, [])[:TRAILS_PER_SECTION] if t in trails],
             "more": max(0, len(citing.get(section_id, [])) - TRAILS_PER_SECTION),
         })
-    return scope_page(request, "trails/releases/changes.html", found, {
+    return scope_page(request, "trails/syncs/syncs.html", scope, {
         "rows": rows, "window": window, "windows": list(WINDOWS), "tab": "overview",
-        "releases": list(SectionSync.objects.filter(scope=found, created_at__gte=since)[:20]),
+        "syncs": list(SectionSync.objects.filter(scope=scope, created_at__gte=since)[:20]),
     })
