@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from scopes.access import Access, OperatorGrant, granted_scopes, may
 from scopes.models import ApiKey, Section, SectionSync
 
 
@@ -8,8 +9,70 @@ from scopes.models import ApiKey, Section, SectionSync
 # settings are what trails signs and bands with, and a lower app never imports an upper one.
 
 
+class GrantedScopesAdmin(admin.ModelAdmin):
+    """An admin whose rows belong to a scope: an operator who is not a superuser sees, finds
+    and picks only the rows of the scopes granted to them (scopes.access), and changes or
+    deletes one only with `change_access` to its scope. Django's model permissions still
+    apply on top."""
+
+    # The path from a row to its scope ("" for a Scope itself).
+    scope_path = "scope"
+    change_access = Access.CONFIGURE
+
+    def scope_of(self, obj):
+        return obj if not self.scope_path else getattr(obj, self.scope_path)
+
+    def get_queryset(self, request: HttpRequest):
+        rows = super().get_queryset(request)
+        if request.user.is_superuser:
+            return rows
+        return rows.filter(**{f"{self.scope_path + '__' if self.scope_path else ''}pk__in": granted_scopes(request.user)})
+
+    def get_list_filter(self, request: HttpRequest):
+        # The scope filter lists the scopes of the rows shown, never every tenant's slug.
+        return [("scope", admin.RelatedOnlyFieldListFilter) if name == "scope" else name
+                for name in super().get_list_filter(request)]
+
+    def formfield_for_foreignkey(self, db_field, request: HttpRequest, **kwargs):
+        if db_field.name == "scope" and not request.user.is_superuser:
+            kwargs["queryset"] = granted_scopes(request.user, self.change_access)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        allowed = super().has_change_permission(request, obj)
+        return allowed and (obj is None or may(request.user, self.scope_of(obj), self.change_access))
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or may(request.user, self.scope_of(obj), self.change_access))
+
+
+class SuperusersOnlyAdmin(admin.ModelAdmin):
+    """Rows that span scopes or grant access (API keys, operators' grants): superusers only."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.is_superuser
+
+    has_add_permission = has_module_permission
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.is_superuser
+
+    has_delete_permission = has_change_permission
+
+
+@admin.register(OperatorGrant)
+class OperatorGrantAdmin(SuperusersOnlyAdmin):
+    list_display = ["user", "scope", "access"]
+    list_filter = ["scope", "access"]
+    search_fields = ["user__username", "scope__slug"]
+
+
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(SuperusersOnlyAdmin):
     list_display = ["__str__", "name", "created_at", "revoked_at"]
     filter_horizontal = ["scopes"]
     readonly_fields = ["lookup", "created_at"]
@@ -34,7 +97,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Section)
-class SectionAdmin(admin.ModelAdmin):
+class SectionAdmin(GrantedScopesAdmin):
     """Saves and deletes go through the section store's write path (Section.save/delete):
     the text is hashed, the old text kept, and the trails citing it flagged."""
 
@@ -49,7 +112,7 @@ class SectionAdmin(admin.ModelAdmin):
 
 
 @admin.register(SectionSync)
-class SectionSyncAdmin(admin.ModelAdmin):
+class SectionSyncAdmin(GrantedScopesAdmin):
     """Section syncs are written by syncs only (manage.py sync_sections, the API): read-only here."""
 
     list_display = ["__str__", "scope", "by", "source", "created_at"]

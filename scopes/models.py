@@ -489,3 +489,8 @@ class SectionSync(models.Model):
         sections = self.summary.get("sections", {})
         return (f"{self.created_at:%Y-%m-%d %H:%M} {sections.get('added', 0)} added, {sections.get('changed', 0)} changed, "
                 f"{sections.get('removed', 0)} removed")
+
+
+# Operators' grants live beside the scopes they grant (scopes/access.py); imported here so
+# Django finds the model.
+from scopes.access import Access, OperatorGrant  # noqa: E402,F401

@@ -76,3 +76,11 @@ def committed(django_capture_on_commit_callbacks):
     """Runs what a block left for after its commit (labels, learning, re-signing) when the
     block ends, as a real commit would: the test's own transaction never commits."""
     return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+def grant(user, *scopes: Scope, access: int = 3) -> None:
+    """Gives an operator access to these scopes (3: configure, which includes view and act)."""
+    from scopes.access import OperatorGrant
+
+    for scope in scopes:
+        OperatorGrant.objects.update_or_create(user=user, scope=scope, defaults={"access": access})

@@ -16,7 +16,7 @@ from django.db import connection, connections
 from django.test import Client, override_settings
 
 from scopes.models import ApiKey, Scope, Section
-from tests.conftest import ApiClient
+from tests.conftest import ApiClient, grant
 from trails.upkeep import purge
 from infra.hashing import section_hash
 from trails.models import PurgeRun, RecallEvent, Step, Trail, TrailSignal
@@ -143,7 +143,8 @@ def test_purge_removes_personal_data_from_partition_step_args_and_keys(api, scop
 
 def test_replay_keeps_the_question_out_of_the_url(api, scope, sections):
     staff = Client()
-    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True))
+    staff.force_login(olga := User.objects.create_user("olga", password="x", is_staff=True))
+    grant(olga, scope)
     page = staff.get("/ops/hospital/replay/").content.decode()
     assert re.search(r'<form method="post"[^>]*replay', page)
     answered = staff.post("/ops/hospital/replay/", {"query": f"Where do visitors park? {DIRTY}"})
@@ -155,7 +156,8 @@ def test_purge_confirm_runs_the_previewed_subject_not_what_the_field_now_says(ap
     api.record("hospital", query="Can Ann Archer visit the ICU?", cited=["visiting/icu"])
     api.record("hospital", query="Can Bob Baker visit the ICU?", cited=["visiting/icu"])
     staff = Client()
-    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True))
+    staff.force_login(olga := User.objects.create_user("olga", password="x", is_staff=True))
+    grant(olga, scope)
     preview = staff.post("/ops/hospital/purge/", {"subject": "Ann Archer", "action": "redact", "step": "preview"})
     run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
     staff.post("/ops/hospital/purge/", {"subject": "Bob Baker", "action": "delete", "step": "run", "run": run_id})
@@ -172,7 +174,8 @@ def test_purge_with_the_broker_down_is_marked_failed_and_forgets_the_subject(api
 
     api.record("hospital", query="Can Ann Archer visit the ICU?", cited=["visiting/icu"])
     staff = Client()
-    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True))
+    staff.force_login(olga := User.objects.create_user("olga", password="x", is_staff=True))
+    grant(olga, scope)
     saved = {k: celery_app.conf[k] for k in ("broker_url", "task_always_eager", "task_publish_retry", "broker_connection_timeout")}
     use_conf(broker_url="redis://127.0.0.1:1/0", task_always_eager=False, task_publish_retry=False, broker_connection_timeout=1)
     try:

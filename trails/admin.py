@@ -4,6 +4,8 @@ from django.contrib import admin, messages
 from django.utils.html import format_html_join
 from django.http import HttpRequest
 
+from scopes.access import Access, granted_scopes
+from scopes.admin import GrantedScopesAdmin
 from scopes.models import Scope
 from trails.serving.matching import matching_settings
 from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail
@@ -11,11 +13,20 @@ from trails.learning.thresholds import pin_thresholds, reset_learning
 
 
 @admin.register(Scope)
-class ScopeAdmin(admin.ModelAdmin):
+class ScopeAdmin(GrantedScopesAdmin):
     list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "thresholds_in_use", "threshold_pinned", "token_budget", "active_ttl_days", "keep_raw_queries"]
     search_fields = ["slug", "name"]
     readonly_fields = ["band_layout_in_use", "thresholds_in_use", "threshold_flags", "threshold_history"]
     actions = ["reset_learned_thresholds", "pin_configured_thresholds", "unpin_thresholds"]
+    scope_path = ""
+
+    def configurable(self, request, queryset):
+        """The selected scopes this operator may configure (the others are left alone)."""
+        return queryset if request.user.is_superuser else queryset.filter(pk__in=granted_scopes(request.user, Access.CONFIGURE))
+
+    def has_add_permission(self, request) -> bool:
+        # A new tenant is a superuser's act: an operator would hold no grant to it.
+        return request.user.is_superuser and super().has_add_permission(request)
 
     def get_readonly_fields(self, request, obj=None):
         # Whether the store keeps text is chosen at creation: turned off later, texts already
@@ -70,47 +81,58 @@ class ScopeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reset learned thresholds (back to the configured ones; labels so far set aside)")
     def reset_learned_thresholds(self, request, queryset) -> None:
+        queryset = self.configurable(request, queryset)
         for scope in queryset:
             reset_learning(scope, by=request.user.get_username())
         messages.info(request, f"Reset {queryset.count()} scope(s).")
 
     @admin.action(description="Pin the configured thresholds (learning off)")
     def pin_configured_thresholds(self, request, queryset) -> None:
+        queryset = self.configurable(request, queryset)
         for scope in queryset:
             pin_thresholds(scope, by=request.user.get_username())
         messages.info(request, f"Pinned {queryset.count()} scope(s).")
 
     @admin.action(description="Unpin the thresholds (learning on, from new labels)")
     def unpin_thresholds(self, request, queryset) -> None:
+        queryset = self.configurable(request, queryset)
         for scope in queryset:
             pin_thresholds(scope, by=request.user.get_username(), pinned=False)
         messages.info(request, f"Unpinned {queryset.count()} scope(s).")
 
 
-class StepInline(admin.TabularInline):
-    model = Step
+class ReadOnlyInline(admin.TabularInline):
+    """A recorded path's rows: shown, never added to or deleted (a trail is recorded whole)."""
+
     extra = 0
-    readonly_fields = ["position", "tool", "args", "section_ids"]
     can_delete = False
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
 
-class CitationInline(admin.TabularInline):
+
+class StepInline(ReadOnlyInline):
+    model = Step
+    readonly_fields = ["position", "tool", "args", "section_ids"]
+
+
+class CitationInline(ReadOnlyInline):
     model = Citation
-    extra = 0
     readonly_fields = ["position", "section_id", "hash"]
     exclude = ["scope"]
-    can_delete = False
 
 
 @admin.register(Trail)
-class TrailAdmin(admin.ModelAdmin):
+class TrailAdmin(GrantedScopesAdmin):
     """Read-only rows; a status changes only through the vote rules (the actions below),
     so every change is in the trail's signal history."""
 
     list_display = ["public_id", "scope", "query", "status", "held_by", "hit_count", "expires_at"]
     list_filter = ["scope", "status"]
     search_fields = ["query"]
-    readonly_fields = [f.name for f in Trail._meta.fields]
+    # The signature and the embedding are bytes for matching, nothing a person reads.
+    exclude = ["lexical_signature", "embedding"]
+    readonly_fields = [f.name for f in Trail._meta.fields if f.name not in ("lexical_signature", "embedding")]
     inlines = [StepInline, CitationInline]
     actions = ["approve", "reject", "reinstate"]
 
@@ -119,15 +141,22 @@ class TrailAdmin(admin.ModelAdmin):
         its primary key (what database logs and admin URLs show)."""
         queryset, duplicates = super().get_search_results(request, queryset, search_term)
         term = search_term.strip()
+        # Only among the rows this operator may see (get_queryset), never the whole table.
         if term.isdigit():
-            return queryset | self.model.objects.filter(pk=int(term)), duplicates
+            return queryset | self.get_queryset(request).filter(pk=int(term)), duplicates
         try:
             public_id = uuid.UUID(term)
         except ValueError:
             return queryset, duplicates
-        return queryset | self.model.objects.filter(public_id=public_id), duplicates
+        return queryset | self.get_queryset(request).filter(public_id=public_id), duplicates
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # trails are recorded through the API, with their signal
 
     def _act(self, request, queryset, action: str) -> None:
+        if not request.user.is_superuser:
+            # Acting needs act access to the trail's scope; the others selected are skipped.
+            queryset = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
         changed, skipped = queryset.act(action, by=request.user.get_username())
         messages.info(request, f"{changed} trail(s) changed" + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "") + ".")
 
@@ -145,20 +174,20 @@ class TrailAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(GrantedScopesAdmin):
     list_display = ["tool", "scope", "cacheable", "ttl_s", "per_caller"]
     list_filter = ["scope", "cacheable"]
     search_fields = ["tool"]
 
 
 @admin.register(PiiPattern)
-class PiiPatternAdmin(admin.ModelAdmin):
+class PiiPatternAdmin(GrantedScopesAdmin):
     list_display = ["name", "scope", "pattern"]
     list_filter = ["scope"]
 
 
 @admin.register(PurgeRun)
-class PurgeRunAdmin(admin.ModelAdmin):
+class PurgeRunAdmin(GrantedScopesAdmin):
     """The purge audit log: read-only."""
 
     list_display = ["created_at", "scope", "rule", "action", "requested_by", "state", "matched", "processed", "finished_at"]
@@ -170,3 +199,6 @@ class PurgeRunAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # an audit log is append-only

@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from scopes.models import Scope, Section
+from tests.conftest import grant
 from trails.models import Trail
 from trails.core.hint import RecordedStep
 from trails.serving.record import RecordInput, record
@@ -29,7 +30,7 @@ def hospital(transactional_db) -> Scope:
     ))
     record(scope, RecordInput(query="Is the car park free for visitors?", cited=["parking"]))
     record(scope, RecordInput(query="Parking question from ana@example.org about car park B", cited=["parking"]))
-    User.objects.create_user("olga", password="correct horse", is_staff=True)
+    grant(User.objects.create_user("olga", password="correct horse", is_staff=True), scope)
     return scope
 
 

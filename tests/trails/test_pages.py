@@ -18,8 +18,10 @@ from trails.upkeep.jobs import roll_up
 
 @pytest.fixture
 def staff(db) -> Client:
+    """An operator of every scope (these tests are about the pages; tests/test_access.py
+    walks them as an operator of one tenant against another)."""
     client = Client()
-    client.force_login(User.objects.create_user("olga", password="x", is_staff=True))
+    client.force_login(User.objects.create_user("olga", password="x", is_staff=True, is_superuser=True))
     return client
 
 

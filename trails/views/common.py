@@ -9,9 +9,11 @@ from functools import wraps
 from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from scopes.access import Access, granted_scopes, may
 from scopes.models import Scope
 from trails.models import Trail, validations_now
 
@@ -76,30 +78,38 @@ def wants_csv(request: HttpRequest) -> bool:
     return request.GET.get("format") == "csv"
 
 
-def scope_or_404(slug: str) -> Scope:
-    """The one lookup of a page's scope by the slug in its URL (staff see every scope)."""
-    return get_object_or_404(Scope, slug=slug)
+def scope_or_404(request: HttpRequest, scope_slug: str, access: int = Access.VIEW) -> Scope:
+    """The one lookup of a page's scope by the slug in its URL, for this operator
+    (scopes.access): a scope not granted is a 404, as if it did not exist; one granted below
+    `access` (viewing only, asked to act) is a 403."""
+    scope = get_object_or_404(granted_scopes(request.user, with_scratch=True), slug=scope_slug)
+    if access > Access.VIEW and not may(request.user, scope, access):
+        raise PermissionDenied(f"your access to {scope.slug} does not allow this")
+    return scope
 
 
 LAST_SCOPE = "ops_last_scope"
 
 
-def operator_scopes():
-    # Scopes the benchmarks and the evaluation make (and drop when done) are never offered.
-    return Scope.objects.filter(scratch=False)
+def operator_scopes(request: HttpRequest):
+    """The scopes this operator may open (never the benchmarks' scratch scopes)."""
+    return granted_scopes(request.user)
 
 
 def scope_page(request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200) -> HttpResponse:
     if scope is not None and scope.pk:
         request.session[LAST_SCOPE] = scope.slug  # /ops/ opens it next time
-    context = {"scope": scope, "scopes": operator_scopes().only("slug", "name"), **context}
+    context = {"scope": scope, "scopes": operator_scopes(request).only("slug", "name"),
+               # What the page offers (the views check again): actions need act, settings configure.
+               "can_act": scope is not None and may(request.user, scope, Access.ACT),
+               "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE), **context}
     return render(request, template, context, status=status)
 
 
 def last_scope(request: HttpRequest) -> Scope | None:
     """The scope this operator last looked at; else the one the latest trail was recorded
     in (a scope in use, not the newest empty one); else any."""
-    scopes = operator_scopes()
+    scopes = operator_scopes(request)
     remembered = request.session.get(LAST_SCOPE)
     scope = scopes.filter(slug=remembered).first() if remembered else None
     if scope is None:

@@ -23,6 +23,7 @@ from trails.core.calibration import false_hit_verdict
 from trails.serving.matching import matching_settings
 from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
 from trails.models.recalls import FALSE_HIT_WINDOW, judged_counts, latency_percentiles, latest_recalls_since, similarity_evidence
+from scopes.access import Access
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
@@ -42,7 +43,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     window = request.GET.get("window", "24h")
     if window not in WINDOWS:
         window = "24h"
@@ -139,7 +140,7 @@ def threshold_context(scope: Scope) -> dict:
 @require_POST
 def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Reset the learned threshold, or pin / unpin the configured one: recorded with who."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug, Access.CONFIGURE)
     action, by = request.POST.get("action"), request.user.get_username()
     if action == "reset":
         thresholds.reset_learning(scope, by=by)
@@ -163,7 +164,7 @@ def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
 def tuning(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Before changing a threshold: what this scope's recent recalls and feedback say at the
     threshold in use and at one the operator picks, beside the shipped calibration's figures."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     window = request.GET.get("window") if request.GET.get("window") in WINDOWS else "7d"
     since = timezone.now() - WINDOWS[window][0]
     matcher = "embedding" if scope.uses_embedding else "lexical"

@@ -15,6 +15,7 @@ from trails.models import PurgeRun
 from trails.upkeep.purge import preview as preview_purge
 from trails.upkeep.purge import run_purge
 from trails.tasks import purge_task
+from scopes.access import Access
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
 
 logger = logging.getLogger(__name__)
@@ -24,8 +25,9 @@ logger = logging.getLogger(__name__)
 @require_http_methods(["GET", "POST"])
 def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Preview stores the matched trails on a run; confirming runs that run, whatever the
-    form's fields say by then."""
-    scope = scope_or_404(scope_slug)
+    form's fields say by then. Viewing the audit log needs view access; previewing and running
+    a purge, act."""
+    scope = scope_or_404(request, scope_slug, Access.ACT if request.method == "POST" else Access.VIEW)
     if request.method == "GET" and wants_csv(request):
         # The audit log: who purged what rule when, never the purged text.
         runs = PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED).values_list(
@@ -80,6 +82,6 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
 @staff_required
 @require_GET
 def purge_progress(request: HttpRequest, scope_slug: str, run_id) -> HttpResponse:
-    run = get_object_or_404(PurgeRun, scope__slug=scope_slug, public_id=run_id)
+    run = get_object_or_404(PurgeRun, scope=scope_or_404(request, scope_slug), public_id=run_id)
     return render(request, "trails/purge/purge.html#progress", {"run": run, "scope": run.scope})
 

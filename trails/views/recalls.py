@@ -24,7 +24,7 @@ from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope
 @require_http_methods(["GET", "POST"])
 def replay(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """A question is posted, never put in the URL: server and proxy logs keep URLs."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     result, status = None, 200
     data = request.POST if request.method == "POST" else None
     if request.method == "GET" and request.GET.get("trail"):
@@ -64,7 +64,7 @@ RECALLS_PER_PAGE = 50
 @require_GET
 def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Recent recalls, newest first, filtered; pages by id (no count over a million rows)."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     form = RecallLogFilterForm(request.GET or None)
     events = RecallEvent.objects.filter(scope=scope).select_related("trail").only(
         "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
@@ -112,7 +112,7 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
 @require_GET
 def find(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """The header's box: a recall id or a trail id lands on its page; words search the trails."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     text = request.GET.get("q", "").strip()[:500]
     ids = uuids([text])
     if ids:
@@ -131,7 +131,7 @@ def recall_detail(request: HttpRequest, scope_slug: str, recall_id) -> HttpRespo
     """One recall, for an incident: what it served (each cited section's hash then and now),
     why it answered so (a dry run of its kept question, explained), its feedback, and the
     actions on the trail it served, each recorded with who and why."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     event = get_object_or_404(RecallEvent.objects.select_related("trail"), scope=scope, public_id=recall_id)
     trail = event.trail
     served, why, replayed = [], None, None

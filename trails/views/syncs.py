@@ -19,7 +19,7 @@ TRAILS_PER_SECTION = 50
 @staff_required
 @require_GET
 def syncs(request: HttpRequest, scope_slug: str) -> HttpResponse:
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     window = request.GET.get("window", "7d") if request.GET.get("window") in WINDOWS else "7d"
     since = timezone.now() - WINDOWS[window][0]
     revisions = list(SectionRevision.objects.filter(scope=scope, replaced_at__gte=since).order_by("-replaced_at", "section_id")

@@ -15,6 +15,7 @@ from django.utils.functional import cached_property
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from scopes.access import Access
 from scopes.models import Scope, Section, SectionRevision
 from trails.core.validation import SectionStatus, validate
 from trails.views.forms import TrailFilterForm
@@ -135,7 +136,7 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
 @staff_required
 @require_GET
 def trail_list(request: HttpRequest, scope_slug: str) -> HttpResponse:
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug)
     form = TrailFilterForm(request.GET)
     if wants_csv(request):
         rows = _filtered_trails(scope, form).values_list(
@@ -149,8 +150,9 @@ def trail_list(request: HttpRequest, scope_slug: str) -> HttpResponse:
     return scope_page(request, "trails/trails/trail_list.html", scope, {**context, "tab": "trails"})
 
 
-def _trail(scope_slug: str, trail_id) -> Trail:
-    return get_object_or_404(Trail.objects.select_related("scope"), scope__slug=scope_slug, public_id=trail_id)
+def _trail(request: HttpRequest, scope_slug: str, trail_id, access: int = Access.VIEW) -> Trail:
+    scope = scope_or_404(request, scope_slug, access)
+    return get_object_or_404(Trail.objects.select_related("scope"), scope=scope, public_id=trail_id)
 
 
 def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
@@ -165,7 +167,7 @@ def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
 @staff_required
 @require_GET
 def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
-    trail = _trail(scope_slug, trail_id)
+    trail = _trail(request, scope_slug, trail_id)
     citations = list(trail.citations.all())
     current = Section.objects.current(trail.scope, [c.section_id for c in citations])
     validation = validations_now(trail.scope, [trail.id]).get(trail.id) or validate([], {})
@@ -204,7 +206,7 @@ def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpRespons
 @staff_required
 @require_POST
 def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
-    trail = _trail(scope_slug, trail_id)
+    trail = _trail(request, scope_slug, trail_id, Access.ACT)
     action = request.POST.get("vote", "")
     error = ""
     try:
@@ -233,7 +235,7 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
 def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Acts on the selected rows where the action applies: approve or reject pending
     trails, reinstate rejected ones, delete stale ones."""
-    scope = scope_or_404(scope_slug)
+    scope = scope_or_404(request, scope_slug, Access.ACT)
     action = request.POST.get("vote")
     ids = uuids(request.POST.getlist("trail"))
     form = TrailFilterForm(request.GET)

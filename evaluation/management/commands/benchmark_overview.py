@@ -22,6 +22,7 @@ from evaluation.questions import QuestionMaker
 from evaluation.scale import vacuum_analyze
 from evaluation.timing import percentile
 from scopes.demo import faq_sections
+from scopes.access import Access, OperatorGrant
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.models import RecallEvent, Trail, TrailStatus, mark_stale
@@ -59,6 +60,7 @@ class Command(BaseCommand):
     def handle(self, *args, events: int, trails: int, requests: int, phone_loads: int, **options) -> None:
         scope = Scope.objects.create(scratch=True, slug=f"overview-{uuid.uuid4().hex[:8]}", matcher="lexical", keep_raw_queries=True)
         user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:8]}", is_staff=True)
+        OperatorGrant.objects.create(user=user, scope=scope, access=Access.CONFIGURE)  # an operator of this scope alone
         try:
             now = timezone.now()
             rng = random.Random(3)

@@ -1,0 +1,155 @@
+"""Operators per scope: an operator of tenant A never sees or changes tenant B, on any
+operator page, export, the find box, the recall page or Django admin."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from scopes.access import Access
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import ApiClient, grant
+from trails.models import PurgeRun, RecallEvent, Trail
+
+SECRET = "ACME-SECRET jane.roe@example.com"
+
+
+@pytest.fixture
+def tenants(db):
+    """Two tenants, each with a trail, a served recall (query kept) and a purge run."""
+    made = {}
+    for slug in ("python-faq", "acme-support"):
+        scope = Scope.objects.create(slug=slug, matcher="lexical", keep_raw_queries=True)
+        Section.upsert(scope, {"s1": f"[{slug}] The first section."})
+        api = ApiClient(ApiKey.issue([scope], name=slug)[1])
+        question = f"How do I reset {SECRET}?" if slug == "acme-support" else "How do I copy a list?"
+        trail_id = api.record(slug, query=question, cited=["s1"]).json()["trail_id"]
+        recall_id = api.recall(slug, query=question).json()["recall_id"]
+        run = PurgeRun.request(scope, "", False, "root")
+        run.state = PurgeRun.State.DONE
+        run.save()
+        made[slug] = {"scope": scope, "trail": trail_id, "recall": recall_id, "run": str(run.public_id)}
+    return made
+
+
+def operator(scope: Scope, access: int = Access.CONFIGURE, model_permissions: bool = True) -> Client:
+    """A staff user granted one scope; with every view/change permission of Django admin,
+    so only the scope grant stands between them and the other tenant."""
+    user = User.objects.create_user(f"op-{scope.slug}-{access}", password="x", is_staff=True)
+    if model_permissions:
+        user.user_permissions.set(Permission.objects.filter(content_type__app_label__in=["trails", "scopes"]))
+    grant(user, scope, access=access)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def urls_of(tenant: dict) -> dict[str, str]:
+    slug = tenant["scope"].slug
+    return {
+        "overview": f"/ops/{slug}/", "tuning": f"/ops/{slug}/tuning/", "trails": f"/ops/{slug}/trails/",
+        "trails csv": f"/ops/{slug}/trails/?format=csv", "trail": f"/ops/{slug}/trails/{tenant['trail']}/",
+        "replay": f"/ops/{slug}/replay/", "replay a trail": f"/ops/{slug}/replay/?trail={tenant['trail']}",
+        "replay a recall": f"/ops/{slug}/replay/?recall={tenant['recall']}", "recalls": f"/ops/{slug}/recalls/",
+        "recalls csv": f"/ops/{slug}/recalls/?format=csv", "recall": f"/ops/{slug}/recalls/{tenant['recall']}/",
+        "find": f"/ops/{slug}/find/?q={tenant['trail']}", "syncs": f"/ops/{slug}/syncs/", "purge": f"/ops/{slug}/purge/",
+        "purge csv": f"/ops/{slug}/purge/?format=csv", "purge run": f"/ops/{slug}/purge/{tenant['run']}/",
+    }
+
+
+def test_an_operator_of_one_tenant_reads_nothing_of_the_other_on_any_page(tenants):
+    acme = operator(tenants["acme-support"]["scope"])
+    python_faq = operator(tenants["python-faq"]["scope"])
+    for name, url in urls_of(tenants["acme-support"]).items():
+        answer = python_faq.get(url)
+        assert answer.status_code == 404, (name, url, answer.status_code)
+        assert "ACME" not in answer.content.decode() and "acme-support" not in answer.content.decode(), name
+        assert acme.get(url).status_code in (200, 302), (name, url)
+    # Nor does the other tenant's slug appear in the scope switcher or the landing redirect.
+    page = python_faq.get("/ops/", follow=True).content.decode()
+    assert "python-faq" in page and "acme-support" not in page
+
+
+def test_an_operator_of_one_tenant_changes_nothing_of_the_other(tenants):
+    acme = tenants["acme-support"]
+    python_faq = operator(tenants["python-faq"]["scope"])
+    slug, trail_id = acme["scope"].slug, acme["trail"]
+    refused = [
+        python_faq.post(f"/ops/{slug}/trails/{trail_id}/vote/", {"vote": "down"}),
+        python_faq.post(f"/ops/{slug}/trails/vote/", {"vote": "down", "trail": [trail_id]}),
+        python_faq.post(f"/ops/{slug}/thresholds/", {"action": "pin"}),
+        python_faq.post(f"/ops/{slug}/purge/", {"subject": "Jane Roe", "action": "redact", "step": "preview"}),
+        python_faq.post(f"/ops/{slug}/replay/", {"query": "How do I reset?"}),
+    ]
+    assert [r.status_code for r in refused] == [404] * 5
+    assert Trail.objects.get(public_id=trail_id).status == "active"
+    assert not Scope.objects.get(slug=slug).threshold_pinned
+    assert PurgeRun.objects.filter(scope=acme["scope"]).count() == 1
+
+
+def test_a_view_only_operator_may_look_but_not_act_or_configure(tenants):
+    acme = tenants["acme-support"]
+    viewer = operator(acme["scope"], access=Access.VIEW)
+    slug = acme["scope"].slug
+    assert viewer.get(f"/ops/{slug}/trails/{acme['trail']}/").status_code == 200
+    assert viewer.post(f"/ops/{slug}/trails/{acme['trail']}/vote/", {"vote": "down"}).status_code == 403
+    assert viewer.post(f"/ops/{slug}/thresholds/", {"action": "pin"}).status_code == 403
+    assert viewer.post(f"/ops/{slug}/purge/", {"subject": "x", "action": "redact", "step": "preview"}).status_code == 403
+    actor = operator(acme["scope"], access=Access.ACT)
+    assert actor.post(f"/ops/{slug}/thresholds/", {"action": "pin"}).status_code == 403
+    assert actor.post(f"/ops/{slug}/trails/{acme['trail']}/vote/", {"vote": "down"}).status_code == 302
+    assert Trail.objects.get(public_id=acme["trail"]).status == "rejected"
+    assert not Scope.objects.get(slug=slug).threshold_pinned
+
+
+ADMIN_LISTS = ["/admin/trails/trail/", "/admin/scopes/scope/", "/admin/scopes/section/", "/admin/scopes/sectionsync/",
+               "/admin/trails/purgerun/", "/admin/trails/toolpolicy/", "/admin/trails/piipattern/"]
+
+
+def test_django_admin_shows_an_operator_their_tenants_rows_only(tenants):
+    python_faq = operator(tenants["python-faq"]["scope"])
+    acme = tenants["acme-support"]
+    for url in ADMIN_LISTS:
+        page = python_faq.get(url)
+        assert page.status_code == 200, url
+        assert "acme-support" not in page.content.decode() and "ACME" not in page.content.decode(), url
+    trail = Trail.objects.get(public_id=acme["trail"])
+    # Found neither by its words, its public id nor its primary key; its pages answer as if it did not exist.
+    for term in ("ACME", acme["trail"], str(trail.pk)):
+        assert "jane.roe" not in python_faq.get("/admin/trails/trail/", {"q": term}).content.decode(), term
+    assert python_faq.get(f"/admin/trails/trail/{trail.pk}/change/").status_code == 302  # admin: "doesn't exist" and back
+    assert python_faq.get(f"/admin/scopes/scope/{acme['scope'].pk}/change/").status_code == 302
+    # An admin action on the other tenant's trail changes nothing.
+    python_faq.post("/admin/trails/trail/", {"action": "reject", "_selected_action": [trail.pk]})
+    assert Trail.objects.get(pk=trail.pk).status == "active"
+    # Keys and grants span tenants: superusers only.
+    assert python_faq.get("/admin/scopes/apikey/").status_code == 403
+    assert python_faq.get("/admin/scopes/operatorgrant/").status_code == 403
+
+
+def test_a_staff_user_without_grants_sees_no_tenant(tenants):
+    nobody = User.objects.create_user("nobody", password="x", is_staff=True)
+    client = Client()
+    client.force_login(nobody)
+    assert client.get("/ops/", follow=True).status_code == 200
+    for tenant in tenants.values():
+        assert client.get(f"/ops/{tenant['scope'].slug}/").status_code == 404
+    assert RecallEvent.objects.count() == 2  # both tenants' recalls are there, unseen
+
+
+def test_grant_scope_gives_and_takes_an_operators_access(tenants):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    User.objects.create_user("ann", password="x", is_staff=True)
+    out = StringIO()
+    call_command("grant_scope", "ann", "--scope", "acme-support", "--access", "act", stdout=out)
+    assert out.getvalue().strip() == "ann: act on acme-support"
+    ann = Client()
+    ann.force_login(User.objects.get(username="ann"))
+    assert ann.get("/ops/acme-support/").status_code == 200 and ann.get("/ops/python-faq/").status_code == 404
+    call_command("grant_scope", "ann", "--scope", "acme-support", "--revoke", stdout=StringIO())
+    assert ann.get("/ops/acme-support/").status_code == 404
+    with pytest.raises(CommandError, match="no such scope"):
+        call_command("grant_scope", "ann", "--scope", "nope")
