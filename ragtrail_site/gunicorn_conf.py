@@ -9,20 +9,22 @@ import os
 import tempfile
 import time
 
-bind = os.environ.get("RAGTRAIL_BIND", "127.0.0.1:8000")
+from infra.env import env_int, env_str
+
+bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
 # Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
 # with a few threads for the time spent waiting on PostgreSQL and Redis.
-workers = int(os.environ.get("RAGTRAIL_WORKERS", os.cpu_count() or 2))
+workers = env_int("RAGTRAIL_WORKERS", os.cpu_count() or 2)
 worker_class = "gthread"
-threads = int(os.environ.get("RAGTRAIL_THREADS", 4))
+threads = env_int("RAGTRAIL_THREADS", 4)
 # A request past this is killed; the database and cache time out well before (settings).
-timeout = int(os.environ.get("RAGTRAIL_WORKER_TIMEOUT_S", 30))
+timeout = env_int("RAGTRAIL_WORKER_TIMEOUT_S", 30)
 graceful_timeout = 30
 keepalive = 5
 # Recycle workers now and then, so a slow leak cannot grow without bound.
-max_requests = int(os.environ.get("RAGTRAIL_MAX_REQUESTS", 100_000))
+max_requests = env_int("RAGTRAIL_MAX_REQUESTS", 100_000)
 max_requests_jitter = max_requests // 10
-accesslog = os.environ.get("RAGTRAIL_ACCESS_LOG", "-")
+accesslog = env_str("RAGTRAIL_ACCESS_LOG", "-")
 # The path without its query string (%(U)s): queries and ids in URLs stay out of the log.
 access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
 errorlog = "-"
@@ -35,7 +37,7 @@ preload_app = True
 # gauges are dropped. Give the Celery worker the same PROMETHEUS_MULTIPROC_DIR to see its jobs.
 _metrics_dir = os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
-    os.environ.get("RAGTRAIL_METRICS_DIR") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
+    env_str("RAGTRAIL_METRICS_DIR", "") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
 )
 os.makedirs(_metrics_dir, exist_ok=True)
 for _name in os.listdir(_metrics_dir):

@@ -82,6 +82,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "ragtrail_site.urls"
+# Where `make run` serves the demo (its HOST): the address the demo's printed curl line uses.
+RAGTRAIL_DEMO_HOST = env_str("HOST", "127.0.0.1:8000")
 WSGI_APPLICATION = "ragtrail_site.wsgi.application"
 
 TEMPLATES = [

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import secrets
 from datetime import timedelta
@@ -92,7 +91,7 @@ class Command(BaseCommand):
         recorded = list(Trail.objects.filter(scope=scope).order_by("id").values_list("query", flat=True)[:9])
         example = recorded[-1] if recorded else "How do I convert between tuples and lists?"
         body = json.dumps({"query": example}).replace("'", "'\\''")
-        host = os.environ.get("HOST", "127.0.0.1:8000")
+        host = settings.RAGTRAIL_DEMO_HOST
         self.stdout.write(
             "\n"
             f"  API key for scope {DEMO_SCOPE}: {key}\n"
