@@ -34,6 +34,13 @@ class ApiClient:
         return self.call("post", f"/scopes/{scope}/recall", body)
 
 
+@pytest.fixture(autouse=True)
+def _demo_credentials_elsewhere(settings, tmp_path):
+    """No test writes the checkout's own demo credentials: `make run` keeps printing the key
+    the README promises (load_demo keeps them in RAGTRAIL_DEMO_CREDENTIALS)."""
+    settings.RAGTRAIL_DEMO_CREDENTIALS = tmp_path / "demo-credentials.json"
+
+
 # The recall/record behaviours are matcher-independent; these scopes match lexically
 # so those tests run without a model. tests/trails/test_semantic.py covers embeddings.
 @pytest.fixture

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -56,6 +57,14 @@ def test_demo_loader_is_repeatable(db):
     assert ApiKey.objects.filter(name="demo").count() == 1
     call_command("load_demo", "--revision", "new", "--no-credentials", stdout=StringIO())
     assert Section.objects.filter(scope=scope).count() == 178
+
+
+def test_the_demo_loader_under_test_leaves_the_checkouts_credentials_alone(db, settings):
+    checkout = Path(settings.BASE_DIR) / ".demo-credentials.json"
+    before = checkout.stat().st_mtime_ns if checkout.exists() else None
+    call_command("load_demo", stdout=StringIO())
+    assert (checkout.stat().st_mtime_ns if checkout.exists() else None) == before
+    assert settings.RAGTRAIL_DEMO_CREDENTIALS.exists()  # written, in the test's own folder
 
 
 def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
