@@ -15,6 +15,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from scopes.models import ApiKey, Scope, Section
+from tests.client.test_python_client import hung  # noqa: F401 -- a fixture: a server that never answers
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
 
@@ -104,7 +105,7 @@ async def walk(client: Client, scope: Scope) -> None:
 def test_stdio_server_runs_recall_record_recall_and_feedback(live_server, granted):
     scope, key = granted
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--scope", "hospital"],
+        command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--scope", "hospital", "--recall-timeout", "10"],
         env={"RAGTRAIL_API_KEY": key},
     )
 
@@ -126,7 +127,7 @@ def free_port() -> int:
 def http_server(live_server):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "ragtrail_client.mcp_server", "--transport", "http", "--port", str(port),
-                                "--base-url", live_server.url, "--scope", "hospital"])
+                                "--base-url", live_server.url, "--scope", "hospital", "--recall-timeout", "10"])
     try:
         for _ in range(100):
             with socket.socket() as s:
@@ -164,7 +165,7 @@ def test_http_server_with_a_wrong_key_serves_nothing(http_server, granted):
 
 def stdio_tools(live_server, key: str) -> dict:
     """The tool list a stdio server started without --scope offers for this key."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--recall-timeout", "10"],
                                    env={"RAGTRAIL_API_KEY": key})
     found = {}
 
@@ -202,3 +203,20 @@ def test_a_hashes_only_prefetch_tells_the_model_to_read_its_own_index():
                                "steps": [], "hint": None, "tokens": 0, "truncated": False})
     text = recall_text(answer)
     assert "read these sections from your own index" in text and f"visiting/icu (sha256 {'a' * 64})" in text
+
+
+def test_a_stdio_server_started_while_ragtrail_hangs_serves_and_its_recall_fails_within_a_second_and_a_half(hung):
+    base_url = hung
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", base_url],
+                                   env={"RAGTRAIL_API_KEY": "rt_x"})
+    timed: dict = {}
+
+    async def main():
+        async with Client(params) as client:
+            started = time.perf_counter()
+            answer = await client.call_tool("ragtrail_recall", {"query": QUESTION, "scope": "s"})
+            timed["seconds"], timed["answer"] = time.perf_counter() - started, answer
+
+    run_async(main)
+    assert timed["answer"].is_error and "ragtrail is not reachable" in text_of(timed["answer"])
+    assert timed["seconds"] < 1.5, timed["seconds"]

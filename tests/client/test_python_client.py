@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +24,7 @@ def scope(transactional_db) -> Scope:
 @pytest.fixture
 def client(live_server, scope) -> RagtrailClient:
     _, key = ApiKey.issue([scope], name="client test")
-    return RagtrailClient(live_server.url, api_key=key, scope="hospital", timeout=5, retries=2, backoff=0.01)
+    return RagtrailClient(live_server.url, api_key=key, scope="hospital", timeout=5, recall_timeout=5, retries=2, backoff=0.01)
 
 
 def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
@@ -106,7 +107,7 @@ def test_api_errors_are_raised_with_the_apis_body(client):
 def test_feedback_from_two_keys_demotes_a_misleading_trail(client, scope, live_server):
     client.put_sections(VISITING)
     client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="accepted")
-    other = RagtrailClient(live_server.url, api_key=ApiKey.issue([scope])[1], scope="hospital", timeout=5, retries=2, backoff=0.01)
+    other = RagtrailClient(live_server.url, api_key=ApiKey.issue([scope])[1], scope="hospital", timeout=5, recall_timeout=5, retries=2, backoff=0.01)
     for agent, status in ((client, "active"), (client, "active"), (other, "pending")):
         answer = agent.recall("what are the ICU visiting hours")
         verdict = agent.feedback(answer.recall_id, helpful=False, reason="it was about the ward")
@@ -214,3 +215,46 @@ def test_an_unreachable_server_is_one_error_after_the_retries():
         client.recall("anything")
     assert unreachable.value.status == 0 and unreachable.value.code == "unreachable"
     assert time.perf_counter() - started < 5
+
+
+@pytest.fixture
+def hung():
+    """A server that accepts connections and never answers (a frozen process behind a proxy)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def test_a_hung_server_costs_a_recall_one_second_not_forty(hung):
+    client = RagtrailClient(hung, api_key="rt_x", scope="s")  # the defaults an agent gets
+    started = time.perf_counter()
+    with pytest.raises(RagtrailError) as late:
+        client.recall("How do I copy a list?")
+    elapsed = time.perf_counter() - started
+    assert late.value.status == 0 and late.value.code == "deadline"
+    assert 0.9 < elapsed < 1.5, elapsed
+
+
+def test_every_call_ends_by_its_deadline_retries_and_waits_included(hung):
+    client = RagtrailClient(hung, api_key="rt_x", scope="s", timeout=1.5, retries=5, backoff=0.3)
+    started = time.perf_counter()
+    with pytest.raises(RagtrailError) as late:
+        client.get_section("s1")
+    assert late.value.code == "deadline" and time.perf_counter() - started < 2.0

@@ -3,7 +3,11 @@
 Calls that are safe to repeat (reads, recall, record with its idempotency key, PUTs,
 tool-result lookups and stores) are retried with exponential backoff on connection
 errors and on 502/503/504 (honouring Retry-After); votes and feedback are sent once.
-Every error the API answers is raised as `RagtrailError` carrying its JSON body.
+Every call has one overall deadline, retries and waits included (recall's is short: an
+agent that waits on its memory longer than a search would take is better off searching),
+and recall is never retried after a timeout. Every error the API answers is raised as
+`RagtrailError` carrying its JSON body; no answer within the deadline is status 0, code
+"deadline".
 """
 from __future__ import annotations
 
@@ -143,17 +147,22 @@ class RagtrailClient:
         base_url: the server, e.g. "http://127.0.0.1:8000".
         api_key: an `rt_...` key granted the scopes used.
         scope: the scope calls use unless they name another.
-        timeout: seconds per attempt.
-        retries: further attempts of a safe call after a connection error or 502/503/504.
+        timeout: the overall deadline of a call, in seconds: attempts, retries and the waits
+            between them all end by then.
+        recall_timeout: the overall deadline of a recall (and explain), shorter: past it the
+            agent searches as it would have without ragtrail.
+        retries: further attempts of a safe call after a connection error or 502/503/504,
+            within the call's deadline.
         backoff: seconds before the first retry, doubled each time (with jitter).
     """
 
     def __init__(self, base_url: str, api_key: str, scope: str | None = None, *, timeout: float = 10.0,
-                 retries: int = 3, backoff: float = 0.2) -> None:
+                 recall_timeout: float = 1.0, retries: int = 3, backoff: float = 0.2) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.scope = scope
         self.timeout = timeout
+        self.recall_timeout = recall_timeout
         self.retries = retries
         self.backoff = backoff
 
@@ -190,7 +199,7 @@ class RagtrailClient:
         if session is not None:
             body["session"] = session
         # A repeated recall may count one more hit; it never changes what is served.
-        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
+        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True, recall=True))
 
     def explain(self, query: str, *, partition: str = "", token_budget: int | None = None,
                 scope: str | None = None) -> Recall:
@@ -288,38 +297,50 @@ class RagtrailClient:
             scope = self.scope = granted[0]  # the key's only scope is unambiguous
         return "/api/v1/scopes/" + "/".join(urllib.parse.quote(p, safe="") for p in (scope, *parts))
 
-    def _call(self, method: str, path: str, body: Any = None, *, safe: bool) -> Any:
-        return self._request(method, path, body, safe=safe)[1]
+    def _call(self, method: str, path: str, body: Any = None, *, safe: bool, recall: bool = False) -> Any:
+        return self._request(method, path, body, safe=safe, recall=recall)[1]
 
-    def _request(self, method: str, path: str, body: Any = None, *, safe: bool) -> tuple[int, Any]:
+    def _request(self, method: str, path: str, body: Any = None, *, safe: bool, recall: bool = False) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
+        budget = self.recall_timeout if recall else self.timeout
+        deadline = time.monotonic() + budget
         attempts = 1 + (self.retries if safe else 0)
         for attempt in range(attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             last = attempt == attempts - 1
             request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with urllib.request.urlopen(request, timeout=left) as response:
                     raw = response.read()
                     return response.status, (json.loads(raw) if raw else None)
             except urllib.error.HTTPError as answered:
                 error = RagtrailError(answered.code, _json_or_none(answered.read()))
-                if answered.code not in RETRYABLE_STATUSES or last:
+                if answered.code not in RETRYABLE_STATUSES or last or not self._sleep(attempt, answered.headers.get("Retry-After"), deadline):
                     raise error from None
-                self._sleep(attempt, answered.headers.get("Retry-After"))
             except (urllib.error.URLError, OSError) as unreachable:
-                if last:
+                timed_out = isinstance(unreachable, TimeoutError) or isinstance(getattr(unreachable, "reason", None), TimeoutError)
+                if timed_out and recall:
+                    break  # a hung server: the agent searches now rather than wait for a second try
+                if last or not self._sleep(attempt, None, deadline):
+                    if timed_out:
+                        break
                     raise RagtrailError(0, None, f"could not reach {self.base_url}: {unreachable}") from unreachable
-                self._sleep(attempt, None)
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
 
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+    def _sleep(self, attempt: int, retry_after: str | None, deadline: float) -> bool:
+        """Waits before the next attempt; False (and no wait) where that would pass the deadline."""
         delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), 30.0))
+        if time.monotonic() + delay >= deadline:
+            return False
         time.sleep(delay)
+        return True
 
 
 def _json_or_none(raw: bytes) -> Any:

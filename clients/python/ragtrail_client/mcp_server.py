@@ -22,6 +22,7 @@ import argparse
 import inspect
 import json
 import os
+import sys
 import typing
 from typing import Annotated, Any, Literal, Optional
 
@@ -153,7 +154,7 @@ def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
 
 
 def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = 10.0,
-                 scope_choice: tuple[str, ...] | None = None) -> MCPServer:
+                 scope_choice: tuple[str, ...] | None = None, recall_timeout: float = 1.0) -> MCPServer:
     """The MCP server for one ragtrail site; `api_key` is for stdio (HTTP callers bring their own).
 
     `scope` fixes the scope of every tool; `scope_choice` offers these scopes as the only
@@ -168,7 +169,7 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
             key = authorization[7:].strip()
         if not key:
             raise ToolError("no ragtrail API key: set RAGTRAIL_API_KEY (stdio) or send Authorization: Bearer rt_... (HTTP)")
-        return RagtrailClient(base_url, key, scope, timeout=timeout)
+        return RagtrailClient(base_url, key, scope, timeout=timeout, recall_timeout=recall_timeout)
 
     async def call(ctx: Context, method: str, *args: Any, **kwargs: Any) -> Any:
         client = client_for(ctx)
@@ -176,6 +177,8 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
             # The client is synchronous; a thread keeps the event loop serving other sessions.
             return await anyio.to_thread.run_sync(lambda: getattr(client, method)(*args, **kwargs))
         except RagtrailError as error:
+            if error.status == 0:
+                raise ToolError(f"ragtrail is not reachable at {base_url} ({error.message}); go on without it") from None
             raise ToolError(str(error)) from None
         except ValueError as error:
             raise ToolError(str(error)) from None
@@ -302,23 +305,31 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
-def http_app(base_url: str, scope: str | None = None, timeout: float = 10.0):
+def http_app(base_url: str, scope: str | None = None, timeout: float = 10.0, recall_timeout: float = 1.0):
     """The streamable HTTP app (at /mcp), each request authenticated by its own bearer key."""
-    server = build_server(base_url, None, scope, timeout)
+    server = build_server(base_url, None, scope, timeout, recall_timeout=recall_timeout)
     return RequireBearer(server.streamable_http_app(stateless_http=True, json_response=True))
 
 
-def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float) -> MCPServer:
+def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float, recall_timeout: float = 1.0) -> MCPServer:
     """The stdio server for one key: its scope fixed by --scope, or by the key where the key
     is granted one; a key granted several offers exactly those."""
     choice: tuple[str, ...] | None = None
     if scope is None and api_key:
-        granted = tuple(s["slug"] for s in RagtrailClient(base_url, api_key, timeout=timeout).scopes())
+        try:
+            probe = RagtrailClient(base_url, api_key, timeout=min(timeout, 2.0), retries=0)  # start soon, even if it hangs
+            granted = tuple(s["slug"] for s in probe.scopes())
+        except RagtrailError as unreachable:
+            # The API is down or refuses the key: serve anyway, each tool call then says why it
+            # cannot answer (an MCP client sees a tool error, not a server that closed).
+            print(f"ragtrail-mcp: the key's scopes could not be read ({unreachable}); scope stays a tool argument",
+                  file=sys.stderr)
+            granted = ()
         if len(granted) == 1:
             scope = granted[0]
         elif granted:
             choice = granted
-    return build_server(base_url, api_key, scope, timeout, scope_choice=choice)
+    return build_server(base_url, api_key, scope, timeout, scope_choice=choice, recall_timeout=recall_timeout)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -328,14 +339,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--timeout", type=float, default=10.0, help="each call's overall deadline, retries included (s)")
+    parser.add_argument("--recall-timeout", type=float, default=1.0,
+                        help="recall's overall deadline (s): past it the model searches as it would without ragtrail")
     options = parser.parse_args(argv)
     if options.transport == "stdio":
-        stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout).run("stdio")
+        stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout,
+                     options.recall_timeout).run("stdio")
         return
     import uvicorn
 
-    uvicorn.run(http_app(options.base_url, options.scope, options.timeout), host=options.host, port=options.port, log_level="warning")
+    uvicorn.run(http_app(options.base_url, options.scope, options.timeout, options.recall_timeout), host=options.host,
+                port=options.port, log_level="warning")
 
 
 if __name__ == "__main__":
