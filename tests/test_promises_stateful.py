@@ -554,6 +554,8 @@ class Promises(RuleBasedStateMachine):
             served = sections[section_id]
             if served["status"] == "valid":
                 assert current == recorded, f"{section_id} called valid but changed"
+                # A valid section's text, on a prefetch or a hint, is its current text (whole within the budget).
+                assert served.get("text") in (None, self.scopes[slug].sections[section_id]), section_id
             else:
                 assert current != recorded and served.get("text") is None
         if answer["outcome"] == "prefetch":

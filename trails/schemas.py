@@ -28,12 +28,13 @@ class RecallIn(StrictSchema):
 class SectionResult(Schema):
     id: str
     status: SectionStatus
-    # None on a hint, and on a prefetch from a scope that keeps hashes only: read the section
-    # from your own index and check it against `hash`.
+    # A valid section's current text: on a prefetch, and on a hint where it fits the budget after
+    # the hint's words. None for a changed or deleted section, and where the scope keeps hashes
+    # only: read the section from your own index and check it against `hash`.
     text: Optional[str] = None
     tokens: Optional[int] = None
     truncated: Optional[bool] = None
-    # On a prefetch: the hash (SHA-256 of the UTF-8 text) every cited section has now, and had when recorded.
+    # A valid section's hash (SHA-256 of the UTF-8 text) now, the one it had when recorded.
     hash: Optional[str] = None
 
 

@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
+from infra.hashing import section_hash
 from scopes.models import Scope, Section
 from trails.models import RecallEvent, Trail, TrailStatus
 
@@ -43,7 +44,10 @@ def test_recall_returns_hint_when_one_cited_section_changed(api, sections):
     api.put_sections("hospital", {"visiting/icu": "ICU visiting hours are now 13:00 to 17:00."})
     body = api.recall("hospital", query="What are the ICU visiting hours?").json()
     assert body["outcome"] == "hint"
-    assert [(s["id"], s["status"], s["text"]) for s in body["sections"]] == [("visiting/icu", "changed", None), ("parking", "valid", None)]
+    # The still-valid section comes with its current text and hash; the changed one with neither.
+    assert [(s["id"], s["status"], s["text"]) for s in body["sections"]] == [
+        ("visiting/icu", "changed", None), ("parking", "valid", sections["parking"])]
+    assert body["sections"][1]["hash"] == section_hash(sections["parking"]) and body["sections"][0].get("hash") is None
     assert "still valid: parking" in body["hint"] and "visiting/icu" in body["hint"]
     # The first step that returned the changed section is where the path needs redoing.
     assert body["hint"].endswith('Start with: search(query="ICU visiting hours").')

@@ -186,7 +186,6 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
         result.calls_saved = savings.calls_saved(validation.outcome, steps, [])
         result.tokens_saved = savings.tokens_saved(validation.outcome, trail.path_tokens, result.tokens)
     else:
-        result.sections = [{"id": s.section_id, "status": s.status.value} for s in validation.sections]
         result.hint = hint_text(
             trail.query,
             match.similarity,
@@ -195,10 +194,29 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
             validation.with_status(SectionStatus.DELETED),
             steps,
         )
-        result.tokens = count_tokens(result.hint)
+        result.sections, result.tokens, result.truncated = _hint_sections(match, validation, budget, count_tokens(result.hint))
         invalid = [s.section_id for s in validation.sections if s.status is not SectionStatus.VALID]
         result.calls_saved = savings.calls_saved(validation.outcome, steps, invalid)
     return result
+
+
+def _hint_sections(match: Match, validation: Validation, budget: int, hint_tokens: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """A hint's sections: each cited id and its state; the still-valid ones with their hash and,
+    within what the budget leaves after the hint's words, their current text (so the agent
+    need not read and hash them again). A changed or deleted section carries neither."""
+    valid = [(s.section_id, s.text) for s in validation.sections if s.status is SectionStatus.VALID and s.text is not None]
+    cut = cut_to_budget(valid, max(0, budget - hint_tokens))
+    served = {part.section_id: part for part in cut.parts if part.text}
+    sections = []
+    for check in validation.sections:
+        entry: dict[str, Any] = {"id": check.section_id, "status": check.status.value}
+        if check.status is SectionStatus.VALID:
+            entry["hash"] = match.trail.current[check.section_id].hash
+            part = served.get(check.section_id)
+            if part is not None:
+                entry.update(text=part.text, tokens=part.tokens, truncated=part.truncated)
+        sections.append(entry)
+    return sections, hint_tokens + cut.tokens, cut.truncated
 
 
 # The candidates an explanation lists, nearest first.

@@ -48,10 +48,10 @@ class RagtrailError(Exception):
 class SectionResult:
     id: str
     status: str  # "valid", "changed" or "deleted"
-    text: str | None = None  # None on a hint, and where the scope keeps hashes only (read it from your own index)
+    text: str | None = None  # a valid section's current text (on a hint where it fits the budget); None where the scope keeps hashes only
     tokens: int | None = None
     truncated: bool | None = None
-    hash: str | None = None  # on a prefetch: SHA-256 of the section's UTF-8 text
+    hash: str | None = None  # a valid section's SHA-256 of its UTF-8 text, now and when recorded
 
 
 SECTION_FIELDS = frozenset(SectionResult.__dataclass_fields__)

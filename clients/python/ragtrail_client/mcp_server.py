@@ -81,7 +81,9 @@ def recall_text(answer: Recall) -> str:
     header = (f"ragtrail: {answer.outcome} (recall {answer.recall_id}); a similar question was answered before: "
               f"\"{answer.matched_query}\" (similarity {answer.similarity:.2f}, {answer.matcher}).")
     if answer.outcome == "hint":
-        return f"{header}\n{answer.hint}\n\nThe path taken then:\n{steps}"
+        still = "\n\n".join(f"## {section.id} (unchanged)\n{section.text}" + (" [cut to the token budget]" if section.truncated else "")
+                             for section in answer.sections if section.status == "valid" and section.text)
+        return f"{header}\n{answer.hint}\n\nThe path taken then:\n{steps}" + (f"\n\nThe sections still valid, as they read now:\n\n{still}" if still else "")
     if answer.sections and all(section.text is None for section in answer.sections):
         # A scope that keeps hashes only: the agent reads the sections from its own index.
         listed = "\n".join(f"- {section.id} (sha256 {section.hash})" for section in answer.sections)
