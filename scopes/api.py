@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Router, Status
+from ninja import Query, Router, Status
 
 from scopes.auth import granted_scope
 from scopes.models import Section
-from scopes.schemas import GrantedScopesOut, SectionOut, SectionsIn, SectionsOut
+from scopes.schemas import GrantedScopesOut, SectionListIn, SectionListOut, SectionOut, SectionsIn, SectionsOut
 from infra.errors import RequestRefused
 
 router = Router(tags=["sections"])
@@ -23,6 +23,18 @@ def granted_scopes(request: HttpRequest):
 def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
     granted = granted_scope(request, scope)
     return Section.upsert(granted, {s.id: s.text for s in payload.sections})
+
+
+@router.get("/{scope}/sections", response=SectionListOut)
+def list_sections(request: HttpRequest, scope: str, page: Query[SectionListIn]):
+    """The scope's section ids and hashes, by id, a page at a time (`after` the last id of the
+    one before): what an agent compares its own index with before recording a path."""
+    rows = list(Section.objects.filter(scope=granted_scope(request, scope), section_id__gt=page.after)
+                .order_by("section_id").values_list("section_id", "hash", "updated_at")[: page.limit + 1])
+    more = len(rows) > page.limit
+    rows = rows[: page.limit]
+    return {"sections": [{"id": i, "hash": h, "updated_at": at.isoformat()} for i, h, at in rows],
+            "next": rows[-1][0] if more else None}
 
 
 def _section(request: HttpRequest, scope: str, section_id: str) -> Section:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
@@ -59,6 +59,26 @@ class SectionOut(Schema):
     text: str
     hash: str
     updated_at: str
+
+
+class SectionListIn(Schema):
+    # Query parameters arrive as text: numbers are parsed (not strict), unknown names refused.
+    model_config = ConfigDict(extra="forbid")
+
+    after: Annotated[str, Field(max_length=512, description="The last id of the previous page; empty for the first.")] = ""
+    limit: Annotated[int, Field(ge=1, le=1000, description="Sections a page (1 to 1,000).")] = 200
+
+
+class SectionListed(Schema):
+    id: str
+    hash: str
+    updated_at: str
+
+
+class SectionListOut(Schema):
+    sections: list[SectionListed]
+    # The id to pass as `after` for the next page; null on the last page.
+    next: Optional[str]
 
 
 class GrantedScopeOut(Schema):

@@ -258,3 +258,10 @@ def test_every_call_ends_by_its_deadline_retries_and_waits_included(hung):
     with pytest.raises(RagtrailError) as late:
         client.get_section("s1")
     assert late.value.code == "deadline" and time.perf_counter() - started < 2.0
+
+
+def test_the_client_pages_through_a_scopes_sections(client):
+    page = client.list_sections(limit=2)
+    rest = client.list_sections(after=page["next"], limit=2)
+    ids = [s["id"] for s in page["sections"] + rest["sections"]]
+    assert ids == sorted(ids) and rest["next"] is None and all(len(s["hash"]) == 64 for s in page["sections"])

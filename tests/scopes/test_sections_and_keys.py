@@ -132,3 +132,16 @@ def test_the_scope_read_with_its_key_is_the_scope_the_orm_reads(scope, other_sco
     key.revoked_at = timezone.now()
     key.save()
     assert ApiKey.objects.authenticate(text, scope_slug="hospital") is None
+
+
+def test_an_agent_lists_its_scopes_sections_a_page_at_a_time(api, sections, other_api, other_scope):
+    Section.upsert(other_scope, {"zz/other": "[other] not yours"})
+    first = api.call("get", "/scopes/hospital/sections?limit=2").json()
+    assert [s["id"] for s in first["sections"]] == ["parking", "visiting/icu"] and first["next"] == "visiting/icu"
+    assert first["sections"][0]["hash"] == section_hash(sections["parking"])
+    rest = api.call("get", f"/scopes/hospital/sections?limit=2&after={first['next']}").json()
+    assert [s["id"] for s in rest["sections"]] == ["visiting/ward"] and rest["next"] is None
+    # Another scope's sections are never listed, and its list answers 404 to this key.
+    assert api.call("get", "/scopes/other/sections").status_code == 404
+    refused = api.call("get", "/scopes/hospital/sections?limit=5000")
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit"

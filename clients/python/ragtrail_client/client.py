@@ -177,6 +177,12 @@ class RagtrailClient:
         body = {"sections": [{"id": k, "text": v} for k, v in sections.items()]}
         return self._call("PUT", self._scoped(scope, "sections"), body, safe=True)
 
+    def list_sections(self, *, after: str = "", limit: int = 200, scope: str | None = None) -> dict[str, Any]:
+        """A page of the scope's sections by id: {"sections": [{"id", "hash", "updated_at"}], "next"};
+        pass `next` as `after` for the following page (None on the last)."""
+        query = urllib.parse.urlencode({"after": after, "limit": limit})
+        return self._call("GET", self._scoped(scope, "sections") + "?" + query, safe=True)
+
     def get_section(self, section_id: str, *, scope: str | None = None) -> dict[str, Any]:
         """{"id", "text", "hash", "updated_at"} of one section."""
         return self._call("GET", self._scoped(scope, "sections", section_id), safe=True)
