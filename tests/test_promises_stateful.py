@@ -46,6 +46,7 @@ from trails.upkeep import purge
 from trails.learning.shipped import thresholds_for
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
+from trails.core.normalise import normalise_query
 from infra.hashing import section_hash
 from trails.models import PurgeRun, Trail, TrailReport, TrailSignal
 from trails.upkeep.jobs import sweep_expired
@@ -92,6 +93,8 @@ class TrailModel:
     reporters: set = field(default_factory=set)
     # Pending because reports or an operator took it out of service (not waiting for a first approval).
     held: bool = False
+    # Whether it has band keys: a trail rejected at record is stored unsigned until reinstated.
+    signed: bool = True
 
     def state(self) -> State:
         return State.HELD if self.status == "pending" and self.held else State(self.status)
@@ -253,13 +256,32 @@ class Promises(RuleBasedStateMachine):
             assert response.status_code == 422
         elif hashes == "old":
             assert response.status_code == 409
+        elif (twin := None if refusing else self._twin_of(slug, body["query"], body["partition"], current)) is not None:
+            # The same question citing the same sections at the same hashes: the trail held is
+            # answered, and a positive signal is the agent's up vote on it (never a new twin).
+            assert response.status_code == 200, response.content
+            answer = response.json()
+            model = self.trails[twin]
+            assert answer["trail_id"] == twin and answer["refreshed"], (answer, model)
+            if signal:
+                model.apply("up", Actor.AGENT, reporter=self.keys[slug]["a"][1])
+            assert answer["status"] == model.status, (answer, model)
         else:
             assert response.status_code == 201, response.content
             answer = response.json()
             assert answer["status"] == ("rejected" if refusing else "active" if signal else "pending")
             self.trails[answer["trail_id"]] = TrailModel(
-                slug, self.scopes[slug].incarnation, answer["status"], current, query=body["query"], partition=body["partition"]
+                slug, self.scopes[slug].incarnation, answer["status"], current, query=body["query"], partition=body["partition"],
+                signed=not refusing,
             )
+
+    def _twin_of(self, slug: str, query: str, partition: str, cited: dict[str, str]) -> str | None:
+        """The latest recorded trail of this scope asking this question, normalised, in this
+        partition, citing these sections in this order at these hashes, signed and not stale."""
+        twins = [t for t, m in self.trails.items() if m.scope == slug and m.incarnation == self.scopes[slug].incarnation
+                 and normalise_query(m.query) == normalise_query(query) and m.partition == partition
+                 and list(m.cited.items()) == list(cited.items()) and m.status != "stale" and m.signed]
+        return twins[-1] if twins else None
 
     def _live_trails(self):
         # In recording order: trail ids are random, and a replayed example must pick the same trail.
@@ -352,6 +374,7 @@ class Promises(RuleBasedStateMachine):
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "rejected"]))
         self._operator(trail_id, "reinstate")
+        self.trails[trail_id].signed = True  # signed afresh as it leaves rejection
         if approve:
             self._operator(trail_id, "up")
             self._check_findable(trail_id)

@@ -73,8 +73,10 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
         ),
     )
     trail = result.trail
-    body = {"trail_id": str(trail.public_id), "status": trail.status, "reason": trail.reason or None}
-    # A replayed idempotency key answers 200 with the first result: nothing new was created.
+    body = {"trail_id": str(trail.public_id), "status": trail.status, "reason": trail.reason or None,
+            "refreshed": result.refreshed or None}
+    # A replayed idempotency key, or the same question with the same sections recorded again,
+    # answers 200 with the trail the scope holds: nothing new was created.
     return Status(201 if result.created else 200, body)
 
 

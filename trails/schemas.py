@@ -104,6 +104,8 @@ class RecordOut(Schema):
     trail_id: str
     status: str
     reason: Optional[str] = None
+    # Where the scope held this question with these sections already: what recording it again did.
+    refreshed: Optional[str] = None
 
 
 class CitationOut(Schema):

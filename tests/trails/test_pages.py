@@ -770,8 +770,10 @@ def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
 
 
 def test_pending_trails_asking_the_same_question_are_pointed_out_together(staff, api, scope, sections):
-    for ending in ("?", "??", "  ?"):
-        api.record("hospital", query=f"Where do visitors park{ending}", cited=["parking"], signal="pending")
+    # Three paths to one question, each citing other sections (the same sections again would
+    # be the same trail, renewed, not a twin).
+    for ending, cited in (("?", ["parking"]), ("??", ["parking", "visiting/ward"]), ("  ?", ["visiting/ward"])):
+        api.record("hospital", query=f"Where do visitors park{ending}", cited=cited, signal="pending")
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
     html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
     assert html.count("2 more pending trails ask the same") == 3 and "judge them together" in html

@@ -177,3 +177,25 @@ def test_unknown_trail_answers_404(api, other_api, sections):
     assert api.call("get", "/scopes/hospital/trails/00000000-0000-0000-0000-000000000000").status_code == 404
     # Another scope's key gets the same 404 as for a trail that does not exist.
     assert other_api.call("get", f"/scopes/hospital/trails/{trail_id}").json() == api.call("get", f"/scopes/nowhere/trails/{trail_id}").json()
+
+
+def test_the_same_question_with_the_same_sections_renews_the_trail_instead_of_a_twin(api, sections):
+    first = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="pending")
+    assert first.status_code == 201 and first.json()["status"] == "pending"
+    again = api.record("hospital", query="where do visitors  PARK", cited=["parking"])  # accepted, normalised alike
+    assert again.status_code == 200 and again.json()["trail_id"] == first.json()["trail_id"]
+    assert again.json()["status"] == "active" and "renewed" in again.json()["refreshed"]
+    assert Trail.objects.filter(query__icontains="park").count() == 1
+    # Other sections, another partition, or a section changed since: a trail of its own.
+    assert api.record("hospital", query="Where do visitors park?", cited=["parking", "visiting/ward"]).status_code == 201
+    assert api.record("hospital", query="Where do visitors park?", cited=["parking"], partition="ward b").status_code == 201
+    api.put_sections("hospital", {"parking": "Visitors park in car park C."})
+    assert api.record("hospital", query="Where do visitors park?", cited=["parking"]).status_code == 201
+
+
+def test_recording_again_never_revives_what_an_operator_took_out(api, sections):
+    trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
+    Trail.objects.get(public_id=trail_id).act("demote", by="olga")
+    again = api.record("hospital", query="Where do visitors park?", cited=["parking"])
+    assert again.status_code == 200 and again.json()["status"] == "pending"
+    assert "not renewed" in again.json()["refreshed"] and "only an operator" in again.json()["refreshed"]

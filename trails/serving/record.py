@@ -18,7 +18,7 @@ from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.learning.feedback import learn_from_research
 from trails.serving.matching import QuestionSignature, matching_settings, sign
-from trails.models import POSITIVE_SIGNALS, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,18 @@ class RecordInput:
 class RecordResult:
     trail: Trail
     created: bool
+    # Set where the same question with the same sections was recorded before: that trail is
+    # answered (renewed by a positive signal, as an agent's up vote would) instead of a twin.
+    refreshed: str = ""
 
 
 def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> RecordResult:
     """Stores a trail in a scope, or refuses it.
 
     Returns:
-        The trail and whether it was created now (False when an idempotency key
-        returned the first result).
+        The trail and whether it was created now: False when an idempotency key returned the
+        first result, or when the scope holds this question (normalised, in this partition)
+        citing these sections at these hashes already (then `refreshed` says what was done).
 
     Raises:
         Invalid: input that cannot be a trail. Conflict: a sent hash
@@ -95,7 +99,15 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
 
     refused = "the answer says its sources do not answer the question" if (
         request.answer is not None and says_sources_do_not_answer(request.answer)) else ""
-    rows = TrailRows.build(scope, request, current, refused, now, fingerprint)
+    question = sign(scope, request.query, request.partition)
+    if not refused:
+        twin = _twin(scope, request, question, [(section_id, current[section_id].hash) for section_id in cited])
+        if twin is not None:
+            refreshed = _refresh(twin, request, now)
+            if request.session:  # a re-search is evidence whether or not the path was new
+                learn_from_research(scope, request.session, request.query, cited, now, request.reporter)
+            return refreshed
+    rows = TrailRows.build(scope, request, current, refused, now, fingerprint, question=question)
     rows.trail.path_tokens = path_tokens(scope, request.steps, current)
     try:
         TrailRows.save_all([rows])
@@ -132,10 +144,12 @@ class TrailRows:
         refused: str,
         now: datetime,
         fingerprint: str = "",
+        question: QuestionSignature | None = None,
     ) -> "TrailRows":
-        """Signs the query and lays out every row; `current` holds each cited section;
-        `refused` says why admission refused the answer (blank where it did not)."""
-        question = sign(scope, request.query, request.partition)
+        """Signs the query (unless `question` is its signature already) and lays out every
+        row; `current` holds each cited section; `refused` says why admission refused the
+        answer (blank where it did not)."""
+        question = question or sign(scope, request.query, request.partition)
         # The initial status is the lifecycle table's (record with or without a positive signal, or refused).
         trail = Trail.start(
             scope,
@@ -216,6 +230,36 @@ def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Sect
         texts.update(Section.objects.filter(scope=scope, section_id__in=list(unread)).values_list("section_id", "text"))
     tokens = {section_id: count_tokens(text) for section_id, text in texts.items()}
     return sum(tokens.get(section_id, 0) for step in steps for section_id in step.section_ids)
+
+
+def _twin(scope: Scope, request: RecordInput, question: QuestionSignature, cited: list[tuple[str, str]]) -> Trail | None:
+    """A trail of the scope asking this very question (normalised, same partition) and citing
+    the same sections at the same hashes, found through its first band key (an identical
+    question has identical keys), never by reading the scope's trails. Stale trails are no
+    twins: their sections all changed."""
+    if not question.keys:
+        return None
+    same_key = BandKey.objects.filter(key=question.keys[0], scope=scope).values("trail_id")
+    alike = (Trail.objects.filter(id__in=same_key, partition=request.partition, normalised_query=normalise_query(request.query))
+             .exclude(status=TrailStatus.STALE).order_by("-id")[:8])
+    for trail in alike:
+        if [(c.section_id, c.recorded_hash) for c in trail.core_citations()] == cited:
+            return trail
+    return None
+
+
+def _refresh(twin: Trail, request: RecordInput, now: datetime) -> RecordResult:
+    """Records again what the scope holds: a positive signal is the agent's approval of the
+    trail it recorded before (the lifecycle's up vote: it activates a trail waiting for a
+    first approval and renews an active one, never one taken out of service); without one,
+    nothing changes. The first path's steps are kept."""
+    if request.signal not in POSITIVE_SIGNALS:
+        return RecordResult(twin, created=False, refreshed="already recorded: nothing changed (no positive signal)")
+    try:
+        twin.act("up", by=request.reporter or "key:", now=now)
+    except ActionRefused as refused:
+        return RecordResult(twin, created=False, refreshed=f"already recorded, and not renewed: {refused}")
+    return RecordResult(twin, created=False, refreshed="already recorded: renewed (its expiry starts again)")
 
 
 def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:
