@@ -220,3 +220,25 @@ def test_a_stdio_server_started_while_ragtrail_hangs_serves_and_its_recall_fails
     run_async(main)
     assert timed["answer"].is_error and "ragtrail is not reachable" in text_of(timed["answer"])
     assert timed["seconds"] < 1.5, timed["seconds"]
+
+
+def test_tool_arguments_are_strict_and_descriptions_dedented():
+    """"no" or 0 is no boolean (a false helpful is a report against a trail), "5" no integer;
+    neither reaches ragtrail (here: nothing listens, and the refusal names the field)."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url",
+                                                                 "http://127.0.0.1:9", "--scope", "s"], env={"RAGTRAIL_API_KEY": "rt_x"})
+    seen: dict = {}
+
+    async def main():
+        async with Client(params) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            seen["description"] = tools["ragtrail_recall"].description
+            for value in ("no", 0, "false"):
+                seen[f"helpful={value!r}"] = await client.call_tool(
+                    "ragtrail_feedback", {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": value})
+            seen["token_budget='5'"] = await client.call_tool("ragtrail_recall", {"query": QUESTION, "token_budget": "5"})
+
+    run_async(main)
+    assert "\n        " not in seen.pop("description")
+    for name, answer in seen.items():
+        assert answer.is_error and "422 invalid" in text_of(answer) and "not reachable" not in text_of(answer), name

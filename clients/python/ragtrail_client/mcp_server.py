@@ -30,7 +30,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, Step
 
@@ -148,7 +148,8 @@ def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
             kwargs["scope"] = fixed
         return await fn(**kwargs)
 
-    tool.__name__, tool.__doc__ = fn.__name__, fn.__doc__
+    # The description a model reads: the docstring without its source indentation.
+    tool.__name__, tool.__doc__ = fn.__name__, inspect.cleandoc(fn.__doc__ or "")
     tool.__signature__ = signature.replace(parameters=sorted(parameters, key=lambda p: p.kind),
                                            return_annotation=hints.get("return", inspect.Signature.empty))
     tool.__annotations__ = annotations
@@ -194,7 +195,7 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         ctx: Context,
         query: Annotated[str, Field(min_length=1, max_length=2000, description="The user's question, as you would search for it.")],
         partition: Annotated[str, Field(max_length=200, description="A sub-division of the scope (a product version, a language); empty for none. Recall only matches paths recorded under the same partition.")] = "",
-        token_budget: Annotated[Optional[int], Field(ge=0, le=200_000, description="The most tokens of section text to return on a prefetch; omit for the scope's default.")] = None,
+        token_budget: Annotated[Optional[Annotated[int, Strict()]], Field(ge=0, le=200_000, description="The most tokens of section text to return on a prefetch; omit for the scope's default.")] = None,
         session: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Your run's id. Pass the same one to ragtrail_record: if you then search again and cite other sections, ragtrail learns this recall was wrong.")] = None,
         scope: Optional[str] = None,
     ) -> CallToolResult:
@@ -235,7 +236,8 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
     async def feedback(
         ctx: Context,
         recall_id: Annotated[str, Field(min_length=1, max_length=100, description="The recall id ragtrail_recall gave you.")],
-        helpful: Annotated[bool, Field(description="false if what the recall served did not answer the question (a false hit).")],
+        # Strict: "no", 0 or "false" are refused, not read as false (each false is a report against a trail).
+        helpful: Annotated[bool, Strict(), Field(description="false if what the recall served did not answer the question (a false hit).")],
         reason: Annotated[str, Field(max_length=500, description="Why, in a few words (shown to operators).")] = "",
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
