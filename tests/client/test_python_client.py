@@ -87,8 +87,11 @@ def test_record_is_idempotent_with_the_generated_or_given_key(client):
     first = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1", signal="accepted")
     again = client.record("Where do visitors park?", ["parking"], idempotency_key="run-1", signal="accepted")
     assert first.created and not again.created and first.trail_id == again.trail_id
-    other = client.record("Where do visitors park?", ["parking"], signal="accepted")
-    assert other.trail_id != first.trail_id and Trail.objects.count() == 2
+    # Another key but the same question and sections: the trail held is renewed, not twinned.
+    same = client.record("Where do visitors park?", ["parking"], signal="accepted")
+    assert same.trail_id == first.trail_id and not same.created and same.refreshed
+    other = client.record("Where do visitors park?", ["parking", "visiting/ward"], signal="accepted")
+    assert other.trail_id != first.trail_id and other.created and Trail.objects.count() == 2
 
 
 def test_api_errors_are_raised_with_the_apis_body(client):

@@ -107,7 +107,9 @@ class Recorded:
     trail_id: str
     status: str  # "active", or "pending" without a positive signal
     reason: str | None
-    created: bool  # False where the idempotency key was seen before
+    created: bool  # False where the idempotency key was seen before, or the same path was recorded before
+    # Where the scope held this question with these sections already: what recording it again did.
+    refreshed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,8 @@ class RagtrailClient:
         if session is not None:
             body["session"] = session
         status, answer = self._request("POST", self._scoped(scope, "trails"), body, safe=True)
-        return Recorded(answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201)
+        return Recorded(answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201,
+                        refreshed=answer.get("refreshed"))
 
     def feedback(self, recall_id: str, helpful: bool, reason: str = "", *, scope: str | None = None) -> RecallFeedback:
         """The agent's verdict on what a recall served; "not helpful" reports a false hit."""
