@@ -169,9 +169,9 @@ def count_task_runs() -> None:
             # The worker's heartbeat for the operator pages, through the shared cache (Redis in
             # production); a cache that is away never fails a job.
             try:
-                from django.core.cache import cache
+                from django.core.cache import caches
 
-                cache.set(f"rt:task-last-success:{name}", time.time(), None)
+                caches["heartbeats"].set(f"rt:task-last-success:{name}", time.time(), None)
             except Exception:  # noqa: BLE001 -- any cache failure: the heartbeat is best effort
                 pass
 
@@ -180,10 +180,10 @@ def count_task_runs() -> None:
 
 def last_successes(tasks: list[str]) -> dict[str, float | None]:
     """When each background job last succeeded, as the worker told the shared cache."""
-    from django.core.cache import cache
+    from django.core.cache import caches
 
     try:
-        found = cache.get_many([f"rt:task-last-success:{task}" for task in tasks])
+        found = caches["heartbeats"].get_many([f"rt:task-last-success:{task}" for task in tasks])
     except Exception:  # noqa: BLE001 -- a cache that is away: unknown, not an error page
         found = {}
     return {task: found.get(f"rt:task-last-success:{task}") for task in tasks}

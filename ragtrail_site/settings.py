@@ -187,7 +187,17 @@ CACHES = {
         "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
     }
     if _cache_url
-    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}}
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}},
+    # The worker's heartbeats, read by the web processes: a cache every process shares (a
+    # process's own memory would never hear from the worker on a laptop).
+    "heartbeats": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _cache_url,
+        "KEY_PREFIX": "ragtrail",
+        "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
+    }
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(BASE_DIR / ".cache" / "heartbeats")},
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
 # A purge from the operator pages runs in the request when the scope holds at most

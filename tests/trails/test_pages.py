@@ -16,6 +16,16 @@ from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
 from trails.upkeep.jobs import roll_up
 
 
+def jobs_heard_from(seconds_ago: float = 60.0) -> None:
+    """The worker's heartbeats, as its jobs leave them after each success."""
+    import time
+
+    from django.core.cache import caches
+
+    for task in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"):
+        caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - seconds_ago, None)
+
+
 @pytest.fixture
 def staff(db) -> Client:
     """An operator of every scope (these tests are about the pages; tests/test_access.py
@@ -580,7 +590,8 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     assert "False hits over the bound:" in page and "18 of 21 recalls judged in the last 24 h" in page
     assert 'id="health-verdict">broken<' in page
     assert "p50 14.0 ms" in page and "over the latest 21 recalls" in page
-    calm = Scope.objects.create(slug="calm", matcher="lexical")
+    Scope.objects.create(slug="calm", matcher="lexical")
+    jobs_heard_from()
     calm_page = staff.get("/ops/calm/").content.decode()
     assert "none judged yet" in calm_page and 'id="health-verdict">ok<' in calm_page
 
@@ -600,6 +611,7 @@ def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, re
                     helpful=i >= reported, feedback_at=now)
         for i in range(judged)
     )
+    jobs_heard_from()
     page = staff.get("/ops/judged/").content.decode()
     assert f'id="health-verdict">{page_says}<' in page
     assert scopes_needing_a_look(timezone.now())["over_false_hit_bound"] == alert
@@ -756,14 +768,38 @@ def test_an_operator_accepts_a_learned_raise_and_it_becomes_the_configured_thres
     assert change.kind == "configured" and change.by == "olga"
 
 
+def test_the_verdict_names_what_made_it_and_turns_on_refused_requests_and_silent_jobs(staff, db, monkeypatch):
+    from infra import metrics
+    from scopes.models import Scope
+
+    Scope.objects.create(slug="calm", matcher="lexical")
+    jobs_heard_from()
+    assert 'id="health-verdict">ok<' in staff.get("/ops/calm/").content.decode()
+    # A third of the API's requests refused: broken, and the strip says why.
+    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 52.0})
+    page = staff.get("/ops/calm/").content.decode()
+    assert 'id="health-verdict">broken<' in page and "52 of 80 API requests refused with 503 (service-wide)" in page
+    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 0.0, "shed": 0.0})
+    # The worker stopped: silent for three of the roll-up's periods is broken, its age in words.
+    jobs_heard_from(seconds_ago=3 * 3600)
+    page = staff.get("/ops/calm/").content.decode()
+    assert 'id="health-verdict">broken<' in page and "roll_up_task last succeeded 3 h ago" in page
+    # A fresh deploy whose jobs never reported: watch, never a calm ok.
+    from django.core.cache import caches
+
+    caches["heartbeats"].clear()
+    page = staff.get("/ops/calm/").content.decode()
+    assert 'id="health-verdict">watch<' in page and "never heard from: is the worker running?" in page
+
+
 def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
-    from django.core.cache import cache
+    from django.core.cache import caches
 
     from scopes.models import Scope
     from trails.tasks import roll_up_task
 
     Scope.objects.create(slug="beat", matcher="lexical")
-    cache.delete("rt:task-last-success:trails.tasks.roll_up_task")
+    caches["heartbeats"].delete("rt:task-last-success:trails.tasks.roll_up_task")
     assert "roll_up_task <strong>not heard from</strong>" in staff.get("/ops/beat/").content.decode()
     roll_up_task.apply()
     assert "roll_up_task <strong>not heard from</strong>" not in staff.get("/ops/beat/").content.decode()

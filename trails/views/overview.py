@@ -20,6 +20,8 @@ from trails.core import charts
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
 from trails.core.calibration import false_hit_verdict
+from trails.core.health import in_words
+from trails.core.health import judge as judge_health
 from trails.serving.matching import matching_settings
 from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
 from trails.models.recalls import FALSE_HIT_WINDOW, judged_counts, latency_percentiles, latest_recalls_since, similarity_evidence
@@ -27,6 +29,9 @@ from scopes.access import Access
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
+# The jobs whose heartbeat the overview shows, and how often beat runs each (settings).
+JOB_PERIODS = {entry["task"]: float(entry["schedule"]) for entry in settings.CELERY_BEAT_SCHEDULE.values()
+               if entry["task"] in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")}
 WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
 
 
@@ -94,11 +99,17 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "service": metrics.service_totals(),
         "jobs": {name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None) for name, at in metrics.last_successes(
-            ["trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"]).items()},
+            list(JOB_PERIODS)).items()},
     }
-    # ok / watch / broken: red only when something needs a person.
-    health["verdict"] = ("broken" if false_hits.verdict == "over" or health["rollup_behind"] or health["flags"]
-                         else "watch" if false_hits.verdict == "watch" else "ok")
+    # ok / watch / broken, and which signal made it so: red only when something needs a person.
+    judged_health = judge_health(
+        false_hits_verdict=false_hits.verdict, latency_p95_ms=(health["latency"] or {}).get("p95"),
+        budget_ms=settings.RAGTRAIL_RECALL_BUDGET_MS, requests=health["service"]["requests"], refused=health["service"]["shed"],
+        job_ages=health["jobs"], job_periods={name.rsplit(".", 1)[-1]: period for name, period in JOB_PERIODS.items()},
+        rollup_behind=health["rollup_behind"], flags=health["flags"],
+    )
+    health["verdict"], health["because"] = judged_health.verdict, judged_health.because
+    health["job_ages"] = {name: in_words(age) for name, age in health["jobs"].items()}
     return scope_page(request, "trails/overview/overview.html", scope, {
         "health": health,
         "window_start": start,
