@@ -118,3 +118,12 @@ def test_a_lowered_threshold_is_kept_while_the_bound_holds_and_entered_only_with
     found = labels(0.97, 100) + labels(0.935, 20) + labels(0.93, 20) + labels(0.93, 4, True) + labels(0.0, 456)
     assert learned_threshold(found, ASKED, 0.95, GRID, 0.02, LIMITS).threshold == 0.935  # 0.93 not entered
     assert learned_threshold(found, ASKED, 0.95, GRID, 0.02, LIMITS, current=0.93).threshold == 0.93  # but kept
+
+
+def test_the_shipped_calibration_says_nothing_of_thresholds_outside_its_grid():
+    from trails.learning.shipped import at_threshold, grid_for
+
+    grid = grid_for("embedding")
+    assert at_threshold("embedding", min(grid)) is not None and at_threshold("embedding", max(grid)) is not None
+    for outside in (min(grid) - 0.05, 0.3, 0.0, -1.0, max(grid) + 0.01):
+        assert at_threshold("embedding", outside) is None, outside

@@ -87,6 +87,8 @@ def at_threshold(matcher: str, threshold: float, fit: dict | None = None) -> dic
     the false-hit rate's 95 % upper bound, and the share of true paraphrases reused."""
     fit = fit or shipped()
     curve = sorted(fit["matchers"][matcher]["curve"], key=lambda point: point["threshold"])
+    if not curve or not curve[0]["threshold"] - 1e-9 <= threshold <= curve[-1]["threshold"] + 1e-9:
+        return None  # outside the calibrated grid, below it as above it: nothing measured there
     point = next((p for p in curve if p["threshold"] >= threshold - 1e-9), None)
     if point is None:
         return None
