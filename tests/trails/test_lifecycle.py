@@ -316,8 +316,8 @@ def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, 
     assert Trail.objects.get(public_id=rejected).status == TrailStatus.REJECTED
 
 
-def test_the_readmes_lifecycle_table_is_the_declared_one():
-    assert table.markdown_table() in (ROOT / "README.md").read_text()
+def test_the_docs_lifecycle_table_is_the_declared_one():
+    assert table.markdown_table() in (ROOT / "docs" / "api.md").read_text()
 
 
 def test_django_admin_finds_a_trail_by_its_public_id_and_by_its_primary_key(api, sections):
