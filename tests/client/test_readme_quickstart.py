@@ -23,7 +23,10 @@ def quickstart_blocks() -> list[tuple[str, str]]:
 
 
 def manage(argv: list[str]) -> str:
-    """Runs `.venv/bin/python manage.py <command> …` in this process (the test's database)."""
+    """Runs `[NAME=value …] .venv/bin/python manage.py <command> …` in this process (the test's
+    database; the settings a line sets for its process are the ones `make run` has, so moot here)."""
+    while argv and "=" in argv[0] and not argv[0].startswith("."):
+        argv = argv[1:]
     assert argv[:2] == [".venv/bin/python", "manage.py"], argv
     out = io.StringIO()
     call_command(*argv[2:], stdout=out)
