@@ -268,3 +268,23 @@ def test_the_client_pages_through_a_scopes_sections(client):
     rest = client.list_sections(after=page["next"], limit=2)
     ids = [s["id"] for s in page["sections"] + rest["sections"]]
     assert ids == sorted(ids) and rest["next"] is None and all(len(s["hash"]) == 64 for s in page["sections"])
+
+
+def test_the_async_client_makes_the_same_calls_and_keeps_the_deadline(client, hung):
+    import asyncio
+
+    from ragtrail_client import AsyncRagtrailClient
+
+    async def main():
+        live = AsyncRagtrailClient(client.base_url, client.api_key, "hospital", recall_timeout=5)
+        await live.put_sections(VISITING)
+        recorded = await live.record("Where do visitors park?", ["parking"], signal="accepted")
+        answers = await asyncio.gather(*(live.recall("Where do visitors park?") for _ in range(3)))
+        started = time.perf_counter()
+        with pytest.raises(RagtrailError) as late:
+            await AsyncRagtrailClient(hung, "rt_x", "s").recall("anything")
+        return recorded, answers, late.value, time.perf_counter() - started
+
+    recorded, answers, late, waited = asyncio.run(main())
+    assert {a.trail_id for a in answers} == {recorded.trail_id} and all(a.outcome == "prefetch" for a in answers)
+    assert late.code == "deadline" and waited < 1.5

@@ -16,10 +16,12 @@ from ragtrail_client.client import (
     ToolLookup,
     ToolStored,
 )
+from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.tools import UncachedToolWarning, cached_tool
 
 __all__ = [
     "SIGNALS",
+    "AsyncRagtrailClient",
     "RagtrailClient",
     "RagtrailError",
     "Recall",
