@@ -233,6 +233,7 @@ def test_tool_arguments_are_strict_and_descriptions_dedented():
         async with Client(params) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             seen["description"] = tools["ragtrail_recall"].description
+            seen["schema"] = {"input": tools["ragtrail_recall"].input_schema, "output": tools["ragtrail_recall"].output_schema}
             for value in ("no", 0, "false"):
                 seen[f"helpful={value!r}"] = await client.call_tool(
                     "ragtrail_feedback", {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": value})
@@ -240,5 +241,7 @@ def test_tool_arguments_are_strict_and_descriptions_dedented():
 
     run_async(main)
     assert "\n        " not in seen.pop("description")
+    schema = seen.pop("schema")
+    assert schema["input"]["additionalProperties"] is False and schema["output"]["required"][0] == "outcome"
     for name, answer in seen.items():
         assert answer.is_error and "422 invalid" in text_of(answer) and "not reachable" not in text_of(answer), name

@@ -287,7 +287,30 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
     for fn, read_only in ((recall, False), (record, False), (feedback, False), (get_section, True),
                           (lookup_tool_result, True), (store_tool_result, False)):
         tool(fn, read_only)
+    for registered in server._tool_manager.list_tools():
+        # Advertised as enforced: an argument a tool does not take is refused (call_tool), not ignored.
+        registered.parameters["additionalProperties"] = False
+    server._tool_manager.get_tool("ragtrail_recall").fn_metadata.output_schema = RECALL_OUTPUT_SCHEMA
     return server
+
+
+_TEXT_OR_NULL = {"type": ["string", "null"]}
+# What ragtrail_recall's structured content holds, for a client that reads it instead of the text.
+RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "outcome": {"enum": ["prefetch", "hint", "miss"]},
+        "recall_id": _TEXT_OR_NULL, "trail_id": _TEXT_OR_NULL, "matched_query": _TEXT_OR_NULL, "hint": _TEXT_OR_NULL,
+        "similarity": {"type": ["number", "null"]},
+        "sections": {"type": "array", "items": {"type": "object", "required": ["id", "status"], "properties": {
+            "id": {"type": "string"}, "status": {"enum": ["valid", "changed", "deleted"]},
+            "text": _TEXT_OR_NULL, "hash": _TEXT_OR_NULL}}},
+        "steps": {"type": "array", "items": {"type": "object", "required": ["tool", "args", "section_ids"]}},
+        "tokens": {"type": "integer"},
+        "truncated": {"type": "boolean"},
+    },
+    "required": ["outcome", "recall_id", "sections", "steps", "tokens", "truncated"],
+}
 
 
 class RequireBearer:
