@@ -813,3 +813,16 @@ def test_pending_trails_asking_the_same_question_are_pointed_out_together(staff,
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
     html = staff.get("/ops/hospital/trails/?status=pending").content.decode()
     assert html.count("2 more pending trails ask the same") == 3 and "judge them together" in html
+
+
+def test_a_forged_csrf_token_on_an_htmx_action_is_a_403_that_reloads_the_page(trails, db):
+    from django.test import Client
+
+    operator = Client(enforce_csrf_checks=True)
+    operator.force_login(User.objects.create_user("ivan", password="x", is_staff=True, is_superuser=True))
+    trail = next(iter(trails.values()))
+    before = Trail.objects.get(pk=trail.pk).status
+    answer = operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "down", "csrfmiddlewaretoken": "forged"},
+                           headers={"HX-Request": "true"})
+    assert answer.status_code == 403 and answer["HX-Refresh"] == "true"
+    assert Trail.objects.get(pk=trail.pk).status == before

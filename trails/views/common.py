@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import uuid
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -16,6 +17,8 @@ from django.shortcuts import get_object_or_404, render
 from scopes.access import Access, granted_scopes, may
 from scopes.models import Scope
 from trails.models import Trail, validations_now
+
+logger = logging.getLogger(__name__)
 
 
 def staff_required(view):
@@ -131,10 +134,12 @@ def uuids(values: list[str]) -> list[str]:
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """A form or htmx action sent without a valid security token (a page left open past a
-    sign-out or a new session): nothing was done. htmx reloads the whole page (never swaps
-    this answer into a row); a plain form gets the app's 403 page."""
+    sign-out or a new session): nothing was done, and the answer is a 403 that logs and metrics
+    count as refused. htmx reloads the whole page on it (HX-Refresh; it swaps no 4xx into a
+    row); a plain form gets the app's 403 page."""
+    logger.warning("CSRF check refused %s %s: %s", request.method, request.path, reason)
     if getattr(request, "htmx", False):
-        response = HttpResponse(status=204)
+        response = HttpResponse(status=403)
         response["HX-Refresh"] = "true"
         return response
     return render(request, "403.html", status=403)
