@@ -115,6 +115,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 
 access_log = logging.getLogger("ragtrail.access")
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _match(request: HttpRequest):
@@ -145,7 +146,9 @@ class MetricsMiddleware:
         elapsed = time.perf_counter() - started
         match = _match(request)
         route = match.route if match is not None and match.route else "unmatched"
-        HTTP_REQUESTS.labels(route, request.method, str(response.status_code)).inc()
+        # Labels stay a bounded set whatever a client sends: a made-up method is "other".
+        method = request.method if request.method in KNOWN_METHODS else "other"
+        HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
         HTTP_SECONDS.labels(route).observe(elapsed)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info("request", extra={

@@ -166,3 +166,17 @@ def test_metrics_off_makes_every_metric_a_no_op():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "RAGTRAIL_METRICS": "off"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_made_up_http_methods_add_no_metric_series(client, db):
+    from infra import metrics
+
+    def series() -> set:
+        return {tuple(sorted(s.labels.items())) for family in metrics.registry().collect() for s in family.samples
+                if s.name == "ragtrail_http_requests_total"}
+
+    before = series()
+    for n in range(20):
+        client.generic(f"MADEUP{n}", "/api/v1/scopes")
+    added = series() - before
+    assert {dict(labels)["method"] for labels in added} <= {"other"} and len(added) <= 1
