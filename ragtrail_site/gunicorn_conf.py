@@ -32,16 +32,31 @@ errorlog = "-"
 preload_app = True
 
 # Prometheus metrics from every worker process, read as one by /metrics (prometheus-client's
-# multiprocess mode). The folder is set and emptied here, in the master, before the app (and
-# so prometheus_client) is loaded: values of a previous run would be added in. A dead worker's
-# gauges are dropped. Give the Celery worker the same PROMETHEUS_MULTIPROC_DIR to see its jobs.
+# multiprocess mode). The folder is set here, in the master, before the app (and so
+# prometheus_client) is loaded, and the files of processes no longer running are removed:
+# values of a previous run would be added in. A live process's files stay, so a restart of the
+# web server keeps the Celery worker's (give it the same PROMETHEUS_MULTIPROC_DIR) and its
+# jobs' last successes: no "never reported" alert on a healthy worker.
 _metrics_dir = os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
     env_str("RAGTRAIL_METRICS_DIR", "") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
 )
 os.makedirs(_metrics_dir, exist_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
 for _name in os.listdir(_metrics_dir):
-    if _name.endswith(".db"):
+    _pid = _name.removesuffix(".db").rsplit("_", 1)[-1]
+    if _name.endswith(".db") and not (_pid.isdigit() and _running(int(_pid))):
         os.remove(os.path.join(_metrics_dir, _name))
 
 

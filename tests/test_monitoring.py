@@ -180,3 +180,16 @@ def test_made_up_http_methods_add_no_metric_series(client, db):
         client.generic(f"MADEUP{n}", "/api/v1/scopes")
     added = series() - before
     assert {dict(labels)["method"] for labels in added} <= {"other"} and len(added) <= 1
+
+
+def test_a_web_restart_keeps_the_metric_files_of_live_processes(tmp_path):
+    """The worker's files (its jobs' last successes) survive gunicorn starting again; a dead
+    process's are removed."""
+    live, dead = tmp_path / f"gauge_mostrecent_{os.getpid()}.db", tmp_path / "counter_4194000.db"
+    live.write_bytes(b"x")
+    dead.write_bytes(b"x")
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    done = subprocess.run([sys.executable, "-c", "import runpy; runpy.run_path('ragtrail_site/gunicorn_conf.py')"],
+                          cwd=ROOT, env={**env, "RAGTRAIL_METRICS_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert live.exists() and not dead.exists()
