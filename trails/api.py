@@ -184,5 +184,5 @@ def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
             raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
         sections.append(SourceSection(section.id, section.text or "", "", 0, hash=section.hash))
     summary = sync_sections(granted, sections, delete_missing=payload.delete_missing, dry_run=payload.dry_run,
-                            by=reporter(request), source=payload.source)
+                            by=reporter(request), source=payload.source, allow_removing_most=payload.allow_removing_most)
     return summary.as_json()

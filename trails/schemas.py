@@ -233,6 +233,8 @@ class SectionSyncIn(StrictSchema):
         "Every section the source holds now (the full set): an id with its text, or with its hash for a dry run."))]
     delete_missing: bool = Field(False, description="Remove sections in the store that the source no longer holds.")
     dry_run: bool = Field(False, description="Say what would change; write nothing.")
+    allow_removing_most: bool = Field(False, description=(
+        "With delete_missing, remove even more than half of the scope's sections (else refused: a wrong folder or format)."))
     source: Annotated[str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")] = ""
 
 
@@ -250,3 +252,5 @@ class SectionSyncOut(Schema):
     trails: dict[str, int]
     ids: dict[str, list[str]]
     sync_id: Optional[int] = None
+    # On a dry run: why the sync itself would be refused (it removes most of the scope unasked).
+    refusal: Optional[str] = None

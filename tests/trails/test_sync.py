@@ -220,3 +220,37 @@ def test_a_hashes_only_scope_keeps_no_text_and_a_prefetch_names_the_sections_and
     moved = private.call("post", "/scopes/private/section-syncs", changed).json()
     assert moved["sections"]["changed"] == 1 and moved["trails"]["prefetch → stale"] == 1
     assert private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()["outcome"] == "miss"
+
+
+def test_a_sync_that_would_remove_most_of_a_scope_is_refused_unless_meant(api, scope, sections, tmp_path):
+    from io import StringIO
+
+    only = {"sections": [{"id": "parking", "text": sections["parking"]}], "delete_missing": True}
+    refused = api.call("post", "/scopes/hospital/section-syncs", only)
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "delete_missing"
+    assert Section.objects.filter(scope=scope).count() == 3
+    dry = api.call("post", "/scopes/hospital/section-syncs", {**only, "dry_run": True}).json()
+    assert dry["sections"]["removed"] == 2 and "would remove 2 of the scope's 3 sections" in dry["refusal"]
+    meant = api.call("post", "/scopes/hospital/section-syncs", {**only, "allow_removing_most": True})
+    assert meant.status_code == 200 and Section.objects.filter(scope=scope).count() == 1
+    # The command: a dry run that would be refused exits non-zero, and --exit-code tells CI whether anything would change.
+    (tmp_path / "other.md").write_text("# Another document\n\nNothing the scope holds.\n")
+    with pytest.raises(CommandError, match="would remove 1 of the scope's 1 sections"):
+        call_command("sync_sections", "--scope", "hospital", "--delete-missing", "--dry-run", str(tmp_path), stdout=StringIO())
+    with pytest.raises(SystemExit) as changes:
+        call_command("sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO())
+    assert changes.value.code == 2
+    call_command("sync_sections", "--scope", "hospital", str(tmp_path), stdout=StringIO())
+    call_command("sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO())  # no change: exit 0
+
+
+def test_a_reverted_section_counts_its_trails_coming_back(api, scope, sections):
+    api.record("hospital", query="Where do visitors park?", cited=["parking", "visiting/ward"])
+    body = {"sections": [{"id": "visiting/ward", "text": sections["visiting/ward"]},
+                         {"id": "visiting/icu", "text": sections["visiting/icu"]}], "delete_missing": True,
+            "allow_removing_most": True}
+    removed = api.call("post", "/scopes/hospital/section-syncs", body).json()
+    assert removed["trails"]["prefetch → hint"] == 1
+    back = api.call("post", "/scopes/hospital/section-syncs", {"sections": [
+        {"id": i, "text": t} for i, t in sections.items()]}).json()
+    assert back["sections"]["added"] == 1 and back["trails"].get("hint → prefetch") == 1

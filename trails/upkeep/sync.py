@@ -26,6 +26,8 @@ from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
 from trails.models import Citation, Trail, TrailStatus
 
+# The share of a scope's sections one sync may remove without being told it is meant.
+MOST_REMOVED = 0.5
 OUTCOME_WORDS = {"prefetch": "prefetch", "hint": "hint", "miss": "stale"}
 SAMPLE_IDS = 50  # ids listed per kind in a summary; counts are always whole
 
@@ -43,6 +45,12 @@ class SyncSummary:
     trails: Counter = field(default_factory=Counter)
     dry_run: bool = False
     sync_id: int | None = None
+    # Why the sync would be refused, on a dry run (a real one raises).
+    refusal: str = ""
+
+    @property
+    def changes_anything(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
 
     def as_json(self) -> dict:
         return {
@@ -54,6 +62,7 @@ class SyncSummary:
             "ids": {"added": self.added[:SAMPLE_IDS], "changed": self.changed[:SAMPLE_IDS],
                     "removed": self.removed[:SAMPLE_IDS], "missing": self.missing[:SAMPLE_IDS]},
             "sync_id": self.sync_id,
+            "refusal": self.refusal or None,
         }
 
     def lines(self) -> list[str]:
@@ -64,6 +73,8 @@ class SyncSummary:
                 f"{sections['removed']} removed" + (f", {sections['missing']} in the store only (kept: no --delete-missing)"
                                                      if sections["missing"] else ""),
                 "served trails citing them: " + ", ".join(f"{n} {move}" for move, n in trails.items())]
+        if self.refusal:
+            text.append(f"refused: {self.refusal}")
         return text
 
 
@@ -100,12 +111,16 @@ def one_sync_at_a_time(scope: Scope) -> None:
 
 
 def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
-                  by: str = "", source: str = "", now: datetime | None = None) -> SyncSummary:
+                  by: str = "", source: str = "", now: datetime | None = None, allow_removing_most: bool = False) -> SyncSummary:
     """Makes the scope's store hold the source's sections (see the module's docstring).
 
+    A sync that would remove more than half of a scope's sections (a wrong folder, a wrong
+    format: the source then holds almost nothing the store does) is refused unless
+    `allow_removing_most`; a dry run says it would be.
+
     Raises:
-        Invalid: a section id twice, or hashes without texts for a scope that keeps texts
-            (except in a dry run, which only compares).
+        Invalid: a section id twice, hashes without texts for a scope that keeps texts
+            (except in a dry run, which only compares), or most of the scope removed unasked.
     """
     now = now or timezone.now()
     incoming: dict[str, str] = {}
@@ -134,6 +149,13 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
             summary.removed = gone
         else:
             summary.missing = gone
+        if summary.removed and len(summary.removed) > MOST_REMOVED * len(current) and not allow_removing_most:
+            refusal = (f"this sync would remove {len(summary.removed):,} of the scope's {len(current):,} sections: is the "
+                       "source the right folder, in the right format? Pass allow_removing_most (--allow-removing-most) "
+                       "if it is meant")
+            if not dry_run:
+                raise Invalid("removes_most", refusal, field="delete_missing")
+            summary.refusal = refusal
         to_write = summary.added + summary.changed
         unwritable = [section_id for section_id in to_write if section_id not in texts] if scope.keeps_text else []
         if unwritable and not dry_run:
@@ -142,7 +164,8 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         after = {**current, **{k: incoming[k] for k in to_write}}
         for section_id in summary.removed:
             after.pop(section_id, None)
-        summary.trails = _moves(scope, current, after, set(summary.changed) | set(summary.removed), now)
+        # Added ids too: a section put back (a release reverted) brings trails back from hint.
+        summary.trails = _moves(scope, current, after, set(summary.changed) | set(summary.removed) | set(summary.added), now)
         if dry_run:
             return summary
         if to_write and scope.keeps_text:

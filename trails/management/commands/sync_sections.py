@@ -25,8 +25,13 @@ class Command(BaseCommand):
         parser.add_argument("--delete-missing", action="store_true", help="remove sections the source no longer holds")
         parser.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
         parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+        parser.add_argument("--allow-removing-most", action="store_true",
+                            help="with --delete-missing, remove even more than half of the scope's sections")
+        parser.add_argument("--exit-code", action="store_true",
+                            help="exit 2 when the sync changed something (or, with --dry-run, would), 0 when not: for CI")
 
-    def handle(self, *args, path: str, scope: str, format: str, delete_missing: bool, dry_run: bool, json: bool, **options):
+    def handle(self, *args, path: str, scope: str, format: str, delete_missing: bool, dry_run: bool, json: bool,
+               allow_removing_most: bool = False, exit_code: bool = False, **options):
         found = Scope.objects.filter(slug=scope).first()
         if found is None:
             raise CommandError(f"no such scope: {scope}")
@@ -36,7 +41,7 @@ class Command(BaseCommand):
             raise CommandError(str(problem)) from None
         try:
             summary = sync_sections(found, sections, delete_missing=delete_missing, dry_run=dry_run, by="command",
-                                    source=str(path))
+                                    source=str(path), allow_removing_most=allow_removing_most)
         except Refused as refused:
             raise CommandError(f"{refused.field or 'sections'}: {refused.message}") from None
         if json:
@@ -44,6 +49,10 @@ class Command(BaseCommand):
         else:
             for line in summary.lines():
                 self.stdout.write(line)
+        if summary.refusal:
+            raise CommandError(summary.refusal)
+        if exit_code and summary.changes_anything:
+            raise SystemExit(2)
 
 
 def _json_dumps(value) -> str:
