@@ -75,6 +75,7 @@ RULES_BEYOND_THE_SCHEMA = {
     ("post", "/section-syncs"): {
         "sections": "each section id at most once; each section has its text or its hash, and only a dry run "
                     "takes hashes for a scope that keeps texts",
+        "delete_missing": "removes at most half of the scope's sections unless allow_removing_most",
     },
     ("put", "/tool-results"): {
         "args": "a path argument of the tool's policy is a string",
