@@ -179,24 +179,19 @@ _cache_url = env_str("RAGTRAIL_CACHE_URL", "")
 # Socket timeouts: a Redis that is down or hung costs a tool-result call at most this
 # long, and the call answers "cache_unavailable" (trails/tool_results.py) instead of failing.
 RAGTRAIL_CACHE_TIMEOUT_S = float(env_str("RAGTRAIL_CACHE_TIMEOUT_S", "0.25"))
+
+
+def _redis_cache(url: str) -> dict:
+    return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url, "KEY_PREFIX": "ragtrail",
+            "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S}}
+
+
 CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": _cache_url,
-        "KEY_PREFIX": "ragtrail",
-        "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
-    }
-    if _cache_url
+    "default": _redis_cache(_cache_url) if _cache_url
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}},
     # The worker's heartbeats, read by the web processes: a cache every process shares (a
     # process's own memory would never hear from the worker on a laptop).
-    "heartbeats": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": _cache_url,
-        "KEY_PREFIX": "ragtrail",
-        "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
-    }
-    if _cache_url
+    "heartbeats": _redis_cache(_cache_url) if _cache_url
     else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(BASE_DIR / ".cache" / "heartbeats")},
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)

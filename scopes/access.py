@@ -51,8 +51,19 @@ def granted_scopes(user, access: int = Access.VIEW, with_scratch: bool = False) 
     return scopes.filter(operator_grants__user=user, operator_grants__access__gte=access)
 
 
+def access_to(user, scope) -> int:
+    """The level this user holds `scope` at (Access.CONFIGURE for a superuser), 0 for none;
+    read once a request (kept on the user object), however often a page asks."""
+    if not (user and user.is_authenticated and user.is_active):
+        return 0
+    if user.is_superuser:
+        return Access.CONFIGURE
+    known = user.__dict__.setdefault("_scope_access", {})
+    if scope.pk not in known:
+        known[scope.pk] = OperatorGrant.objects.filter(user_id=user.pk, scope_id=scope.pk).values_list("access", flat=True).first() or 0
+    return known[scope.pk]
+
+
 def may(user, scope, access: int) -> bool:
     """Whether this user holds `scope` at `access` or above."""
-    if user and user.is_authenticated and user.is_active and user.is_superuser:
-        return True
-    return OperatorGrant.objects.filter(user_id=getattr(user, "pk", None), scope_id=scope.pk, access__gte=access).exists()
+    return access_to(user, scope) >= access

@@ -101,16 +101,17 @@ class TrailModel:
 
     def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
         """What the declared table says the action does to this trail; False where it refuses."""
-        reporters = self.reporters | {reporter} if action == table.REPORT or (
-            action == table.VOTE_DOWN and actor is Actor.AGENT and self.state() is State.ACTIVE) else self.reporters
+        def decide(name: str, reporters: set) -> table.Rule:
+            return table.decide(name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+
         try:
-            rule = table.decide(action, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
-            if rule.taken_as:
-                rule = table.decide(rule.taken_as, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+            rule = decide(action, self.reporters)
         except table.Refused:
             return False
+        action = rule.taken_as or action
         if rule.reports is Reports.COUNT:
-            self.reporters = reporters
+            self.reporters = self.reporters | {reporter}
+            rule = decide(action, self.reporters)
         elif rule.reports is Reports.ANSWER:
             self.reporters = set()
         if rule.to_state is not None:

@@ -144,18 +144,21 @@ class Lifecycle:
         with transaction.atomic():
             locked = from_self.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk)
             before = locked.lifecycle_state()
-            reporters = locked.false_hit_reporters
-            if action == table.REPORT or (action == table.VOTE_DOWN and actor is Actor.AGENT and before is State.ACTIVE):
-                reporters += self._count_report(locked, by, now)
-            try:
-                rule = table.decide(action, actor, before, reporters_after=reporters,
+
+            def decide(name: str) -> Rule:
+                return table.decide(name, actor, before, reporters_after=locked.false_hit_reporters,
                                     reporters_to_hold=locked.scope.false_hit_reporters_to_pending)
+
+            try:
+                rule = decide(action)
             except ActionRefused:
                 self._copy_state(locked)
                 raise
-            if rule.taken_as:
-                rule = table.decide(rule.taken_as, actor, before, reporters_after=reporters,
-                                    reporters_to_hold=locked.scope.false_hit_reporters_to_pending)
+            action = rule.taken_as or action
+            if rule.reports is Reports.COUNT:
+                # A counted report may be the one that holds the trail: the table decides again with it.
+                self._count_report(locked, by, now)
+                rule = decide(action)
             # Read the clock after the lock: the history's order is the order actions applied.
             at = now or timezone.now()
             self._write(locked, rule, by=by, reason=reason, at=at, before=before)

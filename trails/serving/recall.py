@@ -112,7 +112,9 @@ def recall(
         if not match.trail.has_paths:
             # One winner at a time: the best is nearly always valid, so one read, not three.
             add_paths([match.trail])
-        current = {k: as_stored(v.hash, v.text, scope.keeps_text) for k, v in match.trail.current.items()}
+        current = match.trail.current
+        if not scope.keeps_text:  # hashes only: nothing to re-hash or serve (as_stored); else the rows as read
+            current = {k: as_stored(v.hash, v.text, False) for k, v in current.items()}
         validation = validate(match.trail.citations, current)
         if validation.outcome is Outcome.MISS:
             stale.append(match.trail)
