@@ -52,19 +52,41 @@ def faq(db, tmp_path):
     return old, new, write_faq_pages("old", old), write_faq_pages("new", new)
 
 
-def test_the_rst_pages_split_back_into_the_faqs_own_sections(faq):
+def test_the_rst_pages_split_into_sphinx_anchored_sections_losing_no_line(faq):
+    from scopes.splitting.anchors import docutils_id
+
     old, new, old_rows, new_rows = faq
     for folder, rows in ((old, old_rows), (new, new_rows)):
-        assert {s.id: s.text for s in split_tree(folder)} == {r["id"]: r["text"] for r in rows}
+        made = split_tree(folder)
+        ids = {s.id for s in made}
+        # Each entry is found by the anchor Sphinx gives its heading: the FAQ's own id wherever
+        # the two agree (all but the headings with a "+", which docutils drops).
+        for row in rows:
+            anchor = docutils_id(" ".join(row["title"].replace("``", "").split()))
+            assert f"{row['source']}#{anchor}" in ids or f"{row['source']}#{anchor}-2" in ids, row["title"]
+            assert (row["id"] in ids) == ("+" not in row["title"]), row["title"]
+        # No line is lost or said twice: the pages' text is the sections' text.
+        by_page = collections.defaultdict(list)
+        for section in made:
+            by_page[section.path].append(section.text)
+        for source in {r["source"] for r in rows}:
+            written = (folder / source).read_text().split("\n")
+            underline = [len(line) >= 3 and len(set(line)) == 1 and line[0] in "=-~^*" for line in written] + [False]
+            body = [line for n, line in enumerate(written) if n >= 4 and line.strip() and not underline[n] and not underline[n + 1]]
+            said = [line for text in by_page[source] for line in text.split("\n") if line.strip()]
+            assert sorted(said) == sorted(body)
+        same = sum(1 for r in rows if any(s.id == r["id"] and s.text == r["text"] for s in made))
+        assert same >= len(rows) - 15  # the rest: an index directive moved to the heading below it, or sub-headings
 
 
 def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_and_reruns_as_a_no_op(faq):
     old, new, old_rows, new_rows = faq
     scope = Scope.objects.get(slug="faq")
+    old_texts, new_texts = {s.id: s.text for s in split_tree(old)}, {s.id: s.text for s in split_tree(new)}
     first = sync(old)
-    assert first["sections"] == {"added": 174, "changed": 0, "unchanged": 0, "removed": 0, "missing": 0}
+    assert first["sections"] == {"added": len(old_texts), "changed": 0, "unchanged": 0, "removed": 0, "missing": 0}
     # Served trails on the old revision: each cites its own entry and, every third, the next one too.
-    kept = [r for r in old_rows]
+    kept = [r for r in old_rows if r["id"] in old_texts]
     for index, row in enumerate(kept[:60]):
         cited = [row["id"]] + ([kept[index + 1]["id"]] if index % 3 == 0 else [])
         record(scope, RecordInput(query=row["title"], cited=cited, signal="accepted"))
@@ -73,9 +95,8 @@ def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_a
 
     previewed = sync(new, "--delete-missing", "--dry-run")
     # A dry run writes nothing: no section, no release.
-    assert Section.objects.filter(scope=scope).count() == 174 and SectionSync.objects.count() == 1
+    assert Section.objects.filter(scope=scope).count() == len(old_texts) and SectionSync.objects.count() == 1
     released = sync(new, "--delete-missing")
-    old_texts, new_texts = {r["id"]: r["text"] for r in old_rows}, {r["id"]: r["text"] for r in new_rows}
     expected = {
         "added": len(new_texts.keys() - old_texts.keys()),
         "changed": sum(1 for k in new_texts.keys() & old_texts.keys() if new_texts[k] != old_texts[k]),
@@ -83,7 +104,8 @@ def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_a
         "removed": len(old_texts.keys() - new_texts.keys()),
         "missing": 0,
     }
-    assert released["sections"] == expected == previewed["sections"] == {"added": 13, "changed": 72, "unchanged": 93, "removed": 9, "missing": 0}
+    assert released["sections"] == expected == previewed["sections"]
+    assert min(expected["added"], expected["changed"], expected["unchanged"], expected["removed"]) > 0
     assert released["trails"] == previewed["trails"]
     assert {s.section_id: s.text for s in Section.objects.filter(scope=scope)} == new_texts
 
@@ -101,16 +123,17 @@ def test_a_docs_release_counts_what_really_differs_moves_trails_as_recall_says_a
     assert release.summary["sections"] == expected and release.by == "command"
 
     again = sync(new, "--delete-missing")
-    assert again["sections"] == {"added": 0, "changed": 0, "unchanged": 178, "removed": 0, "missing": 0}
+    assert again["sections"] == {"added": 0, "changed": 0, "unchanged": len(new_texts), "removed": 0, "missing": 0}
     assert again["sync_id"] is None and SectionSync.objects.count() == 2  # the first sync, and this one
 
 
 def test_sections_the_source_dropped_are_kept_without_delete_missing(faq):
     old, new, *_ = faq
     sync(old)
+    old_ids, new_ids = {s.id for s in split_tree(old)}, {s.id for s in split_tree(new)}
     kept = sync(new)
-    assert kept["sections"]["removed"] == 0 and kept["sections"]["missing"] == 9
-    assert Section.objects.filter(scope__slug="faq").count() == 174 + 13
+    assert kept["sections"]["removed"] == 0 and kept["sections"]["missing"] == len(old_ids - new_ids) > 0
+    assert Section.objects.filter(scope__slug="faq").count() == len(old_ids | new_ids)
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -128,7 +151,7 @@ def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_head
         "guide/visiting.md": "---\ntitle: Visiting\n---\n\nIntro text.",
         "guide/visiting.md#icu-hours": "14:00 to 16:00.\n\n```sh\n# not a heading\necho hi\n```",
         "guide/visiting.md#ward-hours": "10:00 to 20:00.",
-        "guide/visiting.md#ward-hours-2": "Again.",
+        "guide/visiting.md#ward-hours_1": "Again.",  # as MkDocs anchors a repeat
     }
 
 
@@ -140,7 +163,7 @@ def test_html_headings_by_their_ids_or_text(tmp_path):
 
 
 @pytest.mark.parametrize("files, fmt, message", [
-    ({"a.rst": "Title\n=====\n\nx\n\nSame\n----\n\none\n\nSame 2\n------\n\nthree\n\nSame\n----\n\ntwo\n"}, "auto", "a.rst:16: heading 'Same' makes the id"),
+    ({"a.jsonl": '{"id": "a\\nb", "text": "x"}\n'}, "auto", "a.jsonl:1: the id 'a\\nb' holds the control character"),
     ({"a.md": "## A\n\ntext\n\n## " + "x" * 600 + "\n\ntext\n"}, "auto", "a.md:5: the id"),
     ({"a.md": "# A\n\ntext\n", "b.rst": "B\n=\n\ntext\n"}, "auto", "mixed formats (markdown, rst): pass --format"),
     ({"a.md": b"\xff\xfe not utf-8"}, "auto", "a.md: cannot be read as UTF-8"),
@@ -170,7 +193,7 @@ def test_a_failure_inside_the_sync_writes_nothing(faq, monkeypatch):
     monkeypatch.setattr(sync_module.SectionSync.objects, "create", fail)
     with pytest.raises(RuntimeError):
         sync(new, "--delete-missing")
-    assert Section.objects.filter(scope__slug="faq").count() == 174
+    assert Section.objects.filter(scope__slug="faq").count() == len(split_tree(old))
     assert not Section.objects.filter(scope__slug="faq", section_id__contains="in-cpython").exists()
 
 

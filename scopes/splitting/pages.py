@@ -1,0 +1,144 @@
+"""One page's sections, from the headings and object descriptions its format's reader found.
+
+Every line of a page belongs to exactly one place: the page's own text (before the first
+heading, and the title's), the heading above it (up to the next heading of any level, so a
+parent's introduction is its own section and each sub-heading another), or an object
+description with content of its own (a Sphinx `.. attribute::` block), nested ones cut out of
+their parent. A section's text is its lines exactly as written, the runs it owns joined by a
+blank line; a heading's line itself is not in it, the lines above it that belong to it
+(labels, targets, `.. module::`) are. A heading with no text of its own is no section.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    title: str  # as written, markup included
+    start: int  # first line of the heading block, 0-based
+    body: int  # first line after the heading block
+    anchor: str  # what the tool anchors it as (an explicit label or id wins)
+    explicit: bool = False
+    above: int | None = None  # first line above it that belongs to it (labels, targets), if any
+
+
+@dataclass(frozen=True)
+class Described:
+    """An object description with content of its own (`.. method:: filter()` and its block)."""
+
+    start: int
+    end: int  # exclusive
+    anchor: str
+
+
+@dataclass(frozen=True)
+class Part:
+    fragment: str | None  # None: the page's own section
+    text: str
+    line: int  # 1-based
+
+
+class _VisibleText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.seen = False
+
+    def handle_data(self, data):
+        self.seen = self.seen or bool(data.strip())
+
+
+def has_content(text: str, fmt: str) -> bool:
+    """Whether a stretch of source says anything: for HTML, text a reader sees (not bare tags)."""
+    if fmt != "html":
+        return bool(text.strip())
+    reader = _VisibleText()
+    reader.feed(text)
+    reader.close()
+    return reader.seen
+
+
+def _runs(owned: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for line in owned:
+        if runs and runs[-1][1] == line:
+            runs[-1] = (runs[-1][0], line + 1)
+        else:
+            runs.append((line, line + 1))
+    return runs
+
+
+def _text(lines: list[str], owned: list[int]) -> str:
+    pieces = []
+    for begin, end in _runs(owned):
+        body = lines[begin:end]
+        while body and not body[0].strip():
+            body.pop(0)
+        while body and not body[-1].strip():
+            body.pop()
+        if body:
+            pieces.append("\n".join(body))
+    return "\n\n".join(pieces)
+
+
+def assemble(lines: list[str], headings: list[Heading], described: list[Described], fmt: str,
+             unique: Callable[[str, set[str]], str]) -> list[Part]:
+    """The page's parts in reading order (see the module's docstring)."""
+    headings = sorted(headings, key=lambda h: h.start)
+    starts = [h.above if h.above is not None else h.start for h in headings]
+    owner: list[tuple[str, int] | None] = [None] * len(lines)
+    for index, heading in enumerate(headings):
+        end = starts[index + 1] if index + 1 < len(headings) else len(lines)
+        for line in range(starts[index], end):
+            owner[line] = ("h", index)
+    for index, block in enumerate(sorted(described, key=lambda d: (d.start, -d.end))):
+        for line in range(block.start, min(block.end, len(lines))):
+            owner[line] = ("o", index)
+    described = sorted(described, key=lambda d: (d.start, -d.end))
+    title = headings[0] if headings and sum(h.level == headings[0].level for h in headings) == 1 else None
+
+    owned: dict[tuple[str, int] | None, list[int]] = {}
+    for line, who in enumerate(owner):
+        if title is not None and who == ("h", 0):
+            if headings[0].start <= line < headings[0].body:
+                continue
+            who = None  # the title's text is the page's own
+        elif who is not None and who[0] == "h" and headings[who[1]].start <= line < headings[who[1]].body:
+            continue  # the heading's own line(s)
+        owned.setdefault(who, []).append(line)
+
+    parts: list[Part] = []
+    page_text = _text(lines, owned.get(None, []))
+    if has_content(page_text, fmt):
+        parts.append(Part(None, page_text, (title.start + 1) if title else 1))
+    # Explicit anchors are taken first, as the tools do: a derived one never steals them.
+    taken = {h.anchor for h in headings if h.explicit} | {d.anchor for d in described}
+    claimed: set[str] = set()
+    places = [("h", i, h.start) for i, h in enumerate(headings)] + [("o", i, d.start) for i, d in enumerate(described)]
+    for kind, index, start in sorted(places, key=lambda p: p[2]):
+        if kind == "h":
+            heading = headings[index]
+            if heading is title:
+                continue
+            body = [line for line in owned.get(("h", index), []) if line >= heading.body]
+            if not has_content(_text(lines, body), fmt):
+                continue  # a category: its sub-headings are the sections
+            anchor = heading.anchor
+            if heading.explicit and anchor not in claimed:
+                claimed.add(anchor)
+            else:
+                anchor = unique(anchor, taken | claimed)
+                claimed.add(anchor)
+            parts.append(Part(anchor, _text(lines, owned[("h", index)]), heading.start + 1))
+        else:
+            text = _text(lines, owned.get(("o", index), []))
+            if not text:
+                continue
+            anchor = described[index].anchor
+            anchor = anchor if anchor not in claimed else unique(anchor, taken | claimed)
+            claimed.add(anchor)
+            parts.append(Part(anchor, text, start + 1))
+    return parts

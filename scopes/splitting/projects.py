@@ -1,0 +1,270 @@
+"""Which files of a folder are pages, read as the project's own tool reads them.
+
+- A Sphinx project (a `conf.py` in the folder): pages are the files with a `source_suffix`
+  that `exclude_patterns` (and `templates_path`, `html_static_path`, `html_extra_path`, and
+  Sphinx's own list) leave in. conf.py is read, never run: only assignments of literal values
+  count. The project's extensions are read the same way for the cross-reference targets and
+  object types they add (`app.add_crossref_type("setting", ...)`), so their anchors are known.
+- An MkDocs project (an `mkdocs.yml` in the folder, or in its parent with this folder as
+  `docs_dir`): pages are the Markdown files under `docs_dir` that `exclude_docs` leaves in.
+- Any other folder: pages by file extension; a folder mixing formats needs `--format`.
+`--include` / `--exclude` globs narrow any of them. A symbolic link that leaves the folder is
+refused: a sync publishes what it reads to every key of the scope.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scopes.splitting.rst import SphinxDomain
+
+FORMATS = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+MKDOCS_SUFFIXES = (".md", ".markdown", ".mdown", ".mkdn", ".mkd")
+SPHINX_ALWAYS_EXCLUDED = ["**/_sources", ".#*", "**/.#*", "*.lproj/**"]
+SPHINX_TYPES = {"restructuredtext": "rst", "markdown": "markdown"}
+
+
+class ProjectError(ValueError):
+    def __init__(self, path: str, message: str) -> None:
+        self.path, self.message = path, message
+        super().__init__(f"{path}: {message}")
+
+
+@dataclass
+class Project:
+    kind: str  # sphinx, mkdocs, folder, file
+    root: Path  # ids are relative to it
+    formats: dict[str, str]  # file suffix -> format
+    exclude: list[str] = field(default_factory=list)
+    domain: SphinxDomain = field(default_factory=SphinxDomain)
+    notes: list[str] = field(default_factory=list)
+
+    def format_of(self, path: Path) -> str | None:
+        name = path.name.lower()
+        for suffix in sorted(self.formats, key=len, reverse=True):
+            if name.endswith(suffix.lower()):
+                return self.formats[suffix]
+        return None
+
+
+def glob_pattern(pattern: str) -> re.Pattern:
+    """A Sphinx-style glob (`**` crosses folders, `*` and `?` do not) as a regular expression."""
+    out, index = [], 0
+    while index < len(pattern):
+        char = pattern[index]
+        if pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+            if pattern.startswith("/", index):
+                out[-1] = "(?:.*/)?"
+                index += 1
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            close = pattern.find("]", index + 1)
+            if close == -1:
+                out.append(re.escape(char))
+            else:
+                body = pattern[index + 1 : close]
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                index = close
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def matches(patterns: list[re.Pattern], relative: str) -> bool:
+    """Whether a path or any folder above it matches (excluding a folder excludes its files)."""
+    parts = relative.split("/")
+    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    return any(p.match(candidate) for p in patterns for candidate in candidates)
+
+
+# --- Sphinx -------------------------------------------------------------------------------
+
+def _literal_assignments(source: str, path: str) -> dict[str, object]:
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as problem:
+        raise ProjectError(path, f"not Python: {problem}") from None
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                found[node.targets[0].id] = None  # computed: Sphinx's default stands
+    return found
+
+
+def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
+    """Cross-reference targets and object types the project's extensions add to Sphinx."""
+    crossref, objects = set(), {}
+    for path in sorted(folder.rglob("*.py"))[:500]:
+        relative = path.relative_to(folder).as_posix()
+        if matches(exclude, relative) or path.is_symlink():
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("add_crossref_type", "add_object_type")):
+                continue
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            first = node.args[0] if node.args else keywords.get("directivename")
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                continue
+            if node.func.attr == "add_crossref_type":
+                crossref.add(first.value.lower())
+            else:
+                parse_node = node.args[4] if len(node.args) > 4 else keywords.get("parse_node")
+                objects[first.value.lower()] = parse_node is not None and not (
+                    isinstance(parse_node, ast.Constant) and parse_node.value is None)
+    return SphinxDomain(frozenset(crossref), objects)
+
+
+def sphinx_project(folder: Path) -> Project:
+    conf = _literal_assignments((folder / "conf.py").read_text(encoding="utf-8"), "conf.py")
+    suffix = conf.get("source_suffix") or {".rst": "restructuredtext"}
+    if isinstance(suffix, str):
+        suffix = {suffix: "restructuredtext"}
+    elif isinstance(suffix, (list, tuple)):
+        suffix = dict.fromkeys(suffix, "restructuredtext")
+    formats = {}
+    for ending, filetype in dict(suffix).items():
+        fmt = SPHINX_TYPES.get(str(filetype or "restructuredtext"))
+        if fmt:
+            formats[str(ending)] = fmt
+    exclude = [str(p) for p in (conf.get("exclude_patterns") or [])]
+    for setting in ("templates_path", "html_static_path", "html_extra_path"):
+        exclude += [str(p).rstrip("/") for p in (conf.get(setting) or []) if isinstance(p, str)]
+    exclude += SPHINX_ALWAYS_EXCLUDED
+    root_doc = conf.get("root_doc") or conf.get("master_doc") or "index"
+    domain = _declared_types(folder, [glob_pattern(p) for p in exclude])
+    notes = [f"Sphinx project (conf.py): pages {', '.join(sorted(formats))}; excluded {', '.join(exclude)}; "
+             f"root document {root_doc}"]
+    if domain.crossref_types or domain.object_types:
+        notes.append("targets and objects the project adds: " + ", ".join(sorted(domain.crossref_types | set(domain.object_types))))
+    if not any((folder / f"{root_doc}{ending}").exists() for ending in formats):
+        notes.append(f"warning: the root document {root_doc!r} is not in the folder")
+    return Project("sphinx", folder, formats, exclude, domain, notes)
+
+
+# --- MkDocs -------------------------------------------------------------------------------
+
+def _mkdocs_config(path: Path) -> dict:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """Safe, and blind to the Python tags MkDocs configs use (`!!python/name:...`, `!ENV`)."""
+
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    try:
+        found = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as problem:
+        raise ProjectError(path.name, f"not YAML: {problem}") from None
+    return found if isinstance(found, dict) else {}
+
+
+def _gitignore_globs(lines: str) -> list[str]:
+    globs = []
+    for line in str(lines or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or line.startswith("!"):
+            continue  # a negation cannot widen what a sync reads
+        line = line.rstrip("/")
+        globs.append(line[1:] if line.startswith("/") else ("**/" + line if "/" not in line else line))
+    return globs
+
+
+def mkdocs_project(config_path: Path) -> Project:
+    config = _mkdocs_config(config_path)
+    docs = (config_path.parent / str(config.get("docs_dir") or "docs")).resolve()
+    exclude = ["**/.*", "templates"] + _gitignore_globs(config.get("exclude_docs"))
+    notes = [f"MkDocs project ({config_path.name}): pages {', '.join(MKDOCS_SUFFIXES)} under {docs.name}/; "
+             f"excluded {', '.join(exclude)}"]
+    return Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
+
+
+# --- any folder ---------------------------------------------------------------------------
+
+def read_project(path: Path, fmt: str = "auto") -> Project:
+    """The project at `path`: Sphinx, MkDocs, or a plain folder (or one file)."""
+    path = Path(path)
+    if not path.exists():
+        raise ProjectError(str(path), "no such file or folder")
+    if path.is_file():
+        chosen = fmt if fmt != "auto" else FORMATS.get(path.suffix.lower())
+        if chosen is None:
+            raise ProjectError(path.name, f"no format for {path.suffix or 'a file without extension'}: pass --format")
+        return Project("file", path.parent, {path.name: chosen})
+    if fmt == "auto":
+        if (path / "conf.py").is_file():
+            return sphinx_project(path)
+        for config in (path / "mkdocs.yml", path / "mkdocs.yaml"):
+            if config.is_file():
+                return mkdocs_project(config)
+        for config in (path.parent / "mkdocs.yml", path.parent / "mkdocs.yaml"):
+            if config.is_file() and mkdocs_project(config).root == path.resolve():
+                return mkdocs_project(config)
+        return Project("folder", path, dict(FORMATS))
+    return Project("folder", path, {ending: kind for ending, kind in FORMATS.items() if kind == fmt})
+
+
+def pages(project: Project, include: list[str] = (), exclude: list[str] = (), single: Path | None = None) -> list[Path]:
+    """The project's page files in path order.
+
+    Raises:
+        ProjectError: a symbolic link leaving the folder, or (a plain folder) mixed formats.
+    """
+    root = project.root
+    real_root = Path(os.path.realpath(root))
+    if single is not None:
+        _inside(single, real_root, single.name)
+        return [single]
+    excluded = [glob_pattern(p) for p in [*project.exclude, *exclude]]
+    included = [glob_pattern(p) for p in include]
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        base = Path(folder)
+        for name in sorted(dirs):
+            link = base / name
+            relative = link.relative_to(root).as_posix()
+            if name.startswith(".") or matches(excluded, relative):
+                dirs.remove(name)
+            elif link.is_symlink():
+                _inside(link, real_root, relative)
+                dirs.remove(name)  # inside the folder: its files are read where they really are
+        for name in files:
+            file = base / name
+            relative = file.relative_to(root).as_posix()
+            if name.startswith(".") or project.format_of(file) is None or matches(excluded, relative):
+                continue
+            if included and not any(p.match(relative) for p in included):
+                continue
+            if file.is_symlink():
+                _inside(file, real_root, relative)
+            found.append(file)
+    found.sort(key=lambda p: p.relative_to(root).as_posix())
+    if project.kind == "folder":
+        kinds = {project.format_of(p) for p in found}
+        if len(kinds) > 1:
+            raise ProjectError(str(root), f"mixed formats ({', '.join(sorted(kinds))}): pass --format to choose one, "
+                                          "or --include/--exclude")
+    return found
+
+
+def _inside(link: Path, real_root: Path, relative: str) -> None:
+    target = Path(os.path.realpath(link))
+    if target != real_root and real_root not in target.parents:
+        raise ProjectError(relative, f"a symbolic link to {target}, outside the synced folder: refused (a sync "
+                                     "publishes what it reads to every key of the scope)")

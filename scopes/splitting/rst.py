@@ -1,0 +1,273 @@
+"""reStructuredText read as Sphinx reads it: section titles, labels, targets and object
+descriptions, found by docutils' own parser (so a `::` block's text is never a heading).
+
+docutils knows none of Sphinx's directives and roles; while a page is parsed, each Sphinx
+directive is stood in for by one that records where it is and what Sphinx would anchor it
+as, and each unknown role by one that shows what Sphinx shows (`:setting:\\`SECRET_KEY\\``
+reads SECRET_KEY, `:meth:\\`~a.B.c\\`` reads c). Python objects are anchored by their full
+name (`.. currentmodule::`, `.. module::`, `:module:` and the enclosing class as Sphinx
+resolves them); cross-reference targets a project declares (Django's `.. setting::`) as
+`<type>-<name>`; labels as docutils does.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from scopes.splitting.anchors import docutils_id, faq_slug, sphinx_id
+from scopes.splitting.pages import Described, Heading
+
+PYTHON_OBJECTS = {"function", "data", "class", "exception", "method", "classmethod", "staticmethod", "attribute",
+                  "property", "decorator", "decoratormethod", "type"}
+NESTING = {"class", "exception"}
+STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
+LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
+
+
+@dataclass(frozen=True)
+class SphinxDomain:
+    """What a project adds to Sphinx (read from its extensions' `add_crossref_type` and
+    `add_object_type` calls): directive name -> whether its anchor takes only the first word."""
+
+    crossref_types: frozenset[str] = frozenset()
+    object_types: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class _Directive:
+    start: int
+    end: int
+    has_content: bool
+    anchor: str | None  # objects and targets
+    described: bool  # an object description (its block is a section when it has content)
+    target: bool = False  # a cross-reference target: above a heading, it anchors the heading
+
+
+@dataclass
+class _Reading:
+    domain: SphinxDomain
+    module: str | None = None
+    classes: list[str] = field(default_factory=list)
+    directives: list[_Directive] = field(default_factory=list)
+
+
+_LOCAL = threading.local()
+_PATCHING = threading.Lock()
+
+
+def _python_fullname(signature: str, reading: _Reading, options: dict) -> str | None:
+    first = signature.strip().split("\n")[0]
+    found = re.match(r"^\s*(?:(?:async|static|classmethod|abstract|final|class|def|type)\s+)*([\w.]*\.)?(\w+)", first)
+    if not found:
+        return None
+    prefix, name = found.group(1) or "", found.group(2)
+    classname = reading.classes[-1] if reading.classes else None
+    if classname and prefix.startswith(classname + "."):
+        fullname = prefix + name
+    elif classname:
+        fullname = f"{classname}.{prefix}{name}"
+    else:
+        fullname = prefix + name
+    module = options.get("module", reading.module)
+    return f"{module}.{fullname}" if module else fullname
+
+
+def _directive_class():
+    from docutils import nodes
+    from docutils.parsers.rst import Directive, directives
+
+    class AnyOptions(dict):
+        def __missing__(self, key):
+            return directives.unchanged
+
+        def __bool__(self):  # docutils reads options only when a directive declares some
+            return True
+
+    class Recorded(Directive):
+        """Stands in for a Sphinx directive: records it, parses nested content for objects."""
+
+        has_content = True
+        optional_arguments = 1
+        final_argument_whitespace = True
+        option_spec = AnyOptions()
+
+        def run(self):
+            reading: _Reading = _LOCAL.reading
+            name = self.name.lower()
+            kind = name.split(":", 1)[1] if name.startswith(("py:", "std:")) else name
+            argument = self.arguments[0] if self.arguments else ""
+            start = self.lineno - 1
+            end = start + len(self.block_text.split("\n"))
+            has_content = any(line.strip() for line in self.content)
+            anchor, described, pushed = None, False, None
+            if kind in ("module", "currentmodule"):
+                module = argument.strip() or None
+                reading.module = None if module == "None" else module
+                if kind == "module" and reading.module:
+                    anchor = f"module-{reading.module}"
+            elif kind in PYTHON_OBJECTS:
+                fullname = _python_fullname(argument, reading, self.options)
+                if fullname:
+                    anchor, described = sphinx_id(fullname), True
+                    without_module = fullname[len(self.options.get("module", reading.module) or "") :].lstrip(".")
+                    if kind in NESTING:
+                        pushed = without_module
+                    elif "." in without_module:
+                        pushed = without_module.rsplit(".", 1)[0]
+            elif kind in STANDARD_OBJECTS or kind in reading.domain.object_types:
+                words = " ".join(argument.split())
+                if reading.domain.object_types.get(kind):
+                    words = words.split(" ")[0] if words else words
+                anchor, described = (sphinx_id(f"{kind}-{words}") if words else None), True
+            elif kind in reading.domain.crossref_types:
+                anchor = sphinx_id(f"{kind}-{' '.join(argument.split())}")
+            target = kind in reading.domain.crossref_types
+            reading.directives.append(_Directive(start, end, has_content, anchor, described, target))
+            if has_content:
+                if pushed:
+                    reading.classes.append(pushed)
+                holder = nodes.container()
+                try:
+                    self.state.nested_parse(self.content, self.content_offset, holder)
+                finally:
+                    if pushed:
+                        reading.classes.pop()
+            return []
+
+    return Recorded
+
+
+def _shown(text: str) -> str:
+    """What Sphinx shows for a cross-reference role's text."""
+    explicit = re.match(r"^(.*?)\s*<([^<>]*)>$", text, re.S)
+    if explicit and explicit.group(1).strip():
+        return explicit.group(1)
+    shown = text.lstrip("!")
+    if shown.startswith("~"):
+        shown = shown[1:].rsplit(".", 1)[-1]
+    return shown
+
+
+@contextmanager
+def _sphinx_stand_ins():
+    """docutils' directive and role lookups, answered for Sphinx's names while a page parses."""
+    from docutils import nodes, utils
+    from docutils.parsers.rst import directives, roles
+
+    recorded = _directive_class()
+    docutils_builtin = {"class", "include", "raw", "meta", "title", "role", "default-role", "unicode", "replace", "date"}
+
+    def role_stand_in(name, rawtext, text, lineno, inliner, options=None, content=None):
+        return [nodes.literal(rawtext, utils.unescape(_shown(text)))], []
+
+    original_directive, original_role = directives.directive, roles.role
+
+    def directive(name, language, document):
+        lowered = name.lower()
+        if lowered in docutils_builtin and lowered != "class":
+            return original_directive(name, language, document)
+        found, messages = (None, []) if lowered == "class" else original_directive(name, language, document)
+        return (found, messages) if found is not None else (recorded, [])
+
+    def role(name, language, lineno, reporter):
+        found, messages = original_role(name, language, lineno, reporter)
+        return (found, messages) if found is not None else (role_stand_in, [])
+
+    with _PATCHING:
+        directives.directive, roles.role = directive, role
+        try:
+            yield
+        finally:
+            directives.directive, roles.role = original_directive, original_role
+
+
+def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list[Heading], list[Described]]:
+    """The page's headings (anchored as Sphinx anchors them) and object descriptions."""
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    settings = get_default_settings(Parser)
+    settings.report_level, settings.halt_level = 5, 5  # the docs' own mistakes are Sphinx's to report
+    settings.file_insertion_enabled = False  # includes are expanded before, inside the synced folder only
+    settings.raw_enabled = False
+    document = new_document(path, settings)
+    reading = _Reading(domain or SphinxDomain())
+    _LOCAL.reading = reading
+    try:
+        with _sphinx_stand_ins():
+            Parser().parse(text, document)
+    finally:
+        _LOCAL.reading = None
+    lines = text.split("\n")
+    # Where a content-less directive block (a target, `.. module::`, `.. index::`) ends -> it.
+    quiet = {}
+    for directive in reading.directives:
+        if not directive.has_content:
+            last = directive.end - 1
+            while last > directive.start and not lines[last].strip():
+                last -= 1
+            quiet[last] = directive
+    headings = []
+    for section in document.findall(nodes.section):
+        title = section[0]
+        if not isinstance(title, nodes.title) or title.line is None:
+            continue
+        underline = title.line - 1  # docutils gives the underline's line, 1-based
+        start = underline - 1
+        if start >= 1 and _adornment(lines[start - 1]) and lines[start - 1].strip()[0] == lines[underline].strip()[0]:
+            start -= 1  # an overline
+        level = 0
+        parent = section.parent
+        while isinstance(parent, nodes.section):
+            level, parent = level + 1, parent.parent
+        above, labels, targets = _above(lines, start, quiet)
+        shown = " ".join(title.astext().split())
+        if labels:
+            anchor, explicit = docutils_id(labels[0]), True
+        elif targets:
+            anchor, explicit = targets[0], True
+        else:
+            anchor, explicit = docutils_id(shown) or faq_slug(shown) or "section", False
+        headings.append(Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above))
+    described = [Described(d.start, _trimmed_end(lines, d), d.anchor) for d in reading.directives
+                 if d.described and d.has_content and d.anchor]
+    return sorted(headings, key=lambda h: h.start), described
+
+
+def _trimmed_end(lines: list[str], directive: _Directive) -> int:
+    end = min(directive.end, len(lines))
+    while end > directive.start + 1 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def _above(lines: list[str], start: int, quiet: dict[int, _Directive]) -> tuple[int | None, list[str], list[str]]:
+    """The lines right above a heading that belong to it: labels and content-less directives
+    (targets, `.. module::`, `.. index::`), with blank lines between; nearest first."""
+    cursor, first, labels, targets = start - 1, None, [], []
+    while cursor >= 0:
+        line = lines[cursor]
+        if not line.strip():
+            cursor -= 1
+            continue
+        label = LABEL.match(line)
+        if label:
+            labels.insert(0, label.group(1).strip("`"))
+            first, cursor = cursor, cursor - 1
+        elif cursor in quiet:
+            directive = quiet[cursor]
+            if directive.target and directive.anchor:
+                targets.insert(0, directive.anchor)
+            first, cursor = directive.start, directive.start - 1
+        else:
+            break
+    return first, labels, targets
+
+
+def _adornment(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= 2 and len(set(stripped)) == 1 and not stripped[0].isalnum()

@@ -1,0 +1,234 @@
+"""Documentation folders read as Sphinx and MkDocs read them (no database needed)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scopes.splitting import SplitError, split_project, split_tree
+from trails.core.budget import count_tokens
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+SPHINX_CONF = """
+import os, sys
+sys.path.append(os.path.abspath("_ext"))
+extensions = ["djangodocs"]
+source_suffix = {".txt": "restructuredtext"}
+root_doc = "contents"
+exclude_patterns = ["_build", "_theme", "requirements.txt"]
+version = compute_version()  # computed: read as "not literal", never run
+"""
+EXTENSION = """
+def setup(app):
+    app.add_crossref_type(directivename="setting", rolename="setting", indextemplate="pair: %s; setting")
+    app.add_object_type(directivename="django-admin", rolename="djadmin", parse_node=parse_django_admin_node)
+"""
+SETTINGS = """\
+========
+Settings
+========
+
+.. currentmodule:: django.conf.settings
+
+Intro to the settings.
+
+.. setting:: SECRET_KEY
+
+``SECRET_KEY``
+--------------
+
+Default: ``''`` (Empty string)
+
+A secret key for a particular Django installation.
+"""
+QUERYSETS = """\
+======================
+QuerySet API reference
+======================
+
+.. currentmodule:: django.db.models.query
+
+This document describes the ``QuerySet`` API.
+
+.. class:: QuerySet(model=None)
+
+    Usually you chain filters.
+
+    .. attribute:: ordered
+
+        ``True`` if the ``QuerySet`` is ordered.
+
+    .. method:: as_manager()
+
+        Class method that returns a manager.
+
+.. _queryset-api:
+
+QuerySet API
+============
+
+Methods that return new querysets follow.
+
+``filter()``
+~~~~~~~~~~~~
+
+.. method:: filter(*args, **kwargs)
+
+Returns a new ``QuerySet`` containing objects that match.
+
+``exclude()``
+~~~~~~~~~~~~~
+
+Returns a new ``QuerySet`` containing objects that do *not* match.
+"""
+CHECKLIST = """\
+Deployment checklist
+====================
+
+Intro.
+
+Critical settings
+-----------------
+
+:setting:`SECRET_KEY`
+~~~~~~~~~~~~~~~~~~~~~
+
+Keep it secret.
+
+:mod:`django.contrib.admin`
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+
+Protect the admin.
+"""
+
+
+@pytest.fixture
+def sphinx(tmp_path):
+    return write(tmp_path / "docs", {
+        "conf.py": SPHINX_CONF, "_ext/djangodocs.py": EXTENSION, "contents.txt": "Contents\n========\n\n.. toctree::\n",
+        "ref/settings.txt": SETTINGS, "ref/models/querysets.txt": QUERYSETS, "howto/checklist.txt": CHECKLIST,
+        "requirements.txt": "Sphinx>=4\n", "_theme/page.html": "<h1>Theme</h1><p>x</p>\n", "README.rst": "Readme\n======\n\nx\n",
+        "_build/html/index.txt": "Built\n=====\n\nx\n",
+    })
+
+
+def test_a_sphinx_folder_is_read_as_sphinx_reads_it_with_no_flags(sphinx):
+    project, sections = split_project(sphinx)
+    assert project.kind == "sphinx"
+    assert {s.path for s in sections} == {"contents.txt", "ref/settings.txt", "ref/models/querysets.txt", "howto/checklist.txt"}
+    assert "setting" in project.domain.crossref_types and project.domain.object_types == {"django-admin": True}
+    ids = {s.id: s.text for s in sections}
+    # A target above a heading anchors it as Sphinx does; the settings page keeps its intro.
+    assert ids["ref/settings.txt#setting-SECRET_KEY"].endswith("A secret key for a particular Django installation.")
+    assert ids["ref/settings.txt#setting-SECRET_KEY"].startswith(".. setting:: SECRET_KEY")
+    assert ids["ref/settings.txt"] == ".. currentmodule:: django.conf.settings\n\nIntro to the settings."
+    # Roles resolved as Sphinx shows them: the anchor Sphinx gives the heading.
+    assert {"howto/checklist.txt#secret-key", "howto/checklist.txt#django-contrib-admin"} <= set(ids)
+
+
+def test_every_heading_with_text_is_a_section_and_object_descriptions_are_their_own(sphinx):
+    ids = {s.id: s.text for s in split_tree(sphinx)}
+    page = "ref/models/querysets.txt"
+    # The parent's introduction is its own section (the label above it wins); sub-headings are theirs.
+    assert ids[f"{page}#queryset-api"] == ".. _queryset-api:\n\nMethods that return new querysets follow."
+    assert ids[f"{page}#filter"].startswith(".. method:: filter(*args, **kwargs)\n\nReturns a new")
+    assert ids[f"{page}#exclude"] == "Returns a new ``QuerySet`` containing objects that do *not* match."
+    # Objects with content of their own, anchored by their full name; nested ones cut out of the class.
+    assert ids[f"{page}#django.db.models.query.QuerySet"] == ".. class:: QuerySet(model=None)\n\n    Usually you chain filters."
+    assert ids[f"{page}#django.db.models.query.QuerySet.ordered"].endswith("``True`` if the ``QuerySet`` is ordered.")
+    assert f"{page}#django.db.models.query.QuerySet.as_manager" in ids
+    assert ids[page] == ".. currentmodule:: django.db.models.query\n\nThis document describes the ``QuerySet`` API."
+
+
+def test_a_heading_moved_under_a_new_parent_keeps_its_id_and_text(tmp_path):
+    before = write(tmp_path / "a", {"p.rst": "Page\n====\n\nIntro.\n\nSpelling check\n--------------\n\nRun the checker.\n"})
+    after = write(tmp_path / "b", {"p.rst": "Page\n====\n\nIntro.\n\nQuality\n-------\n\nSeveral checks.\n\n"
+                                             "Spelling check\n~~~~~~~~~~~~~~\n\nRun the checker.\n"})
+    old, new = {s.id: s.text for s in split_tree(before)}, {s.id: s.text for s in split_tree(after)}
+    assert old["p.rst#spelling-check"] == new["p.rst#spelling-check"] == "Run the checker."
+    assert new["p.rst#quality"] == "Several checks."
+
+
+def test_a_page_with_two_top_level_headings_keeps_both(tmp_path):
+    folder = write(tmp_path, {"fields.rst": "Field reference\n===============\n\nAll fields.\n\n"
+                                           "Field options\n-------------\n\nOptions.\n\nField API reference\n===================\n\nThe API.\n"})
+    assert {s.id: s.text for s in split_tree(folder)} == {
+        "fields.rst#field-reference": "All fields.", "fields.rst#field-options": "Options.", "fields.rst#field-api-reference": "The API."}
+
+
+def test_an_included_file_is_part_of_the_sections_that_include_it(tmp_path):
+    folder = write(tmp_path / "docs", {"conf.py": "", "page.rst": "Page\n====\n\nIntro.\n\nShared\n------\n\n.. include:: _shared/note.inc\n",
+                                       "_shared/note.inc": "Visiting ends at 20:00.\n"})
+    assert {s.id: s.text for s in split_tree(folder)}["page.rst#shared"] == "Visiting ends at 20:00."
+    (folder / "_shared/note.inc").write_text("Visiting ends at 18:00.\n")
+    assert {s.id: s.text for s in split_tree(folder)}["page.rst#shared"] == "Visiting ends at 18:00."
+    write(folder, {"page.rst": "Page\n====\n\n.. include:: ../../secret.txt\n"})
+    (tmp_path / "secret.txt").write_text("secret")
+    with pytest.raises(SplitError, match="outside the synced folder"):
+        split_tree(folder)
+
+
+def test_a_symbolic_link_leaving_the_folder_is_refused(tmp_path):
+    folder = write(tmp_path / "docs", {"a.md": "# A\n\ntext\n"})
+    (tmp_path / "hostname").write_text("db-7.internal\n")
+    os.symlink(tmp_path / "hostname", folder / "leak.md")
+    with pytest.raises(SplitError, match="leak.md: a symbolic link to .* outside the synced folder: refused"):
+        split_tree(folder)
+    os.remove(folder / "leak.md")
+    os.symlink(folder / "a.md", folder / "same.md")  # inside the folder: read like any page
+    assert {s.path for s in split_tree(folder)} == {"a.md", "same.md"}
+    os.symlink(tmp_path, folder / "up")
+    with pytest.raises(SplitError, match="up: a symbolic link"):
+        split_tree(folder)
+
+
+MKDOCS = """\
+site_name: Ward
+docs_dir: pages
+exclude_docs: |
+  drafts/
+markdown_extensions:
+  - attr_list
+  - pymdownx.emoji:
+      emoji_index: !!python/name:material.extensions.emoji.twemoji
+"""
+
+
+@pytest.mark.parametrize("point_at", ["project", "docs_dir"])
+def test_an_mkdocs_project_is_read_as_mkdocs_reads_it(tmp_path, point_at):
+    root = write(tmp_path / "site", {
+        "mkdocs.yml": MKDOCS, "README.md": "# Not a page\n\nx\n",
+        "pages/index.md": "# Ward\n\nWelcome.\n\n## What's open? {#open}\n\nAll day.\n\n## ICU `hours`\n\n14:00.\n\n## ICU hours\n\nAgain.\n",
+        "pages/drafts/wip.md": "# WIP\n\nx\n", "pages/.hidden.md": "# H\n\nx\n"})
+    project, sections = split_project(root if point_at == "project" else root / "pages")
+    assert project.kind == "mkdocs"
+    assert {s.id: s.text for s in sections} == {"index.md": "Welcome.", "index.md#open": "All day.",
+                                                "index.md#icu-hours": "14:00.", "index.md#icu-hours_1": "Again."}
+
+
+def test_a_section_longer_than_a_prefetch_is_cut_at_paragraphs(tmp_path):
+    paragraphs = [f"Paragraph {n}: " + "visiting rules apply " * 60 for n in range(12)]
+    folder = write(tmp_path, {"long.md": "# Long\n\n## Rules\n\n" + "\n\n".join(paragraphs) + "\n"})
+    sections = split_tree(folder)
+    assert [s.id for s in sections] == ["long.md#rules", "long.md#rules~2"]
+    assert all(count_tokens(s.text) <= 2000 for s in sections)
+    assert "\n\n".join(s.text for s in sections) == "\n\n".join(paragraphs)
+    assert len(split_tree(folder, max_tokens=0)) == 1
+
+
+def test_include_and_exclude_globs_narrow_a_plain_folder(tmp_path):
+    folder = write(tmp_path, {"a/one.md": "# One\n\nx\n", "a/two.md": "# Two\n\nx\n", "b/three.md": "# Three\n\nx\n",
+                              "theme/page.html": "<h1>T</h1><p>x</p>\n"})
+    with pytest.raises(SplitError, match="mixed formats"):
+        split_tree(folder)
+    assert {s.path for s in split_tree(folder, exclude=["theme"])} == {"a/one.md", "a/two.md", "b/three.md"}
+    assert {s.path for s in split_tree(folder, include=["a/**"], exclude=["**/two.md"])} == {"a/one.md"}
