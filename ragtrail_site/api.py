@@ -73,8 +73,9 @@ RULES_BEYOND_THE_SCHEMA = {
         "caller": "a tool cached per caller needs a caller",
     },
     ("post", "/section-syncs"): {
-        "sections": "each section id at most once; each section has its text or its hash, and only a dry run "
-                    "takes hashes for a scope that keeps texts",
+        "sections": "each section id at most once; each section has its text or its hash; a scope that keeps "
+                    "texts needs the text of every section added or changed (hashes are enough for the rest, "
+                    "and for a dry run); 409 sync_running while another sync of the scope runs",
         "delete_missing": "removes at most half of the scope's sections unless allow_removing_most",
     },
     ("put", "/tool-results"): {

@@ -136,6 +136,10 @@ SILENCED_SYSTEM_CHECKS = ["models.W040"]
 
 # Request bodies past this size answer 413; section upserts are the largest callers.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024)
+# A docs release (POST .../section-syncs) may be larger: a whole Sphinx project's texts.
+# The limit holds for the body as sent and, when gzip-compressed, as unpacked.
+RAGTRAIL_MAX_SYNC_BODY_BYTES = env_int("RAGTRAIL_MAX_SYNC_BODY_BYTES", 64 * 1024 * 1024)
+RAGTRAIL_SYNC_BODY_PATHS = [r"^/api/v1/scopes/[^/]+/section-syncs$"]
 
 # A database call of an API request that gets no answer for this long (a hung server,
 # which enforces no statement_timeout) has its socket shut and answers 503 (db_deadline.py).

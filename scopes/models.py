@@ -470,27 +470,8 @@ class ApiKey(models.Model):
         return self.scopes.filter(slug=scope_slug).first()
 
 
-class SectionSync(models.Model):
-    """One sync of a scope's sections from its documents (trails/upkeep/sync.py),
-    with what it changed and how the served trails moved. Dry runs leave none."""
-
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="section_syncs")
-    created_at = models.DateTimeField(default=timezone.now)
-    by = models.CharField(max_length=200, blank=True)  # "command", "key:<lookup>"
-    source = models.CharField(max_length=500, blank=True)  # the folder or file synced
-    summary = models.JSONField(default=dict)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["scope", "created_at"], name="sectionsync_scope_time")]
-        verbose_name = "section sync"
-
-    def __str__(self) -> str:
-        sections = self.summary.get("sections", {})
-        return (f"{self.created_at:%Y-%m-%d %H:%M} {sections.get('added', 0)} added, {sections.get('changed', 0)} changed, "
-                f"{sections.get('removed', 0)} removed")
-
-
 # Operators' grants live beside the scopes they grant (scopes/access.py); imported here so
 # Django finds the model.
 from scopes.access import Access, OperatorGrant  # noqa: E402,F401
+# A scope's syncs and sync jobs (scopes/syncs.py), imported here so Django finds the models.
+from scopes.syncs import SectionSync, SectionSyncJob  # noqa: E402,F401

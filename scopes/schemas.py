@@ -5,7 +5,9 @@ from typing import Annotated, Optional
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
-SectionId = Annotated[str, Field(min_length=1, max_length=512)]
+# No control characters: an id holding a newline is stored but can never be named again
+# in a URL, a command line or a log line.
+SectionId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
 
 
 def _integral(value):

@@ -1,14 +1,16 @@
 """Recall, record and trail endpoints."""
 from __future__ import annotations
 
+import logging
 import uuid
 
+from django.db import transaction
 from django.http import HttpRequest
 from ninja import Router, Status
 
 from infra.errors import RequestRefused
 from scopes.auth import granted_scope, reporter
-from scopes.splitting import SourceSection
+from scopes.models import SectionSyncJob
 from trails import tool_results
 from trails.core.hint import RecordedStep
 from trails.learning.feedback import give_feedback
@@ -24,6 +26,7 @@ from trails.schemas import (
     RecordIn,
     RecordOut,
     SectionSyncIn,
+    SectionSyncJobOut,
     SectionSyncOut,
     ToolLookupIn,
     ToolLookupOut,
@@ -33,8 +36,9 @@ from trails.schemas import (
     ToolStoreOut,
     TrailOut,
 )
-from trails.upkeep.sync import sync_sections
+from trails.upkeep.sync import run_sync_job, source_sections, sync_sections
 
+logger = logging.getLogger(__name__)
 router = Router(tags=["trails"])
 
 
@@ -172,17 +176,48 @@ def tool_result_stats(request: HttpRequest, scope: str):
     return tool_results.lookup_counts(granted_scope(request, scope))
 
 
-@router.post("/{scope}/section-syncs", response=SectionSyncOut, tags=["sections"])
+@router.post("/{scope}/section-syncs", response={200: SectionSyncOut, 202: SectionSyncJobOut}, tags=["sections"])
 def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
     """A sync from docs CI: the full set of sections the source holds now. Only what
     changed is written (one transaction); the answer says what changed and how the served
-    trails move, as `manage.py sync_sections` prints it."""
+    trails move, as `manage.py sync_sections` prints it. With `background`, a job: 202 and
+    a status URL. The body may be sent gzip-compressed (`Content-Encoding: gzip`)."""
     granted = granted_scope(request, scope)
-    sections = []
     for index, section in enumerate(payload.sections):
         if (section.text is None) == (section.hash is None):
             raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
-        sections.append(SourceSection(section.id, section.text or "", "", 0, hash=section.hash))
-    summary = sync_sections(granted, sections, delete_missing=payload.delete_missing, dry_run=payload.dry_run,
-                            by=reporter(request), source=payload.source, allow_removing_most=payload.allow_removing_most)
-    return summary.as_json()
+    if payload.background:
+        job = SectionSyncJob.objects.create(scope=granted, by=reporter(request), request=payload.model_dump(
+            include={"sections", "delete_missing", "dry_run", "allow_removing_most", "source", "list_all"}, exclude_none=True))
+        transaction.on_commit(lambda: queue_sync_job(job.pk))
+        return Status(202, _job_out(job))
+    summary = sync_sections(granted, source_sections([s.model_dump(exclude_none=True) for s in payload.sections]),
+                            delete_missing=payload.delete_missing, dry_run=payload.dry_run, by=reporter(request),
+                            source=payload.source, allow_removing_most=payload.allow_removing_most)
+    return summary.as_json(complete=payload.list_all)
+
+
+@router.get("/{scope}/section-syncs/jobs/{job_id}", response=SectionSyncJobOut, tags=["sections"])
+def sync_job(request: HttpRequest, scope: str, job_id: uuid.UUID):
+    """A background sync: queued, running, done (with its summary) or failed (with its error)."""
+    job = SectionSyncJob.objects.filter(scope=granted_scope(request, scope), public_id=job_id).first()
+    if job is None:
+        raise RequestRefused(404, "not_found", "no such sync job", field="job_id")
+    return _job_out(job)
+
+
+def _job_out(job: SectionSyncJob) -> dict:
+    return {"job_id": job.public_id, "state": job.state, "created_at": job.created_at, "finished_at": job.finished_at,
+            "status_url": f"/api/v1/scopes/{job.scope.slug}/section-syncs/jobs/{job.public_id}",
+            "summary": job.summary, "error": job.error}
+
+
+def queue_sync_job(job_id: int) -> None:
+    """To a worker; with no broker answering, the job runs here rather than waiting forever."""
+    from trails.tasks import sync_job_task
+
+    try:
+        sync_job_task.delay(job_id)
+    except Exception as problem:
+        logger.error("sync job %s could not be queued (%s): running it in the request", job_id, type(problem).__name__)
+        run_sync_job(job_id)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
+
 from typing import Annotated, Any, Literal, Optional
 
 from ninja import Schema
@@ -223,19 +226,28 @@ def recall_json(result) -> dict[str, Any]:
 
 class SyncSectionIn(StrictSchema):
     id: SectionId
-    # The section's text; or, for a comparison only (dry_run), the hash of the text the source holds.
+    # The section's text; or the hash of the text the source holds (a manifest row): enough for
+    # a section the store holds unchanged, for a dry run, and for a scope that keeps no text.
     text: Optional[Annotated[str, Field(max_length=1_000_000)]] = None
     hash: Optional[Sha256] = None
 
 
 class SectionSyncIn(StrictSchema):
     sections: Annotated[list[SyncSectionIn], Field(max_length=50_000, description=(
-        "Every section the source holds now (the full set): an id with its text, or with its hash for a dry run."))]
+        "Every section the source holds now (the full set): an id with its text, or with its hash (64 hex digits "
+        "of SHA-256 over the UTF-8 text). Texts are needed only for sections added or changed; send hashes for the "
+        "rest (manage.py split_sections --hashes writes them) and the body stays small. A scope that keeps no text "
+        "takes hashes for all."))]
     delete_missing: bool = Field(False, description="Remove sections in the store that the source no longer holds.")
     dry_run: bool = Field(False, description="Say what would change; write nothing.")
     allow_removing_most: bool = Field(False, description=(
         "With delete_missing, remove even more than half of the scope's sections (else refused: a wrong folder or format)."))
     source: Annotated[str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")] = ""
+    background: bool = Field(False, description=(
+        "Run the sync as a job: the answer is 202 with the job's status URL at once (poll it: queued, running, "
+        "done with the summary, or failed with the error). For a release too large to sync within a request."))
+    list_all: bool = Field(False, description=(
+        "List every section id and every moved trail id in the answer (else at most 50 per kind; counts are always whole)."))
 
 
 class SectionSyncCounts(Schema):
@@ -246,11 +258,27 @@ class SectionSyncCounts(Schema):
     missing: int
 
 
+class SectionSyncJobOut(Schema):
+    job_id: uuid.UUID
+    state: str = Field(description="queued, running, done or failed")
+    status_url: str
+    created_at: datetime
+    finished_at: Optional[datetime] = None
+    # When done: the summary a sync in the request would have answered.
+    summary: Optional[dict] = None
+    # When failed: {code, message, field}, as the API's errors say it.
+    error: Optional[dict] = None
+
+
 class SectionSyncOut(Schema):
     dry_run: bool
     sections: SectionSyncCounts
     trails: dict[str, int]
     ids: dict[str, list[str]]
+    # Public ids of the served trails that move, by move ("prefetch → hint", "hint → prefetch", ...).
+    moved_trails: dict[str, list[str]] = {}
+    # False when a list above was cut to 50 (send list_all to get them all).
+    ids_complete: bool = True
     sync_id: Optional[int] = None
     # On a dry run: why the sync itself would be refused (it removes most of the scope unasked).
     refusal: Optional[str] = None

@@ -10,6 +10,7 @@ from infra import metrics
 from scopes.models import Scope
 from trails.upkeep.purge import run_purge
 from trails.upkeep.reindex import reindex_scope
+from trails.upkeep.sync import run_sync_job
 from trails.upkeep.jobs import roll_up, scopes_needing_a_look, sweep_expired
 
 
@@ -38,3 +39,9 @@ def reindex_scope_task(self, scope_id: int, after_id: int = 0) -> int:
 @shared_task(bind=True, max_retries=5, default_retry_delay=30)
 def purge_task(self, run_id: int) -> int:
     return run_purge(run_id).matched
+
+
+@shared_task(bind=True, max_retries=5, default_retry_delay=30)
+def sync_job_task(self, job_id: int) -> str:
+    job = run_sync_job(job_id)
+    return job.state if job else "gone"

@@ -91,7 +91,7 @@ def _blocks(text: str) -> list[str]:
 def cut_to_size(text: str, max_tokens: int) -> list[str]:
     """The text as parts of at most `max_tokens` tokens each, cut at paragraphs (at lines
     where one paragraph alone is longer)."""
-    from trails.core.budget import count_tokens
+    from infra.tokens import count_tokens
 
     if not max_tokens or count_tokens(text) <= max_tokens:
         return [text]

@@ -277,3 +277,101 @@ def test_a_reverted_section_counts_its_trails_coming_back(api, scope, sections):
     back = api.call("post", "/scopes/hospital/section-syncs", {"sections": [
         {"id": i, "text": t} for i, t in sections.items()]}).json()
     assert back["sections"]["added"] == 1 and back["trails"].get("hint → prefetch") == 1
+
+
+def test_docs_ci_sends_a_release_gzipped_with_hashes_for_what_did_not_change(api, scope, sections, settings):
+    import gzip
+
+    from infra.hashing import section_hash
+
+    api.record("hospital", query="What are the ICU visiting hours?", cited=["visiting/icu"])
+    icu = "ICU visiting: 15:00 to 17:00 from Monday."
+    body = {"sections": [{"id": "visiting/icu", "text": icu}] + [
+        {"id": i, "hash": section_hash(t)} for i, t in sections.items() if i != "visiting/icu"], "list_all": True}
+    packed = gzip.compress(json.dumps(body).encode())
+    answer = api.client.post("/api/v1/scopes/hospital/section-syncs", data=packed, content_type="application/json",
+                             headers={**api.headers, "Content-Encoding": "gzip"})
+    assert answer.status_code == 200, answer.content
+    summary = answer.json()
+    assert summary["sections"] == {"added": 0, "changed": 1, "unchanged": 2, "removed": 0, "missing": 0}
+    trail = Trail.objects.get(scope=scope)
+    assert summary["moved_trails"] == {"prefetch → stale": [str(trail.public_id)]} and summary["ids_complete"]
+    assert Section.objects.get(scope=scope, section_id="visiting/icu").text == icu
+
+    # Limits are named, for the body as sent and as unpacked; a bomb is stopped at the limit.
+    settings.RAGTRAIL_MAX_SYNC_BODY_BYTES = 10_000
+    bomb = gzip.compress(json.dumps({"sections": [{"id": "x", "text": "a" * 50_000}]}).encode())
+    refused = api.client.post("/api/v1/scopes/hospital/section-syncs", data=bomb, content_type="application/json",
+                              headers={**api.headers, "Content-Encoding": "gzip"})
+    assert refused.status_code == 413 and "10,000 bytes" in refused.json()["error"]["message"]
+    assert "RAGTRAIL_MAX_SYNC_BODY_BYTES" in refused.json()["error"]["message"]
+    big = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "x", "text": "a" * 20_000}]})
+    assert big.status_code == 413 and "(unpacked)" not in big.json()["error"]["message"]
+    brotli = api.client.post("/api/v1/scopes/hospital/section-syncs", data=b"x", content_type="application/json",
+                             headers={**api.headers, "Content-Encoding": "br"})
+    assert brotli.status_code == 415 and brotli.json()["error"]["field"] == "Content-Encoding"
+    assert Section.objects.get(scope=scope, section_id="visiting/icu").text == icu
+
+
+def test_a_section_id_with_a_control_character_is_refused_everywhere(api, scope):
+    for path, body in (("/scopes/hospital/section-syncs", {"sections": [{"id": "a\nb", "text": "x"}]}),
+                       ("/scopes/hospital/sections", {"sections": [{"id": "a\u0007b", "text": "x"}]})):
+        method = "post" if path.endswith("syncs") else "put"
+        refused = api.call(method, path, body)
+        assert refused.status_code == 422 and refused.json()["error"]["field"].startswith("sections"), refused.content
+    assert not Section.objects.filter(scope=scope).exists()
+
+
+def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, monkeypatch, other_api, committed):
+    from scopes.models import SectionSyncJob
+    from trails import tasks
+    from trails.upkeep.sync import run_sync_job
+
+    queued = []
+    monkeypatch.setattr(tasks.sync_job_task, "delay", lambda job_id: queued.append(job_id))
+    body = {"sections": [{"id": i, "text": t + " (revised)"} for i, t in sections.items()], "background": True,
+            "source": "docs@def456"}
+    with committed():
+        accepted = api.call("post", "/scopes/hospital/section-syncs", body)
+    assert accepted.status_code == 202, accepted.content
+    job = accepted.json()
+    assert job["state"] == "queued" and queued == [SectionSyncJob.objects.get().pk]
+    assert Section.objects.get(scope=scope, section_id="parking").text == sections["parking"]  # nothing yet
+    assert other_api.call("get", job["status_url"][len("/api/v1"):]).status_code == 404  # another scope's key
+    run_sync_job(queued[0])
+    run_sync_job(queued[0])  # a second delivery finds it done
+    done = api.call("get", job["status_url"][len("/api/v1"):]).json()
+    assert done["state"] == "done" and done["summary"]["sections"]["changed"] == 3 and done["finished_at"]
+    assert Section.objects.get(scope=scope, section_id="parking").text == sections["parking"] + " (revised)"
+    assert SectionSyncJob.objects.get().request == {}  # the texts live in the section store only
+    # A job that is refused says why, as the API would have.
+    with committed():
+        refused = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "parking", "hash": "0" * 64}],
+                                                                      "background": True, "delete_missing": True}).json()
+    run_sync_job(queued[-1])
+    failed = api.call("get", refused["status_url"][len("/api/v1"):]).json()
+    assert failed["state"] == "failed" and failed["error"]["field"] == "delete_missing"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_sync_of_a_scope_waits_then_answers_409_never_503(api, scope, sections, monkeypatch):
+    from django.db import connection, connections
+
+    from trails.upkeep import sync as sync_module
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the sync lock is PostgreSQL's advisory lock")
+    monkeypatch.setattr(sync_module, "SYNC_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(sync_module.one_sync_at_a_time, "__defaults__", (0.3,))
+    holder = connections.create_connection("default")
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [sync_module.SYNC_LOCK, scope.pk])
+            body = {"sections": [{"id": i, "text": t + "!"} for i, t in sections.items()]}
+            busy = api.call("post", "/scopes/hospital/section-syncs", body)
+            assert busy.status_code == 409 and busy.json()["error"]["code"] == "sync_running", busy.content
+            cursor.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert api.call("post", "/scopes/hospital/section-syncs", body).status_code == 200

@@ -1,18 +1,10 @@
 """Token estimates and the cut of prefetched text to a token budget."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
-# A token is a run of letters/digits or one other non-space character: close to
-# what subword tokenizers produce for English prose and code, with no model needed.
-_TOKEN = re.compile(r"[^\W_]+|[^\s\w]|_")
-
-
-def count_tokens(text: str) -> int:
-    """Estimates the number of tokens in text."""
-    return sum(1 for _ in _TOKEN.finditer(text))
+from infra.tokens import TOKEN as _TOKEN, count_tokens  # the budget's unit, shared with the section splitter
 
 
 @dataclass(frozen=True)

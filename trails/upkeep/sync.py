@@ -18,9 +18,9 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from infra.errors import Invalid
+from infra.errors import Conflict, Invalid
 from infra.hashing import section_hash
-from scopes.models import Scope, Section, SectionSync
+from scopes.models import Scope, Section, SectionSync, SectionSyncJob
 from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
@@ -43,6 +43,8 @@ class SyncSummary:
     # "prefetch → hint", "prefetch → stale", "hint → stale", "unaffected": served trails citing a
     # changed or removed section, by what recall answers before and after.
     trails: Counter = field(default_factory=Counter)
+    # The public ids of the trails that move, by move ("unaffected" ones are not listed).
+    moved: dict[str, list[str]] = field(default_factory=dict)
     dry_run: bool = False
     sync_id: int | None = None
     # Why the sync would be refused, on a dry run (a real one raises).
@@ -52,15 +54,20 @@ class SyncSummary:
     def changes_anything(self) -> bool:
         return bool(self.added or self.changed or self.removed)
 
-    def as_json(self) -> dict:
+    def as_json(self, complete: bool = False) -> dict:
+        """The summary; ids listed SAMPLE_IDS per kind unless `complete` (counts are always whole)."""
+        cut = (lambda ids: list(ids)) if complete else (lambda ids: list(ids)[:SAMPLE_IDS])
+        lists = [self.added, self.changed, self.removed, self.missing, *self.moved.values()]
         return {
             "dry_run": self.dry_run,
             "sections": {"added": len(self.added), "changed": len(self.changed), "unchanged": self.unchanged,
                          "removed": len(self.removed), "missing": len(self.missing)},
             # The usual moves always listed; any other (a section put back: hint → prefetch) as well.
             "trails": {**dict.fromkeys(("prefetch → hint", "prefetch → stale", "hint → stale", "unaffected"), 0), **self.trails},
-            "ids": {"added": self.added[:SAMPLE_IDS], "changed": self.changed[:SAMPLE_IDS],
-                    "removed": self.removed[:SAMPLE_IDS], "missing": self.missing[:SAMPLE_IDS]},
+            "ids": {"added": cut(self.added), "changed": cut(self.changed), "removed": cut(self.removed),
+                    "missing": cut(self.missing)},
+            "moved_trails": {move: cut(ids) for move, ids in sorted(self.moved.items())},
+            "ids_complete": complete or all(len(ids) <= SAMPLE_IDS for ids in lists),
             "sync_id": self.sync_id,
             "refusal": self.refusal or None,
         }
@@ -78,40 +85,67 @@ class SyncSummary:
         return text
 
 
-def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched: set[str], now: datetime) -> Counter:
-    """How the scope's served trails citing `touched` sections move, judged as recall judges."""
+def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched: set[str],
+           now: datetime) -> tuple[Counter, dict[str, list[str]]]:
+    """How the scope's served trails citing `touched` sections move, judged as recall judges,
+    and which trails (public ids) make each move."""
     moves: Counter = Counter()
+    moved: dict[str, list[str]] = {}
     if not touched:
-        return moves
+        return moves, moved
     citing = Citation.objects.filter(scope=scope, section_id__in=list(touched)).values_list("trail_id", flat=True)
-    served = set(Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now).values_list("id", flat=True))
+    served = dict(Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now)
+                  .values_list("id", "public_id"))
     cited: dict[int, list[CoreCitation]] = {}
     for trail_id, section_id, recorded in (
         Citation.objects.filter(trail_id__in=served).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
     ):
         cited.setdefault(trail_id, []).append(CoreCitation(section_id, recorded))
-    for citations in cited.values():
+    for trail_id, citations in cited.items():
         was, now_is = outcome_once(citations, before).value, outcome_once(citations, after).value
-        moves["unaffected" if was == now_is else f"{OUTCOME_WORDS[was]} → {OUTCOME_WORDS[now_is]}"] += 1
-    return moves
+        move = "unaffected" if was == now_is else f"{OUTCOME_WORDS[was]} → {OUTCOME_WORDS[now_is]}"
+        moves[move] += 1
+        if move != "unaffected":
+            moved.setdefault(move, []).append(str(served[trail_id]))
+    return moves, moved
 
 
 # The first key of the advisory lock a sync holds (the second is the scope's id).
 SYNC_LOCK = 7261  # a fixed number no other advisory lock of the service uses
 
 
-def one_sync_at_a_time(scope: Scope) -> None:
+# How long a sync waits for another sync of the same scope before it answers "running".
+SYNC_WAIT_SECONDS = 3.0
+
+
+def one_sync_at_a_time(scope: Scope, wait: float = SYNC_WAIT_SECONDS) -> None:
     """Holds the scope's sync lock until the transaction ends. Not the scope's row: learning
-    and threshold moves lock that, and they must not wait for a whole sync."""
+    and threshold moves lock that, and they must not wait for a whole sync.
+
+    Raises:
+        Conflict: another sync of the scope held the lock for all of `wait` seconds (a 409
+            that says so, never a lock timeout's 503).
+    """
     if connection.vendor == "postgresql":
+        import time
+
+        deadline = time.monotonic() + wait
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SYNC_LOCK, scope.pk])
+            while True:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [SYNC_LOCK, scope.pk])
+                if cursor.fetchone()[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    raise Conflict("sync_running", "another sync of this scope is running; nothing was changed: "
+                                                   "send this one again when it ends", field="sections")
+                time.sleep(0.05)
     else:
         Scope.objects.select_for_update().filter(pk=scope.pk).first()  # SQLite: one writer at a time anyway
 
 
 def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
-                  by: str = "", source: str = "", now: datetime | None = None, allow_removing_most: bool = False) -> SyncSummary:
+                  by: str = "", source: str = "", now: datetime | None = None, allow_removing_most: bool = False,
+                  wait: float = SYNC_WAIT_SECONDS) -> SyncSummary:
     """Makes the scope's store hold the source's sections (see the module's docstring).
 
     A sync that would remove more than half of a scope's sections (a wrong folder, a wrong
@@ -121,6 +155,7 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
     Raises:
         Invalid: a section id twice, hashes without texts for a scope that keeps texts
             (except in a dry run, which only compares), or most of the scope removed unasked.
+        Conflict: another sync of the scope ran for all of `wait` seconds.
     """
     now = now or timezone.now()
     incoming: dict[str, str] = {}
@@ -134,7 +169,7 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
             incoming[section.id] = section_hash(section.text)
             texts[section.id] = section.text
     with transaction.atomic():
-        one_sync_at_a_time(scope)
+        one_sync_at_a_time(scope, wait)
         current = dict(Section.objects.filter(scope=scope).values_list("section_id", "hash"))
         summary = SyncSummary(dry_run=dry_run)
         for section_id, digest in incoming.items():
@@ -165,7 +200,8 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         for section_id in summary.removed:
             after.pop(section_id, None)
         # Added ids too: a section put back (a release reverted) brings trails back from hint.
-        summary.trails = _moves(scope, current, after, set(summary.changed) | set(summary.removed) | set(summary.added), now)
+        summary.trails, summary.moved = _moves(scope, current, after,
+                                               set(summary.changed) | set(summary.removed) | set(summary.added), now)
         if dry_run:
             return summary
         if to_write and scope.keeps_text:
@@ -180,3 +216,40 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
                                               summary=summary.as_json())
             summary.sync_id = made.pk
     return summary
+
+
+# A background job waits this long for another sync of its scope before it fails.
+JOB_WAIT_SECONDS = 600.0
+
+
+def source_sections(rows: list[dict]) -> list[SourceSection]:
+    """The API's section rows ({id, text} or {id, hash}) as a sync reads them."""
+    return [SourceSection(row["id"], row.get("text") or "", "", 0, hash=row.get("hash")) for row in rows]
+
+
+def run_sync_job(job_id: int) -> SectionSyncJob | None:
+    """Runs a queued sync job once (a second call, or a second worker, finds it claimed)."""
+    from infra.errors import Refused
+
+    claimed = SectionSyncJob.objects.filter(pk=job_id, state=SectionSyncJob.State.QUEUED).update(
+        state=SectionSyncJob.State.RUNNING)
+    job = SectionSyncJob.objects.select_related("scope").filter(pk=job_id).first()
+    if not claimed or job is None:
+        return job
+    asked = job.request
+    try:
+        summary = sync_sections(job.scope, source_sections(asked.get("sections", [])),
+                                delete_missing=asked.get("delete_missing", False), dry_run=asked.get("dry_run", False),
+                                by=job.by, source=asked.get("source", ""), allow_removing_most=asked.get("allow_removing_most", False),
+                                wait=JOB_WAIT_SECONDS)
+    except Refused as refused:
+        job.state, job.error = SectionSyncJob.State.FAILED, {"code": refused.code, "message": refused.message,
+                                                              "field": refused.field}
+    except Exception as problem:  # recorded, never lost: the job says it failed and why
+        job.state, job.error = SectionSyncJob.State.FAILED, {"code": "failed", "message": f"{type(problem).__name__}: {problem}",
+                                                              "field": None}
+    else:
+        job.state, job.summary = SectionSyncJob.State.DONE, summary.as_json(complete=asked.get("list_all", False))
+    job.request, job.finished_at = {}, timezone.now()
+    job.save(update_fields=["state", "summary", "error", "request", "finished_at"])
+    return job
