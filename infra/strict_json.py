@@ -74,23 +74,19 @@ def _integer(text: str) -> Any:
     return value
 
 
+# A JSON string (skipped whole, in C) or one bracket: what the depth check reads.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
 def _too_deep(text: str) -> bool:
     """Whether objects and arrays nest deeper than MAX_DEPTH, by one pass over the text
     (no recursion: a body of 100,000 brackets is read like any other)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return False
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    depth = 0
+    for found in _STRING_OR_BRACKET.finditer(text):
+        ch = found.group()
+        if ch in "[{":
             depth += 1
             if depth > MAX_DEPTH:
                 return True
@@ -99,10 +95,13 @@ def _too_deep(text: str) -> bool:
     return False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _bad_text(text: str) -> str | None:
     if "\x00" in text:
         return "contains a NUL character"
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
+    if _SURROGATE.search(text):
         return "contains a lone UTF-16 surrogate"
     return None
 

@@ -140,6 +140,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("RAGTRAIL_MAX_BODY_BYTES", 5 * 1024 * 1024
 # The limit holds for the body as sent and, when gzip-compressed, as unpacked.
 RAGTRAIL_MAX_SYNC_BODY_BYTES = env_int("RAGTRAIL_MAX_SYNC_BODY_BYTES", 64 * 1024 * 1024)
 RAGTRAIL_SYNC_BODY_PATHS = [r"^/api/v1/scopes/[^/]+/section-syncs$"]
+# A sync of more sections than this runs as a background job (202 and a status URL): at
+# 50,000 sections the write takes longer than a request may.
+RAGTRAIL_SYNC_INLINE_SECTIONS = env_int("RAGTRAIL_SYNC_INLINE_SECTIONS", 10_000)
 
 # A database call of an API request that gets no answer for this long (a hung server,
 # which enforces no statement_timeout) has its socket shut and answers 503 (db_deadline.py).

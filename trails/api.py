@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest
 from ninja import Router, Status
@@ -180,13 +181,13 @@ def tool_result_stats(request: HttpRequest, scope: str):
 def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
     """A sync from docs CI: the full set of sections the source holds now. Only what
     changed is written (one transaction); the answer says what changed and how the served
-    trails move, as `manage.py sync_sections` prints it. With `background`, a job: 202 and
-    a status URL. The body may be sent gzip-compressed (`Content-Encoding: gzip`)."""
+    trails move, as `manage.py sync_sections` prints it. With `background`, or past
+    RAGTRAIL_SYNC_INLINE_SECTIONS sections, a job: 202 and a status URL. The body may be sent gzip-compressed (`Content-Encoding: gzip`)."""
     granted = granted_scope(request, scope)
     for index, section in enumerate(payload.sections):
         if (section.text is None) == (section.hash is None):
             raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
-    if payload.background:
+    if payload.background or len(payload.sections) > settings.RAGTRAIL_SYNC_INLINE_SECTIONS:
         job = SectionSyncJob.objects.create(scope=granted, by=reporter(request), request=payload.model_dump(
             include={"sections", "delete_missing", "dry_run", "allow_removing_most", "source", "list_all"}, exclude_none=True))
         transaction.on_commit(lambda: queue_sync_job(job.pk))

@@ -245,7 +245,8 @@ class SectionSyncIn(StrictSchema):
     source: Annotated[str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")] = ""
     background: bool = Field(False, description=(
         "Run the sync as a job: the answer is 202 with the job's status URL at once (poll it: queued, running, "
-        "done with the summary, or failed with the error). For a release too large to sync within a request."))
+        "done with the summary, or failed with the error). A body of more than 10,000 sections (the server's "
+        "RAGTRAIL_SYNC_INLINE_SECTIONS) always runs as a job."))
     list_all: bool = Field(False, description=(
         "List every section id and every moved trail id in the answer (else at most 50 per kind; counts are always whole)."))
 

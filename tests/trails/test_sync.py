@@ -322,7 +322,7 @@ def test_a_section_id_with_a_control_character_is_refused_everywhere(api, scope)
     assert not Section.objects.filter(scope=scope).exists()
 
 
-def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, monkeypatch, other_api, committed):
+def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, monkeypatch, other_api, committed, settings):
     from scopes.models import SectionSyncJob
     from trails import tasks
     from trails.upkeep.sync import run_sync_job
@@ -344,6 +344,12 @@ def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, m
     assert done["state"] == "done" and done["summary"]["sections"]["changed"] == 3 and done["finished_at"]
     assert Section.objects.get(scope=scope, section_id="parking").text == sections["parking"] + " (revised)"
     assert SectionSyncJob.objects.get().request == {}  # the texts live in the section store only
+    # Past the inline limit a sync is a job whether asked or not.
+    settings.RAGTRAIL_SYNC_INLINE_SECTIONS = 2
+    with committed():
+        large = api.call("post", "/scopes/hospital/section-syncs", {"sections": body["sections"]})
+    assert large.status_code == 202 and len(queued) == 2
+    settings.RAGTRAIL_SYNC_INLINE_SECTIONS = 10_000
     # A job that is refused says why, as the API would have.
     with committed():
         refused = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "parking", "hash": "0" * 64}],
