@@ -359,7 +359,7 @@ def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout:
     return build_server(base_url, api_key, scope, timeout, scope_choice=choice, recall_timeout=recall_timeout)
 
 
-def main(argv: list[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragtrail-mcp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", default=os.environ.get("RAGTRAIL_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--scope", default=os.environ.get("RAGTRAIL_SCOPE"), help="the scope of every tool")
@@ -369,7 +369,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="each call's overall deadline, retries included (s)")
     parser.add_argument("--recall-timeout", type=float, default=1.0,
                         help="recall's overall deadline (s): past it the model searches as it would without ragtrail")
-    options = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = argument_parser().parse_args(argv)
     if options.transport == "stdio":
         stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout,
                      options.recall_timeout).run("stdio")

@@ -171,6 +171,7 @@ class Command(BaseCommand):
             for name, split in splitters.items():
                 results[name] = self.measure(name, split, old_tree, new_tree, picks, repeats)
             self.report(results, out)
+            self.record(results, f"--tree {tree} --release {release}" if tree else f"--pages {pages}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -215,6 +216,23 @@ class Command(BaseCommand):
         }
         self.stdout.write(f"{name}: {json.dumps(figures)}")
         return figures
+
+    def record(self, results: dict, arguments: str) -> None:
+        """The target's latest figure, for docs/benchmarks.md."""
+        from evaluation import results as kept
+
+        this = results["this"]
+        previous = next((v for k, v in results.items() if k != "this"), None)
+        if previous is None:
+            return
+        measured = (f"{this['sections']:,} sections, largest {this['largest_tokens']:,} tokens, {this['over_2000_tokens']} over "
+                    f"2,000 (previous: {previous['sections']:,}, {previous['largest_tokens']:,}, {previous['over_2000_tokens']}); "
+                    f"trails kept at prefetch **{this['kept_at_prefetch']:.1%}** against {previous['kept_at_prefetch']:.1%}; "
+                    f"split {this['split_s']:.1f} s against {previous['split_s']:.1f} s, release sync {this['release_sync_s']:.1f} s")
+        kept.record("docs-release", target="a docs release: no section over the default prefetch budget (2,000 tokens), more "
+                    "trails kept at prefetch than the previous splitter", command=f"`benchmark_sync {arguments}`",
+                    measured=measured, met=this["over_2000_tokens"] == 0 and this["kept_at_prefetch"] >= previous["kept_at_prefetch"])
+        kept.write_page()
 
     @staticmethod
     def _path(sections, page: str) -> str:

@@ -1,0 +1,280 @@
+"""Every shell block of the README run as a newcomer runs it, and every command line of docs/
+checked by the command's own parser.
+
+The README runs in a copy of the repository's tracked files (what a fresh clone holds: no
+demo credentials, no database, no job queue), each line a process of its own, in a clean
+environment (PATH, HOME and LANG only; the exports a block makes carry to its next lines, as
+in a terminal). The venv `make` builds from requirements.txt is linked in, not rebuilt. Only
+what no test can do as written is rewritten, and each rewrite must find its text (a README
+edit that drops it fails here): host names and the secret of the production recipe, a free
+port where the README's is taken, answers to prompts. `make test` is the command running this.
+
+docs/ holds benchmarks of up to an hour: their lines are parsed by each management command's
+own argument parser (a wrong command or flag fails), `make` targets are dry-run, and the
+Celery lines are started and stopped.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = re.compile(r"#\s*→\s*(.*)$")
+pytestmark = pytest.mark.slow
+
+
+def blocks(page: Path, kind: str = "sh") -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+
+
+def lines(block: str) -> list[str]:
+    """A block's command lines: comments dropped, `\\` continuations joined."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def wait_for(predicate, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what} did not happen within {seconds:.0f} s")
+
+
+def rewrite(text: str, old: str, new: str) -> str:
+    assert old in text, f"the README no longer holds {old!r}: update this test's rewrite"
+    return text.replace(old, new)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """The tracked files as a fresh clone has them (mtimes kept, so make sees the venv current)."""
+    target = tmp_path_factory.mktemp("clone") / "ragtrail"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name, follow_symlinks=False)
+    (target / ".venv").symlink_to(ROOT / ".venv")
+    return target
+
+
+@pytest.fixture(scope="module")
+def clean_env(tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("home")
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+
+
+def run(line: str, cwd: Path, env: dict[str, str], timeout: float = 300, stdin: str | None = None) -> str:
+    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
+    assert done.returncode == 0, f"{line}\nexit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def run_block(block: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    """Each line a process of its own; an `export` carries to the lines after it."""
+    env = dict(env)
+    for line in lines(block):
+        if line.startswith("export "):
+            for name, value in re.findall(r"(\w+)=(\$\(.*?\)|\S+)", line.removeprefix("export ")):
+                env[name] = run(f"echo {value}", cwd, env).strip() if value.startswith("$(") else value
+        else:
+            run(line, cwd, env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo(clone, clean_env):
+    """`make run`, the README's first command, in the fresh clone."""
+    port = 8000 if port_is_free(8000) else free_port()
+    log = open(clone / "make-run.log", "w")
+    server = subprocess.Popen(["make", "run", f"HOST=127.0.0.1:{port}"], cwd=clone, env=clean_env, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: "API key for scope" in (clone / "make-run.log").read_text() or server.poll() is not None, 240,
+                 "make run printing its key")
+        output = (clone / "make-run.log").read_text()
+        assert server.poll() is None, output[-3000:]
+        key = re.search(r"API key for scope python-faq: (rt_\S+)", output).group(1)
+        yield port, key, output
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_make_run_serves_the_demo_on_a_fresh_clone_and_prints_what_the_readme_says(demo, clone, clean_env):
+    port, key, output = demo
+    assert "Operator pages at /ops/ and admin at /admin/: admin / " in output
+    try_line = re.search(r"Try: (curl .*?recall)\n", output.replace("\\\n", ""), flags=re.S).group(1)
+    answer = run(try_line, clone, clean_env)
+    assert '"outcome": "prefetch"' in answer
+    # A second `make run` stops before it touches the running demo, and the key stays the same.
+    second = subprocess.run(["make", "run", f"HOST=127.0.0.1:{port}"], cwd=clone, env=clean_env, capture_output=True,
+                            text=True, timeout=120)
+    assert second.returncode != 0 and "is in use" in second.stdout + second.stderr
+    assert (clone / ".demo-credentials.json").exists() and key in (clone / ".demo-credentials.json").read_text()
+
+
+def test_the_readme_scripts_block_runs_on_the_demo_database(demo, clone, clean_env):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in blocks(ROOT / "README.md") if "create_api_key" in b and "export" not in b and "migrate" not in b)
+    assert block in readme
+    run_block(block, clone, clean_env)
+
+
+def test_the_agent_quickstart_runs_in_a_second_terminal_and_prints_every_arrow(demo, clone, clean_env):
+    port, *_ = demo
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- quickstart:start -->", 1)[1].split("<!-- quickstart:end -->", 1)[0]
+    found = re.findall(r"```(sh|python)\n(.*?)```", section, flags=re.S)
+    shell = [b for kind, b in found if kind == "sh"]
+    python = [b for kind, b in found if kind == "python"]
+    assert len(shell) == 1 and len(python) >= 6
+    script = shell[0] if port == 8000 else rewrite(shell[0], "127.0.0.1:8000", f"127.0.0.1:{port}")
+    env = run_block(script, clone, clean_env)
+    assert env["RAGTRAIL_API_KEY"].startswith("rt_")
+    # The Python blocks, pasted in order into one interpreter; a marker between blocks.
+    program = "\n".join(f"{b}\nprint('--- block {n} ---')" for n, b in enumerate(python))
+    out = run(f".venv/bin/python -W error -c {shlex.quote(program)}", clone, env, timeout=180)
+    printed = out.split("\n")
+    for n, b in enumerate(python):
+        expected = [m.group(1).strip() for m in map(EXPECTED.search, b.splitlines()) if m]
+        end = printed.index(f"--- block {n} ---")
+        assert printed[:end] == expected, f"block {n} printed {printed[:end]}, the README says {expected}:\n{b}"
+        printed = printed[end + 1:]
+
+
+def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
+    port, key, _ = demo
+    block = next(b for b in blocks(ROOT / "README.md") if "ragtrail-mcp" in b)
+    stdio, http = lines(block)
+    stdio = rewrite(stdio, "rt_...", key)
+    if port != 8000:
+        stdio += f" --base-url http://127.0.0.1:{port}"
+    # stdio: the server reads requests from its stdin; an MCP initialize is answered.
+    request = ('{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+               '"capabilities": {}, "clientInfo": {"name": "readme-test", "version": "1"}}}\n')
+    answered = subprocess.run(["bash", "-c", stdio], cwd=clone, env=clean_env, input=request, capture_output=True, text=True,
+                              timeout=60)
+    assert '"result"' in answered.stdout and "ragtrail" in answered.stdout, answered.stderr[-2000:]
+    mcp_port = 8765 if port_is_free(8765) else free_port()
+    http = rewrite(http, "--port 8765", f"--port {mcp_port}")
+    if port != 8000:
+        http += f" --base-url http://127.0.0.1:{port}"
+    server = subprocess.Popen(["bash", "-c", f"exec {http}"], cwd=clone, env={**clean_env, "RAGTRAIL_API_KEY": key},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: not port_is_free(mcp_port) or server.poll() is not None, 60, "the MCP HTTP server listening")
+        assert server.poll() is None, server.stderr.read()[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
+    if not shutil.which("createuser") or not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        pytest.skip("the production recipe runs on PostgreSQL (as CI does)")
+    block = next(b for b in blocks(ROOT / "README.md") if "createsuperuser" in b)
+    name, port = f"ragtrail_readme_{secrets.token_hex(3)}", free_port()
+    for old, new in (("postgres ragtrail &&", f"postgres {name} &&"), ("-O ragtrail ragtrail", f"-O {name} {name}"),
+                     ("postgres://ragtrail@db:5432/ragtrail", f"postgres://{name}@127.0.0.1:5432/{name}"),
+                     ("-h db", "-h 127.0.0.1"), ("RAGTRAIL_SECRET_KEY=…", f"RAGTRAIL_SECRET_KEY={secrets.token_urlsafe(40)}"),
+                     ("ragtrail.example.org", "127.0.0.1"), ("cache:6379", "127.0.0.1:6379"),
+                     ("RAGTRAIL_BIND=0.0.0.0:8000", f"RAGTRAIL_BIND=127.0.0.1:{port}"),
+                     # createsuperuser prompts on a terminal; its documented non-interactive form.
+                     ("manage.py createsuperuser ", "manage.py createsuperuser --noinput --username admin --email admin@example.org "),
+                     # ann is "made in admin" in the README: made here with the shell instead.
+                     ("manage.py grant_scope ann", "manage.py shell -c \"from django.contrib.auth.models import User; "
+                      "User.objects.create_user('ann', is_staff=True)\" && .venv/bin/python manage.py grant_scope ann")):
+        block = rewrite(block, old, new)
+    env = {**clean_env, "DJANGO_SUPERUSER_PASSWORD": secrets.token_urlsafe(12)}
+    started: list[subprocess.Popen] = []
+    try:
+        for line in lines(block):
+            if line.startswith("export "):
+                env.update(re.findall(r"(\w+)=(\S+)", line.removeprefix("export ")))
+            elif "gunicorn" in line or "celery" in line:
+                started.append(subprocess.Popen(["bash", "-c", f"exec {line.split('#')[0]}"], cwd=clone, env=env,
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            else:
+                run(line.split("   #")[0], clone, env, timeout=600)
+        wait_for(lambda: not port_is_free(port) or started[0].poll() is not None, 120, "gunicorn listening")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/docs", headers={"X-Forwarded-Proto": "https"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 200
+        time.sleep(3)
+        for process in started:
+            assert process.poll() is None, process.stderr.read()[-2000:]
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        subprocess.run(["dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
+        subprocess.run(["dropuser", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
+
+
+DOC_PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "clients" / "python" / "README.md"]
+
+
+def test_every_command_line_in_docs_names_a_real_command_with_real_flags(clean_env, clone):
+    from django.core.management import get_commands, load_command_class
+
+    commands = get_commands()
+    seen = 0
+    for page in DOC_PAGES:
+        for block in blocks(page):
+            for line in lines(block):
+                for part in (p.strip() for p in line.split("#")[0].split("&&")):
+                    words = shlex.split(part)
+                    while words and re.fullmatch(r"\w+=.*", words[0]):
+                        words = words[1:]
+                    if not words or words[0] == "export":
+                        continue
+                    seen += 1
+                    if words[0] == "make":
+                        run(f"make -n {shlex.join(words[1:])} >/dev/null", clone, clean_env)
+                    elif words[:2] == [".venv/bin/python", "manage.py"]:
+                        name = words[2]
+                        assert name in commands, f"{page.name}: no command {name!r}: {line}"
+                        command = load_command_class(commands[name], name)
+                        command.create_parser("manage.py", name).parse_args(words[3:])
+                    elif words[0].endswith("celery"):
+                        assert words[1:3] == ["-A", "ragtrail_site"] and words[3] in ("worker", "beat"), line
+                    elif words[0].endswith("ragtrail-mcp"):
+                        from ragtrail_client.mcp_server import argument_parser
+
+                        argument_parser().parse_args(words[1:])
+                    else:
+                        raise AssertionError(f"{page.name}: a command line this test does not know how to check: {line}")
+    assert seen >= 25
