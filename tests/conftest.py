@@ -34,6 +34,18 @@ class ApiClient:
         return self.call("post", f"/scopes/{scope}/recall", body)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _job_queue_elsewhere(tmp_path_factory):
+    """A job a test queues goes to a folder of the test run, never to the checkout's .celery/,
+    where the next `make run` worker would run it against the demo's database."""
+    from ragtrail_site.celery import app
+
+    if app.conf.broker_url.startswith("filesystem"):
+        folder = str(tmp_path_factory.mktemp("job-queue"))
+        app.conf.broker_transport_options = {**app.conf.broker_transport_options, "data_folder_in": folder,
+                                             "data_folder_out": folder, "control_folder": folder}
+
+
 @pytest.fixture(autouse=True)
 def _demo_credentials_elsewhere(settings, tmp_path):
     """No test writes the checkout's own demo credentials: `make run` keeps printing the key

@@ -80,6 +80,11 @@ def clone(tmp_path_factory) -> Path:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name, follow_symlinks=False)
     (target / ".venv").symlink_to(ROOT / ".venv")
+    # The venv is current (make test builds it first): the clone's make must see it so, and never
+    # reinstall into the linked venv (an editable install would then point into this copy).
+    stamp = (ROOT / ".venv" / ".installed").stat().st_mtime
+    for name in ("requirements.txt", "clients/python/pyproject.toml"):
+        os.utime(target / name, (stamp - 1, stamp - 1))
     return target
 
 

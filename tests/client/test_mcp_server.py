@@ -245,3 +245,17 @@ def test_tool_arguments_are_strict_and_descriptions_dedented():
     assert schema["input"]["additionalProperties"] is False and schema["output"]["required"][0] == "outcome"
     for name, answer in seen.items():
         assert answer.is_error and "422 invalid" in text_of(answer) and "not reachable" not in text_of(answer), name
+
+
+def test_the_tools_examples_name_sections_the_demo_holds():
+    import inspect
+    import json
+    import re
+    from pathlib import Path
+
+    from ragtrail_client import mcp_server
+
+    demo = {json.loads(line)["id"] for line in (Path(__file__).resolve().parents[2] / "scopes" / "fixtures" / "python-faq"
+                                               / "sections-old.jsonl").read_text().splitlines()}
+    examples = re.findall(r"`([^`\s]+#[^`\s]+)`", inspect.getsource(mcp_server))
+    assert examples and set(examples) <= demo, set(examples) - demo

@@ -249,7 +249,7 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
 
     async def get_section(
         ctx: Context,
-        section_id: Annotated[SectionId, Field(description="The section's id, e.g. `faq/general.rst#what-is-python`.")],
+        section_id: Annotated[SectionId, Field(description="The section's id, e.g. `Doc/faq/general.rst#what-is-python`.")],
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """A section's current text and hash (the hash is what ragtrail_record wants)."""
