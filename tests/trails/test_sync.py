@@ -381,3 +381,23 @@ def test_a_second_sync_of_a_scope_waits_then_answers_409_never_503(api, scope, s
     finally:
         holder.close()
     assert api.call("post", "/scopes/hospital/section-syncs", body).status_code == 200
+
+
+def test_the_syncs_page_names_the_trails_a_release_moved_and_filters_to_cited_sections(api, scope, sections, django_user_model):
+    from django.test import Client
+
+    from tests.conftest import grant
+
+    api.record("hospital", query="What are the ICU visiting hours?", cited=["visiting/icu"])
+    body = {"sections": [{"id": i, "text": t + " (revised)"} for i, t in sections.items()], "source": "docs@abc"}
+    assert api.call("post", "/scopes/hospital/section-syncs", body).json()["trails"]["prefetch → stale"] == 1
+    operator = django_user_model.objects.create_user("ann", password="x", is_staff=True)
+    grant(operator, scope, access=1)
+    browser = Client()
+    browser.force_login(operator)
+    page = browser.get("/ops/hospital/syncs/").content.decode()
+    trail = Trail.objects.get(scope=scope)
+    assert "Trails prefetch → stale (1)" in page and f"/ops/hospital/trails/{trail.public_id}/" in page
+    assert "docs@abc" in page and "parking" in page
+    cited_only = browser.get("/ops/hospital/syncs/?cited=1").content.decode()
+    assert "visiting/icu" in cited_only and "<code>parking</code>" not in cited_only

@@ -36,8 +36,11 @@ def syncs(request: HttpRequest, scope_slug: str) -> HttpResponse:
     trail_ids = {t for ids in citing.values() for t in ids[:TRAILS_PER_SECTION]}
     trails = {t.id: t for t in Trail.objects.filter(id__in=trail_ids).only("id", "public_id", "query", "status", "expires_at", "stale_at")}
     _, would = what_recall_gives(scope, trail_ids)
+    only_cited = request.GET.get("cited") == "1"
     rows = []
     for section_id, at in changed.items():
+        if only_cited and not citing.get(section_id):
+            continue
         rows.append({
             "section_id": section_id, "at": at, "deleted": section_id not in current,
             "trails": [{"trail": trails[t], "now": would.get(t, "miss")}
@@ -45,6 +48,15 @@ def syncs(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "more": max(0, len(citing.get(section_id, [])) - TRAILS_PER_SECTION),
         })
     return scope_page(request, "trails/syncs/syncs.html", scope, {
-        "rows": rows, "window": window, "windows": list(WINDOWS), "tab": "overview",
-        "syncs": list(SectionSync.objects.filter(scope=scope, created_at__gte=since)[:20]),
+        "rows": rows, "window": window, "windows": list(WINDOWS), "tab": "overview", "only_cited": only_cited,
+        "syncs": _with_moved_trails(scope, list(SectionSync.objects.filter(scope=scope, created_at__gte=since)[:20])),
     })
+
+
+def _with_moved_trails(scope, found: list[SectionSync]) -> list[dict]:
+    """Each sync with the trails it moved (by move), as its summary lists them."""
+    wanted = {public_id for sync in found for ids in sync.summary.get("moved_trails", {}).values() for public_id in ids}
+    trails = {str(t.public_id): t for t in Trail.objects.filter(scope=scope, public_id__in=list(wanted)).only("public_id", "query")}
+    return [{"sync": sync, "moves": [(move, [trails[i] for i in ids if i in trails], len(ids))
+                                     for move, ids in sorted(sync.summary.get("moved_trails", {}).items())]}
+            for sync in found]
