@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_production import free_port, stop
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = re.compile(r"#\s*→\s*(.*)$")
 pytestmark = pytest.mark.slow
@@ -42,12 +44,6 @@ def lines(block: str) -> list[str]:
     """A block's command lines: comments dropped, `\\` continuations joined."""
     joined = re.sub(r"\\\n\s*", " ", block)
     return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:
@@ -238,13 +234,7 @@ def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
         for process in started:
             assert process.poll() is None, process.stderr.read()[-2000:]
     finally:
-        for process in started:
-            process.terminate()
-        for process in started:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(*started)
         subprocess.run(["dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
         subprocess.run(["dropuser", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
 
