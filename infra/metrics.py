@@ -57,6 +57,9 @@ SCOPES_OVER_BOUND = Gauge("ragtrail_scopes_over_false_hit_bound",
                           multiprocess_mode="mostrecent")
 SCOPES_AT_CEILING = Gauge("ragtrail_scopes_threshold_at_ceiling",
                           "Scopes whose learned threshold sits at its ceiling (set by the roll-up)", multiprocess_mode="mostrecent")
+# One series per kind of flag the overview shows (a bounded label: ceiling, reporter).
+SCOPES_FLAGGED = Gauge("ragtrail_scopes_flagged", "Scopes flagged for an operator, by the flag's kind (set by the roll-up)",
+                       ["flag"], multiprocess_mode="mostrecent")
 
 
 class _Off:

@@ -73,11 +73,11 @@ class OperatorGrantAdmin(SuperusersOnlyAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(SuperusersOnlyAdmin):
-    list_display = ["__str__", "name", "created_at", "revoked_at"]
+    list_display = ["__str__", "name", "owner", "created_at", "revoked_at", "set_aside_at"]
     filter_horizontal = ["scopes"]
-    readonly_fields = ["lookup", "created_at"]
-    fields = ["name", "scopes", "lookup", "created_at", "revoked_at"]
-    actions = ["revoke"]
+    readonly_fields = ["lookup", "created_at", "set_aside_at", "set_aside_by"]
+    fields = ["name", "owner", "scopes", "lookup", "created_at", "revoked_at", "set_aside_at", "set_aside_by"]
+    actions = ["revoke", "revoke_and_set_aside", "restore_reports"]
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
         if change:
@@ -94,6 +94,23 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
 
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         messages.info(request, f"Revoked {count} key(s).")
+
+    @admin.action(description="Revoke and set aside their reports and labels (a flood)")
+    def revoke_and_set_aside(self, request: HttpRequest, queryset) -> None:
+        from scopes.keys import set_aside
+
+        for key in queryset:
+            set_aside(key, by=request.user.get_username())
+        messages.info(request, f"Revoked {queryset.count()} key(s) and set their reports and labels aside: the scopes' "
+                               "verdicts and the trails' report counts no longer count them (reversible).")
+
+    @admin.action(description="Count their reports and labels again")
+    def restore_reports(self, request: HttpRequest, queryset) -> None:
+        from scopes.keys import restore
+
+        for key in queryset:
+            restore(key, by=request.user.get_username())
+        messages.info(request, f"The reports and labels of {queryset.count()} key(s) count again (the keys stay revoked).")
 
 
 @admin.register(Section)

@@ -432,11 +432,15 @@ class ApiKey(models.Model):
     """A bearer key for agents; it grants a list of scopes and is stored only as a hash."""
 
     name = models.CharField(max_length=200, blank=True)
+    owner = models.CharField(max_length=200, blank=True, help_text="Who answers for this key (a team, a person).")
     lookup = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
     scopes = models.ManyToManyField(Scope, related_name="api_keys")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Its reports and labels no longer count (scopes/keys.py): set with a revocation, reversible.
+    set_aside_at = models.DateTimeField(null=True, blank=True)
+    set_aside_by = models.CharField(max_length=150, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
 
@@ -445,6 +449,11 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{KEY_PREFIX}{self.lookup}_… {self.name}".strip()
+
+    @property
+    def reporter(self) -> str:
+        """How its reports and labels name it (scopes.auth.reporter)."""
+        return f"key:{self.lookup}"
 
     def assign_secret(self) -> str:
         """Gives an unsaved key its lookup and secret; returns the full key text, to show once."""

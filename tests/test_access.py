@@ -100,6 +100,11 @@ def test_a_view_only_operator_may_look_but_not_act_or_configure(tenants):
     assert actor.post(f"/ops/{slug}/trails/{acme['trail']}/vote/", {"vote": "down"}).status_code == 302
     assert Trail.objects.get(public_id=acme["trail"]).status == "rejected"
     assert not Scope.objects.get(slug=slug).threshold_pinned
+    # The trails table offers its buttons (Reinstate, the bulk bar) only to who may use them,
+    # the full page and the htmx fragment alike.
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        assert 'value="reinstate"' in actor.get(f"/ops/{slug}/trails/", **headers).content.decode()
+        assert 'name="vote"' not in viewer.get(f"/ops/{slug}/trails/", **headers).content.decode()
 
 
 ADMIN_LISTS = ["/admin/trails/trail/", "/admin/scopes/scope/", "/admin/scopes/section/", "/admin/scopes/sectionsync/",

@@ -84,7 +84,7 @@ def test_a_recall_moves_its_counters_and_every_alert_and_panel_names_an_exported
 def test_the_alert_rules_pass_promtool():
     done = subprocess.run([tool("promtool"), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout
 
 
 def test_the_dashboard_is_grafana_json_with_a_panel_per_concern():
@@ -193,3 +193,21 @@ def test_a_web_restart_keeps_the_metric_files_of_live_processes(tmp_path):
                           cwd=ROOT, env={**env, "RAGTRAIL_METRICS_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert live.exists() and not dead.exists()
+
+
+def test_every_flag_the_overview_shows_has_an_alert(db):
+    import yaml
+
+    from infra import metrics
+    from trails.core.calibration import FLAG_KINDS
+    from trails.tasks import roll_up_task
+
+    for n, kind in enumerate(FLAG_KINDS):
+        Scope.objects.create(slug=f"flagged-{kind}", matcher="lexical",
+                             threshold_flags=f"lexical:{kind}" + (":key:abc" if kind == "reporter" else ""))
+    roll_up_task.run()
+    for kind in FLAG_KINDS:
+        assert metrics.SCOPES_FLAGGED.labels(kind)._value.get() == 1, kind
+    rules = yaml.safe_load((ROOT / "ragtrail_site" / "monitoring" / "alerts.yml").read_text())
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    assert any("ragtrail_scopes_flagged" in expr and "flag" in expr for expr in exprs)

@@ -55,6 +55,7 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         dry_run=payload.dry_run,
         session=payload.session,
         explain=payload.explain,
+        caller=request.auth.lookup,
     )
     request.ragtrail_outcome = result.outcome.value  # for the access log line (infra.metrics)
     return result

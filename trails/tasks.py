@@ -27,6 +27,8 @@ def roll_up_task(self, hours: int = 2) -> int:
     looked = scopes_needing_a_look(end)
     metrics.SCOPES_OVER_BOUND.set(looked["over_false_hit_bound"])
     metrics.SCOPES_AT_CEILING.set(looked["threshold_at_ceiling"])
+    for kind, count in looked["flagged"].items():
+        metrics.SCOPES_FLAGGED.labels(kind).set(count)
     return buckets
 
 

@@ -14,7 +14,10 @@ SECTIONS = {"s1": "Section one.", "s2": "Section two."}
 
 @pytest.fixture
 def semantic(db):
-    """A scope with the defaults a new scope gets (the embedding matcher), and its client."""
+    """A scope with the defaults a new scope gets (the embedding matcher), and its client. The
+    model is loaded first, as gunicorn's worker init does: a first request that loaded it would
+    spend its database deadline on the load on a busy machine."""
+    get_embedder().embed("warm up")
     scope = Scope.objects.create(slug="help")
     Section.upsert(scope, SECTIONS)
     _, key = ApiKey.issue([scope])

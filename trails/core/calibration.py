@@ -206,6 +206,9 @@ class Label:
 
 # Fewer labels than this leave the threshold alone: one bad trail is the business of
 # that trail's reports (it goes back to pending), not of the scope's threshold.
+# The kinds of flag a threshold decision raises for an operator ("ceiling": the labels demand more
+# than the ceiling; "reporter": one reporter was held back); each has its alert.
+FLAG_KINDS = ("ceiling", "reporter")
 MIN_LABELS = 20
 # Lowering opens a band of similarities the scope has not served: it needs this many
 # labels inside that band, so the decision rests on evidence about the band itself.
@@ -364,7 +367,7 @@ def learned_threshold(
         if without + limits.reporter_shift < high:
             high, high_by = without + limits.reporter_shift, reporter
     threshold = min(max(demanded, low), high)
-    flags: list[str] = []
+    flags: list[str] = []  # of FLAG_KINDS
     if threshold > demanded and low_by:
         flags.append(f"reporter:{low_by}")
     if threshold < demanded and high_by:

@@ -58,6 +58,7 @@ class Reports(str, Enum):
     KEEP = "kept"
     COUNT = "counted"  # this report is added (once per reporter)
     ANSWER = "answered"  # cleared: an operator's approval answers them
+    RECOUNT = "counted without keys set aside"
     GONE = "deleted with the trail"
 
 
@@ -110,6 +111,7 @@ VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE = "up", "down", "reinstate", "demo
 REPORT = "report"
 RECORD_SIGNALLED, RECORD_UNSIGNALLED, RECORD_REFUSED = "record", "record-unsignalled", "record-refused"
 MARK_STALE, EXPIRE = "mark-stale", "expire"
+RELEASE = "release"
 
 # The table. One row per (action, actor); an action absent for an actor is refused to it.
 RULES: tuple[Rule, ...] = (
@@ -139,6 +141,9 @@ RULES: tuple[Rule, ...] = (
     Rule(REINSTATE, O, (REJECTED,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, labels=Labels.WITHDRAW,
          reason="rejection reversed by {by}{reason}", note="to be approved again by an operator"),
     Rule(DELETE, O, (STALE,), DELETED, reports=Reports.GONE),
+    Rule(RELEASE, O, (HELD,), ACTIVE, reports=Reports.RECOUNT, expiry=Expiry.ACTIVE,
+         reason="back in service: {by} set aside the reports that held it",
+         note="only a trail held by reports, when setting a key's reports aside leaves fewer than the scope's number"),
     Rule(MARK_STALE, S, (ACTIVE,), STALE, reason="every cited section changed",
          note="recall's read-time check found none of its sections unchanged; never comes back"),
     Rule(EXPIRE, S, ANY_RECORDED, DELETED, reports=Reports.GONE, note="the sweep, past the trail's expiry"),
@@ -146,7 +151,7 @@ RULES: tuple[Rule, ...] = (
 
 # Words for refusals: what the action would be called by whoever tried it.
 VERBS = {VOTE_UP: "approve", VOTE_DOWN: "reject", REINSTATE: "reinstate", DEMOTE: "send back", DELETE: "delete",
-         REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire"}
+         REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire", RELEASE: "release"}
 # The actions an API caller or operator may name (the others are the system's or record's).
 NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE)
 

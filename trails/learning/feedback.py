@@ -22,9 +22,11 @@ from django.utils import timezone
 
 from infra import metrics
 from infra.errors import Conflict, NotFound
+from scopes.keys import key_set_aside, set_aside_reporters
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
-from trails.models import Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, is_agent, trail_status_changed
+from trails.models import (Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, TrailReport, is_agent,
+                           trail_status_changed)
 from trails.learning.thresholds import learn_thresholds
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
@@ -131,8 +133,8 @@ def give_feedback(
             raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
         if event.helpful is not None:
             raise Conflict("conflict", "this recall already has feedback", field="recall_id")
-        event.helpful, event.feedback_reason, event.feedback_at = helpful, reason[:500], now
-        event.save(update_fields=["helpful", "feedback_reason", "feedback_at"])
+        event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = helpful, reason[:500], now, reporter[:100]
+        event.save(update_fields=["helpful", "feedback_reason", "feedback_at", "feedback_by"])
         labelled = event.similarity is not None and _label(
             scope, event, event.matcher, event.similarity, not helpful, MatchLabel.Source.FEEDBACK, reporter, event.trail_id, now
         ) is not None
@@ -144,6 +146,19 @@ def give_feedback(
     if labelled:
         learn_thresholds(scope, now)
     return event
+
+
+@receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")
+def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> None:
+    """A key's standing changed: the trails it reported are counted again (in id order, one
+    lock at a time), a trail its reports held going back into service; the scopes it judged
+    learn again from the labels that still count."""
+    excluded = set_aside_reporters()
+    trail_ids = sorted(set(TrailReport.objects.filter(reporter=key.reporter).values_list("trail_id", flat=True)))
+    for trail in Trail.objects.filter(id__in=trail_ids).order_by("id"):
+        trail.recount_reports(excluded, by=by)
+    for scope in key.scopes.all():
+        learn_thresholds(scope, timezone.now())
 
 
 @receiver(trail_status_changed, dispatch_uid="trails.learning.feedback.label_rejections")

@@ -23,6 +23,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from infra import metrics
+from scopes.keys import set_aside_reporters
 from scopes.models import Scope
 from trails.learning import shipped as calibration
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
@@ -49,6 +50,9 @@ def scope_labels(scope: Scope, matcher: str) -> tuple[list[Label], datetime | No
     """The scope's labels for one matcher since its last reset, newest first, and when the
     oldest of them was given (None without labels)."""
     rows = MatchLabel.objects.filter(scope=scope, matcher=matcher)
+    set_aside = set_aside_reporters()
+    if set_aside:
+        rows = rows.exclude(reporter__in=list(set_aside))  # a revoked key's, set aside (scopes/keys.py)
     if scope.labels_since is not None:
         rows = rows.filter(created_at__gte=scope.labels_since)
     read = list(rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter", "created_at")[:LABELS_READ])

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from scopes.models import Scope
 from trails.core import lifecycle as table
-from trails.core.lifecycle import Actor, Expiry, Reports, Rule, State, state_of, status_of
+from trails.core.lifecycle import Actor, Expiry, Hold, Reports, Rule, State, state_of, status_of
 
 ActionRefused = table.Refused
 
@@ -52,12 +52,14 @@ class Signal(models.TextChoices):
     DEMOTE = "demote", "Sent back to pending by an operator"
     REPORTED = "reported", "Reported not helpful by agents"
     STALE = "stale", "Marked stale: every cited section changed"
+    RELEASED = "released", "Back in service: the reports that held it were set aside"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
 # The history row each status-changing rule writes.
 HISTORY_SIGNAL = {table.VOTE_UP: Signal.UP, table.VOTE_DOWN: Signal.DOWN, table.REINSTATE: Signal.REINSTATE,
-                  table.DEMOTE: Signal.DEMOTE, table.REPORT: Signal.REPORTED, table.MARK_STALE: Signal.STALE}
+                  table.DEMOTE: Signal.DEMOTE, table.REPORT: Signal.REPORTED, table.MARK_STALE: Signal.STALE,
+                  table.RELEASE: Signal.RELEASED}
 
 # What an operator sees a trail as: its status, except that an active trail past its
 # expiry shows as expired (the sweep deletes it; recall never serves it meanwhile).
@@ -205,6 +207,24 @@ class Lifecycle:
                                    reason=reason[:500], created_at=at)
         transaction.on_commit(partial(trail_status_changed.send, type(locked), trail=locked, action=rule.action,
                                       before=status_of(before).value, after=locked.status, by=by, at=at), robust=True)
+
+    def recount_reports(self, set_aside: set[str], by: str, now: datetime | None = None) -> bool:
+        """Counts the trail's reports again without the reporters set aside; a trail held by
+        reports that no longer has the scope's number of reporters goes back into service
+        (the table's release). Returns whether it did."""
+        with transaction.atomic():
+            locked = type(self).objects.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk)
+            reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
+            locked.false_hit_reporters = reporters
+            locked.false_hit_reports = reporters  # after a recount, once per reporter
+            locked.save(update_fields=["false_hit_reporters", "false_hit_reports"])
+            released = (locked.held_by == Hold.REPORTS.value and locked.status == TrailStatus.PENDING
+                        and reporters < max(locked.scope.false_hit_reporters_to_pending, 2))
+            if released:
+                rule = table.decide(table.RELEASE, Actor.OPERATOR, locked.lifecycle_state())
+                self._write(locked, rule, by=by, reason="", at=now or timezone.now(), before=locked.lifecycle_state())
+        self._copy_state(locked)
+        return released
 
     def _copy_state(self, locked) -> None:
         for name in ("status", "held_by", "reason", "expires_at", "false_hit_reports", "false_hit_reporters"):

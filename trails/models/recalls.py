@@ -55,6 +55,10 @@ class RecallEvent(models.Model):
         Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
     )
     nearest_similarity = models.FloatField(null=True, blank=True)
+    # Which API key asked (its lookup; blank for the operator pages' and the system's own) and
+    # which reporter judged it: the recall log filters by key, and a key set aside stops counting.
+    caller = models.CharField(max_length=16, blank=True, db_default="")
+    feedback_by = models.CharField(max_length=100, blank=True, db_default="")
 
     class Meta:
         indexes = [
@@ -81,7 +85,12 @@ FALSE_HIT_WINDOW = timedelta(hours=24)
 def judged_counts(scope_ids: Sequence[int] | None, now: datetime) -> dict[int, tuple[int, int]]:
     """(reported not helpful, judged) recalls per scope over FALSE_HIT_WINDOW before `now`,
     read on the labelled-recalls index; all scopes where `scope_ids` is None."""
+    from scopes.keys import set_aside_reporters
+
     rows = RecallEvent.objects.filter(feedback_at__gt=now - FALSE_HIT_WINDOW, feedback_at__lte=now)
+    set_aside = set_aside_reporters()
+    if set_aside:
+        rows = rows.exclude(feedback_by__in=list(set_aside))  # a flood's key, revoked and set aside
     if scope_ids is not None:
         rows = rows.filter(scope_id__in=list(scope_ids))
     counted = rows.values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))).order_by()
@@ -155,6 +164,7 @@ def write_recall_effects(
     research_key: str = "",
     nearest_trail_id: int | None = None,
     nearest_similarity: float | None = None,
+    caller: str = "",
 ) -> uuid.UUID:
     """Marks trails stale, counts the hit and logs the recall event, in one transaction.
 
@@ -173,11 +183,11 @@ def write_recall_effects(
         ))
     statements.append((
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-        "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
          similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, partition, research_key,
-         nearest_trail_id, nearest_similarity],
+         nearest_trail_id, nearest_similarity, caller[:16]],
     ))
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the

@@ -73,6 +73,7 @@ def recall(
     now: datetime | None = None,
     session: str | None = None,
     explain: bool = False,
+    caller: str = "",
 ) -> RecallResult:
     """Finds the most similar recorded question in the scope and checks its sections now.
 
@@ -87,6 +88,7 @@ def recall(
             a false hit (the agent searched again).
         explain: also say why (RecallResult.explanation): each candidate read with its
             similarity and verdict, the thresholds, and for a miss what stopped it.
+        caller: the asking API key's lookup, kept with the recall's event.
 
     Returns:
         prefetch with the sections' current text, hint with the valid and changed
@@ -153,6 +155,7 @@ def recall(
             research_key=research_key(session, query) if session else "",
             nearest_trail_id=nearest.trail.id if nearest else None,
             nearest_similarity=round(nearest.similarity, 4) if nearest else None,
+            caller=caller,
         )
         result.recall_id = str(recall_id)
         metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()

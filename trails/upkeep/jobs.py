@@ -9,7 +9,7 @@ from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
 from trails.learning.shipped import limits_for
-from trails.core.calibration import false_hit_verdict
+from trails.core.calibration import FLAG_KINDS, false_hit_verdict
 from trails.models.recalls import judged_counts
 from trails.models import SIMILARITY_BINS, Citation, expiring, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
 from trails.upkeep.purge import forget_unconfirmed_previews
@@ -110,7 +110,8 @@ def scopes_needing_a_look(now: datetime) -> dict[str, int]:
     """What the service-wide alerts count, by scope (a bounded number, not a label per scope):
     scopes whose false hits the one verdict (trails.core.calibration.false_hit_verdict, over
     FALSE_HIT_WINDOW, as the overview's health strip) judges over their bound, and scopes
-    whose learned threshold sits at its ceiling."""
+    whose learned threshold sits at its ceiling, and scopes flagged for an operator, by the
+    flag's kind (every flag the overview shows has its alert)."""
     bounds = dict(Scope.objects.values_list("id", "max_false_hit_rate"))
     over = sum(1 for scope_id, (reported, judged) in judged_counts(None, now).items()
                if false_hit_verdict(reported, judged, bounds.get(scope_id, 1.0)).verdict == "over")
@@ -119,4 +120,8 @@ def scopes_needing_a_look(now: datetime) -> dict[str, int]:
         if any(in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling
                for matcher in used_matchers(scope)):
             at_ceiling += 1
-    return {"over_false_hit_bound": over, "threshold_at_ceiling": at_ceiling}
+    flagged = dict.fromkeys(FLAG_KINDS, 0)
+    for flags in Scope.objects.filter(scratch=False).exclude(threshold_flags="").values_list("threshold_flags", flat=True):
+        for kind in {flag.split(":")[1] for flag in flags.split(",") if flag.count(":") >= 1} & set(FLAG_KINDS):
+            flagged[kind] += 1
+    return {"over_false_hit_bound": over, "threshold_at_ceiling": at_ceiling, "flagged": flagged}

@@ -35,7 +35,13 @@ class RecallLogFilterForm(forms.Form):
     since = forms.DateTimeField(required=False, label="From (UTC)", help_text="e.g. 2026-12-01 13:00")
     until = forms.DateTimeField(required=False, label="Until (UTC)")
     feedback = forms.ChoiceField(choices=FEEDBACK_CHOICES, required=False)
+    key = forms.ChoiceField(choices=[("", "any")], required=False, label="API key")
     before = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, keys: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["key"].choices = [("", "any"), *sorted(((lookup, name) for lookup, name in (keys or {}).items()),
+                                                            key=lambda choice: choice[1].lower())]
 
 
 class ReplayForm(forms.Form):

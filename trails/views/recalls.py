@@ -65,10 +65,11 @@ RECALLS_PER_PAGE = 50
 def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
     """Recent recalls, newest first, filtered; pages by id (no count over a million rows)."""
     scope = scope_or_404(request, scope_slug)
-    form = RecallLogFilterForm(request.GET or None)
+    keys = key_names(scope)
+    form = RecallLogFilterForm(request.GET or None, keys=keys)
     events = RecallEvent.objects.filter(scope=scope).select_related("trail").only(
         "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
-        "feedback_reason", "trail__public_id", "trail__query",
+        "feedback_reason", "trail__public_id", "trail__query", "caller",
     )
     if form.is_bound and form.is_valid():
         f = form.cleaned_data
@@ -86,15 +87,20 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
             events = events.filter(feedback_at__isnull=True)
         elif f["feedback"]:
             events = events.filter(helpful=f["feedback"] == "helpful")
+        if f["key"]:
+            events = events.filter(caller=f["key"])
         if f["before"]:
             events = events.filter(id__lt=f["before"])
     if wants_csv(request):
-        fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful", "feedback_reason"]
+        fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful",
+                  "feedback_reason", "caller"]
         if scope.keep_raw_queries:
             fields.append("query")
         rows = events.order_by("-created_at", "-id").values_list(*fields)[:CSV_ROW_LIMIT]
-        header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful", "feedback_reason"]
-        return csv_response(f"{scope.slug}-recalls.csv", header + (["query"] if scope.keep_raw_queries else []), rows.iterator())
+        header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful",
+                  "feedback_reason", "key"]
+        named = ((*row[:9], keys.get(row[9], row[9]), *row[10:]) for row in rows.iterator())
+        return csv_response(f"{scope.slug}-recalls.csv", header + (["query"] if scope.keep_raw_queries else []), named)
     rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
     older = None
     if len(rows) > RECALLS_PER_PAGE:
@@ -102,9 +108,19 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
         query = request.GET.copy()
         query["before"] = rows[-1].id
         older = query.urlencode()
+    for event in rows:
+        event.key_name = keys.get(event.caller, event.caller)
     return scope_page(request, "trails/recalls/recall_log.html", scope, {
         "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": scope.keep_raw_queries,
     })
+
+
+def key_names(scope) -> dict[str, str]:
+    """The scope's API keys by lookup, named as an operator knows them ("name (owner)")."""
+    from scopes.models import ApiKey
+
+    return {lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
+            for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list("lookup", "name", "owner", "revoked_at")}
 
 
 

@@ -15,7 +15,7 @@ from django.utils.functional import cached_property
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from scopes.access import Access
+from scopes.access import Access, may
 from scopes.models import Scope, Section, SectionRevision
 from trails.core.validation import SectionStatus, validate
 from trails.views.forms import TrailFilterForm
@@ -146,7 +146,7 @@ def trail_list(request: HttpRequest, scope_slug: str) -> HttpResponse:
                                                          "expires_at", "section_changed_at"], rows.iterator())
     context = _trail_table(request, scope, form)
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, **context})
+        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, "can_act": may(request.user, scope, Access.ACT), **context})
     return scope_page(request, "trails/trails/trail_list.html", scope, {**context, "tab": "trails"})
 
 
@@ -220,7 +220,8 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
         return redirect(reverse("ops:trails", args=[scope_slug]))
     if request.htmx:
         _triage(trail.scope, [trail])
-        return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error})
+        return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error,
+                                                                  "can_act": True})  # the vote was allowed: the operator may act
     if error:
         # Said on the page the operator comes back to, never as a bare error page.
         messages.error(request, f"Nothing was done: {error}.")
@@ -253,6 +254,7 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
             f"the action does not apply to {'their' if skipped != 1 else 'its'} status." if skipped else ""
         )
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, **_trail_table(request, scope, form, notice)})
+        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, "can_act": True,  # bulk votes need act
+                                                                        **_trail_table(request, scope, form, notice)})
     return redirect(reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""))
 

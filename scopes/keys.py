@@ -1,0 +1,44 @@
+"""Setting a key's reports and labels aside: what an operator does after a flood.
+
+A key that flooded a scope with "not helpful" reports leaves them behind when it is only
+revoked: the scope's false-hit verdict counts its judgements, its labels move the threshold,
+and its reports keep trails one report from removal or out of service. Setting the key aside
+(with its revocation) makes all of that stop counting, recorded (when, by whom) and reversible:
+restoring the key's standing counts them again. The trails' side runs in trails (a receiver of
+`key_set_aside`), which this app never imports.
+"""
+from __future__ import annotations
+
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from scopes.models import ApiKey
+
+# Sent once a key's standing changed and committed: `key`, `by`, `set_aside` (True: set aside; False: restored).
+key_set_aside = Signal()
+
+
+def set_aside_reporters() -> set[str]:
+    """The reporters ("key:<lookup>") whose reports and labels no longer count."""
+    return {f"key:{lookup}" for lookup in ApiKey.objects.filter(set_aside_at__isnull=False).values_list("lookup", flat=True)}
+
+
+def set_aside(key: ApiKey, by: str) -> None:
+    """Revokes the key and sets its reports and labels aside (a no-op if already set aside)."""
+    now = timezone.now()
+    with transaction.atomic():
+        changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=True).update(
+            set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now)
+        if changed:
+            transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=True))
+    key.refresh_from_db()
+
+
+def restore(key: ApiKey, by: str) -> None:
+    """Counts the key's reports and labels again (the key stays revoked)."""
+    with transaction.atomic():
+        changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=False).update(set_aside_at=None, set_aside_by="")
+        if changed:
+            transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=False))
+    key.refresh_from_db()

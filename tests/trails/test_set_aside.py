@@ -1,0 +1,80 @@
+"""After a flood: revoking the key and setting its reports and labels aside puts things back
+(the trails its reports held serve again, the verdict stops counting its judgements), recorded
+and reversible; the recall log names and filters by key."""
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from scopes.keys import restore, set_aside
+from scopes.models import ApiKey
+from tests.conftest import ApiClient, grant
+from trails.models import Trail, TrailSignal
+from trails.models.recalls import judged_counts
+
+QUESTIONS = {"What are the ICU visiting hours?": ["visiting/icu"], "Where do visitors park?": ["parking"],
+             "When is the general ward open to visitors?": ["visiting/ward"]}
+
+
+@pytest.fixture
+def flooded(api, scope, sections, committed):
+    for question, cited in QUESTIONS.items():
+        assert api.record("hospital", query=question, cited=cited).status_code == 201
+    flood_key, flood_text = ApiKey.issue([scope], name="scraper", )
+    honest_key, honest_text = ApiKey.issue([scope], name="support-bot")
+    flood, honest = ApiClient(flood_text), ApiClient(honest_text)
+
+    def not_helpful(client, question):
+        served = client.recall("hospital", query=question).json()
+        assert served["outcome"] == "prefetch", served
+        with committed():
+            answer = client.call("post", f"/scopes/hospital/recalls/{served['recall_id']}/feedback", {"helpful": False})
+        assert answer.status_code == 200, answer.content
+
+    for question in QUESTIONS:
+        not_helpful(flood, question)  # one report on every trail: each one report from removal
+    not_helpful(honest, "What are the ICU visiting hours?")  # the honest report: the ICU trail is held
+    return flood_key, honest_key
+
+
+def test_setting_a_flooding_keys_reports_aside_puts_the_trails_and_the_verdict_back(flooded, scope, api, committed):
+    flood_key, honest_key = flooded
+    icu = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
+    assert icu.status == "pending" and icu.held_by == "reports" and icu.false_hit_reporters == 2
+    assert judged_counts([scope.pk], timezone.now())[scope.pk] == (4, 4)
+
+    with committed():
+        set_aside(flood_key, by="olga")
+    icu.refresh_from_db()
+    # Back in service: the honest report alone is under the scope's two reporters.
+    assert icu.status == "active" and icu.held_by == "" and icu.false_hit_reporters == 1
+    released = TrailSignal.objects.filter(trail=icu).latest("created_at")
+    assert released.signal == "released" and released.by == "olga"
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+    parking = Trail.objects.get(scope=scope, query="Where do visitors park?")
+    assert parking.false_hit_reporters == 0  # no longer one report from removal
+    assert judged_counts([scope.pk], timezone.now())[scope.pk] == (1, 1)  # the verdict counts the honest key only
+    flood_key.refresh_from_db()
+    assert flood_key.revoked_at and flood_key.set_aside_by == "olga"
+
+    # Reversible: restored, the reports count again (the key stays revoked).
+    with committed():
+        restore(flood_key, by="olga")
+    parking.refresh_from_db()
+    assert parking.false_hit_reporters == 1 and judged_counts([scope.pk], timezone.now())[scope.pk] == (4, 4)
+    assert ApiKey.objects.get(pk=flood_key.pk).revoked_at is not None
+
+
+def test_the_recall_log_names_each_key_and_filters_by_it(flooded, scope, django_user_model):
+    flood_key, honest_key = flooded
+    operator = django_user_model.objects.create_user("ann", password="x", is_staff=True)
+    grant(operator, scope, access=1)
+    browser = Client()
+    browser.force_login(operator)
+    page = browser.get("/ops/hospital/recalls/").content.decode()
+    assert page.count("<td>scraper</td>") == len(QUESTIONS) and page.count("<td>support-bot</td>") == 1
+    only = browser.get(f"/ops/hospital/recalls/?key={honest_key.lookup}").content.decode()
+    assert only.count("<td>support-bot</td>") == 1 and "<td>scraper</td>" not in only
+    csv = b"".join(browser.get(f"/ops/hospital/recalls/?key={flood_key.lookup}&format=csv").streaming_content).decode()
+    assert csv.count("\n") == 1 + len(QUESTIONS) and "scraper" in csv
