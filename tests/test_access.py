@@ -158,3 +158,36 @@ def test_grant_scope_gives_and_takes_an_operators_access(tenants):
     assert ann.get("/ops/acme-support/").status_code == 404
     with pytest.raises(CommandError, match="no such scope"):
         call_command("grant_scope", "ann", "--scope", "nope")
+
+
+def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes_and_leaves_nothing(db, django_user_model):
+    """Jane Roe in two tenants the operator acts on: her name in a query, her e-mail in a
+    feedback reason; the preview counts both kinds, names the other tenant, and after the run
+    nothing in the scope matches any identifier."""
+    from trails.upkeep.purge import purge_rules, records_matching
+
+    scopes = {}
+    for slug in ("python-faq", "acme-support"):
+        scope = Scope.objects.create(slug=slug, matcher="lexical", keep_raw_queries=True)
+        Section.upsert(scope, {"s1": "The first section."})
+        api = ApiClient(ApiKey.issue([scope], name=slug)[1])
+        api.record(slug, query="Jane Roe asks how to reset her password", cited=["s1"])
+        served = api.recall(slug, query="Jane Roe asks how to reset her password").json()
+        api.call("post", f"/scopes/{slug}/recalls/{served['recall_id']}/feedback",
+                 {"helpful": False, "reason": "wrong answer for jane.roe@example.com"})
+        scopes[slug] = scope
+    user = django_user_model.objects.create_user("dpo", password="x", is_staff=True)
+    for scope in scopes.values():
+        grant(user, scope, access=Access.ACT)
+    dpo = Client()
+    dpo.force_login(user)
+    page = dpo.post("/ops/python-faq/purge/", {"subject": "Jane Roe", "action": "redact", "step": "preview"}).content.decode()
+    assert "1 trails" in page and "1 recall queries" in page and "1 feedback reasons" in page  # her e-mail, by her name
+    assert "acme-support: " in page and "preview there" in page
+    run = PurgeRun.objects.get(scope=scopes["python-faq"], state=PurgeRun.State.PREVIEWED)
+    done = dpo.post("/ops/python-faq/purge/", {"step": "run", "run": str(run.public_id)}, follow=True).content.decode()
+    assert "nothing in this scope matches any more" in done
+    rules = purge_rules(PurgeRun.request(scopes["python-faq"], "Jane Roe\njane.roe@example.com", False, "dpo"))
+    assert not any(records_matching(scopes["python-faq"].pk, rules).values())
+    assert sum(records_matching(scopes["acme-support"].pk, rules).values()) == 3  # untouched until purged there
+    assert PurgeRun.objects.get(pk=run.pk).left == {} and PurgeRun.objects.get(pk=run.pk).subject == ""

@@ -59,9 +59,17 @@ def rules_for(extra: Iterable[tuple[str, str]] = (), subject: str | None = None,
     """
     rules = list(BUILTIN_RULES) if builtin else []
     rules.extend(Rule(name, re.compile(pattern)) for name, pattern in extra)
-    if subject:
-        rules.append(Rule("subject", re.compile(re.escape(subject), re.IGNORECASE)))
+    for identifier in identifiers(subject or ""):
+        # A name's words also match joined by a dot, underscore or hyphen: "Jane Roe" finds
+        # jane.roe@example.com and jane_roe too.
+        words = [re.escape(word) for word in identifier.split()]
+        rules.append(Rule("subject", re.compile(r"[\s._-]+".join(words), re.IGNORECASE)))
     return rules
+
+
+def identifiers(subject: str) -> list[str]:
+    """An erasure subject's identifiers: one per line (a name, an e-mail, an id)."""
+    return [line.strip() for line in subject.replace(";", "\n").splitlines() if line.strip()]
 
 
 def find(text: str, rules: Sequence[Rule]) -> list[tuple[str, int, int]]:

@@ -68,13 +68,16 @@ class PurgeRun(models.Model):
     # The previewed set (trail ids); None purges every matching trail of the scope at run time.
     trail_ids = models.JSONField(null=True, blank=True, editable=False)
     error = models.CharField(max_length=300, blank=True)
+    # After the run, what still matched (by kind of record; empty: nothing left), checked
+    # before the subject was forgotten.
+    left = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def finish(self) -> None:
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
-        self.save(update_fields=["state", "finished_at", "subject", "trail_ids"])
+        self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left"])
 
     def fail(self, error: str) -> None:
         """Ends the run unfinished; it forgets its erasure subject and what it matched."""

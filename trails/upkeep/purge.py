@@ -127,6 +127,11 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
     return len(matched), shown
 
 
+def preview_records(run: PurgeRun) -> dict[str, int]:
+    """Every kind of record the run would touch, counted (trails included)."""
+    return records_matching(run.scope_id, purge_rules(run))
+
+
 def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     """Runs (or resumes) a purge: the previewed trails, or (not previewed) every trail of
     the scope; then the scope's recall-event queries and cached tool results.
@@ -171,19 +176,34 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             run.save(update_fields=["last_trail_id", "processed", "matched"])
     # Raw queries of recall events (kept only where a scope allows) and agents' feedback
     # reasons are redacted too.
-    for model, rows, field in (
-        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(query=""), "query"),
-        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(partition=""), "partition"),
-        (RecallEvent, RecallEvent.objects.filter(scope=run.scope).exclude(feedback_reason=""), "feedback_reason"),
-        (TrailSignal, TrailSignal.objects.filter(trail__scope=run.scope).exclude(reason=""), "reason"),
-    ):
+    for _, model, rows, field in other_records(run.scope_id):
         for row_id, text in rows.values_list("id", field).iterator():
             cleaned = pii.redact(text, rules)
             if cleaned != text:
                 model.objects.filter(id=row_id).update(**{field: cleaned})
     tool_results.forget_scope(run.scope)
+    # What still matches, checked while the subject is known (it is forgotten at the end).
+    run.left = {kind: n for kind, n in records_matching(run.scope_id, rules).items() if n}
     run.finish()
     return run
+
+
+# The records besides trails a purge redacts: (what an operator calls them, model, rows, field).
+def other_records(scope_id: int):
+    return (
+        ("recall queries", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""), "query"),
+        ("recall partitions", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""), "partition"),
+        ("feedback reasons", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""), "feedback_reason"),
+        ("trail history reasons", TrailSignal, TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""), "reason"),
+    )
+
+
+def records_matching(scope_id: int, rules: list[pii.Rule]) -> dict[str, int]:
+    """How many of each kind of record in the scope hold a match: trails, then the others."""
+    counts = {"trails": sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])}
+    for kind, _, rows, field in other_records(scope_id):
+        counts[kind] = sum(1 for text in rows.values_list(field, flat=True).iterator() if pii.find(text, rules))
+    return counts
 
 
 def _redact_trails(run: PurgeRun, trails: list[Trail], rules: list[pii.Rule]) -> None:

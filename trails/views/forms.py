@@ -52,15 +52,18 @@ class ReplayForm(forms.Form):
 
 class PurgeForm(forms.Form):
     subject = forms.CharField(
-        max_length=500, required=False, label="Erasure subject",
-        help_text="A name, e-mail or id to erase. Leave empty to look for e-mails, phone, card and IBAN numbers, "
-        "IP addresses and the scope's own patterns.",
+        max_length=2000, required=False, label="Erasure subject", widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Every identifier of the person, one per line: name, e-mail, customer id. A name also matches its "
+        "words joined by a dot, underscore or hyphen (jane.roe). Leave empty to look for e-mails, phone, card and "
+        "IBAN numbers, IP addresses and the scope's own patterns.",
     )
     action = forms.ChoiceField(choices=PurgeRun.Action.choices, initial=PurgeRun.Action.REDACT, widget=forms.RadioSelect)
 
     def clean_subject(self) -> str:
+        from trails.core.pii import identifiers
+
         subject = self.cleaned_data["subject"].strip()
-        if subject and len(subject) < 3:
-            # A one- or two-letter subject would match nearly every query.
-            raise forms.ValidationError("An erasure subject needs at least 3 characters.")
-        return subject
+        if any(len(identifier) < 3 for identifier in identifiers(subject)):
+            # A one- or two-letter identifier would match nearly every query.
+            raise forms.ValidationError("Each identifier needs at least 3 characters.")
+        return "\n".join(identifiers(subject))

@@ -13,9 +13,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from trails.views.forms import PurgeForm
 from trails.models import PurgeRun
 from trails.upkeep.purge import preview as preview_purge
+from trails.upkeep.purge import preview_records
+from trails.core.pii import identifiers
 from trails.upkeep.purge import run_purge
 from trails.tasks import purge_task
-from scopes.access import Access
+from scopes.access import Access, granted_scopes
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
 
 logger = logging.getLogger(__name__)
@@ -53,13 +55,31 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
             run.state = PurgeRun.State.PREVIEWED
             count, shown = preview_purge(run)
             run.save()
-            preview = {"count": count, "shown": shown, "run": run, "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted"}
+            records = preview_records(run)
+            preview = {"count": count, "shown": shown, "run": run, "records": records, "any": any(records.values()),
+                       "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted",
+                       "elsewhere": _elsewhere(request, scope, run) if run.subject else None,
+                       "subject_line": "; ".join(identifiers(run.subject))}
     runs = list(PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED)[:50])
     shown_id = request.GET.get("run")
     return scope_page(request, "trails/purge/purge.html", scope, {
         "form": form, "preview": preview, "runs": runs, "tab": "purge", "problem": problem,
         "watched": [r for r in runs if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id],
     }, status)
+
+
+def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[tuple[object, int]]:
+    """The other scopes this operator may act on where the subject also appears, with how many
+    records hold it: an erasure covers one scope, and the page says which others need one."""
+    from trails.upkeep.purge import purge_rules, records_matching
+
+    rules = purge_rules(run)
+    found = []
+    for other in granted_scopes(request.user, Access.ACT).exclude(pk=scope.pk).order_by("slug"):
+        count = sum(records_matching(other.pk, rules).values())
+        if count:
+            found.append((other, count))
+    return found
 
 
 def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
