@@ -167,11 +167,17 @@ def test_upkeep_benchmark_runs_and_checks_its_counts(db):
     assert "counts sum 300 of 300" in text and "sweep: 10 trails" in text
 
 
-def test_sync_benchmark_releases_one_percent_and_reruns_as_a_no_op(db):
+def test_sync_benchmark_splits_a_release_with_this_splitter_and_the_previous_one(db, tmp_path):
+    import json
+
     out = StringIO()
-    call_command("benchmark_sync", "--sections", "300", "--trails", "20", "--repeats", "2", stdout=out)
+    call_command("benchmark_sync", "--pages", "6", "--trails", "30", "--repeats", "1", "--out", str(tmp_path), stdout=out)
     text = out.getvalue()
-    assert "300 sections in 3 pages" in text and text.count("3 changed (of 300)") == 2 and "ratio release / no-op" in text
+    figures = json.loads(next(tmp_path.glob("sync-*.json")).read_text())["results"]
+    this = figures["this"]
+    assert this["release"]["changed"] > 0 and this["over_2000_tokens"] == 0 and this["trails"] > 0
+    if len(figures) == 2:  # the previous splitter comes from git history (a clone without it measures this one alone)
+        assert "this splitter against previous" in text and "trails kept at prefetch" in text
 
 
 def test_metrics_benchmark_compares_live_and_no_op_metrics_and_puts_them_back(db):

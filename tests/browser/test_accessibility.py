@@ -72,3 +72,26 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
     phone.goto(f"{live_server.url}/ops/hospital/replay/?trail={trail.public_id}")
     report["replay answer"] = problems(phone)
     assert not any(report.values()), "\n".join(f"{k}: {p}" for k, v in report.items() for p in v)
+
+
+def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_server, hospital):  # noqa: F811
+    log_in(phone, live_server, "/ops/hospital/trails/?status=pending")
+    width = phone.viewport_size["width"]
+    assert phone.locator("header .user span").is_visible() and phone.locator("header .user a", has_text="Admin").is_visible()
+    rows = phone.locator("#trail-table tbody tr")
+    assert rows.count() >= 1
+    for index in range(rows.count()):
+        row = rows.nth(index)
+        for cell in ("[data-status]", "[data-would]"):
+            badge = row.locator(cell)
+            if badge.count():
+                box = badge.bounding_box()
+                hit = phone.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('[data-status], [data-would]') !== null",
+                                     [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2])
+                assert hit, f"{cell} of row {index} is covered at {width} px"
+        approve = row.get_by_role("button", name="Approve")
+        assert approve.count() == 1 and approve.is_visible()  # one visible Approve: under the query on a phone
+    # The overview's thresholds table scrolls in its own box, never the page.
+    phone.goto(f"{live_server.url}/ops/hospital/")
+    assert phone.locator("#thresholds .table-wrap table").count() == 1
+    assert phone.evaluate("document.documentElement.scrollWidth") <= width

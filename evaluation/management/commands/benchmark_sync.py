@@ -141,9 +141,11 @@ class Command(BaseCommand):
         parser.add_argument("--trails", type=int, default=1000)
         parser.add_argument("--repeats", type=int, default=3, help="splits timed per splitter (the median is kept)")
         parser.add_argument("--out", default=str(Path(settings.BASE_DIR) / "bench-out"))
+        parser.add_argument("--record", action="store_true",
+                            help="keep the figures as the target's latest in docs/benchmark-results.json (and its page)")
 
     def handle(self, *args, tree: str | None, release: str | None, pages: int, trails: int, repeats: int, out: str,
-               **options) -> None:
+               record: bool = False, **options) -> None:
         work = Path(tempfile.mkdtemp(prefix="bench-sync-"))
         try:
             if tree:
@@ -171,7 +173,8 @@ class Command(BaseCommand):
             for name, split in splitters.items():
                 results[name] = self.measure(name, split, old_tree, new_tree, picks, repeats)
             self.report(results, out)
-            self.record(results, f"--tree {tree} --release {release}" if tree else f"--pages {pages}")
+            if record:
+                self.record(results, f"--tree {tree} --release {release}" if tree else f"--pages {pages}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
