@@ -54,6 +54,7 @@ def urls_of(tenant: dict) -> dict[str, str]:
         "recalls csv": f"/ops/{slug}/recalls/?format=csv", "recall": f"/ops/{slug}/recalls/{tenant['recall']}/",
         "find": f"/ops/{slug}/find/?q={tenant['trail']}", "syncs": f"/ops/{slug}/syncs/", "purge": f"/ops/{slug}/purge/",
         "purge csv": f"/ops/{slug}/purge/?format=csv", "purge run": f"/ops/{slug}/purge/{tenant['run']}/",
+        "audit": f"/ops/{slug}/audit/", "audit csv": f"/ops/{slug}/audit/?format=csv",
     }
 
 
@@ -191,3 +192,23 @@ def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes
     assert not any(records_matching(scopes["python-faq"].pk, rules).values())
     assert sum(records_matching(scopes["acme-support"].pk, rules).values()) == 3  # untouched until purged there
     assert PurgeRun.objects.get(pk=run.pk).left == {} and PurgeRun.objects.get(pk=run.pk).subject == ""
+
+
+def test_the_audit_page_says_who_did_what_in_the_scope_only(tenants, django_user_model):
+    """Approvals, rejections, purges, threshold pins and admin changes, each with who; the other
+    tenant's never; filters and CSV."""
+    acme, python_faq = tenants["acme-support"], tenants["python-faq"]
+    for tenant in (acme, python_faq):
+        Trail.objects.get(public_id=tenant["trail"]).act("down", by=f"op-of-{tenant['scope'].slug}", reason="wrong")
+    admin = User.objects.create_superuser("root", password="x")
+    root = Client()
+    root.force_login(admin)
+    root.post(f"/ops/{acme['scope'].slug}/thresholds/", {"action": "pin"})
+    page = root.get(f"/ops/{acme['scope'].slug}/audit/").content.decode()
+    assert "op-of-acme-support" in page and "rejected" in page and "Pinned" in page and "purge" in page
+    assert "op-of-python-faq" not in page
+    only = root.get(f"/ops/{acme['scope'].slug}/audit/?kind=rejected").content.decode()
+    assert "op-of-acme-support" in only and "Pinned" not in only
+    csv = b"".join(root.get(f"/ops/{acme['scope'].slug}/audit/?format=csv&who=root").streaming_content).decode()
+    assert "threshold" in csv and "op-of-acme-support" not in csv
+    assert operator(python_faq["scope"]).get(f"/ops/{acme['scope'].slug}/audit/").status_code == 404

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trails.views import evaluation, overview, purge, recalls, syncs, trails
+from trails.views import audit, evaluation, overview, purge, recalls, syncs, trails
 
 app_name = "ops"
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("<slug:scope_slug>/recalls/<uuid:recall_id>/", recalls.recall_detail, name="recall"),
     path("<slug:scope_slug>/find/", recalls.find, name="find"),
     path("<slug:scope_slug>/syncs/", syncs.syncs, name="syncs"),
+    path("<slug:scope_slug>/audit/", audit.audit, name="audit"),
     path("<slug:scope_slug>/purge/", purge.purge, name="purge"),
     path("<slug:scope_slug>/purge/<uuid:run_id>/", purge.purge_progress, name="purge-progress"),
 ]

@@ -62,7 +62,7 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
         "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
         "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
         "one recall": f"/ops/hospital/recalls/{served.recall_id}/", "syncs": "/ops/hospital/syncs/",
-        "what-if": "/ops/hospital/tuning/?threshold=0.9",
+        "what-if": "/ops/hospital/tuning/?threshold=0.9", "audit": "/ops/hospital/audit/",
     }
     report = {}
     for name, path in pages.items():
