@@ -212,3 +212,21 @@ def test_the_audit_page_says_who_did_what_in_the_scope_only(tenants, django_user
     csv = b"".join(root.get(f"/ops/{acme['scope'].slug}/audit/?format=csv&who=root").streaming_content).decode()
     assert "threshold" in csv and "op-of-acme-support" not in csv
     assert operator(python_faq["scope"]).get(f"/ops/{acme['scope'].slug}/audit/").status_code == 404
+
+
+def test_an_operator_who_configures_sets_and_pins_the_threshold_from_the_what_if(tenants):
+    from trails.models import ThresholdChange
+
+    acme = tenants["acme-support"]
+    slug = acme["scope"].slug
+    configurer, actor = operator(acme["scope"]), operator(acme["scope"], access=Access.ACT)
+    page = configurer.get(f"/ops/{slug}/tuning/?threshold=0.91").content.decode()
+    assert 'id="set-threshold"' in page and 'id="set-threshold"' not in actor.get(f"/ops/{slug}/tuning/?threshold=0.91").content.decode()
+    body = {"action": "set", "matcher": "lexical", "threshold": "0.91", "pin": "1"}
+    assert actor.post(f"/ops/{slug}/thresholds/", body).status_code == 403
+    assert configurer.post(f"/ops/{slug}/thresholds/", body).status_code == 302
+    scope = Scope.objects.get(slug=slug)
+    assert scope.lexical_threshold == 0.91 and scope.threshold_pinned
+    assert ThresholdChange.objects.filter(scope=scope, kind="pinned").exists()
+    assert configurer.post(f"/ops/{slug}/thresholds/", {**body, "threshold": "7"}).status_code == 302
+    assert Scope.objects.get(slug=slug).lexical_threshold == 0.91  # refused, nothing changed

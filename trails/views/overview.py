@@ -150,7 +150,8 @@ def threshold_context(scope: Scope) -> dict:
 @staff_required
 @require_POST
 def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
-    """Reset the learned threshold, or pin / unpin the configured one: recorded with who."""
+    """Set the threshold (from the what-if), reset the learned one, or pin / unpin the
+    configured one: recorded with who."""
     scope = scope_or_404(request, scope_slug, Access.CONFIGURE)
     action, by = request.POST.get("action"), request.user.get_username()
     if action == "reset":
@@ -160,12 +161,27 @@ def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
         accepted = thresholds.accept_learned(scope, by=by)
         messages.info(request, f"Learned {', '.join(accepted)} threshold made the configured one." if accepted
                       else "Nothing learned to accept: the configured thresholds are in use.")
+    elif action == "set":
+        matcher = request.POST.get("matcher", "")
+        try:
+            value = float(request.POST.get("threshold", ""))
+        except ValueError:
+            value = -1.0
+        if matcher not in thresholds.used_matchers(scope) or not 0.0 < value <= 1.0:
+            messages.error(request, "The threshold must be a number above 0 and at most 1, for a matcher the scope uses; nothing changed.")
+            return redirect(reverse("ops:tuning", args=[scope_slug]))
+        setattr(scope, f"{matcher}_threshold", round(value, 4))
+        scope._changed_by = by
+        scope.save()  # recorded, learning restarted against it, trails re-signed (thresholds.py)
+        if request.POST.get("pin") and not scope.threshold_pinned:
+            thresholds.pin_thresholds(scope, by=by, pinned=True)
+        messages.info(request, f"The {matcher} threshold is now {round(value, 4)}" + (", pinned." if request.POST.get("pin") else "."))
     elif action in ("pin", "unpin"):
         thresholds.pin_thresholds(scope, by=by, pinned=action == "pin")
         messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
                       else "Learning on again, from labels given from now on.")
     else:
-        return HttpResponse("action must be reset, accept, pin or unpin", status=400)
+        return HttpResponse("action must be set, reset, accept, pin or unpin", status=400)
     return redirect(reverse("ops:overview", args=[scope_slug]) + "#thresholds")
 
 
