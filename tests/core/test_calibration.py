@@ -94,6 +94,9 @@ def test_one_reporter_moves_the_threshold_one_bounded_step_and_past_the_ceiling_
     assert decided.demanded == 1.0
     assert decided.threshold == pytest.approx(0.95 + LIMITS.reporter_shift)
     assert set(decided.flags) == {"reporter:key:flood", "ceiling"}
+    # The move names every key behind it, the flood first: who an operator should look at.
+    assert decided.by_reporter[0] == ("key:flood", 400, 400) and len(decided.by_reporter) == 6
+    assert decided.evidence()["by_reporter"][0] == ["key:flood", 400, 400]
     # Its flood alone, with no other reporter: the same bounded step.
     assert learned_threshold(flood, ASKED, 0.95, GRID, 0.02, LIMITS).threshold == pytest.approx(0.96)
     # Two reporters that agree move it as far as the evidence says, up to the ceiling and no further.

@@ -42,6 +42,8 @@ def test_setting_a_flooding_keys_reports_aside_puts_the_trails_and_the_verdict_b
     flood_key, honest_key = flooded
     icu = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
     assert icu.status == "pending" and icu.held_by == "reports" and icu.false_hit_reporters == 2
+    # The hold names both keys behind it, not only the honest one whose report tipped it.
+    assert f"key:{flood_key.lookup}" in icu.reason and f"key:{honest_key.lookup}" in icu.reason
     assert judged_counts([scope.pk], timezone.now())[scope.pk] == (4, 4)
 
     with committed():
@@ -76,5 +78,8 @@ def test_the_recall_log_names_each_key_and_filters_by_it(flooded, scope, django_
     assert page.count("<td>scraper</td>") == len(QUESTIONS) and page.count("<td>support-bot</td>") == 1
     only = browser.get(f"/ops/hospital/recalls/?key={honest_key.lookup}").content.decode()
     assert only.count("<td>support-bot</td>") == 1 and "<td>scraper</td>" not in only
+    trail = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
+    detail = browser.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
+    assert f"scraper (key:{flood_key.lookup})" in detail and f"support-bot (key:{honest_key.lookup})" in detail
     csv = b"".join(browser.get(f"/ops/hospital/recalls/?key={flood_key.lookup}&format=csv").streaming_content).decode()
     assert csv.count("\n") == 1 + len(QUESTIONS) and "scraper" in csv

@@ -246,13 +246,15 @@ class LearnedThreshold:
     at_threshold: tuple[int, int]  # (false hits, labels) at or above the threshold in use
     bound: float
     asked: int = 0  # questions asked in the labels' window
+    # The reporters behind the labels, most labels first: (reporter, labels, false hits), at most 10.
+    by_reporter: tuple[tuple[str, int, int], ...] = ()
 
     def evidence(self) -> dict:
         false_hits, judged = self.at_threshold
         return {
             "labels": self.labels, "false_hits": self.false_hits, "reporters": self.reporters, "asked": self.asked,
             "at_threshold": {"false_hits": false_hits, "labels": judged}, "demanded": self.demanded,
-            "bound": self.bound, "flags": list(self.flags),
+            "bound": self.bound, "flags": list(self.flags), "by_reporter": [list(r) for r in self.by_reporter],
         }
 
 
@@ -375,8 +377,15 @@ def learned_threshold(
     if demanded > limits.ceiling:
         flags.append("ceiling")
     threshold = round(min(max(threshold, limits.floor), limits.ceiling), 6)
+    tally: dict[str, list[int]] = {}
+    for label in labels:
+        counted = tally.setdefault(label.reporter or "unnamed", [0, 0])
+        counted[0] += 1
+        counted[1] += int(label.false_hit)
+    by_reporter = tuple((reporter, n, false) for reporter, (n, false) in
+                        sorted(tally.items(), key=lambda item: (-item[1][0], item[0]))[:10])
     return LearnedThreshold(
         None if abs(threshold - calibrated) < 1e-9 else threshold,
         demanded, tuple(flags), len(labels), sum(1 for l in labels if l.false_hit),
-        len({label.reporter for label in labels}), counts.at(threshold), bound, asked,
+        len({label.reporter for label in labels}), counts.at(threshold), bound, asked, by_reporter,
     )

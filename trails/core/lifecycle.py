@@ -129,7 +129,7 @@ RULES: tuple[Rule, ...] = (
     Rule(REPORT, A, (ACTIVE,), None, reports=Reports.COUNT,
          note="'not helpful' on a recall that served it; counted once per key"),
     Rule(REPORT, A, (ACTIVE,), HELD, reports=Reports.COUNT, expiry=Expiry.PENDING, hold=Hold.REPORTS,
-         reason="reported not helpful by {reporters} reporters",
+         reason="reported not helpful by {reporters} reporters: {names}",
          note="the report that brings the scope's number of different reporters"),
     Rule(REPORT, A, (PENDING, HELD, STALE, REJECTED), None, reports=Reports.COUNT,
          note="counted; the status stays"),

@@ -188,8 +188,11 @@ class Lifecycle:
             locked.status, locked.held_by = status_of(rule.to_state).value, rule.hold.value
             fields += ["status", "held_by"]
             if rule.reason:
+                # Every key behind a hold by reports is named, not only the one whose report tipped it.
+                names = ", ".join(TrailReport.objects.filter(trail_id=locked.pk).order_by("created_at")
+                                  .values_list("reporter", flat=True)[:6]) if "{names}" in rule.reason else ""
                 locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "",
-                                                   reporters=locked.false_hit_reporters)[:200]
+                                                   reporters=locked.false_hit_reporters, names=names)[:200]
                 fields.append("reason")
         if rule.reports is Reports.ANSWER:
             locked.false_hit_reports = locked.false_hit_reporters = 0

@@ -1,6 +1,8 @@
 """Small filters of the operator pages."""
 from __future__ import annotations
 
+import re
+
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
@@ -51,3 +53,14 @@ def age_text(value: datetime | None) -> str:
     else:
         text = f"{int(seconds)} s"
     return f"in {text}" if future else f"{text} ago"
+
+
+_KEY = re.compile(r"key:([0-9a-f]{6,16})")
+
+
+@register.filter
+def keys_named(text: str | None, names: dict[str, str] | None) -> str:
+    """Every `key:<lookup>` in a text, named as admin names the key ("scraper (key:1a2b…)")."""
+    if not text or not names:
+        return text or ""
+    return _KEY.sub(lambda m: f"{names[m.group(1)]} (key:{m.group(1)})" if m.group(1) in names else m.group(0), text)

@@ -105,7 +105,8 @@ def scope_page(request: HttpRequest, template: str, scope: Scope | None, context
     context = {"scope": scope, "scopes": operator_scopes(request).only("slug", "name"),
                # What the page offers (the views check again): actions need act, settings configure.
                "can_act": scope is not None and may(request.user, scope, Access.ACT),
-               "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE), **context}
+               "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE),
+               "key_names": key_names(scope) if scope is not None and scope.pk else {}, **context}
     return render(request, template, context, status=status)
 
 
@@ -151,3 +152,11 @@ def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int,
     checked = validations_now(scope, trail_ids)
     cited = {trail_id: [s.section_id for s in validation.sections] for trail_id, validation in checked.items()}
     return cited, {trail_id: validation.outcome.value for trail_id, validation in checked.items()}
+
+
+def key_names(scope) -> dict[str, str]:
+    """The scope's API keys by lookup, named as an operator knows them ("name (owner)")."""
+    from scopes.models import ApiKey
+
+    return {lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
+            for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list("lookup", "name", "owner", "revoked_at")}

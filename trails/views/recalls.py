@@ -17,7 +17,7 @@ from trails.core.validation import SectionStatus
 from trails.models import RecallEvent, Trail, validations_now
 from trails.serving.recall import recall
 from trails.schemas import recall_json
-from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+from trails.views.common import CSV_ROW_LIMIT, csv_response, key_names, scope_or_404, scope_page, staff_required, uuids, wants_csv
 
 
 @staff_required
@@ -114,13 +114,6 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": scope.keep_raw_queries,
     })
 
-
-def key_names(scope) -> dict[str, str]:
-    """The scope's API keys by lookup, named as an operator knows them ("name (owner)")."""
-    from scopes.models import ApiKey
-
-    return {lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
-            for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list("lookup", "name", "owner", "revoked_at")}
 
 
 
