@@ -181,7 +181,7 @@ def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live
     # And from the stale card to the stale trails.
     page.goto(f"{live_server.url}/ops/hospital/")
     page.click("#kpi-stale")
-    page.wait_for_url("**/ops/hospital/trails/?status=stale")
+    page.wait_for_url("**/ops/hospital/trails/?status=stale&since=**")
 
 
 def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citations_in_view(page, live_server, hospital):

@@ -275,7 +275,7 @@ def test_purge_previews_then_redacts_inline_and_writes_the_audit_log(staff, trai
 def test_purge_refuses_a_too_short_subject_next_to_the_field(staff, trails, scope):
     response = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "delete", "subject": "a"})
     assert response.status_code == 422
-    assert "An erasure subject needs at least 3 characters." in response.content.decode()
+    assert "Each identifier needs at least 3 characters." in response.content.decode()
     assert Trail.objects.count() == 3 and not PurgeRun.objects.exists()
 
 
@@ -370,7 +370,7 @@ def test_overview_numbers_link_to_the_rows_behind_them(staff, api, trails):
     api.recall("hospital", query="When are ICU visiting hours?")
     roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
     page = staff.get("/ops/hospital/").content.decode()
-    assert 'href="/ops/hospital/recalls/?outcome=miss"' in page and 'href="/ops/hospital/trails/?status=stale"' in page
+    assert 'href="/ops/hospital/recalls/?outcome=miss"' in page and 'href="/ops/hospital/trails/?status=stale&amp;since=' in page
     figure = json.loads(page.split('id="chart-outcomes-data" type="application/json">')[1].split("</script>")[0])
     assert figure["layout"]["meta"]["click"] == "/ops/hospital/recalls/?{customdata}"
     assert figure["data"][0]["customdata"][-1].startswith("outcome=prefetch&since=")
@@ -485,10 +485,13 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     RecallEvent.objects.filter(outcome="miss").update(created_at=timezone.now() - timedelta(hours=30))
     roll_up(timezone.now() - timedelta(days=3), timezone.now() + timedelta(hours=1))
     page = staff.get("/ops/hospital/").content.decode()
-    assert '<div class="detail" id="kpi-recalls-before">before: 1</div>' in page
+    assert '<div class="detail" id="kpi-recalls-before">before: 1 · rolled up to' in page
     assert "1 hits of 1 recalls · before: 0.0 % of 1" in page
     assert "(1)</a> <span class=\"help\">served in full</span>" in page
-    assert 'id="kpi-voted-down"><a href="/ops/hospital/trails/?status=rejected">1</a>' in page
+    rejected = page.split('id="kpi-voted-down"><a href="')[1].split('"')[0].replace("&amp;", "&")
+    assert rejected.startswith("/ops/hospital/trails/?status=rejected&since=") and 'id="rejected-link">1</a>' in page
+    # The number and the list it opens count the same trails.
+    assert staff.get(rejected).content.decode().count('<tr id="trail-') == 1
     assert '<td><code>search</code></td><td class="num">0</td><td class="num">1</td>' in page
     similarity = json.loads(page.split('id="chart-similarity-data" type="application/json">')[1].split("</script>")[0])
     assert [line["x0"] for line in similarity["layout"]["shapes"]] == [0.5]  # the lexical scope's threshold
@@ -707,7 +710,7 @@ def test_the_overviews_report_links_keep_the_window_and_open_the_reported_trails
     html = staff.get("/ops/hospital/?window=7d").content.decode()
     link = html.split('id="false-hit-link"')[0].rsplit('href="', 1)[1]
     assert "feedback=not_helpful" in link and "since=" in link
-    assert 'href="/ops/hospital/trails/?flag=reported" id="reported-link"' in html
+    assert 'href="/ops/hospital/trails/?flag=reported&amp;since=' in html and 'id="reported-link"' in html
 
 
 def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quotes_the_calibration(staff, db):
@@ -826,3 +829,21 @@ def test_a_forged_csrf_token_on_an_htmx_action_is_a_403_that_reloads_the_page(tr
                            headers={"HX-Request": "true"})
     assert answer.status_code == 403 and answer["HX-Refresh"] == "true"
     assert Trail.objects.get(pk=trail.pk).status == before
+
+
+def test_the_overviews_numbers_count_what_the_lists_they_open_show(staff, api, scope, trails):
+    """A rejection undone is no rejected trail; a trail made stale in the window is one."""
+    parking = Trail.objects.get(query="Where do visitors park?")
+    parking.vote("down", by="olga")
+    icu = Trail.objects.get(query="When are ICU visiting hours?")
+    icu.vote("down", by="olga")
+    icu.undo_last(by="olga")  # reinstated, then approved again: no longer rejected
+    api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
+    api.recall("hospital", query="When are ICU visiting hours?")  # recall marks it stale
+    page = staff.get("/ops/hospital/").content.decode()
+    for anchor in ('id="rejected-link"', 'id="kpi-stale"'):
+        head, tail = page.split(anchor, 1)
+        link = head.rsplit('href="', 1)[1].split('"')[0].replace("&amp;", "&")
+        shown = int(tail.split(">", 1)[1].split("<", 1)[0])
+        listed = staff.get(link).content.decode().count('<tr id="trail-')
+        assert shown == listed >= 1, (anchor, shown, listed)

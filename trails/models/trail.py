@@ -57,6 +57,20 @@ class TrailQuerySet(models.QuerySet):
             return self.filter(status=TrailStatus.ACTIVE, expires_at__gt=now)
         return self.filter(status=display_status)
 
+    def since(self, display_status: str, flag: str, since: datetime) -> "TrailQuerySet":
+        """Those that came to their state in the window: rejected (a rejection since), stale
+        (marked since), held by reports (the hold since), else any change since. The overview's
+        numbers and the trails table they link to read this one definition."""
+        from trails.models.lifecycle import Signal  # the history's vocabulary sits with the lifecycle
+
+        if flag == "reported":
+            return self.filter(signals__signal=Signal.REPORTED, signals__created_at__gte=since).distinct()
+        if display_status == TrailStatus.REJECTED:
+            return self.filter(signals__signal=Signal.DOWN, signals__created_at__gte=since).distinct()
+        if display_status == TrailStatus.STALE:
+            return self.filter(stale_at__gte=since)
+        return self.filter(signals__created_at__gte=since).distinct()
+
     def act(self, action: str, by: str, reason: str = "") -> tuple[int, int]:
         """Applies an action to each of these trails where it applies (Trail.act), in one
         transaction; returns (changed, skipped)."""

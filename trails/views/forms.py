@@ -20,6 +20,7 @@ class TrailFilterForm(forms.Form):
     section = forms.CharField(required=False, max_length=512, label="Cites section")
     sort = forms.ChoiceField(choices=SORT_CHOICES, required=False)
     flag = forms.ChoiceField(choices=FLAG_CHOICES, required=False, label="Triage")
+    since = forms.DateTimeField(required=False, label="Came to it since (UTC)")
 
 
 OUTCOME_CHOICES = [("", "Any outcome"), ("prefetch", "Prefetch"), ("hint", "Hint"), ("miss", "Miss")]

@@ -79,9 +79,13 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     judged = RecallEvent.objects.filter(scope=scope, feedback_at__gte=start).aggregate(
         judged=Count("id"), reported=Count("id", filter=Q(helpful=False))
     )
-    voted_down = TrailSignal.objects.filter(
-        trail__scope=scope, created_at__gte=start, signal__in=[Signal.DOWN, Signal.REPORTED]
-    ).aggregate(down=Count("id", filter=Q(signal=Signal.DOWN)), reported=Count("id", filter=Q(signal=Signal.REPORTED)))
+    # Counted as the trails table the numbers link to counts them (TrailQuerySet.since).
+    in_scope, cut = Trail.objects.filter(scope=scope), start.replace(microsecond=0)  # the link's `since`, to the second
+    voted_down = {
+        "down": in_scope.filter(status=TrailStatus.REJECTED).since(TrailStatus.REJECTED, "", cut).count(),
+        "reported": in_scope.filter(status=TrailStatus.PENDING, signals__signal=Signal.REPORTED).since("", "reported", cut).count(),
+        "stale": in_scope.filter(status=TrailStatus.STALE).since(TrailStatus.STALE, "", cut).count(),
+    }
     try:
         tool_counts, tool_error = tool_results.lookup_counts(scope), ""
     except Refused as refused:
@@ -117,6 +121,8 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "false_hit_reports": judged["reported"],
         "voted_down": voted_down["down"],
         "reported_to_pending": voted_down["reported"],
+        "stale_now": voted_down["stale"], "since_cut": cut,
+        "rolled_up_to": last_hour + timedelta(hours=1) if last_hour else None,
         "previous": previous,
         "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
         "tool_error": tool_error,

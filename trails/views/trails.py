@@ -77,6 +77,9 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
         trails = trails.filter(status=TrailStatus.PENDING, signals__signal=Signal.REPORTED).distinct()
     elif flag:
         trails = trails.filter(id__in=_pending_flagged(scope, flag))
+    since = form.cleaned_data.get("since") if form.is_valid() else None
+    if since:
+        trails = trails.since(status, flag, since)
     sort = (form.cleaned_data.get("sort") if form.is_valid() else "") or "age"
     return trails.order_by(SORTS[sort], "-id")
 
