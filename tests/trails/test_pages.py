@@ -847,3 +847,30 @@ def test_the_overviews_numbers_count_what_the_lists_they_open_show(staff, api, s
         shown = int(tail.split(">", 1)[1].split("<", 1)[0])
         listed = staff.get(link).content.decode().count('<tr id="trail-')
         assert shown == listed >= 1, (anchor, shown, listed)
+
+
+def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staff, scope, monkeypatch):
+    """Slow recalls, refused requests, a stopped worker: each makes the strip say so, and why."""
+    from infra import metrics
+    from trails.models import RecallEvent
+
+    now = timezone.now()
+    fresh = {name: now.timestamp() - 60 for name in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")}
+    monkeypatch.setattr(metrics, "last_successes", lambda names: {name: fresh.get(name) for name in names})
+    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 0.0})
+
+    def strip() -> str:
+        page = staff.get("/ops/hospital/").content.decode()
+        return page.split('id="health-because">', 1)[1].split("</p>", 1)[0] if 'id="health-because"' in page else "ok"
+
+    assert strip() == "ok"
+    RecallEvent.objects.bulk_create([RecallEvent(scope=scope, outcome="miss", latency_ms=1060.0, created_at=now) for _ in range(20)])
+    assert "Broken because:" in strip() and "recall p95 1060 ms, over its 500 ms budget" in strip()
+    RecallEvent.objects.all().delete()
+
+    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 52.0})
+    assert "Broken because:" in strip() and "52 of 80 API requests refused with 503 (service-wide)" in strip()
+    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 0.0})
+
+    fresh["trails.tasks.roll_up_task"] = now.timestamp() - 2 * 3600  # the worker stopped two hours ago
+    assert "Broken because:" in strip() and "roll_up_task last succeeded 2 h ago" in strip()
