@@ -192,6 +192,13 @@ def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes
     assert not any(records_matching(scopes["python-faq"].pk, rules).values())
     assert sum(records_matching(scopes["acme-support"].pk, rules).values()) == 3  # untouched until purged there
     assert PurgeRun.objects.get(pk=run.pk).left == {} and PurgeRun.objects.get(pk=run.pk).subject == ""
+    # The other tenant's button previews the same erasure there; run, nothing is left anywhere.
+    there = page.split('action="/ops/acme-support/purge/"', 1)[1]
+    subject = there.split('name="subject" value="', 1)[1].split('"', 1)[0]
+    dpo.post("/ops/acme-support/purge/", {"subject": subject, "action": "redact", "step": "preview"})
+    second = PurgeRun.objects.get(scope=scopes["acme-support"], state=PurgeRun.State.PREVIEWED)
+    dpo.post("/ops/acme-support/purge/", {"step": "run", "run": str(second.public_id)})
+    assert all(not any(records_matching(scope.pk, rules).values()) for scope in scopes.values())
 
 
 def test_the_audit_page_says_who_did_what_in_the_scope_only(tenants, django_user_model):
