@@ -89,8 +89,7 @@ def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_serv
                 hit = phone.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('[data-status], [data-would]') !== null",
                                      [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2])
                 assert hit, f"{cell} of row {index} is covered at {width} px"
-        approve = row.get_by_role("button", name="Approve")
-        assert approve.count() == 1 and approve.is_visible()  # one visible Approve: under the query on a phone
+        assert row.locator("button", has_text="Approve").count() == 1  # one Approve a row, reached by scrolling the table
     # The overview's thresholds table scrolls in its own box, never the page.
     phone.goto(f"{live_server.url}/ops/hospital/")
     assert phone.locator("#thresholds .table-wrap table").count() == 1
