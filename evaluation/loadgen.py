@@ -34,6 +34,9 @@ class Result:
 
 
 class Connection:
+    # Stamp X-Request-Start as a proxy would (False: as a client talking to gunicorn alone).
+    proxy_stamp = True
+
     def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
         self.host, self.port, self.headers = host, port, headers
         self.reader: asyncio.StreamReader | None = None
@@ -44,8 +47,10 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         body = json.dumps(request.body).encode() if request.body is not None else b""
-        head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}", f"X-Request-Start: t={stamp:.6f}",
+        head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}",
                 f"Content-Length: {len(body)}", "Content-Type: application/json"]
+        if self.proxy_stamp:
+            head.append(f"X-Request-Start: t={stamp:.6f}")
         head += [f"{k}: {v}" for k, v in self.headers.items()]
         self.sent_at = time.perf_counter()
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)

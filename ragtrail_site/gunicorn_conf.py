@@ -15,7 +15,9 @@ bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
 # Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
 # with a few threads for the time spent waiting on PostgreSQL and Redis.
 workers = env_int("RAGTRAIL_WORKERS", os.cpu_count() or 2)
-worker_class = "gthread"
+# gthread, stamping when a request was queued for a thread: overload is shed with no proxy in
+# front too (ragtrail_site/gunicorn_worker.py; a proxy's X-Request-Start, when sent, is kept).
+worker_class = "ragtrail_site.gunicorn_worker.StampingThreadWorker"
 threads = env_int("RAGTRAIL_THREADS", 4)
 # A request past this is killed; the database and cache time out well before (settings).
 timeout = env_int("RAGTRAIL_WORKER_TIMEOUT_S", 30)

@@ -193,3 +193,71 @@ def test_a_standing_queue_is_drained_to_a_short_wait_and_a_burst_is_not():
     # ...until one that hardly waited shows it drained.
     assert watch.allowed_wait(0.02, longest, now=3601.4) == longest
     assert watch.allowed_wait(0.3, longest, now=3601.5) == longest
+
+
+def test_gunicorn_alone_stamps_when_a_request_was_queued_so_overload_is_shed_without_a_proxy():
+    from ragtrail_site.gunicorn_worker import stamp
+    from infra.load_shedding import queued_since
+
+    headers = [("HOST", "ragtrail")]
+    stamp(headers, 1_764_000_000.25)
+    assert queued_since(dict(headers)["X-REQUEST-START"], 1_764_000_001.0) == pytest.approx(1_764_000_000.25)
+    proxied = [("X-Request-Start", "t=1764000000.1")]
+    stamp(proxied, 1_764_000_000.9)
+    assert proxied == [("X-Request-Start", "t=1764000000.1")]  # a proxy's earlier stamp is kept
+
+
+@pytest.mark.slow
+def test_gunicorn_without_a_proxy_sheds_what_waited_past_the_budget(transactional_db, tmp_path):
+    """One worker with one thread, a 60 ms recall budget and 24 recalls at once, none stamped by
+    a proxy: those that wait in gunicorn's queue past the budget answer 503, at once."""
+    import concurrent.futures
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    from django.conf import settings
+    from django.db import connection
+
+    from tests.test_production import free_port, stop, wait_for_port
+
+    if connection.vendor != "postgresql":
+        pytest.skip("gunicorn serves the test database over PostgreSQL")
+    scope = Scope.objects.create(slug="shed", matcher="lexical")
+    Section.upsert(scope, {"s1": "Section one."})
+    _, key = ApiKey.issue([scope])
+    db_settings = connection.settings_dict
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
+    env.update(DATABASE_URL=f"postgres://{db_settings['USER']}@{db_settings['HOST'] or '127.0.0.1'}:{db_settings['PORT'] or 5432}/{db_settings['NAME']}",
+               RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
+               RAGTRAIL_BIND=f"127.0.0.1:{port}", RAGTRAIL_WORKERS="1", RAGTRAIL_THREADS="1", RAGTRAIL_RECALL_BUDGET_MS="60",
+               RAGTRAIL_EMBEDDER="trails.embedders.hashing", RAGTRAIL_METRICS_DIR=str(tmp_path), RAGTRAIL_ACCESS_LOG="/dev/null")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def recall(n: int) -> tuple[int, float]:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/scopes/shed/recall", method="POST",
+                                         data=json.dumps({"query": f"question number {n} about section one"}).encode(),
+                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, time.perf_counter() - started
+        except urllib.error.HTTPError as error:
+            return error.code, time.perf_counter() - started
+
+    try:
+        wait_for_port(port)
+        recall(0)  # warm
+        with concurrent.futures.ThreadPoolExecutor(24) as pool:
+            answers = list(pool.map(recall, range(1, 25)))
+    finally:
+        stop(server)
+    statuses = [status for status, _ in answers]
+    assert set(statuses) <= {200, 503} and statuses.count(503) >= 1, statuses

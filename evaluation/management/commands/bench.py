@@ -24,6 +24,8 @@ WATCHED = [
     ("HTTP lexical recall CPU ms (all processes)", ("http", "recall lexical (half hits)", "cpu_ms_per_request", "total"), False),
     ("HTTP embedding recall CPU ms (distinct)", ("http", "recall embedding (distinct questions)", "cpu_ms_per_request", "total"), False),
     ("overload: slowest answer ms", ("http", "overload", "max_ms"), False),
+    ("overload without a proxy: answered p99 ms", ("http", "overload without a proxy", "p99_ms"), False),
+    ("overload without a proxy: 503 p99 ms", ("http", "overload without a proxy", "shed_p99_ms"), False),
     ("worker RSS growth MB (largest)", ("http", "memory", "largest_growth_mb"), False),
     ("worker RSS after 100k / after 1k (largest)", ("http", "memory", "largest_rss_ratio"), False),
     ("embedding recall rate / the model alone", ("http", "floors", "embedding", "rate_ratio"), True),

@@ -209,25 +209,39 @@ class Command(BaseCommand):
         return measured
 
     def _overload(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds) -> dict:
-        """Fresh embedding recalls at three times the capacity just measured, open loop, then lexical recall 5 s after."""
+        """Fresh embedding recalls at three times the capacity just measured, open loop, then lexical recall 5 s after:
+        once stamped as a proxy stamps (X-Request-Start), once as clients talking to gunicorn alone send them."""
+        found = {}
+        for proxy in (True, False):
+            found.update(self._overload_once(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, proxy))
+        return found
+
+    def _overload_once(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, proxy: bool) -> dict:
+        from evaluation import loadgen
+
         capacity = figures["recall embedding (distinct questions)"]["per_second"]
         rate = max(50.0, 3 * capacity)
         offset[0] += 20_000
         started = time.perf_counter()
-        results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
+        loadgen.Connection.proxy_stamp = proxy
+        try:
+            results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
+        finally:
+            loadgen.Connection.proxy_stamp = True
         elapsed = time.perf_counter() - started
         row = summary(results, overload_seconds)
         row.update({"offered_per_second": round(rate, 1), "run_s": round(elapsed, 1), "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS})
-        found = {"overload": row}
+        name = "overload" if proxy else "overload without a proxy"
+        found = {name: row}
         self.stdout.write(
-            f"overload: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
+            f"{name}: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
             f"{row['ok']} answered ({row['per_second']}/s, p99 {row['p99_ms']} ms), {row['shed_503']} shed with 503 "
             f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
             f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
             + f"; the load generator's own lag before sending p99 {row['client_lag_p99_ms']} ms, sent to answered p99 {row['sent_to_answer_p99_ms']} ms"
         )
         after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
-        found["after overload"] = after_overload
+        found["after overload" if proxy else "after overload without a proxy"] = after_overload
         self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
                           f"{after_overload['shed_503']} shed")
         return found
