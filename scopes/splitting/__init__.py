@@ -20,6 +20,7 @@ block is no heading. Which files are pages is the project's own rule (see projec
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +136,7 @@ def sections_of_page(path: str, text: str, fmt: str, domain: rst.SphinxDomain | 
         headings, described = rst.read(text, path, domain)
         unique = numbered_unique
     elif fmt == "markdown":
-        headings, _ = markup.markdown_headings(text)
+        headings = markup.markdown_headings(text)
         unique = mkdocs_unique
     elif fmt == "html":
         headings = markup.html_headings(text)
@@ -178,7 +179,7 @@ def _jsonl_sections(path: str, text: str) -> list[SourceSection]:
     return found
 
 
-def _read(file: Path, relative: str, real_root: Path, depth: int = 0) -> str:
+def _read(file: Path, relative: str) -> str:
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as problem:
@@ -190,8 +191,6 @@ def expand_includes(text: str, file: Path, relative: str, root: Path, depth: int
     """`.. include::` replaced by the included file's text, as Sphinx reads it: a change in
     the included file is a change of the sections that include it. Only files inside the
     synced folder are read; `<standard>` includes stay as written."""
-    import os
-
     if ".. include::" not in text:
         return text
     if depth >= MAX_INCLUDE_DEPTH:
@@ -245,20 +244,17 @@ def split_project(root: Path, fmt: str = "auto", include: list[str] = (), exclud
         SplitError: an unreadable file, a symbolic link leaving the folder, a duplicate id
             across pages, an id that cannot be stored, or a plain folder mixing formats.
     """
-    import os
-
     root = Path(root)
     try:
         project = read_project(root, fmt)
         files = pages(project, list(include), list(exclude), single=root if root.is_file() else None)
     except ProjectError as problem:
         raise SplitError(problem.path, None, problem.message) from None
-    real_root = Path(os.path.realpath(project.root))
     sections: list[SourceSection] = []
     seen: dict[str, SourceSection] = {}
     for number, file in enumerate(files, 1):
         relative = file.relative_to(project.root).as_posix()
-        text = _read(file, relative, real_root)
+        text = _read(file, relative)
         page_format = project.format_of(file)
         if page_format == "rst":
             text = expand_includes(text, file, relative, project.root)

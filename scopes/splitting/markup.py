@@ -25,18 +25,15 @@ def _inline_text(inline) -> str:
     return html.unescape("".join(parts))
 
 
-def markdown_headings(text: str) -> tuple[list[Heading], int]:
-    """The headings, and where the front matter ends (0 without one)."""
+def markdown_headings(text: str) -> list[Heading]:
+    """The headings (front matter, read as such, is none: it stays in the page's own text)."""
     from markdown_it import MarkdownIt
     from mdit_py_plugins.front_matter import front_matter_plugin
 
     tokens = MarkdownIt("commonmark").use(front_matter_plugin).parse(text)
-    front = 0
     found = []
     for index, token in enumerate(tokens):
-        if token.type == "front_matter" and token.map:
-            front = token.map[1]
-        elif token.type == "heading_open" and token.map:
+        if token.type == "heading_open" and token.map:
             inline = tokens[index + 1]
             shown, explicit = _inline_text(inline), None
             attributes = ATTR_LIST.search(shown)
@@ -45,7 +42,7 @@ def markdown_headings(text: str) -> tuple[list[Heading], int]:
                 shown = shown[: attributes.start()]
             anchor = explicit or mkdocs_slug(" ".join(shown.split()))
             found.append(Heading(int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None))
-    return found, front
+    return found
 
 
 class _HtmlHeadings(HTMLParser):

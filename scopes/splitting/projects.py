@@ -214,8 +214,9 @@ def read_project(path: Path, fmt: str = "auto") -> Project:
             if config.is_file():
                 return mkdocs_project(config)
         for config in (path.parent / "mkdocs.yml", path.parent / "mkdocs.yaml"):
-            if config.is_file() and mkdocs_project(config).root == path.resolve():
-                return mkdocs_project(config)
+            project = mkdocs_project(config) if config.is_file() else None
+            if project is not None and project.root == path.resolve():
+                return project
         return Project("folder", path, dict(FORMATS))
     return Project("folder", path, {ending: kind for ending, kind in FORMATS.items() if kind == fmt})
 

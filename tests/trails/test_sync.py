@@ -368,7 +368,6 @@ def test_a_second_sync_of_a_scope_waits_then_answers_409_never_503(api, scope, s
     if connection.vendor != "postgresql":
         pytest.skip("the sync lock is PostgreSQL's advisory lock")
     monkeypatch.setattr(sync_module, "SYNC_WAIT_SECONDS", 0.3)
-    monkeypatch.setattr(sync_module.one_sync_at_a_time, "__defaults__", (0.3,))
     holder = connections.create_connection("default")
     try:
         with holder.cursor() as cursor:

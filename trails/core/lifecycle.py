@@ -178,6 +178,11 @@ def rules_for(action: str, actor: Actor) -> list[Rule]:
     return [r for r in RULES if r.action == action and r.actor is actor]
 
 
+def held_by_reporters(reporters: int, reporters_to_hold: int) -> bool:
+    """Whether this many different reporters take a trail out of service (never fewer than two)."""
+    return reporters >= max(reporters_to_hold, 2)
+
+
 def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0, reporters_to_hold: int = 2) -> Rule:
     """The rule that applies to an actor's action on a trail in this state.
 
@@ -201,7 +206,7 @@ def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0,
     if not applicable:
         raise Refused(_refusal(action, actor, state))
     if action == REPORT and state is ACTIVE:
-        held = reporters_after >= max(reporters_to_hold, 2)
+        held = held_by_reporters(reporters_after, reporters_to_hold)
         return next(r for r in applicable if (r.to_state is HELD) == held)
     return applicable[0]
 

@@ -222,7 +222,7 @@ class Lifecycle:
             locked.false_hit_reports = reporters  # after a recount, once per reporter
             locked.save(update_fields=["false_hit_reporters", "false_hit_reports"])
             released = (locked.held_by == Hold.REPORTS.value and locked.status == TrailStatus.PENDING
-                        and reporters < max(locked.scope.false_hit_reporters_to_pending, 2))
+                        and not table.held_by_reporters(reporters, locked.scope.false_hit_reporters_to_pending))
             if released:
                 rule = table.decide(table.RELEASE, Actor.OPERATOR, locked.lifecycle_state())
                 self._write(locked, rule, by=by, reason="", at=now or timezone.now(), before=locked.lifecycle_state())

@@ -128,8 +128,9 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:
-    """Every kind of record the run would touch, counted (trails included)."""
-    return records_matching(run.scope_id, purge_rules(run))
+    """Every kind of record the run would touch, counted: the previewed trails (`run.total`,
+    from preview) and the others."""
+    return records_matching(run.scope_id, purge_rules(run), trails=run.total)
 
 
 def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
@@ -198,9 +199,12 @@ def other_records(scope_id: int):
     )
 
 
-def records_matching(scope_id: int, rules: list[pii.Rule]) -> dict[str, int]:
-    """How many of each kind of record in the scope hold a match: trails, then the others."""
-    counts = {"trails": sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])}
+def records_matching(scope_id: int, rules: list[pii.Rule], trails: int | None = None) -> dict[str, int]:
+    """How many of each kind of record in the scope hold a match: trails (unless counted
+    already, as a preview has), then the others."""
+    if trails is None:
+        trails = sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])
+    counts = {"trails": trails}
     for kind, _, rows, field in other_records(scope_id):
         counts[kind] = sum(1 for text in rows.values_list(field, flat=True).iterator() if pii.find(text, rules))
     return counts

@@ -118,7 +118,7 @@ SYNC_LOCK = 7261  # a fixed number no other advisory lock of the service uses
 SYNC_WAIT_SECONDS = 3.0
 
 
-def one_sync_at_a_time(scope: Scope, wait: float = SYNC_WAIT_SECONDS) -> None:
+def one_sync_at_a_time(scope: Scope, wait: float | None = None) -> None:
     """Holds the scope's sync lock until the transaction ends. Not the scope's row: learning
     and threshold moves lock that, and they must not wait for a whole sync.
 
@@ -129,7 +129,7 @@ def one_sync_at_a_time(scope: Scope, wait: float = SYNC_WAIT_SECONDS) -> None:
     if connection.vendor == "postgresql":
         import time
 
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + (SYNC_WAIT_SECONDS if wait is None else wait)
         with connection.cursor() as cursor:
             while True:
                 cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [SYNC_LOCK, scope.pk])
@@ -145,7 +145,7 @@ def one_sync_at_a_time(scope: Scope, wait: float = SYNC_WAIT_SECONDS) -> None:
 
 def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
                   by: str = "", source: str = "", now: datetime | None = None, allow_removing_most: bool = False,
-                  wait: float = SYNC_WAIT_SECONDS) -> SyncSummary:
+                  wait: float | None = None) -> SyncSummary:
     """Makes the scope's store hold the source's sections (see the module's docstring).
 
     A sync that would remove more than half of a scope's sections (a wrong folder, a wrong

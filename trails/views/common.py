@@ -11,6 +11,7 @@ from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.utils.functional import SimpleLazyObject
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -106,7 +107,8 @@ def scope_page(request: HttpRequest, template: str, scope: Scope | None, context
                # What the page offers (the views check again): actions need act, settings configure.
                "can_act": scope is not None and may(request.user, scope, Access.ACT),
                "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE),
-               "key_names": key_names(scope) if scope is not None and scope.pk else {}, **context}
+               # Read only by a page that shows a key (the keys_named filter).
+               "key_names": SimpleLazyObject(lambda: key_names(scope)) if scope is not None and scope.pk else {}, **context}
     return render(request, template, context, status=status)
 
 

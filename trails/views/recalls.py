@@ -112,6 +112,7 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
         event.key_name = keys.get(event.caller, event.caller)
     return scope_page(request, "trails/recalls/recall_log.html", scope, {
         "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": scope.keep_raw_queries,
+        "key_names": keys,  # read above for the filter and the column
     })
 
 
