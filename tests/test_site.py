@@ -176,6 +176,7 @@ def test_sync_benchmark_splits_a_release_with_this_splitter_and_the_previous_one
     figures = json.loads(next(tmp_path.glob("sync-*.json")).read_text())["results"]
     this = figures["this"]
     assert this["release"]["changed"] > 0 and this["over_2000_tokens"] == 0 and this["trails"] > 0
+    assert this["noop_rerun_s"] >= 0  # the rerun changed nothing (the command fails otherwise)
     if len(figures) == 2:  # the previous splitter comes from git history (a clone without it measures this one alone)
         assert "this splitter against previous" in text and "trails kept at prefetch" in text
 

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from evaluation.bulk import drop_scope, without_statement_timeout
@@ -205,6 +205,11 @@ class Command(BaseCommand):
                 started = time.perf_counter()
                 summary = sync_sections(scope, new, delete_missing=True, allow_removing_most=True)
                 release_s = time.perf_counter() - started
+                started = time.perf_counter()
+                again = sync_sections(scope, new, delete_missing=True)
+                rerun_s = time.perf_counter() - started
+                if again.changes_anything:
+                    raise CommandError(f"{name}: a rerun of the same release changed {len(again.changed)} sections")
         finally:
             drop_scope(scope)
         moved_away = summary.trails.get("prefetch → hint", 0) + summary.trails.get("prefetch → stale", 0)
@@ -212,6 +217,7 @@ class Command(BaseCommand):
             "sections": len(old), "largest_tokens": tokens[-1][0], "largest": tokens[-1][1],
             "over_2000_tokens": sum(1 for n, _ in tokens if n > 2000),
             "split_s": statistics.median(times), "first_load_s": load_s, "release_sync_s": release_s,
+            "noop_rerun_s": rerun_s,
             "release": {"added": len(summary.added), "changed": len(summary.changed), "unchanged": summary.unchanged,
                         "removed": len(summary.removed)},
             "trails": len(rows), "trail_moves": dict(summary.trails),
