@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from scopes.models import Scope, Section
-from trails.models import BandKey, Citation, MatchLabel, RecallEvent, Step, ThresholdChange, Trail, TrailReport, TrailSignal, delete_rows
+from trails.models import BandKeys, Citation, MatchLabel, RecallEvent, Step, ThresholdChange, Trail, TrailReport, TrailSignal, delete_rows
 
 
 @contextmanager
@@ -49,7 +49,7 @@ def drop_scope(scope: Scope) -> None:
             MatchLabel.objects.filter(scope=scope),
             ThresholdChange.objects.filter(scope=scope),
             RecallEvent.objects.filter(scope=scope),
-            BandKey.objects.filter(scope=scope),
+            BandKeys.objects.filter(scope=scope),
             Citation.objects.filter(scope=scope),
             Step.objects.filter(trail__in=trails),
             TrailSignal.objects.filter(trail__in=trails),

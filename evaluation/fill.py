@@ -21,13 +21,12 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import NOT_PROVIDED
 
 from scopes.models import Scope, Section
-from trails.core.banding import band_key, band_prefix
-from trails.core.minhash import MinHashParams, permuted_hashes
-from trails.core.normalise import normalise_query, shingles, stable_hash32
-from trails.core.simhash import SimHashParams, _hyperplanes, simhash_bits, sketch_params
+from trails.core.banding import band_key, band_prefix, scope_salt
+from trails.core.normalise import normalise_query
+from trails.core.simhash import SimHashParams, _hyperplanes, encode_vector, simhash_bits, sketch_params
 from trails.embedders import get_embedder
 from trails.serving.matching import embedding_namespace, matching_settings, simhash_params
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
 from evaluation.bulk import bulk_transaction
 
 # A projection this close to 0 may fall on the other side of its hyperplane in a matrix
@@ -40,7 +39,6 @@ _ROUNDING_MARGIN = 1e-4
 class SignedBlock:
     """What `sign` gives for each of a block of questions, as arrays (one row a question)."""
 
-    lexical: np.ndarray  # (n, num_perm) uint32: the MinHash signature a trail keeps
     keys: np.ndarray  # (n, bands) int64: the embedding band keys
     sketch: np.ndarray  # (n, 2) int64: sketch high, sketch low
 
@@ -69,11 +67,9 @@ class BlockSigner:
         self.band_known = np.zeros((layout.bands, 1 << layout.rows), dtype=bool) if layout.rows <= 20 else None
 
     def sign(self, texts: list[str], vectors: np.ndarray) -> SignedBlock:
-        """Raises ValueError where a question has no words."""
-        rewritten = [self.matching.lexicon.rewrite(text) for text in texts]
+        """The keys and sketches of the questions (an embedding-only scope keeps no MinHash signature)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         return SignedBlock(
-            lexical=minhash_many(rewritten, self.matching.minhash),
             keys=self._band_keys(_bits(vectors, self.params)),
             sketch=_sketches(_bits(vectors, sketch_params(self.params))),
         )
@@ -99,27 +95,6 @@ class BlockSigner:
                 self.band_known[band, new] = True
             keys[:, band] = self.band_tables[band, values]
         return keys
-
-
-def minhash_many(texts: list[str], params: MinHashParams) -> np.ndarray:
-    """The MinHash signatures of many texts (as `minhash_query`), each distinct shingle permuted once.
-
-    Raises:
-        ValueError: a text has no words.
-    """
-    index: dict[str, int] = {}
-    owners: list[int] = []  # each shingle occurrence, text by text, as its row in `permuted`
-    counts = np.empty(len(texts), dtype=np.int64)
-    for i, text in enumerate(texts):
-        found = shingles(text)
-        if not found:
-            raise ValueError(f"the question has no words: {text!r}")
-        counts[i] = len(found)
-        owners.extend(index.setdefault(s, len(index)) for s in found)
-    hashes = np.fromiter((stable_hash32(s) for s in index), dtype=np.uint64, count=len(index))
-    permuted = permuted_hashes(hashes, params).T.astype(np.uint32)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return np.minimum.reduceat(permuted[np.asarray(owners, dtype=np.int64)], starts, axis=0)
 
 
 def _bits(vectors: np.ndarray, params: SimHashParams) -> np.ndarray:
@@ -162,20 +137,20 @@ def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, sign
         with raw.copy(copy_statement(Trail, [f.column for f in fields])) as copy:
             for i, text in enumerate(texts):
                 given = {**trail_columns, "id": ids[i], "public_id": uuid.uuid4(), "query": text,
-                         "normalised_query": normalise_query(text), "lexical_signature": signed.lexical[i].astype("<u4").tobytes(),
-                         "embedding": vectors[i].astype("<f4").tobytes()}
+                         "normalised_query": normalise_query(text), "lexical_signature": b"",
+                         "embedding": encode_vector(vectors[i])}
                 copy.write_row([given[f.attname] if f.attname in given else _default(f) for f in fields])
-        with raw.copy(copy_statement(Step, ["trail_id", "position", "tool", "args", "section_ids"])) as copy:
+        with raw.copy(copy_statement(Step, ["trail_id", "scope_id", "position", "tool", "args", "section_ids"])) as copy:
             for trail_id, text, sections in zip(ids, texts, cited):
-                copy.write_row([trail_id, 0, "search", json.dumps({"query": text}), json.dumps(sections)])
+                copy.write_row([trail_id, scope.id, 0, "search", json.dumps({"query": text}), json.dumps(sections)])
         with raw.copy(copy_statement(Citation, ["trail_id", "scope_id", "position", "section_id", "hash"])) as copy:
             for trail_id, sections in zip(ids, cited):
                 for position, section_id in enumerate(dict.fromkeys(sections)):
                     copy.write_row([trail_id, scope.id, position, section_id, current[section_id].hash])
-        with raw.copy(copy_statement(TrailSignal, ["trail_id", "signal", "source", "by", "reason", "created_at"])) as copy:
+        with raw.copy(copy_statement(TrailSignal, ["trail_id", "scope_id", "signal", "source", "by", "reason", "created_at"])) as copy:
             for trail_id in ids:
-                copy.write_row([trail_id, "accepted", TrailSignal.Source.RECORD.value, "", "", now])
-        with raw.copy(copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"]) + " WITH (FORMAT binary)") as copy:
+                copy.write_row([trail_id, scope.id, "accepted", TrailSignal.Source.RECORD.value, "", "", now])
+        with raw.copy(copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"]) + " WITH (FORMAT binary)") as copy:
             copy.write(_binary_band_keys(np.asarray(ids, dtype=np.int64), scope.id, signed))
     return ids
 
@@ -197,29 +172,34 @@ def _skip_reference_checks(cursor) -> None:
 
 
 def _binary_band_keys(ids: np.ndarray, scope_id: int, signed: SignedBlock) -> bytes:
-    """Every (trail, scope, key, sketch high, sketch low) row in COPY's binary format, built in numpy."""
+    """Every (trail, scope, keys, sketch high, sketch low) row in COPY's binary format, built
+    in numpy: the keys XOR the scope's salt, as a one-dimensional BIGINT array."""
     count, bands = signed.keys.shape
-    columns = ("trail", "scope", "key", "high", "low")
-    # Each row: a 16-bit field count, then each field as a 32-bit length and its 64-bit value.
-    row = np.dtype([("fields", ">i2")] + [(f"{name}_{part}", kind) for name in columns
-                                           for part, kind in (("length", ">i4"), ("value", ">i8"))])
-    rows = np.zeros(count * bands, dtype=row)
+    element = np.dtype([("length", ">i4"), ("value", ">i8")])
+    array = np.dtype([("ndim", ">i4"), ("flags", ">i4"), ("type", ">i4"), ("size", ">i4"), ("lower", ">i4"), ("items", element, (bands,))])
+    # Each row: a 16-bit field count, then each field as a 32-bit length and its value.
+    row = np.dtype([("fields", ">i2"), ("trail_length", ">i4"), ("trail", ">i8"), ("scope_length", ">i4"), ("scope", ">i8"),
+                    ("keys_length", ">i4"), ("keys", array), ("high_length", ">i4"), ("high", ">i8"), ("low_length", ">i4"), ("low", ">i8")])
+    rows = np.zeros(count, dtype=row)
     rows["fields"] = 5
-    for name in columns:
+    for name in ("trail", "scope", "high", "low"):
         rows[f"{name}_length"] = 8
-    rows["trail_value"] = np.repeat(ids, bands)
-    rows["scope_value"] = scope_id
-    rows["key_value"] = signed.keys.reshape(-1)
-    rows["high_value"] = np.repeat(signed.sketch[:, 0], bands)
-    rows["low_value"] = np.repeat(signed.sketch[:, 1], bands)
-    # In key order, the band-key index takes the rows leaf after leaf instead of at random
-    # (the block's COPY took a third less time).
-    rows = rows[np.argsort(rows["key_value"], kind="stable")]
+    rows["trail"], rows["scope"] = ids, scope_id
+    rows["keys_length"] = array.itemsize
+    keys = rows["keys"]
+    keys["ndim"], keys["type"], keys["size"], keys["lower"] = 1, _INT8_OID, bands, 1
+    keys["items"]["length"] = 8
+    keys["items"]["value"] = signed.keys ^ np.int64(scope_salt(scope_id))
+    rows["high"], rows["low"] = signed.sketch[:, 0], signed.sketch[:, 1]
     out = io.BytesIO()
     out.write(b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big"))
     out.write(rows.tobytes())
     out.write((-1).to_bytes(2, "big", signed=True))
     return out.getvalue()
+
+
+# PostgreSQL's type oid of BIGINT, an array's element type in the binary format.
+_INT8_OID = 20
 
 
 def _default(field):

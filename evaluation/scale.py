@@ -34,7 +34,7 @@ from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
 from evaluation.bulk import bulk_transaction, without_statement_timeout
 from trails.serving.record import RecordInput, TrailRows, band_key_rows
 
@@ -230,7 +230,7 @@ def save_fast(all_rows: list[TrailRows]) -> None:
                     for child in getattr(rows, attribute):
                         child.trail_id = child.trail.id
                         copy.write_row([_copy_value(f, child) for f in fields])
-        with cursor.cursor.copy(copy_statement(BandKey, ["trail_id", "scope_id", "key", "sketch_high", "sketch_low"])) as copy:
+        with cursor.cursor.copy(copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"])) as copy:
             for rows in all_rows:
                 for row in band_key_rows(rows.trail, rows.question):
                     copy.write_row(row)
@@ -243,7 +243,28 @@ def _copy_value(field, obj):
     return json.dumps(value) if isinstance(field, JSONField) else value
 
 
-TRAIL_TABLES = tuple(model._meta.db_table for model in (Trail, BandKey, Citation, Step, TrailSignal))
+TRAIL_TABLES = tuple(model._meta.db_table for model in (Trail, BandKeys, Citation, Step, TrailSignal))
+
+
+def footprint() -> dict:
+    """Bytes on disk per stored trail: every table a trail owns rows in, with its indexes and
+    TOAST (PostgreSQL's `pg_total_relation_size`), over every trail the database holds.
+
+    Read on a database that holds only the benchmark's scopes, it is the cost of a trail.
+    """
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {Trail._meta.db_table}")
+        trails = cursor.fetchone()[0]
+        tables = {}
+        for table in TRAIL_TABLES:
+            cursor.execute("SELECT pg_total_relation_size(%s::regclass), pg_relation_size(%s::regclass)", [table, table])
+            total, heap = cursor.fetchone()
+            tables[table] = {"bytes": total, "heap_bytes": heap}
+    total = sum(t["bytes"] for t in tables.values())
+    return {"trails": trails, "bytes": total, "bytes_per_trail": round(total / max(1, trails)),
+            "tables": {name: {**t, "bytes_per_trail": round(t["bytes"] / max(1, trails))} for name, t in tables.items()}}
 
 
 def database_label() -> str:

@@ -69,19 +69,19 @@ def test_the_demo_loader_under_test_leaves_the_checkouts_credentials_alone(db, s
 
 def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
     from tests.conftest import ApiClient
-    from trails.models import BandKey
+    from trails.models import BandKeys
 
     scope = Scope.objects.create(slug="docs", matcher="lexical")
     Section.upsert(scope, {"s": "text"})
     api = ApiClient(ApiKey.issue([scope])[1])
     api.record("docs", query="How do I reset the device?", cited=["s"])
-    before = set(BandKey.objects.values_list("key", flat=True))
+    before = {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}
     form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
                                            "pending_ttl_days", "event_retention_days", "max_false_hit_rate", "false_hit_reporters_to_pending")}
     form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     assert any("re-signed 1 trail" in str(m) for m in response.context["messages"])
-    assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
+    assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}.isdisjoint(before)
     assert api.recall("docs", query="How do I reset the device?").json()["outcome"] == "prefetch"
 
 

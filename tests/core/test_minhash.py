@@ -92,3 +92,25 @@ def test_band_keys_differ_by_partition_and_layout():
 def test_band_keys_refuse_a_layout_longer_than_the_signature():
     with pytest.raises(ValueError, match="needs 132"):
         band_keys(minhash_query("x y", P).values, BandLayout(33, 4))
+
+
+def test_a_signature_not_kept_resembles_nothing_and_the_others_score_as_before():
+    # An embedding-only scope keeps no signature; until re-signed after a switch to lexical
+    # matching its trails score 0 beside the others, never an error.
+    a = minhash_query("How do I copy an object in Python?", P)
+    same = minhash_query("how do i copy an OBJECT in python", P)
+    scores = jaccard_many(a, [b"", same.to_bytes(), b""], ["", P.label, P.label])
+    assert list(scores) == [0.0, 1.0, 0.0]
+    assert list(jaccard_many(a, [b""], [""])) == [0.0]
+
+
+def test_scope_salts_keep_scopes_keys_apart_and_undo_themselves():
+    from trails.core.banding import scope_salt, scoped_keys
+
+    keys = [-(2**63), -1, 0, 1, 2**63 - 1]
+    assert len({scope_salt(scope_id) for scope_id in range(1, 10_000)}) == 9_999
+    for scope_id in (1, 2, 10**9):
+        stored = scoped_keys(keys, scope_id)
+        assert all(-(2**63) <= key < 2**63 for key in stored)  # a BIGINT
+        assert scoped_keys(stored, scope_id) == keys
+    assert set(scoped_keys(keys, 1)).isdisjoint(scoped_keys(keys, 2))

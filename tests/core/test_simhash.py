@@ -81,3 +81,24 @@ def test_a_sketch_is_two_signed_64_bit_integers_and_its_own_nearest():
     assert all(-(2**63) <= x < 2**63 for x in (high, low))
     assert sketch_distance((high, low), (high, low)) == 0
     assert sketch_distance((high, low), sketch(-v, P)) == 128
+
+
+def test_a_stored_vector_keeps_its_cosines_in_every_format_and_old_rows_still_read():
+    from trails.core.simhash import FLOAT16, INT8, decode_vector, encode_vector
+
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((200, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query = EmbeddingVector("m", vectors[0])
+    exact = vectors @ vectors[0]
+    for stored_format, tolerance in ((FLOAT16, 1e-3), (INT8, 5e-3)):
+        stored = [encode_vector(v, stored_format) for v in vectors]
+        assert np.abs(cosine_many(query, stored, ["m"] * len(stored)) - exact).max() < tolerance
+    assert len(encode_vector(vectors[0], FLOAT16)) == 769 and len(encode_vector(vectors[0], INT8)) == 389
+    # Rows stored as float32 before the compact formats, and a mix of both, read as they were.
+    legacy = [v.astype("<f4").tobytes() for v in vectors[:3]]
+    assert np.allclose(cosine_many(query, legacy, ["m"] * 3), exact[:3])
+    mixed = [legacy[0], encode_vector(vectors[1])]
+    assert np.allclose(cosine_many(query, mixed, ["m"] * 2), exact[:2], atol=1e-3)
+    with pytest.raises(ValueError, match="not a stored vector"):
+        decode_vector(b"\x07ab")

@@ -7,17 +7,21 @@ same-topic trails around a question and check what recall answers, on SQLite and
 from __future__ import annotations
 
 import importlib
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
 import pytest
 from django.apps import apps
 from django.conf import settings
+from django.db import connection
 
 from scopes.models import Scope, Section
+from trails.core.banding import scope_salt
+from trails.core.simhash import encode_vector
 from trails.embedders import serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKey, Trail
+from trails.models import BandKeys, Trail
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
 
@@ -92,14 +96,30 @@ def test_far_collisions_are_not_read(crowd):
     assert recall(scope, QUESTION, dry_run=True).candidates == 0
 
 
-def test_band_keys_stored_before_sketches_get_them_from_the_migration(crowd):
+def test_key_rows_of_the_earlier_layout_become_one_row_a_trail_in_the_migration(crowd):
+    """Stores of the earlier layout (a row per band key) are moved by migration 0013: the
+    trail is found by recall afterwards, by the same keys."""
     scope, embedder = crowd
     # No word shared with the question: only the embedding keys can find it.
     trail = store(scope, embedder.at_cosine("forgotten credentials, what now", 0.97))
-    BandKey.objects.filter(trail=trail).update(sketch_high=0, sketch_low=0)  # as the rows were before the migration
+    row = BandKeys.objects.get(trail=trail)
+    salt = scope_salt(scope.id)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE trails_bandkey (id INTEGER PRIMARY KEY, trail_id BIGINT, scope_id BIGINT, key BIGINT, "
+                       "sketch_high BIGINT, sketch_low BIGINT)")
+        for position, key in enumerate(row.keys):
+            cursor.execute("INSERT INTO trails_bandkey VALUES (%s, %s, %s, %s, %s, %s)",
+                           [position + 1, trail.id, scope.id, key ^ salt, row.sketch_high, row.sketch_low])
+    BandKeys.objects.filter(trail=trail).delete()
     assert recall(scope, QUESTION, dry_run=True).outcome.value == "miss"
-    migration = importlib.import_module("trails.migrations.0003_band_key_sketch")
-    migration.sketch_stored_embeddings(apps, None)
+    try:
+        migration = importlib.import_module("trails.migrations.0013_band_keys_one_row_a_trail")
+        migration.move_keys(apps, SimpleNamespace(connection=connection))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE trails_bandkey")
+    moved = BandKeys.objects.get(trail=trail)
+    assert (moved.keys, moved.sketch_high, moved.sketch_low) == (row.keys, row.sketch_high, row.sketch_low)
     assert recall(scope, QUESTION, dry_run=True).trail.id == trail.id
 
 
@@ -120,5 +140,5 @@ def test_a_stored_embedding_lies_in_its_trails_row_not_out_of_line(crowd):
         cursor.execute(count)
         assert cursor.fetchone()[0] == before
         cursor.execute(f"SELECT count(*) FROM {Trail._meta.db_table} WHERE id = ANY(%s) AND length(embedding) = %s",
-                       [[t.id for t in trails], 4 * embedder.dim])
-        assert cursor.fetchone()[0] == 20
+                       [[t.id for t in trails], len(encode_vector(np.zeros(embedder.dim)))])
+        assert cursor.fetchone()[0] == 20  # stored whole, in the compact format

@@ -5,13 +5,13 @@ import pytest
 
 from scopes.models import Section
 from infra.hashing import section_hash
-from trails.models import BandKey, Citation, Step, Trail, TrailSignal
+from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
 
 QUERY = "What are the ICU visiting hours?"
 
 
 def counts() -> tuple[int, ...]:
-    return tuple(m.objects.count() for m in (Trail, Step, Citation, BandKey, TrailSignal))
+    return tuple(m.objects.count() for m in (Trail, Step, Citation, BandKeys, TrailSignal))
 
 
 def test_accepted_trail_is_active_and_stores_the_current_hashes(api, sections):
@@ -66,7 +66,7 @@ def test_an_answer_saying_the_sources_do_not_cover_it_is_rejected(api, sections)
     assert response.status_code == 201
     assert response.json()["status"] == "rejected" and "do not answer" in response.json()["reason"]
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"
-    assert BandKey.objects.count() == 0
+    assert BandKeys.objects.count() == 0
 
 
 def test_record_is_refused_with_409_when_the_agent_read_an_older_version(api, sections):

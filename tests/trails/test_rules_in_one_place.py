@@ -9,7 +9,7 @@ from ragtrail_site.celery import app as celery_app
 from scopes.models import Scope
 from tests.trails.test_record import QUERY
 from trails.learning.shipped import thresholds_for
-from trails.models import ActionRefused, BandKey, ThresholdChange, Trail, TrailStatus
+from trails.models import ActionRefused, BandKeys, ThresholdChange, Trail, TrailStatus
 
 REFUSING = "The documents I found don't cover this."
 
@@ -25,7 +25,7 @@ def test_a_trail_rejected_at_record_reinstated_and_approved_is_served(api, secti
     body = api.record("hospital", query=QUERY, cited=["visiting/icu"], answer=REFUSING).json()
     assert body["status"] == "rejected"
     trail = Trail.objects.get(public_id=body["trail_id"])
-    assert not BandKey.objects.filter(trail=trail).exists()  # a rejected trail is stored unsigned for lookups
+    assert not BandKeys.objects.filter(trail=trail).exists()  # a rejected trail is stored unsigned for lookups
     # The operator reinstates it from its row and approves it (the same pages an operator uses).
     with committed():
         assert operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "reinstate"}).status_code == 302
@@ -101,16 +101,16 @@ def test_a_bound_changed_from_a_shell_sets_the_thresholds_and_drops_what_was_lea
 
 def test_a_matching_change_from_a_shell_re_signs_the_trails(api, scope, sections):
     api.record("hospital", query=QUERY, cited=["visiting/icu"])
-    before = set(BandKey.objects.values_list("key", flat=True))
+    before = {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}
     scope.lexical_threshold = 0.8
     scope.save()
-    assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
+    assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}.isdisjoint(before)
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
 
 
 def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(api, scope, sections, settings, django_capture_on_commit_callbacks):
     api.record("hospital", query=QUERY, cited=["visiting/icu"])
-    before = set(BandKey.objects.values_list("key", flat=True))
+    before = {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}
     settings.RAGTRAIL_RESIGN_INLINE_LIMIT = 0
     eager = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
@@ -120,10 +120,10 @@ def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(api, s
         with django_capture_on_commit_callbacks(execute=False) as queued:
             scope.save()
         assert scope.resigning == "re-signing queued"
-        assert set(BandKey.objects.values_list("key", flat=True)) == before  # not yet: the task does it
+        assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys} == before  # not yet: the task does it
         for callback in queued:
             callback()
     finally:
         celery_app.conf.task_always_eager = eager
-    assert set(BandKey.objects.values_list("key", flat=True)).isdisjoint(before)
+    assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}.isdisjoint(before)
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"

@@ -8,7 +8,7 @@ from django.db.models import Count
 from scopes.models import SectionRevision
 from tests.conftest import VISITING
 from trails.core.budget import count_tokens
-from trails.models import BandKey, Citation, RecallEvent, RecallStat, SimilarityStat, Step, Trail
+from trails.models import BandKeys, Citation, RecallEvent, RecallStat, SimilarityStat, Step, Trail
 from trails.upkeep.jobs import roll_up, sweep_expired
 
 NOW = datetime(2026, 11, 30, 12, 30, tzinfo=dt_timezone.utc)
@@ -34,7 +34,7 @@ def test_sweep_deletes_exactly_the_expired_trails_and_old_events(api, scope, sec
     # The old parking text stays while a trail cites it; the ward text nobody cited goes.
     assert list(SectionRevision.objects.values_list("section_id", "text")) == [("parking", VISITING["parking"])]
     assert list(Trail.objects.values_list("id", flat=True)) == [keep.id]
-    assert set(BandKey.objects.values_list("trail_id", flat=True)) == {keep.id}
+    assert set(BandKeys.objects.values_list("trail_id", flat=True)) == {keep.id}
     assert set(Citation.objects.values_list("trail_id", flat=True)) == set(Step.objects.values_list("trail_id", flat=True)) == {keep.id}
     assert not RecallEvent.objects.filter(id=old.id).exists() and RecallEvent.objects.filter(id=recent.id).exists()
     assert sweep_expired(NOW) == {"trails": 0, "events": 0, "revisions": 0, "purge_runs": 0}

@@ -113,3 +113,27 @@ def band_key(prefix: bytes, band: int, band_bytes: bytes) -> int:
     """One band's key: its values' bytes hashed after the prefix and the band's number."""
     digest = hashlib.blake2b(prefix + band.to_bytes(2, "big") + band_bytes, digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def scope_salt(scope_id: int) -> int:
+    """A scope's own 64-bit mask (SplitMix64 of its id), as a signed BIGINT.
+
+    Keys are stored XOR this mask, so one scope's keys never equal another's: the keys of
+    all scopes share one inverted index, and a lookup reads only its own scope's entries
+    (unsalted, every scope asking the same model the same kind of question would read
+    every other scope's collisions and drop them after).
+    """
+    z = (scope_id + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z ^= z >> 31
+    return z - (1 << 64) if z >= 1 << 63 else z
+
+
+def scoped_keys(keys: "list[int] | tuple[int, ...]", scope_id: int) -> list[int]:
+    """Band keys as a scope stores and looks them up (each XOR the scope's salt)."""
+    salt = scope_salt(scope_id)
+    return [key ^ salt for key in keys]

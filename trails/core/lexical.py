@@ -35,8 +35,14 @@ def jaccard_many(query: MinHashSignature, stored: Sequence[bytes], stored_params
     """
     if not stored:
         return np.zeros(0)
-    for label in set(stored_params):
+    # An empty signature is one not kept (a trail of a scope that did not match lexically
+    # when it was signed, until re-signed): it resembles nothing.
+    kept = [i for i, data in enumerate(stored) if data]
+    for label in {stored_params[i] for i in kept}:
         if label != query.params.label:
             raise ValueError(f"cannot compare MinHash signatures made with {query.params.label} and {label}")
-    matrix = np.frombuffer(b"".join(stored), dtype="<u4").reshape(len(stored), query.params.num_perm)
-    return np.count_nonzero(matrix == query.values, axis=1) / query.params.num_perm
+    similarities = np.zeros(len(stored))
+    if kept:
+        matrix = np.frombuffer(b"".join(stored[i] for i in kept), dtype="<u4").reshape(len(kept), query.params.num_perm)
+        similarities[kept] = np.count_nonzero(matrix == query.values, axis=1) / query.params.num_perm
+    return similarities

@@ -55,11 +55,12 @@ class EmbeddingVector:
     values: np.ndarray  # float32
 
     def to_bytes(self) -> bytes:
-        return self.values.astype("<f4").tobytes()
+        """The vector as a trail stores it (`STORED_FORMAT`)."""
+        return encode_vector(self.values)
 
     @classmethod
     def from_bytes(cls, model: str, data: bytes) -> "EmbeddingVector":
-        return cls(model, np.frombuffer(data, dtype="<f4"))
+        return cls(model, decode_vector(data))
 
     def cosine(self, other: "EmbeddingVector") -> float:
         """Cosine similarity of two unit vectors.
@@ -83,10 +84,56 @@ def cosine_many(query: EmbeddingVector, stored: list[bytes], models: list[str]) 
     for model in set(models):
         if model != query.model:
             raise ValueError(f"cannot compare embeddings from model {query.model!r} and model {model!r}")
-    matrix = np.frombuffer(b"".join(stored), dtype="<f4")
-    if matrix.size != len(stored) * query.values.shape[0]:
-        raise ValueError("stored embeddings do not have the query's dimension")
-    return matrix.reshape(len(stored), -1) @ query.values.astype(np.float32)
+    dim = query.values.shape[0]
+    if all(len(data) == 4 * dim for data in stored):  # float32 rows, stored before the compact formats
+        matrix = np.frombuffer(b"".join(stored), dtype="<f4").reshape(len(stored), dim)
+    else:
+        rows = [decode_vector(data) for data in stored]
+        if any(row.shape != (dim,) for row in rows):
+            raise ValueError("stored embeddings do not have the query's dimension")
+        matrix = np.stack(rows)
+    return matrix @ query.values.astype(np.float32)
+
+
+# How a stored embedding's bytes begin. Float32 vectors (4 bytes a value, what trails stored
+# first) have no marker: their length is a multiple of 4, a marked vector's never is.
+FLOAT16 = 0x02  # then 2 bytes a value
+INT8 = 0x01  # then the scale as float32, then 1 byte a value
+STORED_FORMAT = INT8
+
+
+def encode_vector(values: np.ndarray, stored_format: int = STORED_FORMAT) -> bytes:
+    """A unit vector as a trail stores it: float16 (768 bytes for 384 values, cosines within
+    1e-3 of float32's) or int8 with one scale (389 bytes)."""
+    values = np.asarray(values, dtype=np.float32)
+    if stored_format == FLOAT16:
+        return bytes([FLOAT16]) + values.astype("<f2").tobytes()
+    if stored_format == INT8:
+        scale = float(np.abs(values).max()) / 127.0 or 1.0
+        quantized = np.clip(np.rint(values / scale), -127, 127).astype(np.int8)
+        return bytes([INT8]) + np.float32(scale).astype("<f4").tobytes() + quantized.tobytes()
+    raise ValueError(f"unknown stored vector format {stored_format}")
+
+
+def decode_vector(data: bytes) -> np.ndarray:
+    """A stored vector as float32, whichever format it was stored in (a compact one renormalised
+    to unit length, so a cosine stays a dot product).
+
+    Raises:
+        ValueError: the bytes are no stored vector.
+    """
+    data = bytes(data)
+    if len(data) % 4 == 0:
+        return np.frombuffer(data, dtype="<f4")
+    if data[0] == FLOAT16 and len(data) % 2 == 1:
+        values = np.frombuffer(data, dtype="<f2", offset=1).astype(np.float32)
+    elif data[0] == INT8 and len(data) > 5:
+        scale = np.frombuffer(data, dtype="<f4", count=1, offset=1)[0]
+        values = np.frombuffer(data, dtype=np.int8, offset=5).astype(np.float32) * scale
+    else:
+        raise ValueError(f"not a stored vector ({len(data)} bytes)")
+    norm = float(np.linalg.norm(values))
+    return values / norm if norm else values
 
 
 # The sketch: 128 more SimHash bits from hyperplanes of their own, kept beside every band

@@ -140,7 +140,7 @@ def give_feedback(
         ) is not None
         reported = not helpful and event.trail_id is not None
         if reported:
-            Trail(pk=event.trail_id).report_false_hit(reason, reporter=reporter, now=now)
+            Trail(pk=event.trail_id, scope_id=event.scope_id).report_false_hit(reason, reporter=reporter, now=now)
     if reported:
         metrics.FALSE_HIT_REPORTS.inc()
     if labelled:

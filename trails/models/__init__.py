@@ -18,7 +18,7 @@ from trails.models.lifecycle import (
     expiring, is_agent, mark_stale, mark_stale_statements, trail_status_changed,
 )
 from trails.models.trail import (
-    BandKey, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing, trails_deleting,
+    BandKeys, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing, trails_deleting,
     validations_now,
 )
 from trails.models.recalls import (
@@ -31,7 +31,7 @@ from trails.models.purge import PiiPattern, PurgeRun
 __all__ = [
     "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "ActionRefused", "Signal", "TrailReport", "TrailSignal",
     "TrailStatus", "actor_of", "expiring", "is_agent", "mark_stale", "mark_stale_statements", "trail_status_changed",
-    "BandKey", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "trails_deleting", "validations_now",
+    "BandKeys", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "trails_deleting", "validations_now",
     "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
     "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
     "PiiPattern", "PurgeRun",

@@ -144,7 +144,7 @@ class Lifecycle:
     def _apply(self, action: str, actor: Actor, by: str, reason: str, now: datetime | None) -> bool:
         from_self = type(self).objects
         with transaction.atomic():
-            locked = from_self.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk)
+            locked = from_self.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk, scope_id=self.scope_id)
             before = locked.lifecycle_state()
 
             def decide(name: str) -> Rule:
@@ -202,11 +202,12 @@ class Lifecycle:
             locked.expires_at = locked.scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=at)
             fields.append("expires_at")
         if fields:
-            locked.save(update_fields=list(dict.fromkeys(fields)))
+            # By id and scope (the key a partitioned table is found by), not save()'s id alone.
+            type(locked).objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(**{f: getattr(locked, f) for f in dict.fromkeys(fields)})
         if rule.to_state is None:
             return  # a report counted, the status unchanged: TrailReport holds who
         source = TrailSignal.Source.FEEDBACK if rule.actor is Actor.AGENT else TrailSignal.Source.OPERATOR
-        TrailSignal.objects.create(trail=locked, signal=HISTORY_SIGNAL[rule.action], source=source, by=by[:150],
+        TrailSignal.objects.create(trail=locked, scope_id=locked.scope_id, signal=HISTORY_SIGNAL[rule.action], source=source, by=by[:150],
                                    reason=reason[:500], created_at=at)
         transaction.on_commit(partial(trail_status_changed.send, type(locked), trail=locked, action=rule.action,
                                       before=status_of(before).value, after=locked.status, by=by, at=at), robust=True)
@@ -216,7 +217,7 @@ class Lifecycle:
         reports that no longer has the scope's number of reporters goes back into service
         (the table's release). Returns whether it did."""
         with transaction.atomic():
-            locked = type(self).objects.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk)
+            locked = type(self).objects.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk, scope_id=self.scope_id)
             reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
             locked.false_hit_reporters = reporters
             locked.false_hit_reports = reporters  # after a recount, once per reporter
@@ -248,7 +249,7 @@ class Lifecycle:
         if is_agent(by):
             raise ActionRefused("only an operator can undo")
         with transaction.atomic():
-            locked = type(self).objects.select_for_update(of=("self",)).get(pk=self.pk)
+            locked = type(self).objects.select_for_update(of=("self",)).get(pk=self.pk, scope_id=self.scope_id)
             last = locked.undoable()
             if last is None:
                 raise ActionRefused("nothing to undo: the latest operator action neither rejected nor sent this trail back")
@@ -272,31 +273,31 @@ class Lifecycle:
         return last.signal, was_approved
 
 
-def mark_stale_statements(trail_table: str, ids: Sequence[int], now_db, by: str = "recall") -> list[tuple[str, list]]:
-    """The statements that mark these trails stale (the table's stale-marking rule: active
-    trails only) and write a history row for each trail they marked; run in the caller's
-    transaction (recall sends them with its event in one round trip)."""
+def mark_stale_statements(trail_table: str, scope_id: int, ids: Sequence[int], now_db, by: str = "recall") -> list[tuple[str, list]]:
+    """The statements that mark these trails of a scope stale (the table's stale-marking
+    rule: active trails only) and write a history row for each trail they marked; run in the
+    caller's transaction (recall sends them with its event in one round trip)."""
     rule = _rule(table.MARK_STALE, Actor.SYSTEM)
     ids = sorted(ids)  # the lock order: trails by id
     marks = ", ".join(["%s"] * len(ids))
     signal_table, q = TrailSignal._meta.db_table, connection.ops.quote_name
     return [
         (f"UPDATE {trail_table} SET status = %s, held_by = '', stale_at = %s, reason = %s "
-         f"WHERE id IN ({marks}) AND status IN ({', '.join(['%s'] * len(statuses(rule.from_states)))})",
-         [status_of(rule.to_state).value, now_db, rule.reason, *ids, *statuses(rule.from_states)]),
-        (f"INSERT INTO {signal_table} (trail_id, {q('signal')}, {q('source')}, {q('by')}, {q('reason')}, created_at) "
-         f"SELECT id, %s, %s, %s, '', %s FROM {trail_table} WHERE id IN ({marks}) AND status = %s AND stale_at = %s",
-         [Signal.STALE.value, TrailSignal.Source.SYSTEM.value, by, now_db, *ids, status_of(rule.to_state).value, now_db]),
+         f"WHERE scope_id = %s AND id IN ({marks}) AND status IN ({', '.join(['%s'] * len(statuses(rule.from_states)))})",
+         [status_of(rule.to_state).value, now_db, rule.reason, scope_id, *ids, *statuses(rule.from_states)]),
+        (f"INSERT INTO {signal_table} (trail_id, scope_id, {q('signal')}, {q('source')}, {q('by')}, {q('reason')}, created_at) "
+         f"SELECT id, scope_id, %s, %s, %s, '', %s FROM {trail_table} WHERE scope_id = %s AND id IN ({marks}) AND status = %s AND stale_at = %s",
+         [Signal.STALE.value, TrailSignal.Source.SYSTEM.value, by, now_db, scope_id, *ids, status_of(rule.to_state).value, now_db]),
     ]
 
 
-def mark_stale(trail_ids: Sequence[int], now: datetime, by: str = "recall") -> None:
-    """Marks these trails stale on their own (recall sends the same statements with its event)."""
+def mark_stale(scope_id: int, trail_ids: Sequence[int], now: datetime, by: str = "recall") -> None:
+    """Marks these trails of a scope stale on their own (recall sends the same statements with its event)."""
     if not trail_ids:
         return
     trail_table = TrailSignal._meta.get_field("trail").related_model._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
-        for sql, params in mark_stale_statements(trail_table, trail_ids, models.DateTimeField().get_db_prep_value(now, connection), by):
+        for sql, params in mark_stale_statements(trail_table, scope_id, trail_ids, models.DateTimeField().get_db_prep_value(now, connection), by):
             cursor.execute(sql, params)
 
 
@@ -327,6 +328,9 @@ class TrailSignal(models.Model):
         SYSTEM = "system", "The service"
 
     trail = models.ForeignKey("trails.Trail", on_delete=models.CASCADE, related_name="signals")
+    # The trail's scope, repeated so every row a trail owns carries the key its tables can be
+    # partitioned or distributed by (docs/scaling.md).
+    scope = models.ForeignKey("scopes.Scope", on_delete=models.CASCADE, related_name="+", db_index=False)
     signal = models.CharField(max_length=16, choices=Signal.choices)
     source = models.CharField(max_length=16, choices=Source.choices)
     by = models.CharField(max_length=150, blank=True, help_text="The operator, where one acted.")

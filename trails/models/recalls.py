@@ -175,11 +175,11 @@ def write_recall_effects(
     trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
     statements: list[tuple[str, list]] = []
     if stale_ids:
-        statements += mark_stale_statements(trail, stale_ids, _prep(Trail, "stale_at", now))
+        statements += mark_stale_statements(trail, scope.id, stale_ids, _prep(Trail, "stale_at", now))
     if hit and trail_id is not None:
         statements.append((
-            f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s",
-            [_prep(Trail, "last_hit_at", now), trail_id],
+            f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE scope_id = %s AND id = %s",
+            [_prep(Trail, "last_hit_at", now), scope.id, trail_id],
         ))
     statements.append((
         f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "

@@ -3,6 +3,7 @@ flagging of trails whose sections changed. Its lifecycle (status, history, repor
 trails.models.lifecycle."""
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from typing import Iterable, Sequence
@@ -14,6 +15,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from scopes.models import Scope, Section, sections_changed
+from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import Validation, as_read, as_stored, validate
@@ -89,9 +91,12 @@ class Trail(Lifecycle, models.Model):
     """The path an agent took to an answer: query, steps and cited sections with their hashes."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    # Keeps its own index though trail_scope_status_expiry leads with it: without it the trails
-    # page at 100,000 trails went from 213 to 316 ms at p90 (benchmark_overview).
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="trails")
+    # Indexed with the id (trail_scope_id) though trail_scope_status_expiry leads with it:
+    # without it the trails page at 100,000 trails went from 213 to 316 ms at p90
+    # (benchmark_overview); and a statement naming a trail by scope and id (as every one
+    # recall and record send does) is matched on both, never on the scope alone (what stale
+    # statistics chose, reading a grown scope's every entry).
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="trails", db_index=False)
     partition = models.CharField(max_length=200, blank=True, default="")
     query = models.TextField()
     normalised_query = models.TextField()
@@ -140,13 +145,14 @@ class Trail(Lifecycle, models.Model):
         indexes = [
             models.Index(fields=["scope", "status", "expires_at"], name="trail_scope_status_expiry"),
             models.Index(fields=["expires_at"], name="trail_expiry"),
+            models.Index(fields=["scope", "id"], name="trail_scope_id"),
         ]
 
     def __str__(self) -> str:
         return f"{self.public_id} {self.query[:60]}"
 
     def core_citations(self) -> list[CoreCitation]:
-        return [CoreCitation(c.section_id, c.hash) for c in self.citations.order_by("position")]
+        return [CoreCitation(c.section_id, c.hash) for c in self.citations.filter(scope_id=self.scope_id).order_by("position")]
 
     def recorded_steps(self) -> list[RecordedStep]:
         rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")
@@ -163,7 +169,7 @@ class Trail(Lifecycle, models.Model):
             return 0
         # Recall events and match labels outlive the trail, unlinked by their own modules.
         trails_deleting.send(sender=cls, ids=list(ids))
-        for model in (BandKey, Citation, Step, TrailSignal, TrailReport):
+        for model in (BandKeys, Citation, Step, TrailSignal, TrailReport):
             delete_rows(model.objects.filter(trail_id__in=ids))
         return delete_rows(cls.objects.filter(id__in=ids))
 
@@ -236,6 +242,8 @@ class Step(models.Model):
     """One tool call on a trail's path."""
 
     trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="steps", db_index=False)  # step_position_unique leads with it
+    # The trail's scope, repeated: the key a partitioned or distributed table is found by.
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
     position = models.PositiveSmallIntegerField()
     tool = models.CharField(max_length=200)
     args = models.JSONField(default=dict)
@@ -263,37 +271,74 @@ class Citation(models.Model):
         constraints = [models.UniqueConstraint(fields=["trail", "position"], name="citation_position_unique")]
 
 
-class BandKey(models.Model):
-    """One LSH band of a trail's signature; recall finds candidates by reading these."""
+class BandKeyArray(models.Field):
+    """A list of signed 64-bit band keys: `bigint[]` on PostgreSQL, where an inverted (GIN)
+    index finds a row by any of them; JSON text elsewhere (SQLite, the laptop default, reads
+    a scope's rows through the scope index and `json_each`)."""
 
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="band_keys")
+    description = "band keys"
+
+    def db_type(self, connection) -> str:
+        return "bigint[]" if connection.vendor == "postgresql" else "text"
+
+    def from_db_value(self, value, expression, connection):
+        if value is None or isinstance(value, list):
+            return value
+        return json.loads(value)
+
+    def to_python(self, value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        if value is None:
+            return None
+        keys = [int(key) for key in value]
+        return keys if connection.vendor == "postgresql" else json.dumps(keys)
+
+
+class BandKeys(models.Model):
+    """A trail's band keys (one per LSH band of its signatures) and its embedding sketch, one
+    row a trail; recall finds candidates by any key (trails.serving.candidates).
+
+    One row a trail, not one a key: at a million trails a row and a B-tree entry per key
+    cost 4.3 kB a trail, the array and its inverted index a tenth of that. Keys are stored
+    XOR their scope's salt (trails.core.banding.scoped_keys), so the one index never mixes
+    scopes. A trail out of service (rejected at record) has no row.
+    """
+
+    trail = models.OneToOneField(Trail, on_delete=models.CASCADE, primary_key=True, related_name="band_keys")
+    # No index on the scope: with statistics older than a scope's growth, PostgreSQL read a
+    # scope's every row through it instead of the keys' index (SQLite, which has no inverted
+    # index, gets one in the migration).
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
-    key = models.BigIntegerField()
+    keys = BandKeyArray()
     # The trail's 128-bit embedding sketch (trails.core.simhash.sketch), 0 without an
-    # embedding: the candidate read drops embedding collisions by Hamming distance from
-    # the index alone, before any trail row is read.
+    # embedding: the candidate read drops embedding collisions by Hamming distance before
+    # any trail row is read.
     sketch_high = models.BigIntegerField(default=0, db_default=0)
     sketch_low = models.BigIntegerField(default=0, db_default=0)
 
     @classmethod
-    def insert_many(cls, rows: list[tuple[int, int, int, int, int]]) -> None:
-        """Inserts (trail id, scope id, key, sketch high, sketch low) rows, a thousand per statement.
-
-        A trail has 30 to 55 band keys; building a model instance for each cost more than
-        signing the question (0.75 ms a trail).
-        """
-        columns = "trail_id, scope_id, key, sketch_high, sketch_low"
+    def insert_many(cls, rows: list[tuple[int, int, list[int], int, int]]) -> None:
+        """Inserts (trail id, scope id, scoped keys, sketch high, sketch low) rows, 500 per statement."""
+        field = cls._meta.get_field("keys")
+        columns = "trail_id, scope_id, keys, sketch_high, sketch_low"
         with connection.cursor() as cursor:
-            for start in range(0, len(rows), 1000):
-                chunk = rows[start:start + 1000]
+            for start in range(0, len(rows), 500):
+                chunk = rows[start:start + 500]
                 values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
-                cursor.execute(f"INSERT INTO {cls._meta.db_table} ({columns}) VALUES {values}", [v for row in chunk for v in row])
+                cursor.execute(f"INSERT INTO {cls._meta.db_table} ({columns}) VALUES {values}",
+                               [v for trail, scope, keys, high, low in chunk
+                                for v in (trail, scope, field.get_db_prep_value(keys, connection), high, low)])
 
-    class Meta:
-        # The key leads: a band key (a 64-bit hash) is selective on its own, and with the
-        # scope first a plan built on stale statistics ("this new scope has no rows")
-        # read every band key of the scope and filtered them (issue 12). The sketch is
-        # included so the distance filter needs no heap (PostgreSQL; others ignore it).
-        indexes = [
-            models.Index(fields=["key", "scope", "trail"], include=["sketch_high", "sketch_low"], name="bandkey_key_scope_sketch")
-        ]
+    @classmethod
+    def trail_ids_with_key(cls, scope: Scope, key: int) -> models.expressions.RawSQL:
+        """The ids of the scope's trails holding this (unscoped) key, as a subquery."""
+        stored = scoped_keys([key], scope.id)[0]
+        table = cls._meta.db_table
+        if connection.vendor == "postgresql":
+            return models.expressions.RawSQL(f"SELECT trail_id FROM {table} WHERE scope_id = %s AND keys @> ARRAY[%s]::bigint[]",
+                                             [scope.id, stored])
+        return models.expressions.RawSQL(
+            f"SELECT trail_id FROM {table} WHERE scope_id = %s AND EXISTS (SELECT 1 FROM json_each(keys) WHERE value = %s)",
+            [scope.id, stored])

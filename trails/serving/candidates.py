@@ -21,10 +21,11 @@ from django.db import connection
 
 from infra.prepared import prepared_cursor
 from scopes.models import Scope, Section
+from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
-from trails.models import BandKey, Citation, Step, Trail, TrailStatus
+from trails.models import BandKeys, Citation, Step, Trail, TrailStatus
 
 
 @dataclass
@@ -113,59 +114,73 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     """
     if not lookup.lexical_keys and not lookup.embedding_keys:
         return []
-    bands, trails = BandKey._meta.db_table, Trail._meta.db_table
+    bands, trails = BandKeys._meta.db_table, Trail._meta.db_table
     servable = [scope.id, partition, TrailStatus.ACTIVE.value, now]
     where_servable = "t.scope_id = %s AND t.partition = %s AND t.status = %s AND t.expires_at > %s"
     # Each part returns the found trails' columns, not only their ids: the row the
     # servability filter fetched is the one decoded, not looked up again by key.
     columns = trail_columns(with_lexical=scope.uses_lexical)
     high, low = lookup.sketch
+    lexical_keys, embedding_keys = scoped_keys(lookup.lexical_keys, scope.id), scoped_keys(lookup.embedding_keys, scope.id)
     parts, params = [], []
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
-        # recall and can be prepared (planning took longer than running it). Band keys
-        # are read first and trails then by primary key alone, filtered after (OFFSET 0
-        # keeps each subquery apart): without statistics (a scope grown since the last
-        # ANALYZE) the planner otherwise walked every trail of the scope and probed band
-        # keys for each, 21.9 s for one recall (issue 12). No DISTINCT on the keys
-        # (= ANY takes duplicates): for its order a generic plan walked the whole index.
-        if lookup.lexical_keys:
+        # recall and can be prepared (planning took longer than running it). Key rows are
+        # found through the inverted index on their keys, trails then by primary key alone,
+        # filtered after (OFFSET 0 keeps each subquery apart): without statistics (a scope
+        # grown since the last ANALYZE) the planner otherwise walked every trail of the
+        # scope, 21.9 s for one recall. The key rows are read with the scope's id (a
+        # partition or shard key), the trails filtered by it.
+        # Each key is looked up on its own (a LATERAL per key): the planner then weighs one
+        # key's rows, which it puts at 0.5 % of the table (the keys column keeps no statistics,
+        # as its elements are near unique), and always takes the index; given all keys at once,
+        # with statistics, it guessed 12 % and read the whole table.
+        def sharing(columns_read: str) -> str:
+            return (f"unnest(CAST(%s AS BIGINT[])) k(key) CROSS JOIN LATERAL (SELECT {columns_read} FROM {bands} "
+                    "WHERE scope_id = %s AND keys @> ARRAY[k.key] OFFSET 0) b")
+
+        if lexical_keys:
             parts.append(
                 f"SELECT {columns} FROM (SELECT * FROM {trails} WHERE id = ANY(ARRAY("
-                f"SELECT b.trail_id FROM {bands} b WHERE b.scope_id = %s AND b.key = ANY(%s))) OFFSET 0) t WHERE {where_servable}"
+                f"SELECT b.trail_id FROM {sharing('trail_id')})) OFFSET 0) t WHERE {where_servable}"
             )
-            params += [scope.id, list(lookup.lexical_keys), *servable]
-        if lookup.embedding_keys:
-            # The distance is computed on the index entry (the sketch is an included column).
+            params += [lexical_keys, scope.id, *servable]
+        if embedding_keys:
+            # Embedding and lexical keys never equal each other (their namespaces differ), so
+            # a shared embedding key is an embedding collision.
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
             parts.append(
-                f"SELECT * FROM (SELECT {columns} FROM (SELECT b.trail_id, MIN({distance}) AS distance FROM {bands} b "
-                f"WHERE b.scope_id = %s AND b.key = ANY(%s) AND {distance} <= %s GROUP BY b.trail_id ORDER BY 2, 1 DESC) n "
+                f"SELECT * FROM (SELECT {columns} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
+                f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
             )
-            params += [high, low, scope.id, list(lookup.embedding_keys), high, low, lookup.max_distance, *servable, lookup.nearest]
+            params += [high, low, embedding_keys, scope.id, high, low, lookup.max_distance, *servable, lookup.nearest]
     else:
-        # CROSS JOIN keeps SQLite's planner driving from the band keys; otherwise it
-        # walks every active trail of the scope. The distance is a registered function
-        # (trails.apps), SQLite having no popcount.
-        if lookup.lexical_keys:
+        # SQLite has no inverted index: the scope's key rows are read through the scope
+        # index and their keys unpacked (a laptop's store). CROSS JOIN keeps its planner
+        # driving from the key rows. The distance is a registered function (trails.apps),
+        # SQLite having no popcount.
+        def sharing(keys: list[int]) -> str:
+            return f"EXISTS (SELECT 1 FROM json_each(b.keys) k WHERE k.value IN ({', '.join(['%s'] * len(keys))}))"
+
+        if lexical_keys:
             parts.append(
-                f"SELECT DISTINCT {columns} FROM {bands} b CROSS JOIN {trails} t WHERE b.scope_id = %s "
-                f"AND b.key IN ({', '.join(['%s'] * len(lookup.lexical_keys))}) AND t.id = b.trail_id AND {where_servable}"
+                f"SELECT {columns} FROM {bands} b CROSS JOIN {trails} t WHERE b.scope_id = %s "
+                f"AND {sharing(lexical_keys)} AND t.id = b.trail_id AND {where_servable}"
             )
-            params += [scope.id, *lookup.lexical_keys, *servable]
-        if lookup.embedding_keys:
+            params += [scope.id, *lexical_keys, *servable]
+        if embedding_keys:
             distance = "ragtrail_sketch_distance(b.sketch_high, b.sketch_low, %s, %s)"
             parts.append(
                 f"SELECT * FROM (SELECT {columns} FROM {bands} b CROSS JOIN {trails} t "
-                f"WHERE b.scope_id = %s AND b.key IN ({', '.join(['%s'] * len(lookup.embedding_keys))}) "
+                f"WHERE b.scope_id = %s AND {sharing(embedding_keys)} "
                 f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
-                f"GROUP BY t.id ORDER BY MIN({distance}), t.id DESC LIMIT %s)"
+                f"ORDER BY {distance}, t.id DESC LIMIT %s)"
             )
-            params += [scope.id, *lookup.embedding_keys, high, low, lookup.max_distance, *servable, high, low, lookup.nearest]
+            params += [scope.id, *embedding_keys, high, low, lookup.max_distance, *servable, high, low, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, with_trails=True, with_paths=with_paths)
+    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths)
 
 
 def trail_columns(with_lexical: bool) -> str:
@@ -178,19 +193,21 @@ def trail_columns(with_lexical: bool) -> str:
     )
 
 
-def add_paths(found: Sequence[Candidate]) -> None:
-    """Reads the citations (with the sections as they are now) and steps of these candidates."""
+def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
+    """Reads the citations (with the sections as they are now) and steps of these candidates of the scope."""
     if not found:
         return
     postgres = connection.vendor == "postgresql"
     ids = [c.id for c in found]
     match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
-    sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.id {match}"
-    _read(sql, [ids] if postgres else ids, with_trails=False, with_paths=True, into={c.id: c for c in found})
+    sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.scope_id = %s AND t.id {match}"
+    _read(sql, [scope.id, ids] if postgres else [scope.id, *ids], scope.id, with_trails=False, with_paths=True, into={c.id: c for c in found})
 
 
-def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: dict[int, Candidate] | None = None) -> list[Candidate]:
-    """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths."""
+def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths: bool,
+          into: dict[int, Candidate] | None = None) -> list[Candidate]:
+    """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
+    each table by the scope's id as well as the trail's."""
     citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
 
@@ -199,8 +216,8 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
         # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
         # suggest; a hash join over a table the statistics think small reads all of it.
         if postgres:
-            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id OFFSET 0) {alias}"
-        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id"
+            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id AND scope_id = %s OFFSET 0) {alias}"
+        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id AND {alias}.scope_id = %s"
 
     current_section = (
         f"LEFT JOIN LATERAL (SELECT hash, text FROM {section} WHERE scope_id = c.scope_id AND section_id = c.section_id OFFSET 0) s ON TRUE"
@@ -222,6 +239,7 @@ def _read(found: str, params: list, with_trails: bool, with_paths: bool, into: d
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
+    params = params + [scope_id] * (2 if with_paths else 0)  # the citations' and the steps' scope
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.

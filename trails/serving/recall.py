@@ -113,7 +113,7 @@ def recall(
     for match in candidates[:MAX_VALIDATED_CANDIDATES]:
         if not match.trail.has_paths:
             # One winner at a time: the best is nearly always valid, so one read, not three.
-            add_paths([match.trail])
+            add_paths(scope, [match.trail])
         current = match.trail.current
         if not scope.keeps_text:  # hashes only: nothing to re-hash or serve (as_stored); else the rows as read
             current = {k: as_stored(v.hash, v.text, False) for k, v in current.items()}

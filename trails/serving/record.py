@@ -12,13 +12,14 @@ from django.utils import timezone
 from infra import metrics
 from infra.errors import Conflict, Invalid
 from scopes.models import Scope, Section
+from trails.core.banding import scoped_keys
 from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
 from trails.learning.feedback import learn_from_research
 from trails.serving.matching import QuestionSignature, matching_settings, sign
-from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKey, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKeys, Citation, Step, Trail, TrailSignal, TrailStatus
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class TrailRows:
         return cls(
             trail=trail,
             steps=[
-                Step(trail=trail, position=i, tool=s.tool, args=s.args, section_ids=s.section_ids)
+                Step(trail=trail, scope=scope, position=i, tool=s.tool, args=s.args, section_ids=s.section_ids)
                 for i, s in enumerate(request.steps)
             ],
             citations=[
@@ -176,7 +177,7 @@ class TrailRows:
                 for i, section_id in enumerate(cited)
             ],
             question=None if trail.status == TrailStatus.REJECTED else question,
-            signals=[TrailSignal(trail=trail, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
+            signals=[TrailSignal(trail=trail, scope=scope, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
             if request.signal
             else [],
         )
@@ -192,7 +193,7 @@ class TrailRows:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
-            BandKey.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
+            BandKeys.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
 
 
 # The fields a trail's signature is stored in, beside its band keys.
@@ -203,19 +204,22 @@ def take_signature(scope: Scope, trail: Trail, question: QuestionSignature) -> N
     """Sets a trail's signed fields from its question: the one place record and re-signing
     both write them (band_key_rows gives the keys that go with them)."""
     trail.lexical_params = question.lexical.params.label
-    trail.lexical_signature = question.lexical.to_bytes()
+    # A scope that does not match lexically never reads the signature (re-signing after a
+    # matcher change writes it): not stored, a sixth of an embedding trail's row.
+    trail.lexical_signature = question.lexical.to_bytes() if scope.uses_lexical else b""
     trail.band_layout = matching_settings(scope).lexical_layout.label
     trail.embedding_model = question.embedding.model if question.embedding else ""
     trail.embedding = question.embedding.to_bytes() if question.embedding else None
 
 
-def band_key_rows(trail: Trail, question: QuestionSignature | None) -> list[tuple[int, int, int, int, int]]:
-    """A saved trail's band keys as BandKey.insert_many takes them, each with the sketch of
-    its embedding (none without a question: a rejected trail is never served)."""
-    if question is None:
+def band_key_rows(trail: Trail, question: QuestionSignature | None) -> list[tuple[int, int, list[int], int, int]]:
+    """A saved trail's band-key row as BandKeys.insert_many takes it: its keys as its scope
+    stores them, with the sketch of its embedding (none without a question or keys: a
+    rejected trail is never served)."""
+    if question is None or not question.keys:
         return []
     high, low = question.sketch
-    return [(trail.id, trail.scope_id, key, high, low) for key in question.keys]
+    return [(trail.id, trail.scope_id, scoped_keys(question.keys, trail.scope_id), high, low)]
 
 
 def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Section]) -> int:
@@ -239,8 +243,8 @@ def _twin(scope: Scope, request: RecordInput, question: QuestionSignature, cited
     twins: their sections all changed."""
     if not question.keys:
         return None
-    same_key = BandKey.objects.filter(key=question.keys[0], scope=scope).values("trail_id")
-    alike = (Trail.objects.filter(id__in=same_key, partition=request.partition, normalised_query=normalise_query(request.query))
+    same_key = BandKeys.trail_ids_with_key(scope, question.keys[0])
+    alike = (Trail.objects.filter(id__in=same_key, scope=scope, partition=request.partition, normalised_query=normalise_query(request.query))
              .exclude(status=TrailStatus.STALE).order_by("-id")[:8])
     for trail in alike:
         if [(c.section_id, c.recorded_hash) for c in trail.core_citations()] == cited:

@@ -12,7 +12,7 @@ from django.dispatch import receiver
 
 from scopes.models import Scope
 from trails.serving.matching import sign
-from trails.models import BandKey, Trail, TrailStatus, trail_status_changed
+from trails.models import BandKeys, Trail, TrailStatus, trail_status_changed
 from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
 from trails.learning.thresholds import SIGNING_FIELDS
 
@@ -24,14 +24,14 @@ def resign(scope: Scope, trails: list[Trail]) -> None:
 
     Call inside a transaction; `trails` need id, query and partition loaded.
     """
-    BandKey.objects.filter(trail__in=trails).delete()
+    BandKeys.objects.filter(trail_id__in=[t.id for t in trails]).delete()
     keys = []
     for trail in trails:
         question = sign(scope, trail.query, trail.partition)
         take_signature(scope, trail, question)
         keys.extend(band_key_rows(trail, question))
     Trail.objects.bulk_update(trails, list(SIGNED_FIELDS))
-    BandKey.insert_many(keys)
+    BandKeys.insert_many(keys)
 
 
 def reindex_scope(

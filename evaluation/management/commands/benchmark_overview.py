@@ -205,7 +205,7 @@ class Command(BaseCommand):
                 stale.append(drawn == TrailStatus.STALE)
             TrailRows.save_all(rows)
             # Stale as recall marks them (the lifecycle's rule and history).
-            mark_stale([row.trail.id for row, is_stale in zip(rows, stale[-len(rows):]) if is_stale], now)
+            mark_stale(scope.id, [row.trail.id for row, is_stale in zip(rows, stale[-len(rows):]) if is_stale], now)
         return list(Trail.objects.filter(scope=scope).values_list("id", flat=True))
 
     def fill_events(self, scope: Scope, events: int, trail_ids: list[int], rng: random.Random, now) -> None:

@@ -2,6 +2,7 @@
 against brute-force cosine over the same store (evaluation.scale)."""
 from __future__ import annotations
 
+import json
 import statistics
 import time
 import uuid
@@ -12,11 +13,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from evaluation import phases
+from evaluation import phases, results
 from evaluation.scale import (
     ScaleWorkload,
     database_label,
     faq_sections_for,
+    footprint,
     store_citing_two,
     vacuum_analyze,
 )
@@ -30,6 +32,8 @@ from evaluation.bulk import bulk_transaction, drop_scope
 from trails.serving.recall import recall
 
 
+# How docs/benchmark-results.json names a store size.
+SIZE_LABELS = {10_000: "10k", 100_000: "100k", 1_000_000: "1m", 10_000_000: "10m"}
 # Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.
 WARM_UP = 50
 
@@ -42,6 +46,11 @@ class Command(BaseCommand):
         parser.add_argument("--recalls", type=int, default=2000, help="questions timed at each size")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
+        parser.add_argument("--answers-like", type=Path, metavar="JSON",
+                            help="a previous run's --json (same seed and sizes): prints how many questions got the same answer, and how the disk per trail changed")
+        parser.add_argument("--record", action="store_true",
+                            help="keep the disk per trail at the largest size (and, with --interleaved, its ratio to the small store) "
+                                 "in docs/benchmark-results.json")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
         parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
@@ -52,7 +61,7 @@ class Command(BaseCommand):
         parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
                             help="the trails table's fillfactor for this run's fill (PostgreSQL; the migration sets 75), restored afterwards")
 
-    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0,
+    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False,
                fillfactor: int | None = None, against_fillfactor: int | None = None, **options) -> None:
         for given in (fillfactor, against_fillfactor):
             if given is not None and not 10 <= given <= 100:
@@ -85,7 +94,51 @@ class Command(BaseCommand):
                 drop_scope(scope)
             else:
                 self.stdout.write(f"kept scope {scope.slug} (--reuse {scope.slug})")
+        if answers_like:
+            figures["against"] = self._against(json.loads(answers_like.read_text()), figures)
+        if record:
+            self._record(figures, max(sizes), interleaved, answers_like)
         save_figures(json_path, figures)
+
+    def _record(self, figures: dict, size: int, small: int, answers_like: Path | None) -> None:
+        row, label = figures["sizes"][size], SIZE_LABELS.get(size, str(size))
+        disk = row.get("footprint") or {}
+        if disk:
+            against = figures.get("against", {}).get(str(size))
+            same = f"; the same answer to {against['same_answers']} of {against['of']} questions as {answers_like.name}" if against else ""
+            tables = ", ".join(f"{name.removeprefix('trails_')} {t['bytes_per_trail']:,}" for name, t in disk["tables"].items())
+            results.record(
+                f"footprint-{label}", target=f"disk per trail at {size:,} trails <= 3 KB, the same answers",
+                command=f"`benchmark_scale --sizes {size} --analyze --record` on a new database",
+                measured=f"**{disk['bytes_per_trail']:,} bytes** ({tables}){same}; correct hits {row['correct_hits']['index']} "
+                         f"of {row['correct_hits']['of']} (brute force {row['correct_hits']['brute_force']}), false hits "
+                         f"{row['false_hits']['index']} of {row['false_hits']['of']} (brute force {row['false_hits']['brute_force']})",
+                met=disk["bytes_per_trail"] <= 3072 and (not against or against["same_answers"] == against["of"]))
+        paired = figures.get("interleaved")
+        if paired:
+            large, little = paired["large"], paired["small"]
+            results.record(
+                f"scale-{label}", target=f"recall at {size:,} trails within 1.5x of {small:,}, interleaved",
+                command=f"`benchmark_scale --sizes {size} --recalls 2000 --interleaved {small} --analyze --record`",
+                measured=f"{figures['database']}: p50 {large['p50_ms']:.2f} against {little['p50_ms']:.2f} ms, **{paired['p50_ratio']}x**; "
+                         f"p99 {large['p99_ms']:.2f} against {little['p99_ms']:.2f} ms, **{paired['p99_ratio']}x**",
+                met=paired["p50_ratio"] <= 1.5 and paired["p99_ratio"] <= 1.5)
+
+    def _against(self, previous: dict, figures: dict) -> dict:
+        """The same questions' answers and the disk per trail, size by size, against a previous run."""
+        result = {}
+        for size, row in figures["sizes"].items():
+            before = previous.get("sizes", {}).get(str(size))
+            if not before or "answers" not in before:
+                continue
+            pairs = list(zip(before["answers"], row["answers"]))
+            same = sum(a == b for a, b in pairs)
+            old_disk, new_disk = (before.get("footprint") or {}).get("bytes_per_trail"), (row.get("footprint") or {}).get("bytes_per_trail")
+            result[str(size)] = {"same_answers": same, "of": len(pairs), "bytes_per_trail": [old_disk, new_disk]}
+            self.stdout.write(f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions; "
+                              f"disk per trail {old_disk:,} -> {new_disk:,} bytes" if old_disk and new_disk else
+                              f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions")
+        return result
 
     @staticmethod
     def _fillfactor() -> int | None:
@@ -198,6 +251,10 @@ class Command(BaseCommand):
         return row
 
     @staticmethod
+    def _answered_query(trail_id: int | None) -> str | None:
+        return None if trail_id is None else Trail.objects.filter(id=trail_id).values_list("query", flat=True).first()
+
+    @staticmethod
     def _trail_updates() -> tuple[int, int] | None:
         """(updates, HOT updates) of the trails table so far, from PostgreSQL's statistics."""
         if connection.vendor != "postgresql":
@@ -244,6 +301,10 @@ class Command(BaseCommand):
             "correct_hits": {"index": rates["duplicate"][0], "brute_force": rates["duplicate"][1], "of": rates["duplicate"][2]},
             "false_hits": {"index": rates["not duplicate"][0], "brute_force": rates["not duplicate"][1], "of": rates["not duplicate"][2]},
             "index_missed": missed, "other_trail": other, "index_only": extra,
+            # What each asked question was answered with (the trail's question), so a change of
+            # storage can be held to the same answers (--answers-like).
+            "answers": [self._answered_query(by_index[i]) for i in range(len(asked))],
+            "footprint": footprint(),
         }
         if updates_before and updates_after:
             # A hit counts itself on its trail's row: a HOT update writes no index entries.
@@ -251,6 +312,10 @@ class Command(BaseCommand):
             row["trail_updates"], row["hot_share"] = done, round(hot / done, 3) if done else None
             self.stdout.write(f"{'':>9} trail row updates during the run: {done}, HOT {hot} ({hot / max(1, done):.1%})")
         dup, non = rates["duplicate"], rates["not duplicate"]
+        if row["footprint"]:
+            per_table = ", ".join(f"{name} {t['bytes_per_trail']:,}" for name, t in row["footprint"]["tables"].items())
+            self.stdout.write(f"{'':>9} disk: {row['footprint']['bytes_per_trail']:,} bytes per trail "
+                              f"({row['footprint']['bytes'] / 2**30:.2f} GiB for {row['footprint']['trails']:,} trails; {per_table})")
         self.stdout.write(
             f"{size:>9,} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['hit_p50_ms'] or 0:8.2f} {row['miss_p50_ms'] or 0:9.2f} "
             f"{row['candidates_mean']:6.1f} {row['candidates_p99']:6d} {fill:7.0f}  "
