@@ -54,6 +54,8 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
         parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
+        parser.add_argument("--scopes", type=int, default=1, metavar="N",
+                            help="the store holds N scopes of the largest size, each asked the same questions (tenants alike); recall is timed on the first")
         parser.add_argument("--interleaved", type=int, metavar="SMALL", default=0,
                             help="then a second scope of SMALL trails, and recall on the two alternately (one process, the same questions)")
         parser.add_argument("--against-fillfactor", type=int, metavar="PERCENT",
@@ -61,7 +63,7 @@ class Command(BaseCommand):
         parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
                             help="the trails table's fillfactor for this run's fill (PostgreSQL; the migration sets 75), restored afterwards")
 
-    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False,
+    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False, scopes: int = 1,
                fillfactor: int | None = None, against_fillfactor: int | None = None, **options) -> None:
         for given in (fillfactor, against_fillfactor):
             if given is not None and not 10 <= given <= 100:
@@ -78,9 +80,12 @@ class Command(BaseCommand):
             scope, keep = Scope.objects.get(slug=reuse), True
         else:
             scope = Scope.objects.create(scratch=True, slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+        if scopes < 1:
+            raise CommandError("--scopes must be at least 1")
         previous_fillfactor = self._set_fillfactor(fillfactor) if fillfactor is not None else None
+        self.others: list[Scope] = []
         try:
-            figures = self._run(scope, workload, asked, sorted(sizes), analyze)
+            figures = self._run(scope, workload, asked, sorted(sizes), analyze, scopes)
             figures["fillfactor"] = self._fillfactor()
             if interleaved:
                 figures["interleaved"] = self._interleaved(scope, max(sizes), workload, asked, interleaved, analyze)
@@ -90,6 +95,8 @@ class Command(BaseCommand):
         finally:
             if fillfactor is not None:
                 self._set_fillfactor(previous_fillfactor)
+            for other in self.others if not keep else []:
+                drop_scope(other)
             if not keep:
                 drop_scope(scope)
             else:
@@ -97,20 +104,23 @@ class Command(BaseCommand):
         if answers_like:
             figures["against"] = self._against(json.loads(answers_like.read_text()), figures)
         if record:
-            self._record(figures, max(sizes), interleaved, answers_like)
+            self._record(figures, max(sizes), interleaved, answers_like, scopes)
         save_figures(json_path, figures)
 
-    def _record(self, figures: dict, size: int, small: int, answers_like: Path | None) -> None:
-        row, label = figures["sizes"][size], SIZE_LABELS.get(size, str(size))
+    def _record(self, figures: dict, size: int, small: int, answers_like: Path | None, scopes: int = 1) -> None:
+        row, label = figures["sizes"][size], SIZE_LABELS.get(size * scopes, str(size * scopes))
+        store = f"{size * scopes:,} trails" + (f" ({scopes} scopes of {size:,})" if scopes > 1 else "")
+        flags = f"--sizes {size}" + (f" --scopes {scopes}" if scopes > 1 else "")
         disk = row.get("footprint") or {}
         if disk:
             against = figures.get("against", {}).get(str(size))
             same = f"; the same answer to {against['same_answers']} of {against['of']} questions as {answers_like.name}" if against else ""
             tables = ", ".join(f"{name.removeprefix('trails_')} {t['bytes_per_trail']:,}" for name, t in disk["tables"].items())
             results.record(
-                f"footprint-{label}", target=f"disk per trail at {size:,} trails <= 3 KB, the same answers",
-                command=f"`benchmark_scale --sizes {size} --analyze --record` on a new database",
-                measured=f"**{disk['bytes_per_trail']:,} bytes** ({tables}){same}; correct hits {row['correct_hits']['index']} "
+                f"footprint-{label}", target=f"disk per trail at {store} <= 3 KB, the same answers",
+                command=f"`benchmark_scale {flags} --analyze --record` on a new database",
+                measured=f"**{disk['bytes_per_trail']:,} bytes** ({tables}; {disk['bytes'] / 2**30:.1f} GiB in all, filled in "
+                         f"{row['fill_s']:,.0f} s){same}; correct hits {row['correct_hits']['index']} "
                          f"of {row['correct_hits']['of']} (brute force {row['correct_hits']['brute_force']}), false hits "
                          f"{row['false_hits']['index']} of {row['false_hits']['of']} (brute force {row['false_hits']['brute_force']})",
                 met=disk["bytes_per_trail"] <= 3072 and (not against or against["same_answers"] == against["of"]))
@@ -118,8 +128,8 @@ class Command(BaseCommand):
         if paired:
             large, little = paired["large"], paired["small"]
             results.record(
-                f"scale-{label}", target=f"recall at {size:,} trails within 1.5x of {small:,}, interleaved",
-                command=f"`benchmark_scale --sizes {size} --recalls 2000 --interleaved {small} --analyze --record`",
+                f"scale-{label}", target=f"recall at {store} within 1.5x of {small:,}, interleaved",
+                command=f"`benchmark_scale {flags} --recalls 2000 --interleaved {small} --analyze --record`",
                 measured=f"{figures['database']}: p50 {large['p50_ms']:.2f} against {little['p50_ms']:.2f} ms, **{paired['p50_ratio']}x**; "
                          f"p99 {large['p99_ms']:.2f} against {little['p99_ms']:.2f} ms, **{paired['p99_ratio']}x**",
                 met=paired["p50_ratio"] <= 1.5 and paired["p99_ratio"] <= 1.5)
@@ -161,7 +171,20 @@ class Command(BaseCommand):
         self.stdout.write(f"trails table fillfactor {percent or 100} for this run (was {previous})")
         return previous
 
-    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool) -> dict:
+    def _fill_others(self, count: int, workload: ScaleWorkload, size: int) -> float:
+        """Fills `count` more scopes with the store's first `size` questions; returns the seconds it took."""
+        started = time.perf_counter()
+        texts, vectors = workload.first(size)
+        for n in range(count):
+            other = Scope.objects.create(scratch=True, slug=f"bench-scale-tenant-{uuid.uuid4().hex[:8]}", name="scale benchmark (tenant)",
+                                         matcher="embedding")
+            self.others.append(other)
+            store_citing_two(other, texts, vectors, faq_sections_for(other), seed=size + n)
+            if (n + 1) % 10 == 0 or n + 1 == count:
+                self.stdout.write(f"  {n + 1} of {count} more scopes filled ({time.perf_counter() - started:.0f} s)")
+        return time.perf_counter() - started
+
+    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1) -> dict:
         current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
         # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
@@ -188,6 +211,9 @@ class Command(BaseCommand):
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
             ids += store_citing_two(scope, texts, vectors, current, seed=size)
+            if size == sizes[-1] and scopes > 1:
+                self._fill_others(scopes - 1, workload, size)
+                figures["store"] = {"scopes": scopes, "trails": scopes * size}
             fill = time.perf_counter() - started
             if analyze:
                 vacuum_analyze()
