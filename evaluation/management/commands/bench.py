@@ -15,6 +15,7 @@ WATCHED = [
     ("embedding recall p99 ms at the largest size", ("scale", "largest", "p99_ms"), False),
     ("p50 ratio largest/smallest size", ("scale", "p50_ratio"), False),
     ("candidates per lookup at the largest size", ("scale", "largest", "candidates_mean"), False),
+    ("disk bytes per trail at the largest size", ("scale", "largest", "footprint", "bytes_per_trail"), False),
     ("HTTP lexical recalls/s", ("http", "recall lexical (half hits)", "per_second"), True),
     ("HTTP lexical recall p99 ms", ("http", "recall lexical (half hits)", "p99_ms"), False),
     ("HTTP embedding recalls/s (distinct)", ("http", "recall embedding (distinct questions)", "per_second"), True),

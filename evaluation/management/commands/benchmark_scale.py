@@ -61,7 +61,7 @@ class Command(BaseCommand):
         parser.add_argument("--against-fillfactor", type=int, metavar="PERCENT",
                             help="then a second store as large, filled at this fillfactor, and recall on the two alternately")
         parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
-                            help="the trails table's fillfactor for this run's fill (PostgreSQL; the migration sets 75), restored afterwards")
+                            help="the trails table's fillfactor for this run's fill (PostgreSQL; the migrations set 80), restored afterwards")
 
     def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False, scopes: int = 1,
                fillfactor: int | None = None, against_fillfactor: int | None = None, **options) -> None:
