@@ -6,6 +6,8 @@ import django.db.models.deletion
 import trails.models.trail
 from django.db import migrations, models
 
+from infra.migrating import no_statement_timeout
+
 from trails.core.banding import scope_salt
 
 GIN_INDEX = "bandkeys_keys_gin"
@@ -54,13 +56,6 @@ def inverted_index(apps, schema_editor):
 def drop_inverted_index(apps, schema_editor):
     schema_editor.execute(f"DROP INDEX IF EXISTS {GIN_INDEX}")
     schema_editor.execute(f"DROP INDEX IF EXISTS {SCOPE_INDEX}")
-
-
-def no_statement_timeout(apps, schema_editor):
-    # The service's 5 s statement timeout (the connection's default) would stop a rewrite of a
-    # large store's rows part way; the migration is one transaction, so this holds to its end.
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("SET LOCAL statement_timeout = 0")
 
 
 class Migration(migrations.Migration):

@@ -3,18 +3,13 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from infra.migrating import no_statement_timeout
+
 
 def copy_scope(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
         for table in ("trails_step", "trails_trailsignal"):
             cursor.execute(f"UPDATE {table} SET scope_id = (SELECT t.scope_id FROM trails_trail t WHERE t.id = {table}.trail_id)")
-
-
-def no_statement_timeout(apps, schema_editor):
-    # The service's 5 s statement timeout (the connection's default) would stop a rewrite of a
-    # large store's rows part way; the migration is one transaction, so this holds to its end.
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("SET LOCAL statement_timeout = 0")
 
 
 class Migration(migrations.Migration):
