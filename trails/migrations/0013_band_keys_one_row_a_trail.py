@@ -45,8 +45,7 @@ def inverted_index(apps, schema_editor):
         return
     # fastupdate off: a lookup never scans a list of entries not yet merged into the index
     # (the tail a burst of records would add); each record merges its keys at once.
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"CREATE INDEX {GIN_INDEX} ON trails_bandkeys USING gin (keys) WITH (fastupdate = off)")
+    schema_editor.execute(f"CREATE INDEX {GIN_INDEX} ON trails_bandkeys USING gin (keys) WITH (fastupdate = off)")
     # No statistics on the keys (near unique elements): the planner's default for one key
     # (0.5 % of rows) keeps it on the index; sampled statistics made it guess 12 % for a
     # lookup's keys and read the table (trails.serving.candidates).

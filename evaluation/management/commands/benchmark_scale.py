@@ -171,8 +171,8 @@ class Command(BaseCommand):
         self.stdout.write(f"trails table fillfactor {percent or 100} for this run (was {previous})")
         return previous
 
-    def _fill_others(self, count: int, workload: ScaleWorkload, size: int) -> float:
-        """Fills `count` more scopes with the store's first `size` questions; returns the seconds it took."""
+    def _fill_others(self, count: int, workload: ScaleWorkload, size: int) -> None:
+        """Fills `count` more scopes with the store's first `size` questions (their time counts in the fill's)."""
         started = time.perf_counter()
         texts, vectors = workload.first(size)
         for n in range(count):
@@ -182,7 +182,6 @@ class Command(BaseCommand):
             store_citing_two(other, texts, vectors, faq_sections_for(other), seed=size + n)
             if (n + 1) % 10 == 0 or n + 1 == count:
                 self.stdout.write(f"  {n + 1} of {count} more scopes filled ({time.perf_counter() - started:.0f} s)")
-        return time.perf_counter() - started
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1) -> dict:
         current = faq_sections_for(scope)
@@ -277,10 +276,6 @@ class Command(BaseCommand):
         return row
 
     @staticmethod
-    def _answered_query(trail_id: int | None) -> str | None:
-        return None if trail_id is None else Trail.objects.filter(id=trail_id).values_list("query", flat=True).first()
-
-    @staticmethod
     def _trail_updates() -> tuple[int, int] | None:
         """(updates, HOT updates) of the trails table so far, from PostgreSQL's statistics."""
         if connection.vendor != "postgresql":
@@ -311,6 +306,7 @@ class Command(BaseCommand):
         hits = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is not None]
         misses = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is None]
         candidates = [c for _, _, c in timings]
+        answered = dict(Trail.objects.filter(id__in={t for t in by_index.values() if t is not None}).values_list("id", "query"))
         rates = {}
         for kind in ("duplicate", "not duplicate"):
             rows = [i for i, a in enumerate(asked) if a.kind == kind]
@@ -329,7 +325,7 @@ class Command(BaseCommand):
             "index_missed": missed, "other_trail": other, "index_only": extra,
             # What each asked question was answered with (the trail's question), so a change of
             # storage can be held to the same answers (--answers-like).
-            "answers": [self._answered_query(by_index[i]) for i in range(len(asked))],
+            "answers": [answered.get(by_index[i]) for i in range(len(asked))],
             "footprint": footprint(),
         }
         if updates_before and updates_after:
