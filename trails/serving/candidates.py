@@ -126,11 +126,12 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
         # recall and can be prepared (planning took longer than running it). Key rows are
-        # found through the inverted index on their keys, trails then by primary key alone,
+        # found through the inverted index on their keys, trails then by scope and id,
         # filtered after (OFFSET 0 keeps each subquery apart): without statistics (a scope
         # grown since the last ANALYZE) the planner otherwise walked every trail of the
-        # scope, 21.9 s for one recall. The key rows are read with the scope's id (a
-        # partition or shard key), the trails filtered by it.
+        # scope, 21.9 s for one recall. Every subquery names the scope's id itself, so on
+        # tables partitioned by scope each reads one partition (pruning does not reach
+        # through OFFSET 0 from a condition outside; tests/evaluation/test_partitioned.py).
         # Each key is looked up on its own (a LATERAL per key): the planner then weighs one
         # key's rows, which it puts at 0.5 % of the table (the keys column keeps no statistics,
         # as its elements are near unique), and always takes the index; given all keys at once,
@@ -141,10 +142,11 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
 
         if lexical_keys:
             parts.append(
-                f"SELECT {columns} FROM (SELECT * FROM {trails} WHERE id = ANY(ARRAY("
-                f"SELECT b.trail_id FROM {sharing('trail_id')})) OFFSET 0) t WHERE {where_servable}"
+                f"SELECT {columns} FROM (SELECT DISTINCT b.trail_id FROM {sharing('trail_id')}) n "
+                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
+                f"WHERE {where_servable}"
             )
-            params += [lexical_keys, scope.id, *servable]
+            params += [lexical_keys, scope.id, scope.id, *servable]
         if embedding_keys:
             # Embedding and lexical keys never equal each other (their namespaces differ), so
             # a shared embedding key is an embedding collision.
@@ -152,10 +154,10 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             parts.append(
                 f"SELECT * FROM (SELECT {columns} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
                 f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
-                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE id = n.trail_id OFFSET 0) t "
+                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
             )
-            params += [high, low, embedding_keys, scope.id, high, low, lookup.max_distance, *servable, lookup.nearest]
+            params += [high, low, embedding_keys, scope.id, high, low, lookup.max_distance, scope.id, *servable, lookup.nearest]
     else:
         # SQLite has no inverted index: the scope's key rows are read through the scope
         # index and their keys unpacked (a laptop's store). CROSS JOIN keeps its planner
