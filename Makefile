@@ -60,7 +60,7 @@ demo-new: export RAGTRAIL_DEBUG ?= 1
 demo-new: $(VENV)/.installed
 	$(PY) manage.py load_demo --revision new --no-credentials
 
-# The benchmarks of issue 13 in one run (PostgreSQL; production settings, a throwaway key):
+# The benchmarks in one run (PostgreSQL; production settings, a throwaway key):
 # embedding recall as a scope grows, HTTP throughput, overload and memory, and a comparison
 # with the previous run. BENCH_ARGS="--sizes 10000 100000 1000000" for the million.
 bench: export RAGTRAIL_SECRET_KEY ?= bench-only-key-not-for-production-0123456789-abcdefghijklmnop

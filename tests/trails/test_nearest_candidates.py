@@ -142,3 +142,32 @@ def test_a_stored_embedding_lies_in_its_trails_row_not_out_of_line(crowd):
         cursor.execute(f"SELECT count(*) FROM {Trail._meta.db_table} WHERE id = ANY(%s) AND length(embedding) = %s",
                        [[t.id for t in trails], len(encode_vector(np.zeros(embedder.dim)))])
         assert cursor.fetchone()[0] == 20  # stored whole, in the compact format
+
+
+def test_a_hit_on_the_nearest_trail_is_served_from_one_read(crowd):
+    scope, embedder = crowd
+    for i in range(5):
+        store(scope, embedder.at_cosine(f"topic question {i}", 0.85 + i * 0.01))
+    best = store(scope, embedder.at_cosine("what is the way to reset a password", 0.98))
+    statements = []
+    with connection.execute_wrapper(lambda execute, sql, params, many, context: statements.append(sql) or execute(sql, params, many, context)):
+        result = recall(scope, QUESTION)
+    assert result.outcome.value == "prefetch" and result.trail.id == best.id
+    assert [s["text"] for s in result.sections] == ["Passwords are reset from the account page."]
+    assert [step["tool"] for step in result.steps] == [step.tool for step in best.steps.all()]
+    # The candidates and the nearest one's path came in one statement: no second read for the winner.
+    paths_read = [sql for sql in statements if "trails_citation" in sql]
+    assert len(paths_read) == 1 and "trails_bandkeys" in paths_read[0]
+
+
+def test_when_the_nearest_trail_went_stale_the_next_one_is_served_with_its_own_path(crowd):
+    scope, embedder = crowd
+    Section.upsert(scope, {"a": "The old password page."})
+    nearest = record(scope, RecordInput(query=embedder.at_cosine("reset a password please", 0.995), cited=["a"], signal="accepted")).trail
+    other = store(scope, embedder.at_cosine("what is the way to reset a password", 0.96))
+    Section.upsert(scope, {"a": "The password page moved."})
+    result = recall(scope, QUESTION)
+    assert result.outcome.value == "prefetch" and result.trail.id == other.id
+    assert [(s["id"], s["text"]) for s in result.sections] == [("s", "Passwords are reset from the account page.")]
+    nearest.refresh_from_db()
+    assert nearest.status == "stale"

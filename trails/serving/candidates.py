@@ -110,7 +110,8 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     `lookup.nearest` nearest servable ones: the band-key index answers both, so the
     trails read stay few however many trails the scope holds. Never a scan over the
     scope's trails. Without paths (as with embeddings), `add_paths` reads them for the
-    few that win.
+    few that win, but for the nearest embedding collision (by sketch), whose path comes
+    in the same read: it is nearly always the winner, and a hit then needs no second read.
     """
     if not lookup.lexical_keys and not lookup.embedding_keys:
         return []
@@ -122,6 +123,9 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     columns = trail_columns(with_lexical=scope.uses_lexical)
     high, low = lookup.sketch
     lexical_keys, embedding_keys = scoped_keys(lookup.lexical_keys, scope.id), scoped_keys(lookup.embedding_keys, scope.id)
+    # Only where the embedding part is the whole read: a trail found both ways would come
+    # twice out of the UNION were one part to carry a distance.
+    nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys
     parts, params = [], []
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
@@ -152,7 +156,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             # a shared embedding key is an embedding collision.
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
             parts.append(
-                f"SELECT * FROM (SELECT {columns} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
+                f"SELECT * FROM (SELECT {columns}{', n.distance' if nearest_paths else ''} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
                 f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
@@ -175,14 +179,15 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         if embedding_keys:
             distance = "ragtrail_sketch_distance(b.sketch_high, b.sketch_low, %s, %s)"
             parts.append(
-                f"SELECT * FROM (SELECT {columns} FROM {bands} b CROSS JOIN {trails} t "
+                f"SELECT * FROM (SELECT {columns}{f', {distance} AS distance' if nearest_paths else ''} FROM {bands} b CROSS JOIN {trails} t "
                 f"WHERE b.scope_id = %s AND {sharing(embedding_keys)} "
                 f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
                 f"ORDER BY {distance}, t.id DESC LIMIT %s)"
             )
-            params += [scope.id, *embedding_keys, high, low, lookup.max_distance, *servable, high, low, lookup.nearest]
+            params += [*([high, low] if nearest_paths else []), scope.id, *embedding_keys, high, low, lookup.max_distance, *servable,
+                       high, low, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths)
+    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths, nearest_paths=nearest_paths)
 
 
 def trail_columns(with_lexical: bool) -> str:
@@ -207,19 +212,23 @@ def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
 
 
 def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths: bool,
-          into: dict[int, Candidate] | None = None) -> list[Candidate]:
+          into: dict[int, Candidate] | None = None, nearest_paths: bool = False) -> list[Candidate]:
     """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
-    each table by the scope's id as well as the trail's."""
+    each table by the scope's id as well as the trail's. With `nearest_paths` (`found` then
+    has a `distance` column), only the nearest found trail's path."""
     citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
+
+    # The nearest as the read ranks them (distance, then the newer trail).
+    pathed = "(SELECT id FROM found ORDER BY distance, id DESC LIMIT 1) f" if nearest_paths else "found f"
 
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
         # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
         # suggest; a hash join over a table the statistics think small reads all of it.
         if postgres:
-            return f"found f CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id AND scope_id = %s OFFSET 0) {alias}"
-        return f"found f JOIN {table} {alias} ON {alias}.{column} = f.id AND {alias}.scope_id = %s"
+            return f"{pathed} CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id AND scope_id = %s OFFSET 0) {alias}"
+        return f"{pathed} JOIN {table} {alias} ON {alias}.{column} = f.id AND {alias}.scope_id = %s"
 
     current_section = (
         f"LEFT JOIN LATERAL (SELECT hash, text FROM {section} WHERE scope_id = c.scope_id AND section_id = c.section_id OFFSET 0) s ON TRUE"
@@ -229,10 +238,10 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     parts = []
     if with_trails:
         parts.append(
-            f"SELECT {TRAIL}, f.id, 0, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
+            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_paths else 0}, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
             "f.lexical_signature, f.embedding FROM found f"
         )
-    if with_paths:
+    if with_paths or nearest_paths:
         parts.append(
             f"SELECT {CITATION}, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
             f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
@@ -241,7 +250,7 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
-    params = params + [scope_id] * (2 if with_paths else 0)  # the citations' and the steps' scope
+    params = params + [scope_id] * (2 if with_paths or nearest_paths else 0)  # the citations' and the steps' scope
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
@@ -249,8 +258,11 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[int, Candidate] = into if into is not None else {}
-    for row in map(decode, rows):
+    distances: dict[int, int] = {}
+    for raw in rows:
+        row = decode(raw)
         if isinstance(row, TrailRow):
+            distances[row.trail_id] = raw[2]
             result[row.trail_id] = Candidate(
                 row.trail_id, uuid.UUID(row.public_id), row.query, row.lexical_params, row.lexical_signature,
                 row.embedding_model or "", row.embedding, path_tokens=int(row.path_tokens or 0),
@@ -265,4 +277,6 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     if with_paths:
         for candidate in result.values():
             candidate.has_paths = True
+    elif nearest_paths and distances:
+        result[min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))].has_paths = True
     return list(result.values())
