@@ -8,7 +8,15 @@ import json
 import pytest
 from django.db import connection
 
-from evaluation.partitioned import SCHEMA, as_default, connection_reading, copy_partitioned, drop_partitioned, partitioned_definition
+from evaluation.partitioned import (
+    SCHEMA,
+    as_default,
+    connection_reading,
+    copy_partitioned,
+    drop_partitioned,
+    partitioned_bytes,
+    partitioned_definition,
+)
 from evaluation.scale import faq_sections_for, store_trails
 from scopes.models import Scope
 from tests.evaluation.test_fill import questions
@@ -64,6 +72,10 @@ def test_the_copy_holds_every_row_split_by_scope(tenants):
             assert all(n == 1 for _, n in cursor.fetchall())
             cursor.execute("SELECT partstrat FROM pg_partitioned_table WHERE partrelid = %s::regclass", [f"{SCHEMA}.{table}"])
             assert cursor.fetchone() == ("h",)
+    sizes = partitioned_bytes()
+    assert set(sizes) == {Trail._meta.db_table, BandKeys._meta.db_table}
+    # Four partitions, each with its own indexes: on so few rows, more than the one table; never empty.
+    assert all(0 < size["unpartitioned"] < size["partitioned"] for size in sizes.values()), sizes
 
 
 def test_recall_through_the_partitioned_copy_answers_as_the_store_does_and_reads_one_partition_of_each(tenants):
