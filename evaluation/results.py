@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "benchmark-results.json"
 PAGE = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+# How a target's id names a store size (scale-1m, peer-100k, ...).
+SIZE_LABELS = {10_000: "10k", 100_000: "100k", 1_000_000: "1m", 10_000_000: "10m"}
 
 
 def load(path: Path = RESULTS) -> list[dict]:

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from evaluation import phases, results
-from evaluation.management.commands.benchmark_scale import SIZE_LABELS, WARM_UP
+from evaluation.management.commands.benchmark_scale import WARM_UP
 from evaluation.partitioned import (
     SCHEMA,
     as_default,
@@ -77,7 +77,7 @@ class Command(BaseCommand):
             f"{p} {figures['unpartitioned']['phases_mean_ms'][p]:.2f} / {figures['partitioned']['phases_mean_ms'][p]:.2f}"
             for p in phases.PHASES))
         if record:
-            label = SIZE_LABELS.get(store, f"{store:,}")
+            label = results.SIZE_LABELS.get(store, f"{store:,}")
             results.record(
                 f"partitioned-{label}", target=f"recall at {store:,} trails with trails and band keys hash-partitioned by scope "
                                              f"({partitions} partitions) against unpartitioned, interleaved, the same answers",

@@ -27,6 +27,7 @@ from evaluation.scale import (
     store_citing_two,
     vacuum_analyze,
 )
+from evaluation import results
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
@@ -48,8 +49,9 @@ class Command(BaseCommand):
                             help="a Python with evaluation/peer/requirements.txt installed (make .venv-peer)")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
+        parser.add_argument("--record", action="store_true", help="keep each size's figure in docs/benchmark-results.json (peer-100k, peer-1m, ...)")
 
-    def handle(self, *args, sizes, recalls, blocks, peer_python: Path, seed, json_path, **options) -> None:
+    def handle(self, *args, sizes, recalls, blocks, peer_python: Path, seed, json_path, record: bool = False, **options) -> None:
         if not peer_python.exists():
             raise CommandError(f"{peer_python} not found: make .venv-peer (GPTCache in its own venv)")
         embedder = get_embedder()
@@ -75,7 +77,23 @@ class Command(BaseCommand):
                 figures["sizes"][size] = self._measure(scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill)
         finally:
             drop_scope(scope)
+        if record:
+            for size, row in figures["sizes"].items():
+                self._record(size, row, figures["database"], recalls, blocks)
         save_figures(json_path, figures)
+
+    @staticmethod
+    def _record(size: int, row: dict, database: str, recalls: int, blocks: int) -> None:
+        label = results.SIZE_LABELS.get(size, str(size))
+        ours, theirs = row["ragtrail"], row["gptcache"]
+        results.record(
+            f"peer-{label}", target=f"recall() >= 10x faster than GPTCache 0.1.44's get() at {size:,} questions, p50 and p99",
+            command=f"`benchmark_peer --sizes {size} --record` ({blocks} alternating blocks, {recalls:,} questions a side; "
+                    "embedding excluded on both sides; validation and the event write included)",
+            measured=f"{database}: p50 {ours['p50_ms']:.2f} against {theirs['p50_ms']:.2f} ms, **{row['ratio_p50']}x**; "
+                     f"p99 {ours['p99_ms']:.2f} against {theirs['p99_ms']:.2f} ms, **{row['ratio_p99']}x** "
+                     f"(hits {ours['hits']} / {theirs['hits']}; fill {ours['fill_s']:,.0f} s / GPTCache's import {theirs['fill_s']:,.0f} s)",
+            met=row["ratio_p50"] >= 10 and row["ratio_p99"] >= 10)
 
     def _measure(self, scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill) -> dict:
         with tempfile.TemporaryDirectory(prefix="ragtrail-peer-") as folder:

@@ -32,8 +32,6 @@ from evaluation.bulk import bulk_transaction, drop_scope
 from trails.serving.recall import recall
 
 
-# How docs/benchmark-results.json names a store size.
-SIZE_LABELS = {10_000: "10k", 100_000: "100k", 1_000_000: "1m", 10_000_000: "10m"}
 # Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.
 WARM_UP = 50
 
@@ -108,7 +106,7 @@ class Command(BaseCommand):
         save_figures(json_path, figures)
 
     def _record(self, figures: dict, size: int, small: int, answers_like: Path | None, scopes: int = 1) -> None:
-        row, label = figures["sizes"][size], SIZE_LABELS.get(size * scopes, str(size * scopes))
+        row, label = figures["sizes"][size], results.SIZE_LABELS.get(size * scopes, str(size * scopes))
         store = f"{size * scopes:,} trails" + (f" ({scopes} scopes of {size:,})" if scopes > 1 else "")
         flags = f"--sizes {size}" + (f" --scopes {scopes}" if scopes > 1 else "")
         disk = row.get("footprint") or {}
