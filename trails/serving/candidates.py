@@ -100,6 +100,9 @@ class Lookup:
     # Embedding collisions read at most, nearest sketch first. Past ~100k trails most
     # collisions are same-topic questions under the threshold.
     nearest: int = field(default_factory=lambda: settings.RAGTRAIL_EMBEDDING_NEAREST)
+    # The nearest embedding collision's path comes in the same read where it lies within
+    # this many bits (negative: never); a miss's nearest is mostly farther.
+    path_distance: int = -1
 
 
 def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with_paths: bool = True) -> list[Candidate]:
@@ -125,7 +128,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     lexical_keys, embedding_keys = scoped_keys(lookup.lexical_keys, scope.id), scoped_keys(lookup.embedding_keys, scope.id)
     # Only where the embedding part is the whole read: a trail found both ways would come
     # twice out of the UNION were one part to carry a distance.
-    nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys
+    nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys and lookup.path_distance >= 0
     parts, params = [], []
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
@@ -187,7 +190,8 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             params += [*([high, low] if nearest_paths else []), scope.id, *embedding_keys, high, low, lookup.max_distance, *servable,
                        high, low, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths, nearest_paths=nearest_paths)
+    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths,
+                 nearest_paths=lookup.path_distance if nearest_paths else None)
 
 
 def trail_columns(with_lexical: bool) -> str:
@@ -212,15 +216,16 @@ def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
 
 
 def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths: bool,
-          into: dict[int, Candidate] | None = None, nearest_paths: bool = False) -> list[Candidate]:
+          into: dict[int, Candidate] | None = None, nearest_paths: int | None = None) -> list[Candidate]:
     """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
-    each table by the scope's id as well as the trail's. With `nearest_paths` (`found` then
-    has a `distance` column), only the nearest found trail's path."""
+    each table by the scope's id as well as the trail's. With `nearest_paths` (a distance in
+    bits; `found` then has a `distance` column), only the path of the nearest found trail, if
+    it lies that near."""
     citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
 
     # The nearest as the read ranks them (distance, then the newer trail).
-    pathed = "(SELECT id FROM found ORDER BY distance, id DESC LIMIT 1) f" if nearest_paths else "found f"
+    pathed = "(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f" if nearest_paths is not None else "found f"
 
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
@@ -238,10 +243,10 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     parts = []
     if with_trails:
         parts.append(
-            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_paths else 0}, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
+            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_paths is not None else 0}, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
             "f.lexical_signature, f.embedding FROM found f"
         )
-    if with_paths or nearest_paths:
+    if with_paths or nearest_paths is not None:
         parts.append(
             f"SELECT {CITATION}, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
             f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
@@ -250,7 +255,8 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
-    params = params + [scope_id] * (2 if with_paths or nearest_paths else 0)  # the citations' and the steps' scope
+    if with_paths or nearest_paths is not None:  # the citations' and the steps' (distance and) scope
+        params = params + ([scope_id] * 2 if nearest_paths is None else [nearest_paths, scope_id] * 2)
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
@@ -277,6 +283,7 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     if with_paths:
         for candidate in result.values():
             candidate.has_paths = True
-    elif nearest_paths and distances:
-        result[min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))].has_paths = True
+    elif nearest_paths is not None and distances:
+        nearest = min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))
+        result[nearest].has_paths = distances[nearest] <= nearest_paths
     return list(result.values())

@@ -44,6 +44,9 @@ class MatchingSettings:
     embedding_threshold: float
     # How near (in sketch bits) an embedding collision must be to be read, at that threshold.
     embedding_sketch_limit: int
+    # How near the nearest collision must be for its path to come with the candidates: nine
+    # in ten pairs at the threshold are nearer, and most misses' nearest farther.
+    embedding_path_limit: int
 
 
 def matching_settings(scope: Scope) -> MatchingSettings:
@@ -76,7 +79,7 @@ def _matching_settings(
     embedding_in_use = learned_embedding if learned_embedding is not None else embedding_threshold
     return MatchingSettings(
         minhash, lexical_layout, embedding_layout, lexicon, learned_lexical if learned_lexical is not None else lexical_threshold,
-        embedding_in_use, sketch_distance_limit(embedding_in_use),
+        embedding_in_use, sketch_distance_limit(embedding_in_use), sketch_distance_limit(embedding_in_use, miss=0.1),
     )
 
 
@@ -110,9 +113,11 @@ class QuestionSignature:
 
     def lookup(self, scope: Scope) -> Lookup:
         """What the candidate read looks for: the band keys, and how near an embedding collision must be."""
+        matching = matching_settings(scope)
         return Lookup(
             self.lexical_keys, self.embedding_keys, self.sketch,
-            matching_settings(scope).embedding_sketch_limit if self.embedding_keys else 0,
+            matching.embedding_sketch_limit if self.embedding_keys else 0,
+            path_distance=matching.embedding_path_limit if self.embedding_keys else -1,
         )
 
 
