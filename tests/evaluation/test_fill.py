@@ -90,3 +90,31 @@ def test_the_vectorised_fill_stores_the_rows_record_stores_and_recall_finds_them
         result = recall(embedding_scope, texts[7])
     assert result.outcome.value == "prefetch" and result.trail.id == ids[7]
     assert [s["id"] for s in result.sections] == cited[7]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the indexes are PostgreSQL's")
+def test_a_fill_with_indexes_built_after_leaves_every_index_as_it_was_and_recall_finds_the_trails(embedding_scope):
+    from evaluation.scale import TRAIL_TABLES, indexes_built_after
+
+    def indexes() -> set[tuple[str, str]]:
+        with connection.cursor() as cursor:
+            # A partial index's condition reads back reworded (the same condition): compared up to it.
+            cursor.execute("SELECT indexname, regexp_replace(indexdef, ' WHERE .*', '') FROM pg_indexes "
+                           "WHERE schemaname = 'public' AND tablename = ANY(%s)", [list(TRAIL_TABLES)])
+            return set(cursor.fetchall())
+
+    before, said = indexes(), []
+    texts, vectors = questions(40)
+    current = faq_sections_for(embedding_scope)
+    with serving(PrecomputedEmbedder(HashingEmbedder(), texts, vectors)):
+        with indexes_built_after(said.append):
+            during = indexes()
+            signer = BlockSigner(embedding_scope)
+            ids = store_block(signer, texts, vectors, signer.sign(texts, vectors), [[sorted(current)[0]]] * len(texts), current, timezone.now())
+        # The inverted index of band keys was gone during the fill, the primary keys and unique ones stayed.
+        assert "bandkeys_keys_gin" not in {name for name, _ in during}
+        assert {name for name, _ in during} >= {name for name, definition in before if "UNIQUE" in definition}
+        assert indexes() == before
+        assert said[0].startswith("  ") and "built again" in said[-1]
+        result = recall(embedding_scope, texts[3])
+    assert result.outcome.value == "prefetch" and result.trail.id == ids[3]

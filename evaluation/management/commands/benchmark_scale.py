@@ -6,6 +6,7 @@ import json
 import statistics
 import time
 import uuid
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from evaluation.scale import (
     database_label,
     faq_sections_for,
     footprint,
+    indexes_built_after,
     store_citing_two,
     vacuum_analyze,
 )
@@ -58,11 +60,14 @@ class Command(BaseCommand):
                             help="then a second scope of SMALL trails, and recall on the two alternately (one process, the same questions)")
         parser.add_argument("--against-fillfactor", type=int, metavar="PERCENT",
                             help="then a second store as large, filled at this fillfactor, and recall on the two alternately")
+        parser.add_argument("--indexes-after", action="store_true",
+                            help="drop the trail tables' indexes that hold no constraint during the fill and build them after it (PostgreSQL; "
+                                 "the fill time includes the builds)")
         parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
                             help="the trails table's fillfactor for this run's fill (PostgreSQL; the migrations set 80), restored afterwards")
 
     def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False, scopes: int = 1,
-               fillfactor: int | None = None, against_fillfactor: int | None = None, **options) -> None:
+               fillfactor: int | None = None, against_fillfactor: int | None = None, indexes_after: bool = False, **options) -> None:
         for given in (fillfactor, against_fillfactor):
             if given is not None and not 10 <= given <= 100:
                 raise CommandError("--fillfactor and --against-fillfactor must be between 10 and 100")
@@ -83,7 +88,7 @@ class Command(BaseCommand):
         previous_fillfactor = self._set_fillfactor(fillfactor) if fillfactor is not None else None
         self.others: list[Scope] = []
         try:
-            figures = self._run(scope, workload, asked, sorted(sizes), analyze, scopes)
+            figures = self._run(scope, workload, asked, sorted(sizes), analyze, scopes, indexes_after)
             figures["fillfactor"] = self._fillfactor()
             if interleaved:
                 figures["interleaved"] = self._interleaved(scope, max(sizes), workload, asked, interleaved, analyze)
@@ -181,7 +186,8 @@ class Command(BaseCommand):
             if (n + 1) % 10 == 0 or n + 1 == count:
                 self.stdout.write(f"  {n + 1} of {count} more scopes filled ({time.perf_counter() - started:.0f} s)")
 
-    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1) -> dict:
+    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1,
+             indexes_after: bool = False) -> dict:
         current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
         # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
@@ -207,10 +213,11 @@ class Command(BaseCommand):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
-            ids += store_citing_two(scope, texts, vectors, current, seed=size)
-            if size == sizes[-1] and scopes > 1:
-                self._fill_others(scopes - 1, workload, size)
-                figures["store"] = {"scopes": scopes, "trails": scopes * size}
+            with indexes_built_after(self.stdout.write) if indexes_after else nullcontext():
+                ids += store_citing_two(scope, texts, vectors, current, seed=size)
+                if size == sizes[-1] and scopes > 1:
+                    self._fill_others(scopes - 1, workload, size)
+                    figures["store"] = {"scopes": scopes, "trails": scopes * size}
             fill = time.perf_counter() - started
             if analyze:
                 vacuum_analyze()
