@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -47,8 +48,6 @@ def copy_partitioned(partitions: int, say: Callable[[str], None], schema: str = 
 
     Rows first, indexes after (as a restore does), then VACUUM ANALYZE as the store's tables
     had. Returns seconds spent by step."""
-    import time
-
     spent: dict[str, float] = {}
     with without_statement_timeout(), connection.cursor() as cursor:
         cursor.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

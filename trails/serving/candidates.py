@@ -113,8 +113,9 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     `lookup.nearest` nearest servable ones: the band-key index answers both, so the
     trails read stay few however many trails the scope holds. Never a scan over the
     scope's trails. Without paths (as with embeddings), `add_paths` reads them for the
-    few that win, but for the nearest embedding collision (by sketch), whose path comes
-    in the same read: it is nearly always the winner, and a hit then needs no second read.
+    few that win, but for the nearest embedding collision (by sketch) when it lies within
+    `lookup.path_distance` bits: its path comes in the same read, as it is nearly always
+    the winner, and a hit then needs no second read.
     """
     if not lookup.lexical_keys and not lookup.embedding_keys:
         return []
@@ -129,6 +130,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     # Only where the embedding part is the whole read: a trail found both ways would come
     # twice out of the UNION were one part to carry a distance.
     nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys and lookup.path_distance >= 0
+    with_distance = ", n.distance" if nearest_paths else ""
     parts, params = [], []
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
@@ -159,7 +161,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             # a shared embedding key is an embedding collision.
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
             parts.append(
-                f"SELECT * FROM (SELECT {columns}{', n.distance' if nearest_paths else ''} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
+                f"SELECT * FROM (SELECT {columns}{with_distance} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
                 f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
@@ -181,8 +183,9 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             params += [scope.id, *lexical_keys, *servable]
         if embedding_keys:
             distance = "ragtrail_sketch_distance(b.sketch_high, b.sketch_low, %s, %s)"
+            with_distance = f", {distance} AS distance" if nearest_paths else ""
             parts.append(
-                f"SELECT * FROM (SELECT {columns}{f', {distance} AS distance' if nearest_paths else ''} FROM {bands} b CROSS JOIN {trails} t "
+                f"SELECT * FROM (SELECT {columns}{with_distance} FROM {bands} b CROSS JOIN {trails} t "
                 f"WHERE b.scope_id = %s AND {sharing(embedding_keys)} "
                 f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
                 f"ORDER BY {distance}, t.id DESC LIMIT %s)"
@@ -191,7 +194,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
                        high, low, lookup.nearest]
     # UNION (not ALL): a trail found both ways is read once.
     return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths,
-                 nearest_paths=lookup.path_distance if nearest_paths else None)
+                 nearest_path_within=lookup.path_distance if nearest_paths else None)
 
 
 def trail_columns(with_lexical: bool) -> str:
@@ -216,16 +219,17 @@ def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
 
 
 def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths: bool,
-          into: dict[int, Candidate] | None = None, nearest_paths: int | None = None) -> list[Candidate]:
+          into: dict[int, Candidate] | None = None, nearest_path_within: int | None = None) -> list[Candidate]:
     """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
-    each table by the scope's id as well as the trail's. With `nearest_paths` (a distance in
-    bits; `found` then has a `distance` column), only the path of the nearest found trail, if
-    it lies that near."""
+    each table by the scope's id as well as the trail's. With `nearest_path_within` (bits;
+    `found` then has a `distance` column), only the path of the nearest found trail, if it
+    lies that near."""
     citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
 
     # The nearest as the read ranks them (distance, then the newer trail).
-    pathed = "(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f" if nearest_paths is not None else "found f"
+    pathed = ("(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f"
+              if nearest_path_within is not None else "found f")
 
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
@@ -243,10 +247,11 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     parts = []
     if with_trails:
         parts.append(
-            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_paths is not None else 0}, f.public_id, f.query, f.lexical_params, f.embedding_model, f.path_tokens, "
-            "f.lexical_signature, f.embedding FROM found f"
+            # A trail row's position slot holds its distance where there is one.
+            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_path_within is not None else 0}, f.public_id, f.query, f.lexical_params, "
+            "f.embedding_model, f.path_tokens, f.lexical_signature, f.embedding FROM found f"
         )
-    if with_paths or nearest_paths is not None:
+    if with_paths or nearest_path_within is not None:
         parts.append(
             f"SELECT {CITATION}, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
             f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
@@ -255,8 +260,8 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
-    if with_paths or nearest_paths is not None:  # the citations' and the steps' (distance and) scope
-        params = params + ([scope_id] * 2 if nearest_paths is None else [nearest_paths, scope_id] * 2)
+    if with_paths or nearest_path_within is not None:  # the citations' and the steps' (distance and) scope
+        params = params + ([scope_id] * 2 if nearest_path_within is None else [nearest_path_within, scope_id] * 2)
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
@@ -283,7 +288,7 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     if with_paths:
         for candidate in result.values():
             candidate.has_paths = True
-    elif nearest_paths is not None and distances:
-        nearest = min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))
-        result[nearest].has_paths = distances[nearest] <= nearest_paths
+    elif nearest_path_within is not None and distances:
+        first = min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))
+        result[first].has_paths = distances[first] <= nearest_path_within
     return list(result.values())
