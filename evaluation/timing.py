@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.
+WARM_UP = 50
+
 
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile: the value below which `share` of the values lie

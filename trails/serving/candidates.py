@@ -273,7 +273,8 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     for raw in rows:
         row = decode(raw)
         if isinstance(row, TrailRow):
-            distances[row.trail_id] = raw[2]
+            if nearest_path_within is not None:
+                distances[row.trail_id] = raw[2]
             result[row.trail_id] = Candidate(
                 row.trail_id, uuid.UUID(row.public_id), row.query, row.lexical_params, row.lexical_signature,
                 row.embedding_model or "", row.embedding, path_tokens=int(row.path_tokens or 0),

@@ -2,7 +2,6 @@
 hash-partitioned by scope, question by question in one process (evaluation.partitioned)."""
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 
@@ -11,7 +10,6 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from evaluation import phases, results
-from evaluation.management.commands.benchmark_scale import WARM_UP
 from evaluation.partitioned import (
     SCHEMA,
     as_default,
@@ -21,7 +19,7 @@ from evaluation.partitioned import (
     partitioned_bytes,
 )
 from evaluation.scale import ScaleWorkload, database_label
-from evaluation.timing import percentile, save_figures
+from evaluation.timing import WARM_UP, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.models import Trail
@@ -96,34 +94,26 @@ class Command(BaseCommand):
         embedder = get_embedder()
         asked = ScaleWorkload(embedder, seed).asked(recalls + WARM_UP)
         sides = {"unpartitioned": connection_reading("public"), "partitioned": connection_reading(SCHEMA)}
-        spent: dict[str, list[float]] = {name: [] for name in sides}
-        answers: dict[str, list] = {name: [] for name in sides}
+
+        def asking(wrapper):
+            def ask(question):
+                with as_default(wrapper):
+                    result = recall(scope, question.text)
+                return result.trail.id if result.outcome.value != "miss" else None
+            return ask
+
         try:
             with serving(PrecomputedEmbedder(embedder, [a.text for a in asked], np.stack([a.vector for a in asked]))), \
                     phases.timing() as clock:
                 # A first pass over every question on both sides, not timed: a scope's pages of a ten-million-trail
                 # store are not in memory after a fill or a copy (the first pass read from disk, ~90 ms a recall on both).
-                for i, question in enumerate([*asked, *asked] if warm else asked):
-                    if i == (len(asked) if warm else WARM_UP):
-                        clock.reset()
-                    timed = i >= (len(asked) if warm else WARM_UP)
-                    order = list(sides.items()) if i % 2 == 0 else list(sides.items())[::-1]
-                    for name, wrapper in order:
-                        clock.label = name
-                        with as_default(wrapper):
-                            t0 = time.perf_counter()
-                            result = recall(scope, question.text)
-                            elapsed = (time.perf_counter() - t0) * 1000.0
-                        if timed:
-                            answers[name].append(result.trail.id if result.outcome.value != "miss" else None)
-                            spent[name].append(elapsed)
+                spent, answers = phases.alternately({name: asking(wrapper) for name, wrapper in sides.items()},
+                                                    [*asked, *asked] if warm else asked, clock,
+                                                    untimed=len(asked) if warm else WARM_UP)
         finally:
             for wrapper in sides.values():
                 wrapper.close()
-        row = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3),
-                      "phases_mean_ms": clock.mean_ms(name, len(t))} for name, t in spent.items()}
-        row["p50_ratio"] = round(row["partitioned"]["p50_ms"] / row["unpartitioned"]["p50_ms"], 2)
-        row["p99_ratio"] = round(row["partitioned"]["p99_ms"] / row["unpartitioned"]["p99_ms"], 2)
+        row = phases.side_by_side(spent, clock, over="partitioned", under="unpartitioned")
         row["same_answers"] = sum(a == b for a, b in zip(answers["unpartitioned"], answers["partitioned"]))
         row["of"] = len(answers["partitioned"])
         return row

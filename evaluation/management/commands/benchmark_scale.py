@@ -24,7 +24,7 @@ from evaluation.scale import (
     store_citing_two,
     vacuum_analyze,
 )
-from evaluation.timing import percentile, save_figures
+from evaluation.timing import WARM_UP, percentile, save_figures
 from scopes.models import Scope
 from trails.serving.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
@@ -33,9 +33,6 @@ from trails.models import Trail
 from evaluation.bulk import bulk_transaction, drop_scope
 from trails.serving.recall import recall
 
-
-# Recalls not timed at the start of each pass: they warm up connections, caches and prepared statements.
-WARM_UP = 50
 
 
 class Command(BaseCommand):
@@ -250,25 +247,13 @@ class Command(BaseCommand):
                     self._set_fillfactor(previous)
             if analyze:
                 vacuum_analyze()
-            spent: dict[str, list[float]] = {"large": [], "small": []}
             with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))), \
                     phases.timing() as clock:
-                for i, question in enumerate(asked):
-                    if i == WARM_UP:
-                        clock.reset()  # the warm-up is not counted
-                    # Which store goes first alternates too, so neither always follows the other.
-                    for name, scope in ((("large", large), ("small", small)) if i % 2 == 0 else (("small", small), ("large", large))):
-                        clock.label = name
-                        t0 = time.perf_counter()
-                        recall(scope, question.text)
-                        if i >= WARM_UP:
-                            spent[name].append((time.perf_counter() - t0) * 1000.0)
+                spent, _ = phases.alternately({"large": lambda q: recall(large, q.text), "small": lambda q: recall(small, q.text)},
+                                              asked, clock, untimed=WARM_UP)
         finally:
             drop_scope(small)
-        row = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3),
-                      "phases_mean_ms": clock.mean_ms(name, len(t))} for name, t in spent.items()}
-        row["p50_ratio"] = round(row["large"]["p50_ms"] / row["small"]["p50_ms"], 2)
-        row["p99_ratio"] = round(row["large"]["p99_ms"] / row["small"]["p99_ms"], 2)
+        row = phases.side_by_side(spent, clock, over="large", under="small")
         first, second = (f"{size:,} trails", f"{small_size:,} trails") if fillfactor is None else (
             f"fillfactor {self._fillfactor()}", f"fillfactor {fillfactor}")
         self.stdout.write(
