@@ -284,7 +284,8 @@ def database_label() -> str:
 
 
 @contextmanager
-def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TRAIL_TABLES) -> Iterator[None]:
+def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TRAIL_TABLES, workers: int = 2,
+                        maintenance_work_mem: str = "") -> Iterator[None]:
     """Drops the trail tables' indexes that hold no constraint while a bulk fill writes, and
     builds them again after it, as a restore does (PostgreSQL).
 
@@ -293,28 +294,80 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
     each page's first change after a checkpoint is logged whole: a ten-million-trail fill
     wrote about four times the store's size to the WAL. Built after, each index is one sort.
     Unique indexes and those of keys stay (the fill's rows are checked against them).
+
+    The builds run on `workers` connections at once, as `pg_restore --jobs` does: PostgreSQL 15
+    builds an inverted index on one core, and the two largest (band keys, trigrams) lie on
+    different tables. Inside a transaction (a test's) they run on its connection, one after
+    another: another connection would wait on the transaction's locks.
     """
     if connection.vendor != "postgresql":
         yield
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT i.indexname, i.indexdef FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
+            "SELECT i.tablename, i.indexname, i.indexdef FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
             "AND c.relnamespace = 'public'::regnamespace LEFT JOIN pg_constraint k ON k.conindid = c.oid "
             "WHERE i.schemaname = 'public' AND i.tablename = ANY(%s) AND k.oid IS NULL AND i.indexdef NOT LIKE 'CREATE UNIQUE%%'",
             [list(tables)])
         dropped = cursor.fetchall()
-        for name, _ in dropped:
+        for _, name, _ in dropped:
             cursor.execute(f'DROP INDEX "{name}"')
-    say(f"  {len(dropped)} indexes dropped for the fill: {', '.join(name for name, _ in dropped)}")
+    say(f"  {len(dropped)} indexes dropped for the fill: {', '.join(name for _, name, _ in dropped)}")
     try:
         yield
     finally:
         started = time.perf_counter()
+        workers = 1 if connection.in_atomic_block else min(workers, len({table for table, _, _ in dropped}))
+        took = build_indexes(dropped, workers=workers, maintenance_work_mem=maintenance_work_mem)
+        say(f"  {len(dropped)} indexes built again on {workers} connection{'s' if workers > 1 else ''} "
+            f"({time.perf_counter() - started:.0f} s): "
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(took.items(), key=lambda item: -item[1])))
+
+
+def build_indexes(indexes: list[tuple[str, str, str]], workers: int = 1, maintenance_work_mem: str = "") -> dict[str, float]:
+    """Runs each (table, name, CREATE INDEX statement), a table's indexes on one connection and
+    tables handed to `workers` connections largest first, each to the least loaded. Gives the
+    seconds each build took."""
+    by_table: dict[str, list[tuple[str, str]]] = {}
+    for table, name, definition in indexes:
+        by_table.setdefault(table, []).append((name, definition))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s) "
+                       "AND relnamespace = 'public'::regnamespace", [list(by_table)])
+        size = dict(cursor.fetchall())
+    shares: list[list[tuple[str, str]]] = [[] for _ in range(max(1, workers))]
+    loads = [0] * len(shares)
+    for table in sorted(by_table, key=lambda t: -size.get(t, 0)):
+        least = loads.index(min(loads))
+        shares[least] += by_table[table]
+        loads[least] += size.get(table, 0)
+    took: dict[str, float] = {}
+
+    def build(share: list[tuple[str, str]]) -> None:
         with without_statement_timeout(), connection.cursor() as cursor:
-            for _, definition in dropped:
+            if maintenance_work_mem:
+                cursor.execute("SET maintenance_work_mem = %s", [maintenance_work_mem])
+            for name, definition in share:
+                started = time.perf_counter()
                 cursor.execute(definition)
-        say(f"  {len(dropped)} indexes built again ({time.perf_counter() - started:.0f} s)")
+                took[name] = time.perf_counter() - started
+            if maintenance_work_mem:
+                cursor.execute("RESET maintenance_work_mem")
+
+    if len(shares) == 1:
+        build(shares[0])
+        return took
+
+    def build_on_own_connection(share: list[tuple[str, str]]) -> None:
+        try:
+            build(share)
+        finally:
+            connection.close()  # this thread's own
+
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+        for done in [pool.submit(build_on_own_connection, share) for share in shares if share]:
+            done.result()
+    return took
 
 
 def vacuum_analyze(tables: tuple[str, ...] = TRAIL_TABLES) -> None:

@@ -3,6 +3,7 @@ against brute-force cosine over the same store (evaluation.scale)."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 import uuid
@@ -60,11 +61,20 @@ class Command(BaseCommand):
         parser.add_argument("--indexes-after", action="store_true",
                             help="drop the trail tables' indexes that hold no constraint during the fill and build them after it (PostgreSQL; "
                                  "the fill time includes the builds)")
+        parser.add_argument("--index-workers", type=int, default=2, metavar="N",
+                            help="with --indexes-after: connections building indexes at once, a table's on one (default 2)")
+        parser.add_argument("--index-memory", default="", metavar="SIZE",
+                            help="with --indexes-after: maintenance_work_mem for the builds, e.g. 4GB (default: the server's)")
         parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
                             help="the trails table's fillfactor for this run's fill (PostgreSQL; the migrations set 80), restored afterwards")
 
     def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False, scopes: int = 1,
-               fillfactor: int | None = None, against_fillfactor: int | None = None, indexes_after: bool = False, **options) -> None:
+               fillfactor: int | None = None, against_fillfactor: int | None = None, indexes_after: bool = False, index_workers: int = 2, index_memory: str = "", **options) -> None:
+        if index_workers < 1:
+            raise CommandError("--index-workers must be 1 or more")
+        if index_memory and not re.fullmatch(r"\d+(kB|MB|GB)", index_memory):
+            raise CommandError("--index-memory takes a size such as 512MB or 4GB")
+        self.index_build = {"workers": index_workers, "maintenance_work_mem": index_memory}
         for given in (fillfactor, against_fillfactor):
             if given is not None and not 10 <= given <= 100:
                 raise CommandError("--fillfactor and --against-fillfactor must be between 10 and 100")
@@ -210,7 +220,7 @@ class Command(BaseCommand):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
-            with indexes_built_after(self.stdout.write) if indexes_after else nullcontext():
+            with indexes_built_after(self.stdout.write, **self.index_build) if indexes_after else nullcontext():
                 ids += store_citing_two(scope, texts, vectors, current, seed=size)
                 if size == sizes[-1] and scopes > 1:
                     self._fill_others(scopes - 1, workload, size)
