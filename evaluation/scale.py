@@ -285,7 +285,7 @@ def database_label() -> str:
 
 @contextmanager
 def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TRAIL_TABLES, workers: int = 2,
-                        maintenance_work_mem: str = "") -> Iterator[None]:
+                        maintenance_work_mem: str = "") -> Iterator[dict]:
     """Drops the trail tables' indexes that hold no constraint while a bulk fill writes, and
     builds them again after it, as a restore does (PostgreSQL).
 
@@ -299,9 +299,13 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
     builds an inverted index on one core, and the two largest (band keys, trigrams) lie on
     different tables. Inside a transaction (a test's) they run on its connection, one after
     another: another connection would wait on the transaction's locks.
+
+    Yields a dict that holds, once the builds are done, their seconds in all ("seconds") and
+    each index's ("indexes").
     """
+    built: dict = {}
     if connection.vendor != "postgresql":
-        yield
+        yield built
         return
     with connection.cursor() as cursor:
         cursor.execute(
@@ -314,11 +318,12 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
             cursor.execute(f'DROP INDEX "{name}"')
     say(f"  {len(dropped)} indexes dropped for the fill: {', '.join(name for _, name, _ in dropped)}")
     try:
-        yield
+        yield built
     finally:
         started = time.perf_counter()
         workers = 1 if connection.in_atomic_block else min(workers, len({table for table, _, _ in dropped}))
         took = build_indexes(dropped, workers=workers, maintenance_work_mem=maintenance_work_mem)
+        built.update(seconds=time.perf_counter() - started, indexes=took)
         say(f"  {len(dropped)} indexes built again on {workers} connection{'s' if workers > 1 else ''} "
             f"({time.perf_counter() - started:.0f} s): "
             + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(took.items(), key=lambda item: -item[1])))
