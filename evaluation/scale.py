@@ -321,11 +321,11 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
         yield built
     finally:
         started = time.perf_counter()
-        workers = 1 if connection.in_atomic_block else min(workers, len({table for table, _, _ in dropped}))
+        workers = 1 if connection.in_atomic_block else max(1, min(workers, len({table for table, _, _ in dropped})))
         took = build_indexes(dropped, workers=workers, maintenance_work_mem=maintenance_work_mem)
         built.update(seconds=time.perf_counter() - started, indexes=took)
         say(f"  {len(dropped)} indexes built again on {workers} connection{'s' if workers > 1 else ''} "
-            f"({time.perf_counter() - started:.0f} s): "
+            f"({built['seconds']:.0f} s): "
             + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(took.items(), key=lambda item: -item[1])))
 
 
