@@ -10,6 +10,7 @@ import json
 import subprocess
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "benchmark-results.json"
@@ -30,11 +31,18 @@ def commit() -> str:
         return ""
 
 
-def record(target_id: str, *, target: str, command: str, measured: str, met: bool, path: Path = RESULTS) -> dict:
-    """Keeps this figure as the target's latest (today, on the checkout's commit)."""
+def record(target_id: str, *, target: str, command: str, measured: str, met: bool, path: Path = RESULTS,
+           say: Callable[[str], None] | None = None) -> dict:
+    """Keeps this figure as the target's latest (today, on the checkout's commit); `say` is
+    told the figure it replaces beside it."""
     targets = load(path) if path.exists() else []
     entry = {"id": target_id, "target": target, "command": command, "measured": measured, "met": met,
              "at": date.today().isoformat(), "commit": commit()}
+    if say:
+        before = next((t for t in targets if t["id"] == target_id), None)
+        say(f"recorded {target_id}: {measured} (met: {'yes' if met else 'no'})")
+        say(f"  previously: {before['measured']} (met: {'yes' if before['met'] else 'no'}; {before['at']}, {before['commit']})"
+            if before else "  previously: nothing recorded")
     targets = [t for t in targets if t["id"] != target_id] + [entry]
     path.write_text(json.dumps({"targets": targets}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return entry

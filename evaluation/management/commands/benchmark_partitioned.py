@@ -79,7 +79,7 @@ class Command(BaseCommand):
         if record:
             label = results.SIZE_LABELS.get(store, f"{store:,}")
             results.record(
-                f"partitioned-{label}", target=f"recall at {store:,} trails with trails and band keys hash-partitioned by scope "
+                f"partitioned-{label}", say=self.stdout.write, target=f"recall at {store:,} trails with trails and band keys hash-partitioned by scope "
                                              f"({partitions} partitions) against unpartitioned, interleaved, the same answers",
                 command=f"`benchmark_partitioned --scope SLUG --partitions {partitions} --record` on a store `benchmark_scale --keep` filled "
                         f"({figures['of']:,} questions a side, alternating, after an untimed pass over them on both)",

@@ -87,7 +87,7 @@ class Command(BaseCommand):
         label = results.SIZE_LABELS.get(size, str(size))
         ours, theirs = row["ragtrail"], row["gptcache"]
         results.record(
-            f"peer-{label}", target=f"recall() >= 10x faster than GPTCache 0.1.44's get() at {size:,} questions, p50 and p99",
+            f"peer-{label}", say=self.stdout.write, target=f"recall() >= 10x faster than GPTCache 0.1.44's get() at {size:,} questions, p50 and p99",
             command=f"`benchmark_peer --sizes {size} --record` ({blocks} alternating blocks, {recalls:,} questions a side; "
                     "embedding excluded on both sides; validation and the event write included)",
             measured=f"{database}: p50 {ours['p50_ms']:.2f} against {theirs['p50_ms']:.2f} ms, **{row['ratio_p50']}x**; "

@@ -127,7 +127,7 @@ class Command(BaseCommand):
             same = f"; the same answer to {against['same_answers']} of {against['of']} questions as {answers_like.name}" if against else ""
             tables = ", ".join(f"{name.removeprefix('trails_')} {t['bytes_per_trail']:,}" for name, t in disk["tables"].items())
             results.record(
-                f"footprint-{label}", target=f"disk per trail at {store} <= 3 KB, the same answers",
+                f"footprint-{label}", say=self.stdout.write, target=f"disk per trail at {store} <= 3 KB, the same answers",
                 command=f"`benchmark_scale {flags} --analyze --record` on a new database",
                 measured=f"**{disk['bytes_per_trail']:,} bytes** ({tables}; {disk['bytes'] / 2**30:.1f} GiB in all, filled in "
                          f"{row['fill_s']:,.0f} s){same}; correct hits {row['correct_hits']['index']} "
@@ -139,7 +139,7 @@ class Command(BaseCommand):
                             if "index_build_s" in row else "; every index written row by row")
                 vacuumed = f"; then VACUUM ANALYZE {row['analyze_s']:,.0f} s" if "analyze_s" in row else ""
                 results.record(
-                    f"fill-{label}", target=f"{store} filled within an hour (signed in numpy, written with COPY)",
+                    f"fill-{label}", say=self.stdout.write, target=f"{store} filled within an hour (signed in numpy, written with COPY)",
                     command=f"`benchmark_scale {flags} --analyze --record` on a new database",
                     measured=f"**{row['fill_s']:,.0f} s** ({row['fill_s'] / 60:.0f} min{building}{vacuumed}); "
                              f"{disk['bytes'] / 2**30:.1f} GiB, {disk['bytes_per_trail']:,} bytes a trail",
@@ -148,7 +148,7 @@ class Command(BaseCommand):
         if paired:
             large, little = paired["large"], paired["small"]
             results.record(
-                f"scale-{label}", target=f"recall at {store} within 1.5x of {small:,}, interleaved",
+                f"scale-{label}", say=self.stdout.write, target=f"recall at {store} within 1.5x of {small:,}, interleaved",
                 command=f"`benchmark_scale {flags} --recalls 2000 --interleaved {small} --analyze --record`",
                 measured=f"{figures['database']}: p50 {large['p50_ms']:.2f} against {little['p50_ms']:.2f} ms, **{paired['p50_ratio']}x**; "
                          f"p99 {large['p99_ms']:.2f} against {little['p99_ms']:.2f} ms, **{paired['p99_ratio']}x**",
