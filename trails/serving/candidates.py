@@ -130,7 +130,6 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     # Only where the embedding part is the whole read: a trail found both ways would come
     # twice out of the UNION were one part to carry a distance.
     nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys and lookup.path_distance >= 0
-    with_distance = ", n.distance" if nearest_paths else ""
     parts, params = [], []
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
@@ -160,6 +159,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             # Embedding and lexical keys never equal each other (their namespaces differ), so
             # a shared embedding key is an embedding collision.
             distance = "bit_count(CAST(b.sketch_high # %s AS BIT(64))) + bit_count(CAST(b.sketch_low # %s AS BIT(64)))"
+            with_distance = ", n.distance" if nearest_paths else ""
             parts.append(
                 f"SELECT * FROM (SELECT {columns}{with_distance} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
                 f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
@@ -226,10 +226,10 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     lies that near."""
     citation, step, section = (m._meta.db_table for m in (Citation, Step, Section))
     postgres = connection.vendor == "postgresql"
+    nearest_only = nearest_path_within is not None
 
     # The nearest as the read ranks them (distance, then the newer trail).
-    pathed = ("(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f"
-              if nearest_path_within is not None else "found f")
+    pathed = "(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f" if nearest_only else "found f"
 
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
@@ -248,10 +248,10 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     if with_trails:
         parts.append(
             # A trail row's position slot holds its distance where there is one.
-            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_path_within is not None else 0}, f.public_id, f.query, f.lexical_params, "
+            f"SELECT {TRAIL}, f.id, {'f.distance' if nearest_only else 0}, f.public_id, f.query, f.lexical_params, "
             "f.embedding_model, f.path_tokens, f.lexical_signature, f.embedding FROM found f"
         )
-    if with_paths or nearest_path_within is not None:
+    if with_paths or nearest_only:
         parts.append(
             f"SELECT {CITATION}, c.trail_id, c.position, c.section_id, c.hash, s.hash, NULL, s.text, NULL, NULL "
             f"FROM {per_found(citation, 'c', 'trail_id')} {current_section}"
@@ -260,8 +260,8 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
-    if with_paths or nearest_path_within is not None:  # the citations' and the steps' (distance and) scope
-        params = params + ([scope_id] * 2 if nearest_path_within is None else [nearest_path_within, scope_id] * 2)
+    if with_paths or nearest_only:  # the citations' and the steps' (distance and) scope
+        params = params + ([nearest_path_within, scope_id] * 2 if nearest_only else [scope_id] * 2)
     materialized = "MATERIALIZED " if postgres else ""
     sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
@@ -273,7 +273,7 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     for raw in rows:
         row = decode(raw)
         if isinstance(row, TrailRow):
-            if nearest_path_within is not None:
+            if nearest_only:
                 distances[row.trail_id] = raw[2]
             result[row.trail_id] = Candidate(
                 row.trail_id, uuid.UUID(row.public_id), row.query, row.lexical_params, row.lexical_signature,
@@ -289,7 +289,7 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     if with_paths:
         for candidate in result.values():
             candidate.has_paths = True
-    elif nearest_path_within is not None and distances:
+    elif nearest_only and distances:
         first = min(distances, key=lambda trail_id: (distances[trail_id], -trail_id))
         result[first].has_paths = distances[first] <= nearest_path_within
     return list(result.values())

@@ -74,7 +74,8 @@ class Command(BaseCommand):
             raise CommandError("--index-workers must be 1 or more")
         if index_memory and not re.fullmatch(r"\d+(kB|MB|GB)", index_memory):
             raise CommandError("--index-memory takes a size such as 512MB or 4GB")
-        self.index_build = {"workers": index_workers, "maintenance_work_mem": index_memory}
+        # How the fill builds its indexes after the rows; None: row by row, as record writes them.
+        index_build = {"workers": index_workers, "maintenance_work_mem": index_memory} if indexes_after else None
         for given in (fillfactor, against_fillfactor):
             if given is not None and not 10 <= given <= 100:
                 raise CommandError("--fillfactor and --against-fillfactor must be between 10 and 100")
@@ -95,7 +96,7 @@ class Command(BaseCommand):
         previous_fillfactor = self._set_fillfactor(fillfactor) if fillfactor is not None else None
         self.others: list[Scope] = []
         try:
-            figures = self._run(scope, workload, asked, sorted(sizes), analyze, scopes, indexes_after)
+            figures = self._run(scope, workload, asked, sorted(sizes), analyze, scopes, index_build)
             figures["fillfactor"] = self._fillfactor()
             if interleaved:
                 figures["interleaved"] = self._interleaved(scope, max(sizes), workload, asked, interleaved, analyze)
@@ -204,7 +205,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {n + 1} of {count} more scopes filled ({time.perf_counter() - started:.0f} s)")
 
     def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1,
-             indexes_after: bool = False) -> dict:
+             index_build: dict | None = None) -> dict:
         current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
         # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
@@ -230,7 +231,7 @@ class Command(BaseCommand):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
-            with indexes_built_after(self.stdout.write, **self.index_build) if indexes_after else nullcontext({}) as built:
+            with indexes_built_after(self.stdout.write, **index_build) if index_build is not None else nullcontext({}) as built:
                 ids += store_citing_two(scope, texts, vectors, current, seed=size)
                 if size == sizes[-1] and scopes > 1:
                     self._fill_others(scopes - 1, workload, size)
