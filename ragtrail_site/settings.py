@@ -237,6 +237,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired": {"task": "trails.tasks.sweep_expired_task", "schedule": 3600.0},
     "roll-up-recalls": {"task": "trails.tasks.roll_up_task", "schedule": 600.0},
+    "reap-lost-sync-jobs": {"task": "trails.tasks.reap_lost_sync_jobs_task", "schedule": 300.0},
 }
 
 # RAGTRAIL_LOG_FORMAT=json: every log line is one JSON object (python-json-logger), for a log

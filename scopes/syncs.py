@@ -46,6 +46,11 @@ class SectionSyncJob(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     by = models.CharField(max_length=200, blank=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    # Who runs it and since when: a worker that dies leaves it running, and the claim (or the
+    # reaper) takes it back past its deadline; a redelivered task (same id) takes it at once.
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, default="", db_default="")
+    attempts = models.PositiveSmallIntegerField(default=0, db_default=0)
     request = models.JSONField(default=dict)  # emptied once run: the texts live in the section store
     summary = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

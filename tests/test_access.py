@@ -10,6 +10,8 @@ from scopes.access import Access
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient, grant
 from trails.models import PurgeRun, RecallEvent, Trail
+from trails.models import writes
+from trails.core.lifecycle import Actor
 
 SECRET = "ACME-SECRET jane.roe@example.com"
 
@@ -206,7 +208,7 @@ def test_the_audit_page_says_who_did_what_in_the_scope_only(tenants, django_user
     tenant's never; filters and CSV."""
     acme, python_faq = tenants["acme-support"], tenants["python-faq"]
     for tenant in (acme, python_faq):
-        Trail.objects.get(public_id=tenant["trail"]).act("down", by=f"op-of-{tenant['scope'].slug}", reason="wrong")
+        writes.act(Trail.objects.get(public_id=tenant["trail"]), "down", Actor.OPERATOR, by=f"op-of-{tenant['scope'].slug}", reason="wrong")
     admin = User.objects.create_superuser("root", password="x")
     root = Client()
     root.force_login(admin)

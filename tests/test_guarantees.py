@@ -20,6 +20,8 @@ from tests.conftest import ApiClient, grant
 from trails.upkeep import purge
 from infra.hashing import section_hash
 from trails.models import PurgeRun, RecallEvent, Step, Trail, TrailSignal
+from trails.models import writes
+from trails.core.lifecycle import Actor
 
 TOOL_POLICY = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]}
 
@@ -232,7 +234,7 @@ def test_an_operator_reinstates_a_rejected_trail_explicitly_and_it_is_in_the_his
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "rejected"
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"}).status_code == 409
     trail = Trail.objects.get(public_id=trail_id)
-    trail.act("reinstate", by="olga")
+    writes.act(trail, "reinstate", Actor.OPERATOR, by="olga")
     trail.refresh_from_db()
     assert trail.status == "pending"
     assert list(trail.signals.values_list("signal", flat=True)) == ["down", "reinstate"]

@@ -50,6 +50,7 @@ from trails.core.normalise import normalise_query
 from infra.hashing import section_hash
 from trails.models import PurgeRun, Trail, TrailReport, TrailSignal
 from trails.upkeep.jobs import sweep_expired
+from trails.models import writes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -310,7 +311,7 @@ class Promises(RuleBasedStateMachine):
         """An operator's action (as the pages and admin take it); the table says what follows."""
         model = self.trails[trail_id]
         try:
-            Trail.objects.get(public_id=trail_id).act(action, by="root", reason=reason)
+            writes.act(Trail.objects.get(public_id=trail_id), action, Actor.OPERATOR, by="root", reason=reason)
         except table.Refused:
             assert not model.apply(action, Actor.OPERATOR), (action, model)
             return
@@ -362,7 +363,7 @@ class Promises(RuleBasedStateMachine):
         # expiry is put back where it was before an approval renewed it (else a later sweep
         # deletes the trail or keeps it, by which vote won).
         if row.status != "rejected":
-            row.act("down", by="root", reason="settled after the race")
+            writes.act(row, "down", Actor.OPERATOR, by="root", reason="settled after the race")
         Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
         trail.status, trail.held = "rejected", False
         # The reports of the race's down votes (one key's, if an approval came first) stay counted.
@@ -553,7 +554,7 @@ class Promises(RuleBasedStateMachine):
             "sync": lambda: self.keys[slug]["a"][0].call("post", f"/scopes/{slug}/section-syncs", body).status_code,
             "vote": lambda: ApiClient(key[0].headers["Authorization"].split()[1]).call(
                 "post", f"/scopes/{agent.scope}/trails/{agent_target}/feedback", {"vote": "down"}).status_code,
-            "reject": lambda: Trail.objects.get(public_id=operator_target).act("down", by="root", reason="release") or 200,
+            "reject": lambda: writes.act(Trail.objects.get(public_id=operator_target), "down", Actor.OPERATOR, by="root", reason="release") or 200,
         }
         threads = [threading.Thread(target=run, args=(name, call)) for name, call in calls.items()]
         for thread in threads:

@@ -8,7 +8,8 @@ from scopes.access import Access, granted_scopes
 from scopes.admin import GrantedScopesAdmin
 from scopes.models import Scope
 from trails.serving.matching import matching_settings
-from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail
+from trails.core.lifecycle import Actor
+from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail, writes
 from trails.learning.thresholds import pin_thresholds, reset_learning
 
 
@@ -134,7 +135,7 @@ class TrailAdmin(GrantedScopesAdmin):
     exclude = ["lexical_signature", "embedding"]
     readonly_fields = [f.name for f in Trail._meta.fields if f.name not in ("lexical_signature", "embedding")]
     inlines = [StepInline, CitationInline]
-    actions = ["approve", "reject", "reinstate"]
+    actions = ["approve", "reject", "reinstate", "delete_stale_or_expired"]
 
     def get_search_results(self, request, queryset, search_term):
         """The query text, a trail's public id (what the API, the pages and the logs show) or
@@ -153,11 +154,16 @@ class TrailAdmin(GrantedScopesAdmin):
     def has_add_permission(self, request, obj=None) -> bool:
         return False  # trails are recorded through the API, with their signal
 
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Django's delete view and "delete selected" would remove active trails outside the
+        # lifecycle, with no history: deleting is the table's action (stale or expired only).
+        return False
+
     def _act(self, request, queryset, action: str) -> None:
         if not request.user.is_superuser:
             # Acting needs act access to the trail's scope; the others selected are skipped.
             queryset = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
-        changed, skipped = queryset.act(action, by=request.user.get_username())
+        changed, skipped = writes.act_on_many(queryset, action, Actor.OPERATOR, by=request.user.get_username())
         messages.info(request, f"{changed} trail(s) changed" + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "") + ".")
 
     @admin.action(description="Approve the selected pending trails")
@@ -171,6 +177,10 @@ class TrailAdmin(GrantedScopesAdmin):
     @admin.action(description="Reinstate the selected rejected trails (back to pending)")
     def reinstate(self, request, queryset) -> None:
         self._act(request, queryset, "reinstate")
+
+    @admin.action(description="Delete the selected stale or expired trails")
+    def delete_stale_or_expired(self, request, queryset) -> None:
+        self._act(request, queryset, "delete")
 
 
 @admin.register(ToolPolicy)

@@ -15,7 +15,8 @@ from scopes.models import SectionSyncJob
 from trails import tool_results
 from trails.core.hint import RecordedStep
 from trails.learning.feedback import give_feedback
-from trails.models import ActionRefused, ToolPolicy, Trail
+from trails.core.lifecycle import Actor
+from trails.models import ActionRefused, ToolPolicy, Trail, writes
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
 from trails.schemas import (
@@ -37,7 +38,7 @@ from trails.schemas import (
     ToolStoreOut,
     TrailOut,
 )
-from trails.upkeep.sync import run_sync_job, source_sections, sync_sections
+from trails.upkeep.sync import queue_sync_job, source_sections, sync_sections
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["trails"])
@@ -124,7 +125,7 @@ def get_trail(request: HttpRequest, scope: str, trail_id: str):
 def feedback(request: HttpRequest, scope: str, trail_id: str, payload: FeedbackIn):
     trail = _trail(request, scope, trail_id)
     try:
-        trail.vote(payload.vote, by=reporter(request))
+        writes.act(trail, payload.vote, Actor.AGENT, by=reporter(request))
     except ActionRefused as refusal:
         raise RequestRefused(409, "conflict", str(refusal), field="vote") from None
     return _trail_json(trail)
@@ -213,13 +214,3 @@ def _job_out(job: SectionSyncJob) -> dict:
             "status_url": f"/api/v1/scopes/{job.scope.slug}/section-syncs/jobs/{job.public_id}",
             "summary": job.summary, "error": job.error}
 
-
-def queue_sync_job(job_id: int) -> None:
-    """To a worker; with no broker answering, the job runs here rather than waiting forever."""
-    from trails.tasks import sync_job_task
-
-    try:
-        sync_job_task.delay(job_id)
-    except Exception as problem:
-        logger.error("sync job %s could not be queued (%s): running it in the request", job_id, type(problem).__name__)
-        run_sync_job(job_id)

@@ -14,6 +14,8 @@ from django.utils import timezone
 from tests.conftest import VISITING
 from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
 from trails.upkeep.jobs import roll_up
+from trails.models import writes
+from trails.core.lifecycle import Actor
 
 
 def jobs_heard_from(seconds_ago: float = 60.0) -> None:
@@ -406,7 +408,7 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
 
     icu = Trail.objects.get(query="When are ICU visiting hours?")
     pending = Trail.objects.filter(status="pending").first()
-    pending.vote("down", by="olga")
+    writes.act(pending, "down", Actor.OPERATOR, by="olga")
     # The ICU trail goes stale when a recall finds its only cited section changed.
     Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
     api.recall("hospital", query="When are ICU visiting hours?")
@@ -480,7 +482,7 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     api.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "search", "args": {"q": "x"}, "context": {}})
     api.recall("hospital", query="When are ICU visiting hours?")
     api.recall("hospital", query="Where is the pharmacy?")
-    Trail.objects.get(query="Where do visitors park?").vote("down", by="olga")
+    writes.act(Trail.objects.get(query="Where do visitors park?"), "down", Actor.OPERATOR, by="olga")
     # Last window's recalls (a day before) for the comparison.
     RecallEvent.objects.filter(outcome="miss").update(created_at=timezone.now() - timedelta(hours=30))
     roll_up(timezone.now() - timedelta(days=3), timezone.now() + timedelta(hours=1))
@@ -564,16 +566,16 @@ def test_undo_reverses_an_operators_rejection_and_says_so_in_the_history(db):
     scope = Scope.objects.create(slug="undo", matcher="lexical")
     Section.upsert(scope, {"s": "text"})
     served = record(scope, RecordInput(query="a served question?", cited=["s"], signal="accepted")).trail
-    served.act("down", by="olga", reason="wrong")
-    assert served.undo_last(by="olga").endswith("active") and served.status == TrailStatus.ACTIVE
+    writes.act(served, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    assert writes.undo(served, Actor.OPERATOR, by="olga").endswith("active") and served.status == TrailStatus.ACTIVE
     waiting = record(scope, RecordInput(query="a waiting question?", cited=["s"])).trail
-    waiting.act("down", by="olga")
-    waiting.undo_last(by="olga")
+    writes.act(waiting, "down", Actor.OPERATOR, by="olga")
+    writes.undo(waiting, Actor.OPERATOR, by="olga")
     assert waiting.status == TrailStatus.PENDING  # never approved before: back to waiting, not served
     with pytest.raises(ActionRefused):
-        waiting.undo_last(by="olga")
+        writes.undo(waiting, Actor.OPERATOR, by="olga")
     with pytest.raises(ActionRefused):
-        served.undo_last(by="key:abc")
+        writes.undo(served, Actor.AGENT, by="key:abc")
 
 
 def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
@@ -834,10 +836,10 @@ def test_a_forged_csrf_token_on_an_htmx_action_is_a_403_that_reloads_the_page(tr
 def test_the_overviews_numbers_count_what_the_lists_they_open_show(staff, api, scope, trails):
     """A rejection undone is no rejected trail; a trail made stale in the window is one."""
     parking = Trail.objects.get(query="Where do visitors park?")
-    parking.vote("down", by="olga")
+    writes.act(parking, "down", Actor.OPERATOR, by="olga")
     icu = Trail.objects.get(query="When are ICU visiting hours?")
-    icu.vote("down", by="olga")
-    icu.undo_last(by="olga")  # reinstated, then approved again: no longer rejected
+    writes.act(icu, "down", Actor.OPERATOR, by="olga")
+    writes.undo(icu, Actor.OPERATOR, by="olga")  # reinstated, then approved again: no longer rejected
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
     api.recall("hospital", query="When are ICU visiting hours?")  # recall marks it stale
     page = staff.get("/ops/hospital/").content.decode()

@@ -11,6 +11,8 @@ from trails.core.calibration import MIN_LABELS
 from trails.serving.matching import matching_settings
 from trails.models import MatchLabel, RecallEvent, ThresholdChange, Trail, TrailSignal, TrailStatus
 from trails.learning.thresholds import learn_thresholds, pin_thresholds, reset_learning
+from trails.models import writes
+from trails.core.lifecycle import Actor
 
 QUESTION = "what are the ICU visiting hours"
 # Matches the recorded question at a Jaccard of 0.66 (lexical scope).
@@ -54,7 +56,7 @@ def test_reports_from_two_keys_send_a_trail_back_to_pending_and_recall_stops_ser
     reported = TrailSignal.objects.get(trail=trail, signal="reported")
     assert reported.reason == "answered the ward, not the ICU (2)" and reported.by.startswith("key:")
     # An operator's approval answers the reports: the trail serves again and counting restarts.
-    trail.vote("up", by="operator")
+    writes.act(trail, "up", Actor.OPERATOR, by="operator")
     trail.refresh_from_db()
     assert (trail.false_hit_reports, trail.false_hit_reporters) == (0, 0)
     assert api.recall("hospital", query=QUESTION).json()["outcome"] == "prefetch"

@@ -6,6 +6,8 @@ import pytest
 from scopes.models import Section
 from infra.hashing import section_hash
 from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
+from trails.models import writes
+from trails.core.lifecycle import Actor
 
 QUERY = "What are the ICU visiting hours?"
 
@@ -195,7 +197,7 @@ def test_the_same_question_with_the_same_sections_renews_the_trail_instead_of_a_
 
 def test_recording_again_never_revives_what_an_operator_took_out(api, sections):
     trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
-    Trail.objects.get(public_id=trail_id).act("demote", by="olga")
+    writes.act(Trail.objects.get(public_id=trail_id), "demote", Actor.OPERATOR, by="olga")
     again = api.record("hospital", query="Where do visitors park?", cited=["parking"])
     assert again.status_code == 200 and again.json()["status"] == "pending"
     assert "not renewed" in again.json()["refreshed"] and "only an operator" in again.json()["refreshed"]

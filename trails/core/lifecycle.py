@@ -8,8 +8,10 @@ trail's status.
 
 States are a trail's status, except that a pending trail is one of two: waiting for its
 first approval ("pending"), or held out of service by agents' reports or an operator
-("held"). An agent's up vote approves the first and never the second: only an
-operator's approval answers reports.
+("held"), and that any recorded trail past its expiry is "expired" whatever its status:
+nothing brings an expired trail back (no vote, no re-record, no undo), only the sweep or an
+operator deletes it. An agent's up vote approves a pending trail and never a held one: only
+an operator's approval answers reports.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class State(str, Enum):
     ACTIVE = "active"
     STALE = "stale"
     REJECTED = "rejected"
+    EXPIRED = "expired"  # any recorded trail past its expiry, whatever its status
     DELETED = "deleted"
 
 
@@ -94,6 +97,9 @@ class Rule:
     reason: str = ""
     # Taken as another action (an agent's down vote on an active trail is a report).
     taken_as: str = ""
+    # The state goes back to what it was before the operator action being undone (kept
+    # with that action's history row): status, hold and expiry; reports were never touched.
+    restores: bool = False
     note: str = ""
 
     def applies_to(self, state: State) -> bool:
@@ -101,13 +107,13 @@ class Rule:
 
 
 A, O, S = Actor.AGENT, Actor.OPERATOR, Actor.SYSTEM
-NEW, PENDING, HELD, ACTIVE, STALE, REJECTED, DELETED = (
-    State.NEW, State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED, State.DELETED,
+NEW, PENDING, HELD, ACTIVE, STALE, REJECTED, EXPIRED, DELETED = (
+    State.NEW, State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED, State.EXPIRED, State.DELETED,
 )
 ANY_RECORDED = (PENDING, HELD, ACTIVE, STALE, REJECTED)
 
 # Actions an API caller or operator names; the others are the system's own.
-VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE = "up", "down", "reinstate", "demote", "delete"
+VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO = "up", "down", "reinstate", "demote", "delete", "undo"
 REPORT = "report"
 RECORD_SIGNALLED, RECORD_UNSIGNALLED, RECORD_REFUSED = "record", "record-unsignalled", "record-refused"
 MARK_STALE, EXPIRE = "mark-stale", "expire"
@@ -140,42 +146,57 @@ RULES: tuple[Rule, ...] = (
          note="send back"),
     Rule(REINSTATE, O, (REJECTED,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, labels=Labels.WITHDRAW,
          reason="rejection reversed by {by}{reason}", note="to be approved again by an operator"),
-    Rule(DELETE, O, (STALE,), DELETED, reports=Reports.GONE),
-    Rule(RELEASE, O, (HELD,), ACTIVE, reports=Reports.RECOUNT, expiry=Expiry.ACTIVE,
+    Rule(UNDO, O, (REJECTED,), None, labels=Labels.WITHDRAW, restores=True, reason="rejection undone by {by}",
+         note="only the latest change, an operator's rejection: back to the state before it (a hold, its reports and expiry too)"),
+    Rule(UNDO, O, (HELD,), None, restores=True, reason="send-back undone by {by}",
+         note="only the latest change, an operator's send-back: back to active with the expiry it had"),
+    Rule(DELETE, O, (STALE, EXPIRED), DELETED, reports=Reports.GONE),
+    Rule(RELEASE, S, (HELD,), ACTIVE, reports=Reports.RECOUNT, expiry=Expiry.ACTIVE,
          reason="back in service: {by} set aside the reports that held it",
-         note="only a trail held by reports, when setting a key's reports aside leaves fewer than the scope's number"),
+         note="the recount after an operator set a key's reports aside: only a trail held by reports that no longer has the scope's number of reporters"),
     Rule(MARK_STALE, S, (ACTIVE,), STALE, reason="every cited section changed",
          note="recall's read-time check found none of its sections unchanged; never comes back"),
-    Rule(EXPIRE, S, ANY_RECORDED, DELETED, reports=Reports.GONE, note="the sweep, past the trail's expiry"),
+    Rule(EXPIRE, S, (*ANY_RECORDED, EXPIRED), DELETED, reports=Reports.GONE, note="the sweep, past the trail's expiry"),
 )
 
 # Words for refusals: what the action would be called by whoever tried it.
 VERBS = {VOTE_UP: "approve", VOTE_DOWN: "reject", REINSTATE: "reinstate", DEMOTE: "send back", DELETE: "delete",
-         REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire", RELEASE: "release"}
+         UNDO: "undo", REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire", RELEASE: "release"}
 # The actions an API caller or operator may name (the others are the system's or record's).
-NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE)
+NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO)
 
 
 class Refused(ValueError):
     """The action does not apply: to this actor, or to the trail's state now."""
 
 
-def state_of(status: str, held_by: str = "") -> State:
-    """A stored trail's state from its status and hold."""
+def state_of(status: str, held_by: str = "", expired: bool = False) -> State:
+    """A stored trail's state from its status, hold and whether it is past its expiry."""
+    if expired:
+        return EXPIRED
     if status == Status.PENDING:
         return HELD if held_by else PENDING
     return State(status)
 
 
 def status_of(state: State) -> Status | None:
-    """The status column a state is stored as (None: the trail is deleted)."""
-    if state is DELETED:
+    """The status column a state is stored as (None: the trail is deleted, or an expired
+    trail, which keeps whatever status it had)."""
+    if state in (DELETED, EXPIRED):
         return None
     return Status.PENDING if state in (PENDING, HELD) else Status(state.value)
 
 
 def rules_for(action: str, actor: Actor) -> list[Rule]:
     return [r for r in RULES if r.action == action and r.actor is actor]
+
+
+def available_actions(state: State, actor: Actor, moving_only: bool = False) -> list[str]:
+    """The named actions this actor may take on a trail in this state, in the table's order:
+    what pages, Django admin and the API offer (undo needs its history too: Trail.undoable).
+    `moving_only` leaves out those that keep the state (renewing an active trail)."""
+    return [action for action in NAMED_ACTIONS
+            if any(r.applies_to(state) and not (moving_only and r.to_state is state) for r in rules_for(action, actor))]
 
 
 def held_by_reporters(reporters: int, reporters_to_hold: int) -> bool:
@@ -213,6 +234,8 @@ def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0,
 
 def _refusal(action: str, actor: Actor, state: State) -> str:
     verb = VERBS.get(action, action)
+    if state is EXPIRED:
+        return f"this trail has expired: it can no longer be {'approved' if action == VOTE_UP else verb + 'ed'}, only deleted"
     if state is HELD and action == VOTE_UP and actor is A:
         return ("this trail was taken out of service (by agents' reports or an operator): "
                 "only an operator's approval serves it again")
@@ -222,7 +245,9 @@ def _refusal(action: str, actor: Actor, state: State) -> str:
     if action == DEMOTE:
         return f"only an active trail can be sent back to pending; this one is {shown}"
     if action == DELETE:
-        return f"only a stale trail can be deleted; this one is {shown}"
+        return f"only a stale or expired trail can be deleted; this one is {shown}"
+    if action == UNDO:
+        return f"nothing to undo: the latest change was not an operator's rejection or send-back (the trail is {shown})"
     return f"a {shown} trail cannot be {'approved' if action == VOTE_UP else verb + 'ed'}"
 
 
@@ -230,7 +255,7 @@ def table_rows() -> list[tuple[str, ...]]:
     """The table as text rows: action, actor, from, to, reports, labels, note."""
     rows = []
     for r in RULES:
-        to = "(unchanged)" if r.to_state is None else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")
+        to = "(the state before)" if r.restores else "(unchanged)" if r.to_state is None else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")
         rows.append((r.action, r.actor.value, ", ".join(s.value for s in r.from_states), to, r.reports.value,
                      "" if r.labels is Labels.NONE else r.labels.value, r.note))
     return rows

@@ -25,16 +25,13 @@ from infra.errors import Conflict, NotFound
 from scopes.keys import key_set_aside, set_aside_reporters
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
-from trails.models import (Citation, MatchLabel, RecallEvent, RecallOutcome, Signal, Trail, TrailReport, is_agent,
+from trails.models import (Citation, MatchLabel, RecallEvent, RecallOutcome, Trail, TrailReport, writes,
                            trail_status_changed)
 from trails.learning.thresholds import learn_thresholds
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
 RESEARCH_WINDOW = timedelta(minutes=10)
 RESEARCHED = "re-searched: a path citing none of the sections served was recorded for the same question"
-# The most recalls one rejection labels: the recalls of one popular trail are not
-# independent evidence about the scope's threshold.
-REJECTION_LABELS = 20
 
 
 def research_key(session: str, query: str) -> str:
@@ -100,12 +97,9 @@ def scope_matcher(scope: Scope) -> str:
 def _label(scope: Scope, event: RecallEvent | None, matcher: str, similarity: float, false_hit: bool, source: str,
            reporter: str, trail_id: int | None, now: datetime) -> MatchLabel | None:
     """Stores a label unless the recall already has one; returns it, or None."""
-    if event is not None and MatchLabel.objects.filter(recall_event_id=event.pk).exists():
-        return None
     made = MatchLabel(scope=scope, matcher=matcher, similarity=similarity, false_hit=false_hit, source=source,
                       reporter=reporter[:100], recall_event_id=event.pk if event else None, trail_id=trail_id, created_at=now)
-    made.save()
-    return made
+    return made if writes.insert_labels([made]) else None
 
 
 def give_feedback(
@@ -114,7 +108,7 @@ def give_feedback(
     """Records an agent's verdict on one of the scope's recalls, once.
 
     The verdict labels the recall; "not helpful" is also a report against the trail
-    served, counted per reporter (Trail.report_false_hit).
+    served, counted per reporter (trails.models.writes.report).
 
     Raises:
         NotFound: an unknown recall (or another scope's). Conflict: a miss,
@@ -125,22 +119,12 @@ def give_feedback(
     except ValueError:
         raise NotFound("not_found", "no such recall", field="recall_id") from None
     now = now or timezone.now()
+    # Read without a lock to learn which trail to lock first (the lock order: the trail, then its recalls).
+    found = RecallEvent.objects.filter(scope=scope, public_id=public_id).values_list("id", "trail_id").first()
+    if found is None:
+        raise NotFound("not_found", "no such recall", field="recall_id")
     with transaction.atomic():
-        event = RecallEvent.objects.select_for_update().filter(scope=scope, public_id=public_id).first()
-        if event is None:
-            raise NotFound("not_found", "no such recall", field="recall_id")
-        if event.outcome == RecallOutcome.MISS:
-            raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
-        if event.helpful is not None:
-            raise Conflict("conflict", "this recall already has feedback", field="recall_id")
-        event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = helpful, reason[:500], now, reporter[:100]
-        event.save(update_fields=["helpful", "feedback_reason", "feedback_at", "feedback_by"])
-        labelled = event.similarity is not None and _label(
-            scope, event, event.matcher, event.similarity, not helpful, MatchLabel.Source.FEEDBACK, reporter, event.trail_id, now
-        ) is not None
-        reported = not helpful and event.trail_id is not None
-        if reported:
-            Trail(pk=event.trail_id, scope_id=event.scope_id).report_false_hit(reason, reporter=reporter, now=now)
+        event, labelled, reported = writes.judge_recall(found[0], found[1], scope.id, helpful, reason, reporter, now)
     if reported:
         metrics.FALSE_HIT_REPORTS.inc()
     if labelled:
@@ -156,34 +140,15 @@ def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> 
     excluded = set_aside_reporters()
     trail_ids = sorted(set(TrailReport.objects.filter(reporter=key.reporter).values_list("trail_id", flat=True)))
     for trail in Trail.objects.filter(id__in=trail_ids).order_by("id"):
-        trail.recount_reports(excluded, by=by)
+        writes.recount(trail, excluded, by=by)
     for scope in key.scopes.all():
         learn_thresholds(scope, timezone.now())
 
 
-@receiver(trail_status_changed, dispatch_uid="trails.learning.feedback.label_rejections")
-def label_rejections(sender, trail: Trail, action: str, before: str, after: str, by: str, at: datetime, **kwargs) -> None:
-    """A served trail that is rejected labels the recent recalls that served it (those no
-    agent judged) as false hits, by whoever rejected it; reinstating it takes them back."""
-    if action == Signal.REINSTATE:
-        if MatchLabel.objects.filter(trail_id=trail.pk, source=MatchLabel.Source.REJECTION).delete()[0]:
-            learn_thresholds(Scope.objects.get(pk=trail.scope_id), at)
-        return
-    if action != Signal.DOWN or before == after:
-        return
-    reporter = by if is_agent(by) else f"operator:{by or 'unknown'}"
-    served = list(
-        RecallEvent.objects.filter(trail_id=trail.pk, helpful__isnull=True, similarity__isnull=False)
-        .exclude(outcome=RecallOutcome.MISS)
-        .order_by("-created_at")
-        .only("id", "similarity", "matcher")[:REJECTION_LABELS]
-    )
-    already = set(MatchLabel.objects.filter(recall_event_id__in=[e.pk for e in served]).values_list("recall_event_id", flat=True))
-    labels = [
-        MatchLabel(scope_id=trail.scope_id, matcher=e.matcher, similarity=e.similarity, false_hit=True,
-                   source=MatchLabel.Source.REJECTION, reporter=reporter[:100], recall_event_id=e.pk, trail_id=trail.pk, created_at=at)
-        for e in served if e.pk not in already
-    ]
-    if labels:
-        MatchLabel.objects.bulk_create(labels)
+@receiver(trail_status_changed, dispatch_uid="trails.learning.feedback.learn_after_labels_changed")
+def learn_after_labels_changed(sender, trail: Trail, labels_changed: bool = False, at: datetime | None = None, **kwargs) -> None:
+    """A rejection labelled the recalls that served the trail, or an undo or reinstatement
+    withdrew those labels (both written with the status, trails.models.writes): the scope
+    learns again, after the commit, outside the trail's lock."""
+    if labels_changed:
         learn_thresholds(Scope.objects.get(pk=trail.scope_id), at)

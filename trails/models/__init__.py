@@ -7,18 +7,20 @@
 - `recalls`: recall events and their hourly roll-ups;
 - `learning`: judged matches and every move of a learned threshold;
 - `tool_policies`: which tools' results are cached;
-- `purge`: personal-data patterns and purge runs.
+- `purge`: personal-data patterns and purge runs;
+- `writes`: every write to a trail's lifecycle and what it drags along (reports, labels,
+  recall verdicts, history, deletion), with the lock order.
 
-A module lower in that list never imports a higher one: where a lower one must reach rows of
-a higher one (a trail's recall events when it is deleted), it sends a signal the higher one
-receives (`trails_deleting`, `trail_status_changed`).
+A module lower in that list never imports a higher one; `writes` sits on top, so it reaches
+every row a write drags along directly. What a write sets off in the upper apps (learning,
+re-signing) it tells them after the commit (`trail_status_changed`).
 """
 from trails.models.lifecycle import (
-    DISPLAY_STATUSES, EXPIRED, POSITIVE_SIGNALS, ActionRefused, Signal, TrailReport, TrailSignal, TrailStatus, actor_of,
+    DISPLAY_STATUSES, EXPIRED, POSITIVE_SIGNALS, ActionRefused, Signal, TrailReport, TrailSignal, TrailStatus,
     expiring, is_agent, mark_stale, mark_stale_statements, trail_status_changed,
 )
 from trails.models.trail import (
-    BandKeys, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing, trails_deleting,
+    BandKeys, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing,
     validations_now,
 )
 from trails.models.recalls import (
@@ -27,12 +29,13 @@ from trails.models.recalls import (
 from trails.models.learning import MatchLabel, ThresholdChange
 from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.purge import PiiPattern, PurgeRun
+from trails.models import writes
 
 __all__ = [
     "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "ActionRefused", "Signal", "TrailReport", "TrailSignal",
-    "TrailStatus", "actor_of", "expiring", "is_agent", "mark_stale", "mark_stale_statements", "trail_status_changed",
-    "BandKeys", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "trails_deleting", "validations_now",
+    "TrailStatus", "expiring", "is_agent", "mark_stale", "mark_stale_statements", "trail_status_changed",
+    "BandKeys", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "validations_now",
     "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
     "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
-    "PiiPattern", "PurgeRun",
+    "PiiPattern", "PurgeRun", "writes",
 ]

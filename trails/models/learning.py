@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
-from django.dispatch import receiver
 from django.utils import timezone
 
 from scopes.models import Scope
-from trails.models.trail import Trail, trails_deleting
+from trails.models.trail import Trail
 
 
 class MatchLabel(models.Model):
@@ -72,11 +71,3 @@ class ThresholdChange(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["scope", "created_at"], name="thresholdchange_scope_time")]
-
-
-
-
-@receiver(trails_deleting, dispatch_uid="trails.labels_outlive_trails")
-def _unlink_labels(sender, ids: list[int], **kwargs) -> None:
-    # Labels stay: they are the scope's evidence about its threshold, not the trail's.
-    MatchLabel.objects.filter(trail_id__in=ids).update(trail=None)

@@ -1,24 +1,12 @@
-"""A trail's lifecycle as stored: the only place a trail's status is written.
-
-Every status change applies a rule of the declared table (trails.core.lifecycle.RULES)
-under the trail's row lock and writes its history row: the initial status at record
-(`Lifecycle.start`), votes, reports and operator actions (`Lifecycle.act`), recall's stale
-marking (`mark_stale_statements`, batched with the recall's own writes) and the sweep
-(`expiring`).
-
-Lock order: a scope's row (FOR NO KEY UPDATE: learning, threshold moves, tool policies)
-before its trails' rows, trails in id order. An action on a trail locks the trail's row
-alone, never its scope; a docs sync holds its own advisory lock and the section rows, and
-flags the citing trails in id order after it commits. What an action sets off beyond the
-trail's own rows (labels and learning, re-signing) runs after the commit
-(`trail_status_changed` is sent then), never under the trail's lock. So votes, reports,
-operator actions and syncs queue behind one another for milliseconds instead of
-deadlocking.
+"""A trail's lifecycle as stored: statuses, the history and reports, and what a trail's
+state is read as (expiry included). The initial status at record is `Lifecycle.start`;
+recall's stale marking is `mark_stale_statements` (batched with the recall's own writes).
+Every other write of a status, a report, a label a status change makes or a deletion is
+trails.models.writes, which also states the lock order.
 """
 from __future__ import annotations
 
 from datetime import datetime
-from functools import partial
 from typing import Sequence
 
 from django.db import connection, models, transaction
@@ -53,13 +41,14 @@ class Signal(models.TextChoices):
     REPORTED = "reported", "Reported not helpful by agents"
     STALE = "stale", "Marked stale: every cited section changed"
     RELEASED = "released", "Back in service: the reports that held it were set aside"
+    UNDONE = "undone", "An operator's rejection or send-back undone"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
 # The history row each status-changing rule writes.
 HISTORY_SIGNAL = {table.VOTE_UP: Signal.UP, table.VOTE_DOWN: Signal.DOWN, table.REINSTATE: Signal.REINSTATE,
                   table.DEMOTE: Signal.DEMOTE, table.REPORT: Signal.REPORTED, table.MARK_STALE: Signal.STALE,
-                  table.RELEASE: Signal.RELEASED}
+                  table.RELEASE: Signal.RELEASED, table.UNDO: Signal.UNDONE}
 
 # What an operator sees a trail as: its status, except that an active trail past its
 # expiry shows as expired (the sweep deletes it; recall never serves it meanwhile).
@@ -75,10 +64,6 @@ trail_status_changed = DjangoSignal()
 def is_agent(by: str) -> bool:
     """Whether an actor is an agent's API key ("key:<lookup>") rather than an operator."""
     return by.startswith("key:")
-
-
-def actor_of(by: str) -> Actor:
-    return Actor.AGENT if is_agent(by) else Actor.OPERATOR
 
 
 def statuses(states: Sequence[State]) -> list[str]:
@@ -106,171 +91,42 @@ class Lifecycle:
             expires_at=scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=now), created_at=now, **fields,
         )
 
-    def lifecycle_state(self) -> State:
-        return state_of(self.status, self.held_by)
+    def lifecycle_state(self, now: datetime | None = None) -> State:
+        """Where the trail stands now: expired once past its expiry, whatever its status."""
+        return state_of(self.status, self.held_by, expired=self.expires_at <= (now or timezone.now()))
 
-    def act(self, action: str, by: str = "", reason: str = "", now: datetime | None = None) -> None:
-        """Applies an action of the table under a lock on the trail's row (not its scope's).
+    def available_actions(self, actor: Actor = Actor.OPERATOR) -> list[str]:
+        """The named actions this actor may take on the trail now (the table's), undo only
+        where the latest change is an operator's rejection or send-back."""
+        actions = table.available_actions(self.lifecycle_state(), actor)
+        if table.UNDO in actions and self.undoable() is None:
+            actions.remove(table.UNDO)
+        return actions
 
-        `by` is the actor: "key:<lookup>" for an agent's API key, else an operator's name.
-        Actions racing on one trail apply one at a time, each against the state the one
-        before it left, each in the history with who and why.
+    @property
+    def row_actions(self) -> list[str]:
+        """What an operator may do to move the trail from a list row (undo needs its history:
+        the trail's page; renewing an active trail too)."""
+        return table.available_actions(self.lifecycle_state(), Actor.OPERATOR, moving_only=True)
 
-        Raises:
-            ActionRefused: the actor may not take the action, or not from the trail's state
-                now (the trail is left as it was, and this instance shows its current state).
-        """
-        self._apply(action, actor_of(by), by, reason, now)
-
-    def report_false_hit(self, reason: str = "", reporter: str = "", now: datetime | None = None) -> bool:
-        """Counts an agent's "not helpful" report on a recall that served this trail.
-
-        Reports count per reporter (API key): once the scope's number of different
-        reporters (never fewer than two) have reported an active trail since it was last
-        approved, it is held out of service until an operator approves it again. A key
-        repeating its report counts once; racing reports each count once (row lock).
-
-        Returns:
-            Whether this report took the trail out of service.
-        """
-        return self._apply(table.REPORT, actor_of(reporter), reporter, reason, now)
-
-    def vote(self, vote: str, by: str = "", now: datetime | None = None) -> None:
-        """An agent's or operator's up or down vote (the table says what each may do)."""
-        if vote not in (table.VOTE_UP, table.VOTE_DOWN):
-            raise ActionRefused(f"unknown vote {vote!r}")
-        self.act(vote, by=by, now=now)
-
-    def _apply(self, action: str, actor: Actor, by: str, reason: str, now: datetime | None) -> bool:
-        from_self = type(self).objects
-        with transaction.atomic():
-            locked = from_self.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk, scope_id=self.scope_id)
-            before = locked.lifecycle_state()
-
-            def decide(name: str) -> Rule:
-                return table.decide(name, actor, before, reporters_after=locked.false_hit_reporters,
-                                    reporters_to_hold=locked.scope.false_hit_reporters_to_pending)
-
-            try:
-                rule = decide(action)
-            except ActionRefused:
-                self._copy_state(locked)
-                raise
-            action = rule.taken_as or action
-            if rule.reports is Reports.COUNT:
-                # A counted report may be the one that holds the trail: the table decides again with it.
-                self._count_report(locked, by, now)
-                rule = decide(action)
-            # Read the clock after the lock: the history's order is the order actions applied.
-            at = now or timezone.now()
-            self._write(locked, rule, by=by, reason=reason, at=at, before=before)
-        self._copy_state(locked)
-        return rule.to_state is State.HELD
-
-    @staticmethod
-    def _count_report(locked, reporter: str, now: datetime | None) -> int:
-        """Adds a report to the locked trail; returns 1 where the reporter is new, else 0."""
-        _, new = TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100],
-                                                   defaults={"created_at": now or timezone.now()})
-        locked.false_hit_reports += 1
-        locked.false_hit_reporters += int(new)
-        return int(new)
-
-    @staticmethod
-    def _write(locked, rule: Rule, *, by: str, reason: str, at: datetime, before: State) -> None:
-        """Writes what a rule does to a locked trail: status, hold, reports, expiry, history."""
-        fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
-        if rule.to_state is State.DELETED:
-            type(locked).delete_by_ids([locked.pk])
-            locked.status = "deleted"
-            return
-        if rule.to_state is not None:
-            locked.status, locked.held_by = status_of(rule.to_state).value, rule.hold.value
-            fields += ["status", "held_by"]
-            if rule.reason:
-                # Every key behind a hold by reports is named, not only the one whose report tipped it.
-                names = ", ".join(TrailReport.objects.filter(trail_id=locked.pk).order_by("created_at")
-                                  .values_list("reporter", flat=True)[:6]) if "{names}" in rule.reason else ""
-                locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "",
-                                                   reporters=locked.false_hit_reporters, names=names)[:200]
-                fields.append("reason")
-        if rule.reports is Reports.ANSWER:
-            locked.false_hit_reports = locked.false_hit_reporters = 0
-            fields += ["false_hit_reports", "false_hit_reporters"]
-            TrailReport.objects.filter(trail_id=locked.pk).delete()
-        if rule.expiry is not Expiry.KEEP:
-            locked.expires_at = locked.scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=at)
-            fields.append("expires_at")
-        if fields:
-            # By id and scope (the key a partitioned table is found by), not save()'s id alone.
-            type(locked).objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(**{f: getattr(locked, f) for f in dict.fromkeys(fields)})
-        if rule.to_state is None:
-            return  # a report counted, the status unchanged: TrailReport holds who
-        source = TrailSignal.Source.FEEDBACK if rule.actor is Actor.AGENT else TrailSignal.Source.OPERATOR
-        TrailSignal.objects.create(trail=locked, scope_id=locked.scope_id, signal=HISTORY_SIGNAL[rule.action], source=source, by=by[:150],
-                                   reason=reason[:500], created_at=at)
-        transaction.on_commit(partial(trail_status_changed.send, type(locked), trail=locked, action=rule.action,
-                                      before=status_of(before).value, after=locked.status, by=by, at=at), robust=True)
-
-    def recount_reports(self, set_aside: set[str], by: str, now: datetime | None = None) -> bool:
-        """Counts the trail's reports again without the reporters set aside; a trail held by
-        reports that no longer has the scope's number of reporters goes back into service
-        (the table's release). Returns whether it did."""
-        with transaction.atomic():
-            locked = type(self).objects.select_for_update(of=("self",)).select_related("scope").get(pk=self.pk, scope_id=self.scope_id)
-            reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
-            locked.false_hit_reporters = reporters
-            locked.false_hit_reports = reporters  # after a recount, once per reporter
-            locked.save(update_fields=["false_hit_reporters", "false_hit_reports"])
-            released = (locked.held_by == Hold.REPORTS.value and locked.status == TrailStatus.PENDING
-                        and not table.held_by_reporters(reporters, locked.scope.false_hit_reporters_to_pending))
-            if released:
-                rule = table.decide(table.RELEASE, Actor.OPERATOR, locked.lifecycle_state())
-                self._write(locked, rule, by=by, reason="", at=now or timezone.now(), before=locked.lifecycle_state())
-        self._copy_state(locked)
-        return released
-
-    def _copy_state(self, locked) -> None:
-        for name in ("status", "held_by", "reason", "expires_at", "false_hit_reports", "false_hit_reporters"):
-            setattr(self, name, getattr(locked, name))
-
-    def undo_last(self, by: str) -> str:
-        """Reverses the latest operator action that took this trail out of service: a
-        rejection (reinstate; and approve again if it was approved before) or a send-back
-        (approve again). Each step is an act of its own in the history, with "undo" as why.
-
-        Returns:
-            what was done, in words.
-
-        Raises:
-            ActionRefused: the latest operator action is not one of those, or the trail has
-                moved on since (it is no longer rejected or pending).
-        """
-        if is_agent(by):
-            raise ActionRefused("only an operator can undo")
-        with transaction.atomic():
-            locked = type(self).objects.select_for_update(of=("self",)).get(pk=self.pk, scope_id=self.scope_id)
-            last = locked.undoable()
-            if last is None:
-                raise ActionRefused("nothing to undo: the latest operator action neither rejected nor sent this trail back")
-            signal, was_approved = last
-            if signal == Signal.DOWN:
-                locked.act(table.REINSTATE, by=by, reason="undo")
-            if was_approved:
-                locked.act(table.VOTE_UP, by=by, reason="undo")
-        self._copy_state(locked)
-        return f"{'rejection' if signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
-
-    def undoable(self) -> tuple[str, bool] | None:
-        """The operator action an undo would reverse, as (its signal, whether the trail was
-        approved before it), or None: only the latest change, and only an operator's
+    def undoable(self) -> "TrailSignal | None":
+        """The operator action an undo would reverse (its history row, with `before`: the
+        state to go back to), or None: only the latest change, and only an operator's
         rejection or send-back (what agents' reports did is answered by an approval)."""
-        history = list(TrailSignal.objects.filter(trail_id=self.pk).order_by("-created_at", "-id")[:50])
+        history = list(TrailSignal.objects.filter(trail_id=self.pk).order_by("-created_at", "-id")[:2])
         if not history or history[0].source != TrailSignal.Source.OPERATOR or history[0].signal not in (Signal.DOWN, Signal.DEMOTE):
             return None
-        last, earlier = history[0], history[1:]
-        was_approved = last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS, Signal.REPORTED)
-        return last.signal, was_approved
+        last = history[0]
+        if not last.before:
+            # Written before the history kept the state it changed: the nearest reading of it.
+            earlier = history[1:]
+            approved = last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS)
+            last.before = {"status": TrailStatus.ACTIVE.value if approved else TrailStatus.PENDING.value,
+                           "held_by": Hold.REPORTS.value if earlier and earlier[0].signal == Signal.REPORTED else "",
+                           "expires_at": self.expires_at.isoformat()}
+            if last.before["held_by"]:
+                last.before["status"] = TrailStatus.PENDING.value
+        return last
 
 
 def mark_stale_statements(trail_table: str, scope_id: int, ids: Sequence[int], now_db, by: str = "recall") -> list[tuple[str, list]]:
@@ -336,6 +192,8 @@ class TrailSignal(models.Model):
     by = models.CharField(max_length=150, blank=True, help_text="The operator, where one acted.")
     # An agent's words with its report: caller-written, so purged like a query.
     reason = models.CharField(max_length=500, blank=True, db_default="")
+    # An operator's change keeps the state it changed (status, hold, expiry): what an undo restores.
+    before = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

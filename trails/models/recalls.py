@@ -8,14 +8,13 @@ from typing import Sequence
 from django.db import connection, models, transaction
 from django.db.models import Case, Count, F, Q, When
 from django.db.models.functions import Floor
-from django.dispatch import receiver
 from django.utils import timezone
 
 from scopes.models import Scope
 from trails.core.charts import HourCounts
 from trails.core.validation import Outcome
 from trails.models.lifecycle import mark_stale_statements
-from trails.models.trail import Trail, trails_deleting
+from trails.models.trail import Trail
 
 # The database's choices of the one outcome enum (trails/core/validation.py).
 RecallOutcome = models.TextChoices("RecallOutcome", [(o.name, o.value) for o in Outcome])
@@ -262,10 +261,3 @@ class SimilarityStat(models.Model):
 
 
 SIMILARITY_BINS = 100
-
-
-@receiver(trails_deleting, dispatch_uid="trails.recall_events_outlive_trails")
-def _unlink_recall_events(sender, ids: list[int], **kwargs) -> None:
-    # The charts and the recall log keep a deleted trail's recalls, without the link.
-    RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
-    RecallEvent.objects.filter(nearest_trail_id__in=ids).update(nearest_trail=None)

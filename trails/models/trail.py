@@ -10,7 +10,6 @@ from typing import Iterable, Sequence
 
 from django.db import connection, models, transaction
 from django.db.models import Q
-from django.dispatch import Signal as DjangoSignal
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -21,12 +20,6 @@ from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import Validation, as_read, as_stored, validate
 from trails.core.lifecycle import Hold
 from trails.models.lifecycle import EXPIRED, ActionRefused, Lifecycle, Signal, TrailReport, TrailSignal, TrailStatus
-
-
-# Sent with the ids of trails about to be deleted in bulk, in the deleting transaction: rows
-# of other models that point at them (recall events, match labels) unlink themselves, each
-# in the module of its model, so this one needs to know none of them.
-trails_deleting = DjangoSignal()
 
 
 def delete_rows(rows: models.QuerySet) -> int:
@@ -54,10 +47,8 @@ class TrailQuerySet(models.QuerySet):
         """The trails an operator sees with this display status (Trail.display_status)."""
         now = now or timezone.now()
         if display_status == EXPIRED:
-            return self.filter(status=TrailStatus.ACTIVE, expires_at__lte=now)
-        if display_status == TrailStatus.ACTIVE:
-            return self.filter(status=TrailStatus.ACTIVE, expires_at__gt=now)
-        return self.filter(status=display_status)
+            return self.filter(expires_at__lte=now)
+        return self.filter(status=display_status, expires_at__gt=now)
 
     def since(self, display_status: str, flag: str, since: datetime) -> "TrailQuerySet":
         """Those that came to their state in the window: rejected (a rejection since), stale
@@ -72,19 +63,6 @@ class TrailQuerySet(models.QuerySet):
         if display_status == TrailStatus.STALE:
             return self.filter(stale_at__gte=since)
         return self.filter(signals__created_at__gte=since).distinct()
-
-    def act(self, action: str, by: str, reason: str = "") -> tuple[int, int]:
-        """Applies an action to each of these trails where it applies (Trail.act), in one
-        transaction; returns (changed, skipped)."""
-        changed = skipped = 0
-        with transaction.atomic():
-            for trail in self.select_for_update(of=("self",)).order_by("id"):
-                try:
-                    trail.act(action, by=by, reason=reason)
-                    changed += 1
-                except ActionRefused:
-                    skipped += 1
-        return changed, skipped
 
 
 class Trail(Lifecycle, models.Model):
@@ -158,28 +136,13 @@ class Trail(Lifecycle, models.Model):
         rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")
         return [RecordedStep(tool, args, tuple(section_ids)) for tool, args, section_ids in rows]
 
-    @classmethod
-    def delete_by_ids(cls, ids: Sequence[int]) -> int:
-        """Deletes trails and their rows in bulk; their recall events keep no link.
-
-        Returns how many trails were deleted. No per-row cascade collection: the
-        child rows have no dependants of their own.
-        """
-        if not ids:
-            return 0
-        # Recall events and match labels outlive the trail, unlinked by their own modules.
-        trails_deleting.send(sender=cls, ids=list(ids))
-        for model in (BandKeys, Citation, Step, TrailSignal, TrailReport):
-            delete_rows(model.objects.filter(trail_id__in=ids))
-        return delete_rows(cls.objects.filter(id__in=ids))
-
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at <= (now or timezone.now())
 
     @property
     def display_status(self) -> str:
-        """The status an operator sees: an active trail past its expiry shows as expired."""
-        if self.status == TrailStatus.ACTIVE and self.is_expired():
+        """The status an operator sees: a trail past its expiry shows as expired."""
+        if self.is_expired():
             return EXPIRED
         return self.status
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from infra import metrics
@@ -17,9 +17,12 @@ from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
+from trails.core.lifecycle import Actor
 from trails.learning.feedback import learn_from_research
+from trails.learning.thresholds import SIGNING_FIELDS
 from trails.serving.matching import QuestionSignature, matching_settings, sign
-from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKeys, Citation, Step, Trail, TrailSignal, TrailStatus
+from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKeys, Citation, Step, Trail, TrailSignal, TrailStatus, writes
+from trails.models.writes import pause_point
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
     rows = TrailRows.build(scope, request, current, refused, now, fingerprint, question=question)
     rows.trail.path_tokens = path_tokens(scope, request.steps, current)
     try:
-        TrailRows.save_all([rows])
+        TrailRows.save_all([rows], signed_by=scope)
     except IntegrityError:
         # Two requests with one idempotency key raced; the other one won.
         if request.idempotency_key:
@@ -183,9 +186,17 @@ class TrailRows:
         )
 
     @staticmethod
-    def save_all(all_rows: list["TrailRows"]) -> None:
-        """Writes the trails and their rows in one transaction, a few statements in all."""
+    def save_all(all_rows: list["TrailRows"], signed_by: Scope | None = None) -> None:
+        """Writes the trails and their rows in one transaction, a few statements in all.
+
+        With `signed_by` (the scope as the rows were signed), the scope's signing settings
+        are read again under a share lock on its row inside the transaction, and the rows
+        signed afresh where a matching change committed meanwhile: a change that commits
+        later waits for this one, and its re-signing then finds these trails.
+        """
         with transaction.atomic():
+            if signed_by is not None:
+                _sign_as_committed(signed_by, all_rows)
             Trail.objects.bulk_create([rows.trail for rows in all_rows])
             for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
                 children = [child for rows in all_rows for child in getattr(rows, attribute)]
@@ -194,6 +205,29 @@ class TrailRows:
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
             BandKeys.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
+
+
+def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:
+    """Re-signs the rows (in the caller's transaction) if the scope's signing settings are
+    not the ones they were signed with, holding the scope's row FOR SHARE until commit."""
+    fields = sorted(SIGNING_FIELDS)
+    if connection.vendor == "postgresql":
+        q = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {', '.join(q(f) for f in fields)} FROM {Scope._meta.db_table} WHERE id = %s FOR SHARE",
+                           [scope.pk])
+            committed = dict(zip(fields, cursor.fetchone()))
+    else:  # SQLite: one writer at a time, so the row read now is the one this write commits beside
+        committed = Scope.objects.filter(pk=scope.pk).values(*fields).first()
+    if committed is None or all(committed[f] == getattr(scope, f) for f in fields):
+        return
+    pause_point("record:resign")
+    fresh = Scope.objects.get(pk=scope.pk)
+    for rows in all_rows:
+        question = sign(fresh, rows.trail.query, rows.trail.partition)
+        take_signature(fresh, rows.trail, question)
+        if rows.question is not None:
+            rows.question = question
 
 
 # The fields a trail's signature is stored in, beside its band keys.
@@ -244,7 +278,9 @@ def _twin(scope: Scope, request: RecordInput, question: QuestionSignature, cited
     if not question.keys:
         return None
     same_key = BandKeys.trail_ids_with_key(scope, question.keys[0])
-    alike = (Trail.objects.filter(id__in=same_key, scope=scope, partition=request.partition, normalised_query=normalise_query(request.query))
+    # An expired trail is no twin either: nothing brings it back, so the path is recorded anew.
+    alike = (Trail.objects.filter(id__in=same_key, scope=scope, partition=request.partition, normalised_query=normalise_query(request.query),
+                                  expires_at__gt=timezone.now())
              .exclude(status=TrailStatus.STALE).order_by("-id")[:8])
     for trail in alike:
         if [(c.section_id, c.recorded_hash) for c in trail.core_citations()] == cited:
@@ -260,7 +296,7 @@ def _refresh(twin: Trail, request: RecordInput, now: datetime) -> RecordResult:
     if request.signal not in POSITIVE_SIGNALS:
         return RecordResult(twin, created=False, refreshed="already recorded: nothing changed (no positive signal)")
     try:
-        twin.act("up", by=request.reporter or "key:", now=now)
+        writes.act(twin, "up", Actor.AGENT, by=request.reporter or "key:", now=now)
     except ActionRefused as refused:
         return RecordResult(twin, created=False, refreshed=f"already recorded, and not renewed: {refused}")
     return RecordResult(twin, created=False, refreshed="already recorded: renewed (its expiry starts again)")

@@ -11,7 +11,7 @@ from scopes.models import Scope, SectionRevision
 from trails.learning.shipped import limits_for
 from trails.core.calibration import FLAG_KINDS, false_hit_verdict
 from trails.models.recalls import judged_counts
-from trails.models import SIMILARITY_BINS, Citation, expiring, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, Trail, delete_rows
+from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, delete_rows, writes
 from trails.upkeep.purge import forget_unconfirmed_previews
 from trails.learning.thresholds import in_use, used_matchers
 
@@ -29,13 +29,8 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
         "revisions": deleted old section texts no trail cites, "purge_runs":
         unconfirmed purge previews and stuck runs forgotten}.
     """
-    deleted = {"trails": 0, "events": 0}
-    while True:
-        ids = list(expiring(Trail.objects.all(), now).order_by("id").values_list("id", flat=True)[:batch_size])
-        if not ids:
-            break
-        with transaction.atomic():
-            deleted["trails"] += Trail.delete_by_ids(ids)
+    # Each trail re-checked under its lock: one renewed since the batch was read stays.
+    deleted = {"trails": writes.sweep_expired_trails(now, batch_size), "events": 0}
     for scope in Scope.objects.only("id", "event_retention_days"):
         cutoff = now - timedelta(days=scope.event_retention_days)
         while True:

@@ -21,7 +21,7 @@ from django.db.models import Prefetch
 from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal
+from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
 from trails.upkeep.reindex import resign
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
@@ -170,7 +170,7 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             elif names:
                 dirty.append(trail)
         with transaction.atomic():
-            Trail.delete_by_ids([t.id for t in doomed])
+            writes.delete_trails([t.id for t in doomed])
             _redact_trails(run, dirty, rules)
             run.last_trail_id, run.processed = batch[-1].id, run.processed + len(batch)
             run.matched += len(doomed) + len(dirty)

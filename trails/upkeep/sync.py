@@ -13,18 +13,24 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+import logging
+from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from celery import current_app
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from infra.errors import Conflict, Invalid
+from infra.errors import Conflict, Invalid, Refused
 from infra.hashing import section_hash
 from scopes.models import Scope, Section, SectionSync, SectionSyncJob
 from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
 from trails.models import Citation, Trail, TrailStatus
+from trails.models.writes import pause_point
+
+logger = logging.getLogger(__name__)
 
 # The share of a scope's sections one sync may remove without being told it is meant.
 MOST_REMOVED = 0.5
@@ -227,21 +233,56 @@ def source_sections(rows: list[dict]) -> list[SourceSection]:
     return [SourceSection(row["id"], row.get("text") or "", "", 0, hash=row.get("hash")) for row in rows]
 
 
-def run_sync_job(job_id: int) -> SectionSyncJob | None:
-    """Runs a queued sync job once (a second call, or a second worker, finds it claimed)."""
-    from infra.errors import Refused
+# A job's run past this many seconds since its claim counts as lost (its worker died): the
+# claim and the reaper take it back. A run waits up to JOB_WAIT_SECONDS for another sync first.
+JOB_DEADLINE_SECONDS = JOB_WAIT_SECONDS + 1200.0
+# Runs a job may start before a lost one is said failed rather than queued again.
+JOB_ATTEMPTS = 3
 
-    claimed = SectionSyncJob.objects.filter(pk=job_id, state=SectionSyncJob.State.QUEUED).update(
-        state=SectionSyncJob.State.RUNNING)
+
+def queue_sync_job(job_id: int) -> None:
+    """To a worker; with no broker answering, the job runs here rather than waiting forever."""
+    try:
+        # By name: trails.tasks imports this module.
+        current_app.tasks["trails.tasks.sync_job_task"].delay(job_id)
+    except Exception as problem:
+        logger.error("sync job %s could not be queued (%s): running it here", job_id, type(problem).__name__)
+        run_sync_job(job_id)
+
+
+def _claim(job_id: int, claimant: str, now: datetime) -> int | None:
+    """Claims a job for one run (a conditional update): a queued one, one this same task
+    claimed before (its redelivery after a worker died, or its retry), or one whose run is
+    past its deadline. Returns the run's attempt number, or None where someone else has it."""
+    lost = Q(state=SectionSyncJob.State.RUNNING, claimed_at__lt=now - timedelta(seconds=JOB_DEADLINE_SECONDS))
+    mine = Q(state=SectionSyncJob.State.RUNNING, claimed_by=claimant) if claimant else Q(pk__in=[])
+    claimable = SectionSyncJob.objects.filter(Q(state=SectionSyncJob.State.QUEUED) | mine | lost, pk=job_id,
+                                               attempts__lt=JOB_ATTEMPTS)
+    if not claimable.update(state=SectionSyncJob.State.RUNNING, claimed_at=now, claimed_by=claimant[:200],
+                            attempts=F("attempts") + 1):
+        return None
+    return SectionSyncJob.objects.filter(pk=job_id).values_list("attempts", flat=True).first()
+
+
+def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -> SectionSyncJob | None:
+    """Runs a queued sync job once (a second call, or a second worker, finds it claimed).
+
+    `claimant` names the run (the Celery task's id, the same across its retries and
+    redeliveries). The result is written only if this run still holds the claim.
+    """
+    attempt = _claim(job_id, claimant, now or timezone.now())
     job = SectionSyncJob.objects.select_related("scope").filter(pk=job_id).first()
-    if not claimed or job is None:
+    if attempt is None or job is None:
         return job
+    pause_point("sync-job:claimed")
     asked = job.request
     try:
         summary = sync_sections(job.scope, source_sections(asked.get("sections", [])),
                                 delete_missing=asked.get("delete_missing", False), dry_run=asked.get("dry_run", False),
                                 by=job.by, source=asked.get("source", ""), allow_removing_most=asked.get("allow_removing_most", False),
                                 wait=JOB_WAIT_SECONDS)
+    except (OperationalError, InterfaceError):
+        raise  # the database is away: the task retries, and its claim lets the retry in
     except Refused as refused:
         job.state, job.error = SectionSyncJob.State.FAILED, {"code": refused.code, "message": refused.message,
                                                               "field": refused.field}
@@ -251,5 +292,29 @@ def run_sync_job(job_id: int) -> SectionSyncJob | None:
     else:
         job.state, job.summary = SectionSyncJob.State.DONE, summary.as_json(complete=asked.get("list_all", False))
     job.request, job.finished_at = {}, timezone.now()
-    job.save(update_fields=["state", "summary", "error", "request", "finished_at"])
+    # Only while this run holds the claim: a run taken back as lost does not overwrite the one after it.
+    SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
+        state=job.state, summary=job.summary, error=job.error, request=job.request, finished_at=job.finished_at)
+    job.refresh_from_db()
     return job
+
+
+def reap_lost_sync_jobs(now: datetime) -> dict[str, int]:
+    """Jobs whose worker died (running past their deadline) are queued again, or said failed
+    after JOB_ATTEMPTS runs; queued jobs older than the deadline (their message lost with a
+    broker restart) are sent again. Safe to rerun.
+
+    Returns:
+        {"requeued": jobs sent again, "failed": jobs said failed}.
+    """
+    cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
+    lost = SectionSyncJob.objects.filter(state=SectionSyncJob.State.RUNNING, claimed_at__lt=cutoff)
+    failed = lost.filter(attempts__gte=JOB_ATTEMPTS).update(
+        state=SectionSyncJob.State.FAILED, finished_at=now, request={},
+        error={"code": "worker_lost", "message": f"no run finished within {JOB_DEADLINE_SECONDS:.0f} s in {JOB_ATTEMPTS} attempts "
+               "(the workers running it stopped); nothing after the last committed step was changed", "field": None})
+    waiting = list(SectionSyncJob.objects.filter(Q(state=SectionSyncJob.State.QUEUED, created_at__lt=cutoff)
+                                                 | Q(pk__in=lost.values("pk"))).values_list("pk", flat=True))
+    for job_id in waiting:
+        queue_sync_job(job_id)
+    return {"requeued": len(waiting), "failed": failed}

@@ -162,4 +162,5 @@ def recall_detail(request: HttpRequest, scope_slug: str, recall_id) -> HttpRespo
         "event": event, "trail": trail, "served": served, "why": why, "replayed": replayed,
         "history": trail.signals.all()[:20] if trail is not None else [], "tab": "recalls",
         "undoable": trail is not None and trail.undoable() is not None,
+        "actions": trail.available_actions() if trail is not None else [],
     })

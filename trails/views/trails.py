@@ -19,8 +19,8 @@ from scopes.access import Access, may
 from scopes.models import Scope, Section, SectionRevision
 from trails.core.validation import SectionStatus, validate
 from trails.views.forms import TrailFilterForm
-from trails.core.lifecycle import NAMED_ACTIONS
-from trails.models import ActionRefused, Citation, Signal, Trail, TrailStatus, validations_now
+from trails.core.lifecycle import Actor
+from trails.models import ActionRefused, Citation, Signal, Trail, TrailStatus, validations_now, writes
 from trails.upkeep.purge import findings as purge_findings
 from trails.upkeep.purge import scope_rules, trails_to_check
 from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
@@ -50,7 +50,7 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
     now = timezone.now()
     trails = Trail.objects.filter(scope=scope).only(
         "public_id", "query", "normalised_query", "status", "hit_count", "last_hit_at", "created_at", "expires_at",
-        "section_changed_at", "stale_at", "reason"
+        "section_changed_at", "stale_at", "reason", "held_by"
     )
     status = form.cleaned_data.get("status") if form.is_valid() else ""
     if status:
@@ -198,6 +198,7 @@ def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpRespons
         "outcome": validation.outcome.value,
         "signals": trail.signals.all(),
         "undoable": trail.undoable() is not None,
+        "actions": trail.available_actions(Actor.OPERATOR),
         # The recalls this trail answered, newest first, and how closely they matched.
         "recalls": trail.recall_events.order_by("-created_at", "-id").only(
             "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
@@ -214,9 +215,10 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
     error = ""
     try:
         if action == "undo":
-            messages.info(request, trail.undo_last(by=request.user.get_username()))
+            messages.info(request, writes.undo(trail, Actor.OPERATOR, by=request.user.get_username()))
         else:
-            trail.act(action, by=request.user.get_username(), reason=request.POST.get("reason", "").strip()[:500])
+            writes.act(trail, action, Actor.OPERATOR, by=request.user.get_username(),
+                       reason=request.POST.get("reason", "").strip()[:500])
     except ActionRefused as problem:
         error = str(problem)
     if trail.status == "deleted":
@@ -245,12 +247,13 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
     form = TrailFilterForm(request.GET)
     done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)",
             Signal.DEMOTE: "sent back to pending", "delete": "deleted"}
-    if action not in NAMED_ACTIONS:
+    if action not in done:
         notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."
     else:
-        changed, _ = Trail.objects.filter(scope=scope, public_id__in=ids).act(action, by=request.user.get_username())
+        changed, _ = writes.act_on_many(Trail.objects.filter(scope=scope, public_id__in=ids), action, Actor.OPERATOR,
+                                        by=request.user.get_username())
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
             f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "

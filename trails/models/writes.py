@@ -1,0 +1,395 @@
+"""Every write to a trail's lifecycle and to the rows it drags along: status, hold, expiry,
+reports, history, the labels a rejection makes or an undo withdraws, an agent's verdict on
+a recall, and deletion (with the recall events and labels that outlive a trail). Callers
+(the API, the operator pages, Django admin, the sweep, purges, set-asides) call these
+functions directly; no signal receiver writes under a lock held here.
+
+Each write takes its locks, then re-reads and re-decides under them: the state (expiry
+included: an expired trail is in no action's from-states but the sweep's and delete), a
+reporter's standing (a key set aside after its request was let in counts nothing), the
+sweep's condition (a trail renewed since it was read is not deleted). The clock is read
+after the lock, so the history's order is the order writes applied.
+
+Lock order (docs/consistency.md; tests/trails/test_races.py holds each claim):
+  1. a scope's row, never while a trail's row is held (learning and threshold moves take it
+     FOR NO KEY UPDATE; record takes it FOR SHARE to sign under the settings it commits with);
+  2. trails' rows FOR UPDATE, several in id order;
+  3. what a locked trail drags along: its recall events (an agent's verdict locks the event
+     after the trail it served, never before), reports, labels, history, child rows.
+What a write sets off beyond these rows (threshold learning, re-signing a trail back from
+rejection) runs after the commit, in named hooks that log a failure and run the rest.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Iterable, Sequence
+
+from django.db import connection, models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from infra.errors import Conflict, NotFound
+from scopes.keys import set_aside_reporters
+from trails.core import lifecycle as table
+from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
+from trails.models.learning import MatchLabel
+from trails.models.lifecycle import (HISTORY_SIGNAL, ActionRefused, Signal, TrailReport, TrailSignal, expiring,
+                                     trail_status_changed)
+from trails.models.recalls import RecallEvent, RecallOutcome
+from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
+
+logger = logging.getLogger(__name__)
+
+# The most recalls one rejection labels: the recalls of one popular trail are not
+# independent evidence about the scope's threshold.
+REJECTION_LABELS = 20
+
+
+def pause_point(name: str) -> None:
+    """Does nothing. Each write calls it by name where it holds its locks (or has read what
+    it is about to lock), so a race test can hold a thread exactly there while another
+    write runs (tests/trails/test_races.py)."""
+
+
+def _lock(trail_id: int, scope_id: int) -> Trail | None:
+    """The trail's row, locked for this transaction (None: it is gone)."""
+    return (Trail.objects.select_for_update(of=("self",)).select_related("scope")
+            .filter(pk=trail_id, scope_id=scope_id).first())
+
+
+def _locked_or_refused(trail: Trail) -> Trail:
+    locked = _lock(trail.pk, trail.scope_id)
+    if locked is None:
+        raise ActionRefused("this trail no longer exists (deleted or expired)")
+    return locked
+
+
+def _copy_state(trail: Trail, locked: Trail) -> None:
+    for name in ("status", "held_by", "reason", "expires_at", "false_hit_reports", "false_hit_reporters"):
+        setattr(trail, name, getattr(locked, name))
+
+
+def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "", now: datetime | None = None) -> None:
+    """Applies a named action of the table (approve, reject, reinstate, send back, delete,
+    undo) by this actor, under the trail's row lock.
+
+    `by` names who: "key:<lookup>" for an agent's key, an operator's user name. The actor is
+    said, never guessed from `by`. Actions racing on one trail apply one at a time, each
+    against the state the one before it left.
+
+    Raises:
+        ActionRefused: the action is not one a caller may name, the actor may not take it,
+            or not from the trail's state now (the trail is left as it was, and `trail`
+            shows its current state).
+    """
+    if action not in table.NAMED_ACTIONS:
+        raise ActionRefused(f"unknown action {action!r}; one of {', '.join(table.NAMED_ACTIONS)}")
+    if action == table.UNDO:
+        undo(trail, actor, by, now)
+        return
+    _apply(trail, action, actor, by, reason, now)
+
+
+def report(trail: Trail, reporter: str, reason: str = "", now: datetime | None = None, actor: Actor = Actor.AGENT) -> bool:
+    """Counts an agent's "not helpful" on a recall that served this trail.
+
+    Reports count per reporter (API key): once the scope's number of different reporters
+    (never fewer than two) have reported an active trail since it was last approved, it is
+    held out of service until an operator approves it again. A key repeating its report
+    counts once; a key set aside counts nothing, even with its request already in flight.
+
+    Returns:
+        Whether this report took the trail out of service.
+    """
+    return _apply(trail, table.REPORT, actor, reporter, reason, now)
+
+
+def _apply(trail: Trail, action: str, actor: Actor, by: str, reason: str, now: datetime | None) -> bool:
+    with transaction.atomic():
+        locked = _locked_or_refused(trail)
+        pause_point(f"{action}:locked")
+        at = now or timezone.now()  # after the lock: the history's order is the order writes applied
+        before = locked.lifecycle_state(at)
+
+        def decide(name: str) -> Rule:
+            return table.decide(name, actor, before, reporters_after=locked.false_hit_reporters,
+                                reporters_to_hold=locked.scope.false_hit_reporters_to_pending)
+
+        try:
+            rule = decide(action)
+        except ActionRefused:
+            _copy_state(trail, locked)
+            raise
+        action = rule.taken_as or action
+        if rule.reports is Reports.COUNT:
+            # A counted report may be the one that holds the trail: the table decides again with it.
+            _count_report(locked, by, at)
+            rule = decide(action)
+        _write(locked, rule, by=by, reason=reason, at=at, before=before)
+    _copy_state(trail, locked)
+    return rule.to_state is State.HELD
+
+
+def _count_report(locked: Trail, reporter: str, at: datetime) -> None:
+    """Adds a report to the locked trail and counts its reporters afresh, without the keys
+    set aside (read under the lock: a set-aside that committed before it is seen)."""
+    excluded = set_aside_reporters()
+    if reporter[:100] not in excluded:
+        TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100], defaults={"created_at": at})
+        locked.false_hit_reports += 1
+    locked.false_hit_reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=excluded).count()
+
+
+def _before(locked: Trail) -> dict:
+    """What an undo restores: the state a trail was in before an operator changed it."""
+    return {"status": locked.status, "held_by": locked.held_by, "expires_at": locked.expires_at.isoformat()}
+
+
+def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, before: State, restore: dict | None = None) -> None:
+    """Writes what a rule does to a locked trail: status, hold, reports, expiry, labels, history."""
+    fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
+    if rule.to_state is State.DELETED:
+        _delete_locked([locked.pk])
+        locked.status = "deleted"
+        return
+    prior = _before(locked)
+    if restore is not None:
+        locked.status, locked.held_by = restore["status"], restore["held_by"]
+        locked.expires_at = datetime.fromisoformat(restore["expires_at"])
+        fields += ["status", "held_by", "expires_at"]
+    if rule.to_state is not None:
+        locked.status, locked.held_by = status_of(rule.to_state).value, rule.hold.value
+        fields += ["status", "held_by"]
+    if rule.reason and (rule.to_state is not None or restore is not None):
+        # Every key behind a hold by reports is named, not only the one whose report tipped it.
+        names = ", ".join(TrailReport.objects.filter(trail_id=locked.pk).order_by("created_at")
+                          .values_list("reporter", flat=True)[:6]) if "{names}" in rule.reason else ""
+        locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "",
+                                           reporters=locked.false_hit_reporters, names=names)[:200]
+        fields.append("reason")
+    if rule.reports is Reports.ANSWER:
+        locked.false_hit_reports = locked.false_hit_reporters = 0
+        fields += ["false_hit_reports", "false_hit_reporters"]
+        TrailReport.objects.filter(trail_id=locked.pk).delete()
+    if rule.expiry is not Expiry.KEEP:
+        locked.expires_at = locked.scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=at)
+        fields.append("expires_at")
+    if fields:
+        # By id and scope (the key a partitioned table is found by), not save()'s id alone.
+        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(**{f: getattr(locked, f) for f in dict.fromkeys(fields)})
+    labels_changed = False
+    if rule.labels is Labels.REJECTION and before is not State.REJECTED:
+        labels_changed = _label_rejection(locked, by, at) > 0
+    elif rule.labels is Labels.WITHDRAW and before is State.REJECTED:
+        labels_changed = MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
+    if rule.to_state is None and restore is None:
+        return  # a report counted, the status unchanged: TrailReport holds who
+    source = TrailSignal.Source.FEEDBACK if rule.actor is Actor.AGENT else (
+        TrailSignal.Source.SYSTEM if rule.actor is Actor.SYSTEM else TrailSignal.Source.OPERATOR)
+    TrailSignal.objects.create(trail=locked, scope_id=locked.scope_id, signal=HISTORY_SIGNAL[rule.action], source=source,
+                               by=by[:150], reason=reason[:500], created_at=at,
+                               before=prior if rule.actor is Actor.OPERATOR else None)
+    _after_commit(locked, rule.action, status_of(before).value if status_of(before) else prior["status"], locked.status,
+                  by, at, labels_changed)
+
+
+def _label_rejection(locked: Trail, by: str, at: datetime) -> int:
+    """Labels the recent recalls that served a rejected trail (those no agent judged) as
+    false hits, by whoever rejected it. Returns how many labels were made."""
+    reporter = by if by.startswith("key:") else f"operator:{by or 'unknown'}"
+    served = (RecallEvent.objects.filter(trail_id=locked.pk, helpful__isnull=True, similarity__isnull=False)
+              .exclude(outcome=RecallOutcome.MISS).order_by("-created_at")
+              .values_list("id", "similarity", "matcher")[:REJECTION_LABELS])
+    return insert_labels([
+        MatchLabel(scope_id=locked.scope_id, matcher=matcher, similarity=similarity, false_hit=True,
+                   source=MatchLabel.Source.REJECTION, reporter=reporter[:100], recall_event_id=event_id,
+                   trail_id=locked.pk, created_at=at)
+        for event_id, similarity, matcher in served
+    ])
+
+
+def insert_labels(labels: Sequence[MatchLabel]) -> int:
+    """Inserts labels, each unless its recall has one already (ON CONFLICT DO NOTHING: an
+    agent's verdict and a rejection racing on one recall leave one label, and no error).
+
+    Returns:
+        How many were inserted.
+    """
+    if not labels:
+        return 0
+    fields = [f for f in MatchLabel._meta.concrete_fields if not f.primary_key]
+    q = connection.ops.quote_name
+    rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(labels))
+    params = [f.get_db_prep_save(f.pre_save(label, True), connection) for label in labels for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {MatchLabel._meta.db_table} ({', '.join(q(f.column) for f in fields)}) "
+                       f"VALUES {rows} ON CONFLICT DO NOTHING", params)
+        return cursor.rowcount
+
+
+def _after_commit(trail: Trail, action: str, before: str, after: str, by: str, at: datetime, labels_changed: bool) -> None:
+    """Tells the upper modules (learning, re-signing) once the change has committed: each
+    receiver runs outside every lock taken here; one that fails is logged and the others run."""
+
+    def tell_trail_status_changed() -> None:
+        for receiver, result in trail_status_changed.send_robust(
+                Trail, trail=trail, action=action, before=before, after=after, by=by, at=at, labels_changed=labels_changed):
+            if isinstance(result, Exception):
+                logger.error("after trail %s %s: %s failed: %r", trail.pk, action, getattr(receiver, "__qualname__", receiver),
+                             result, exc_info=result)
+
+    transaction.on_commit(tell_trail_status_changed, robust=True)
+
+
+def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> str:
+    """Reverses the latest change to this trail when it was an operator's rejection or
+    send-back: the trail goes back to exactly the state before it (status, hold, expiry),
+    its reports as they were, the labels a rejection made withdrawn.
+
+    Returns:
+        What was done, in words.
+
+    Raises:
+        ActionRefused: the latest change is not one of those, the trail has expired, or
+            the actor is not an operator.
+    """
+    with transaction.atomic():
+        locked = _locked_or_refused(trail)
+        pause_point("undo:locked")
+        at = now or timezone.now()
+        before = locked.lifecycle_state(at)
+        try:
+            rule = table.decide(table.UNDO, actor, before)
+            last = locked.undoable()
+            if last is None:
+                raise ActionRefused(table._refusal(table.UNDO, actor, before))
+        except ActionRefused:
+            _copy_state(trail, locked)
+            raise
+        _write(locked, rule, by=by, reason="undo", at=at, before=before, restore=last.before)
+    _copy_state(trail, locked)
+    return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
+
+
+def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = None) -> bool:
+    """Counts the trail's reports again without the reporters set aside; a trail held by
+    reports that no longer has the scope's number of reporters goes back into service (the
+    table's release, by the system on `by`'s set-aside). Returns whether it did."""
+    with transaction.atomic():
+        locked = _lock(trail.pk, trail.scope_id)
+        if locked is None:
+            return False
+        pause_point("recount:locked")
+        at = now or timezone.now()
+        reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
+        locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
+        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(false_hit_reporters=reporters, false_hit_reports=reporters)
+        state = locked.lifecycle_state(at)
+        released = (state is State.HELD and locked.held_by == table.Hold.REPORTS.value
+                    and not table.held_by_reporters(reporters, locked.scope.false_hit_reporters_to_pending))
+        if released:
+            _write(locked, table.decide(table.RELEASE, Actor.SYSTEM, state), by=by, reason="", at=at, before=state)
+    _copy_state(trail, locked)
+    return released
+
+
+def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, reason: str = "") -> tuple[int, int]:
+    """Applies an action to each of these trails where it applies, in one transaction, the
+    trails locked in id order; returns (changed, skipped)."""
+    changed = skipped = 0
+    with transaction.atomic():
+        for trail in trails.select_for_update(of=("self",)).order_by("id"):
+            try:
+                act(trail, action, actor, by=by, reason=reason)
+                changed += 1
+            except ActionRefused:
+                skipped += 1
+    return changed, skipped
+
+
+def delete_trails(ids: Iterable[int], only_if: Q | None = None) -> int:
+    """Deletes these trails (those still matching `only_if`, re-checked under their locks)
+    with their rows; their recall events and labels stay, unlinked.
+
+    Returns:
+        How many trails were deleted.
+    """
+    ids = sorted(set(ids))
+    if not ids:
+        return 0
+    with transaction.atomic():
+        wanted = Trail.objects.filter(id__in=ids)
+        if only_if is not None:
+            wanted = wanted.filter(only_if)
+        # FOR UPDATE re-reads each row once its lock is had: one renewed meanwhile no longer matches.
+        locked = list(wanted.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
+        pause_point("delete:locked")
+        return _delete_locked(locked)
+
+
+def _delete_locked(ids: list[int]) -> int:
+    """Deletes trails whose rows this transaction holds, their recall events and labels first unlinked."""
+    if not ids:
+        return 0
+    RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
+    RecallEvent.objects.filter(nearest_trail_id__in=ids).update(nearest_trail=None)
+    MatchLabel.objects.filter(trail_id__in=ids).update(trail=None)
+    for model in (BandKeys, Citation, Step, TrailSignal, TrailReport):
+        delete_rows(model.objects.filter(trail_id__in=ids))
+    return delete_rows(Trail.objects.filter(id__in=ids))
+
+
+def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
+    """Deletes the trails past their expiry, in batches of ids, each its own transaction;
+    each trail deleted only if it is still expired under its lock (the table's expiry rule).
+
+    Returns:
+        How many were deleted.
+    """
+    deleted, after_id = 0, 0
+    while True:
+        ids = list(expiring(Trail.objects.filter(id__gt=after_id), now).order_by("id").values_list("id", flat=True)[:batch_size])
+        if not ids:
+            return deleted
+        pause_point("sweep:read")
+        deleted += delete_trails(ids, only_if=Q(pk__in=expiring(Trail.objects.filter(id__in=ids), now).values("pk")))
+        after_id = ids[-1]
+
+
+def judge_recall(event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str,
+                 now: datetime) -> tuple[RecallEvent | None, bool, bool]:
+    """An agent's verdict on one recall, in the lock order: the trail it served first, then
+    the recall's event (re-read under its lock), then its label and, where not helpful, the
+    report against the trail. Call inside a transaction.
+
+    Returns:
+        (the event as judged, whether a label was made, whether a report was counted).
+
+    Raises:
+        NotFound: the recall is gone. Conflict: a miss (it served nothing) or a recall
+            that already has a verdict.
+    """
+    trail = _lock(trail_id, scope_id) if trail_id is not None else None
+    pause_point("judge:trail-locked")
+    event = RecallEvent.objects.select_for_update().filter(pk=event_id, scope_id=scope_id).first()
+    if event is None:
+        raise NotFound("not_found", "no such recall", field="recall_id")
+    if event.outcome == RecallOutcome.MISS:
+        raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
+    if event.helpful is not None:
+        raise Conflict("conflict", "this recall already has feedback", field="recall_id")
+    event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = helpful, reason[:500], now, reporter[:100]
+    event.save(update_fields=["helpful", "feedback_reason", "feedback_at", "feedback_by"])
+    labelled = event.similarity is not None and insert_labels([MatchLabel(
+        scope_id=scope_id, matcher=event.matcher, similarity=event.similarity, false_hit=not helpful,
+        source=MatchLabel.Source.FEEDBACK, reporter=reporter[:100], recall_event_id=event.pk,
+        trail_id=event.trail_id, created_at=now)]) > 0
+    # The event's trail as it is now: a trail deleted while this waited left it unlinked.
+    reported = not helpful and trail is not None and event.trail_id == trail.pk
+    if reported:
+        try:
+            report(trail, reporter, reason, now)
+        except ActionRefused:
+            reported = False  # expired meanwhile: no action applies to it, the verdict stands
+    return event, labelled, reported
