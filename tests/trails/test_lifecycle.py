@@ -330,3 +330,93 @@ def test_django_admin_finds_a_trail_by_its_public_id_and_by_its_primary_key(api,
     for term in (str(trail.public_id), str(trail.pk)):
         found = admin.get("/admin/trails/trail/", {"q": term}).context["cl"].result_list
         assert list(found) == [trail], term
+
+
+# -- side paths found from outside: expiry, undo, release, admin delete ----------------------
+
+def _operator() -> Client:
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("olga", password="x"))
+    return staff
+
+
+def _expire(trail_id: str) -> Trail:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    return Trail.objects.get(public_id=trail_id)
+
+
+def test_an_expired_trail_is_not_revived_by_an_up_vote_nor_by_recording_its_question_again(api, scope, sections):
+    trail_id = record_icu(api)
+    expired_at = _expire(trail_id).expires_at
+    other = second_key(scope, "another agent")
+    vote = other.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"})
+    assert vote.status_code == 409 and "expired" in vote.json()["error"]["message"]
+    again = api.record("hospital", query="What are the ICU visiting hours?", steps=[], cited=["visiting/icu", "parking"])
+    assert again.status_code == 201 and again.json()["trail_id"] != trail_id  # recorded anew, not renewed
+    assert Trail.objects.get(public_id=trail_id).expires_at == expired_at
+    assert api.recall("hospital", query=QUESTION).json()["trail_id"] == again.json()["trail_id"]
+
+
+def test_an_operator_cannot_approve_an_expired_trail_but_may_delete_it(api, scope, sections):
+    trail = _expire(record_icu(api))
+    staff = _operator()
+    assert staff.get(f"/ops/hospital/trails/{trail.public_id}/").context["actions"] == ["delete"]
+    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "up"})
+    assert Trail.objects.get(pk=trail.pk).expires_at == trail.expires_at
+    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "delete"})
+    assert not Trail.objects.filter(pk=trail.pk).exists()
+
+
+def test_undoing_a_rejection_of_a_trail_reports_held_restores_the_hold_and_keeps_the_reports(api, scope, sections, committed):
+    trail_id = record_icu(api)
+    for key in (api, second_key(scope)):
+        feedback(key, recall_id(key), helpful=False)
+    held = Trail.objects.get(public_id=trail_id)
+    assert held.lifecycle_state() is State.HELD
+    with committed():
+        writes.act(held, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    staff = _operator()
+    staff.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "undo"})
+    after = Trail.objects.get(public_id=trail_id)
+    assert after.lifecycle_state() is State.HELD and after.held_by == "reports"
+    assert (after.false_hit_reporters, TrailReport.objects.filter(trail=after).count()) == (2, 2)
+    assert after.expires_at == held.expires_at
+    assert api.recall("hospital", query=QUESTION).json()["outcome"] == "miss"  # still out of service
+
+
+def test_undoing_a_send_back_restores_the_active_trail_with_its_expiry(api, scope, sections):
+    trail = Trail.objects.get(public_id=record_icu(api))
+    active_until = trail.expires_at
+    writes.act(trail, "demote", Actor.OPERATOR, by="olga")
+    assert Trail.objects.get(pk=trail.pk).expires_at < active_until  # held: the pending TTL
+    assert writes.undo(trail, Actor.OPERATOR, by="olga").endswith("active")
+    after = Trail.objects.get(pk=trail.pk)
+    assert after.lifecycle_state() is State.ACTIVE and after.expires_at == active_until
+    with pytest.raises(ActionRefused):
+        writes.undo(after, Actor.OPERATOR, by="olga")  # the latest change is the undo itself
+
+
+def test_an_operator_cannot_post_a_release_for_a_held_trail(api, scope, sections):
+    trail_id = record_icu(api)
+    for key in (api, second_key(scope)):
+        feedback(key, recall_id(key), helpful=False)
+    response = _operator().post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "release"}, follow=True)
+    assert "unknown action" in response.content.decode()
+    trail = Trail.objects.get(public_id=trail_id)
+    assert trail.lifecycle_state() is State.HELD and not TrailSignal.objects.filter(trail=trail, signal="released").exists()
+
+
+def test_django_admin_cannot_delete_an_active_trail_outside_the_lifecycle(api, scope, sections):
+    trail = Trail.objects.get(public_id=record_icu(api))
+    staff = _operator()
+    assert staff.get(f"/admin/trails/trail/{trail.pk}/delete/").status_code == 403
+    listing = staff.get("/admin/trails/trail/")
+    assert "delete_selected" not in listing.content.decode()
+    staff.post("/admin/trails/trail/", {"action": "delete_selected", "_selected_action": [trail.pk], "post": "yes"})
+    assert Trail.objects.filter(pk=trail.pk).exists()
+    staff.post("/admin/trails/trail/", {"action": "delete_stale_or_expired", "_selected_action": [trail.pk]})
+    assert Trail.objects.filter(pk=trail.pk).exists()  # active: the table does not delete it

@@ -157,10 +157,16 @@ def mark_stale(scope_id: int, trail_ids: Sequence[int], now: datetime, by: str =
             cursor.execute(sql, params)
 
 
-def expiring(trails: models.QuerySet, now: datetime) -> models.QuerySet:
-    """The trails the sweep deletes now (the table's expiry rule)."""
+def expired(now: datetime) -> Q:
+    """What the sweep deletes now (the table's expiry rule), as a condition on the trail's own
+    row: PostgreSQL re-checks such a condition on a row it waited to lock (a subquery it does not)."""
     rule = _rule(table.EXPIRE, Actor.SYSTEM)
-    return trails.filter(expires_at__lte=now, status__in=statuses(rule.from_states))
+    return Q(expires_at__lte=now, status__in=statuses(rule.from_states))
+
+
+def expiring(trails: models.QuerySet, now: datetime) -> models.QuerySet:
+    """The trails the sweep deletes now."""
+    return trails.filter(expired(now))
 
 
 class TrailReport(models.Model):

@@ -34,7 +34,7 @@ from scopes.keys import set_aside_reporters
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
 from trails.models.learning import MatchLabel
-from trails.models.lifecycle import (HISTORY_SIGNAL, ActionRefused, Signal, TrailReport, TrailSignal, expiring,
+from trails.models.lifecycle import (HISTORY_SIGNAL, ActionRefused, Signal, TrailReport, TrailSignal, expired, expiring,
                                      trail_status_changed)
 from trails.models.recalls import RecallEvent, RecallOutcome
 from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
@@ -309,8 +309,9 @@ def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, rea
 
 
 def delete_trails(ids: Iterable[int], only_if: Q | None = None) -> int:
-    """Deletes these trails (those still matching `only_if`, re-checked under their locks)
-    with their rows; their recall events and labels stay, unlinked.
+    """Deletes these trails (those still matching `only_if`, re-checked under their locks:
+    a condition on the trail's own columns, no subquery) with their rows; their recall
+    events and labels stay, unlinked.
 
     Returns:
         How many trails were deleted.
@@ -353,7 +354,7 @@ def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
         if not ids:
             return deleted
         pause_point("sweep:read")
-        deleted += delete_trails(ids, only_if=Q(pk__in=expiring(Trail.objects.filter(id__in=ids), now).values("pk")))
+        deleted += delete_trails(ids, only_if=expired(now))
         after_id = ids[-1]
 
 

@@ -22,7 +22,6 @@ from trails.learning.feedback import learn_from_research
 from trails.learning.thresholds import SIGNING_FIELDS
 from trails.serving.matching import QuestionSignature, matching_settings, sign
 from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKeys, Citation, Step, Trail, TrailSignal, TrailStatus, writes
-from trails.models.writes import pause_point
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             return refreshed
     rows = TrailRows.build(scope, request, current, refused, now, fingerprint, question=question)
     rows.trail.path_tokens = path_tokens(scope, request.steps, current)
+    writes.pause_point("record:signed")
     try:
         TrailRows.save_all([rows], signed_by=scope)
     except IntegrityError:
@@ -221,7 +221,7 @@ def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:
         committed = Scope.objects.filter(pk=scope.pk).values(*fields).first()
     if committed is None or all(committed[f] == getattr(scope, f) for f in fields):
         return
-    pause_point("record:resign")
+    writes.pause_point("record:resign")
     fresh = Scope.objects.get(pk=scope.pk)
     for rows in all_rows:
         question = sign(fresh, rows.trail.query, rows.trail.partition)

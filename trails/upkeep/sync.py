@@ -28,7 +28,7 @@ from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
 from trails.models import Citation, Trail, TrailStatus
-from trails.models.writes import pause_point
+from trails.models import writes
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
     job = SectionSyncJob.objects.select_related("scope").filter(pk=job_id).first()
     if attempt is None or job is None:
         return job
-    pause_point("sync-job:claimed")
+    writes.pause_point("sync-job:claimed")
     asked = job.request
     try:
         summary = sync_sections(job.scope, source_sections(asked.get("sections", [])),

@@ -1,0 +1,336 @@
+"""Races on PostgreSQL: two writes interleaved at the exact point each defect lay, with real
+threads on their own connections. A write names the points where it holds its locks
+(`writes.pause_point`); `Hold` keeps the first thread that reaches one there until the test
+lets it go, while another thread's write runs or waits on a row lock. Each test asserts what
+docs/consistency.md states: no deadlock, no error, a state the lifecycle table allows."""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection, connections
+from django.test import Client
+from django.utils import timezone
+
+from scopes.keys import set_aside
+from scopes.models import ApiKey, Scope, Section, SectionSyncJob
+from tests.trails.test_recall import record_icu
+from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
+from trails.core.lifecycle import Actor, State
+from trails.learning.feedback import give_feedback
+from trails.models import MatchLabel, RecallEvent, Trail, TrailReport, writes
+from trails.serving.matching import matching_settings
+from trails.upkeep.sync import JOB_ATTEMPTS, JOB_DEADLINE_SECONDS, reap_lost_sync_jobs, run_sync_job
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and their order are PostgreSQL's here"),
+]
+
+WAIT = 20  # seconds a thread may wait for another before the test says it hung
+
+
+class Hold:
+    """Holds the first thread that reaches the named pause point until `release()`."""
+
+    def __init__(self, monkeypatch, point: str) -> None:
+        self.point, self.reached, self.released = point, threading.Event(), threading.Event()
+        self._taken = threading.Lock()
+        earlier = writes.pause_point
+
+        def pause(name: str) -> None:
+            earlier(name)
+            if name == self.point and self._taken.acquire(blocking=False):
+                self.reached.set()
+                assert self.released.wait(WAIT), f"held at {name} past {WAIT} s"
+
+        monkeypatch.setattr(writes, "pause_point", pause)
+
+    def wait(self) -> None:
+        assert self.reached.wait(WAIT), f"no thread reached {self.point}"
+
+    def release(self) -> None:
+        self.released.set()
+
+
+class Run(threading.Thread):
+    """A write in a thread of its own (its own database connection), its result or error kept."""
+
+    def __init__(self, work, *args, **kwargs) -> None:
+        super().__init__(daemon=True)
+        self.work, self.args, self.kwargs = work, args, kwargs
+        self.result = self.error = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.work(*self.args, **self.kwargs)
+        except BaseException as problem:  # kept for the test to assert on
+            self.error = problem
+        finally:
+            connections.close_all()
+
+    def outcome(self):
+        self.join(WAIT)
+        assert not self.is_alive(), "the thread hung"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def wait_for_lock_waiters(count: int = 1) -> None:
+    """Until `count` other sessions wait on a lock (a row lock, here)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+            if cursor.fetchone()[0] >= count:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} session(s) waited on a lock within {WAIT} s")
+
+
+def operator_client() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("olga", "olga@example.com", "pw"))
+    return client
+
+
+def _trail(trail_id: str) -> Trail:
+    return Trail.objects.get(public_id=trail_id)
+
+
+# -- the sweep against a renewal -----------------------------------------------------------------
+
+def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    # The sweep runs on a clock a minute ahead of the approver's, past the trail's expiry.
+    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    sweep_clock = timezone.now() + timedelta(minutes=1)
+    held = Hold(monkeypatch, "sweep:read")
+    sweep = Run(writes.sweep_expired_trails, sweep_clock)
+    held.wait()  # the sweep has read the trail's id as expired
+    writes.act(trail, "up", Actor.OPERATOR, by="olga")  # renewed: a full TTL from now
+    held.release()
+    assert sweep.outcome() == 0
+    assert Trail.objects.filter(pk=trail.pk, expires_at__gt=sweep_clock).exists()
+
+
+def test_the_sweep_waiting_on_a_renewals_lock_keeps_the_trail_it_renewed(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    held = Hold(monkeypatch, "up:locked")
+    renewal = Run(writes.act, trail, "up", Actor.OPERATOR, by="olga")
+    held.wait()  # the renewal holds the trail's row
+    sweep = Run(writes.sweep_expired_trails, timezone.now() + timedelta(minutes=1))
+    wait_for_lock_waiters()
+    held.release()
+    renewal.outcome()
+    assert sweep.outcome() == 0 and Trail.objects.filter(pk=trail.pk).exists()
+
+
+# -- an agent's verdict against an operator's delete: one lock order -----------------------------
+
+def _stale_trail_with_a_served_recall(api, scope) -> tuple[Trail, str]:
+    trail = _trail(record_icu(api))
+    served = recall_id(api)
+    Section.upsert(scope, {"visiting/icu": "The ICU is closed to visitors.", "parking": "No parking."})
+    assert api.recall("hospital", query=QUESTION).json()["outcome"] == "miss"
+    trail.refresh_from_db()
+    assert trail.lifecycle_state() is State.STALE
+    return trail, served
+
+
+@pytest.mark.parametrize("first", ["operator's delete", "agent's verdict"])
+def test_an_agents_verdict_and_an_operators_delete_of_its_trail_never_deadlock(api, scope, sections, monkeypatch, first):
+    trail, served = _stale_trail_with_a_served_recall(api, scope)
+    reporter = f"key:{ApiKey.objects.get().lookup}"
+    delete = lambda: writes.act(Trail.objects.get(pk=trail.pk), "delete", Actor.OPERATOR, by="olga")  # noqa: E731
+    verdict = lambda: give_feedback(scope, served, helpful=False, reason="wrong", reporter=reporter)  # noqa: E731
+    held = Hold(monkeypatch, "delete:locked" if first == "operator's delete" else "judge:trail-locked")
+    one = Run(delete if first == "operator's delete" else verdict)
+    held.wait()
+    other = Run(verdict if first == "operator's delete" else delete)
+    wait_for_lock_waiters()  # the second waits on the trail's row, holding nothing the first needs
+    held.release()
+    one.outcome(), other.outcome()
+    event = RecallEvent.objects.get(public_id=served)
+    assert not Trail.objects.filter(pk=trail.pk).exists()
+    assert event.helpful is False and event.trail_id is None
+    assert MatchLabel.objects.filter(recall_event=event).count() == 1
+
+
+# -- a rejection's labels against an agent's verdict on the same recall ---------------------------
+
+def test_a_rejection_and_an_agents_verdict_on_the_same_recall_leave_one_label_and_no_error(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    served = recall_id(api)
+    reporter = f"key:{ApiKey.objects.get().lookup}"
+    held = Hold(monkeypatch, "down:locked")
+    rejection = Run(writes.act, trail, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    held.wait()
+    verdict = Run(give_feedback, scope, served, helpful=True, reporter=reporter)
+    wait_for_lock_waiters()
+    held.release()
+    rejection.outcome()
+    verdict.outcome()
+    labels = MatchLabel.objects.filter(recall_event__public_id=served)
+    assert [(label.source, label.false_hit) for label in labels] == [("rejection", True)]
+    assert _trail(trail.public_id).status == "rejected"
+
+
+def test_a_failing_receiver_after_a_bulk_rejection_neither_fails_the_request_nor_drops_the_other_labels(
+        api, scope, sections, monkeypatch):
+    from trails.models import trail_status_changed
+
+    first = _trail(record_icu(api))
+    second = _trail(api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"])
+    recall_id(api)
+    assert api.recall("hospital", query="where do visitors park").json()["outcome"] == "prefetch"
+
+    def broken(**kwargs):
+        raise RuntimeError("a receiver that fails")
+
+    trail_status_changed.connect(broken, dispatch_uid="test-broken")
+    try:
+        response = operator_client().post("/ops/hospital/trails/vote/", {"vote": "down", "trail": [first.public_id, second.public_id]})
+    finally:
+        trail_status_changed.disconnect(dispatch_uid="test-broken")
+    assert response.status_code in (200, 302)
+    assert set(MatchLabel.objects.filter(source="rejection").values_list("trail_id", flat=True)) == {first.pk, second.pk}
+
+
+# -- a report in flight when its key is set aside ------------------------------------------------
+
+def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    other = second_key(scope, "flooder")
+    assert feedback(api, recall_id(api), helpful=False).json()["false_hit_reporters"] == 1
+    flooder = ApiKey.objects.get(name="flooder")
+    served = recall_id(other)
+    held = Hold(monkeypatch, "judge:trail-locked")
+    report = Run(give_feedback, scope, served, helpful=False, reason="flood", reporter=f"key:{flooder.lookup}")
+    held.wait()  # let in before the set-aside, holding the trail's row
+    aside = Run(set_aside, flooder, "root")  # commits, then recounts the flooder's trails
+    time.sleep(0.3)  # the set-aside commits; its recount (if any) waits on the trail's row
+    held.release()
+    report.outcome(), aside.outcome()
+    trail.refresh_from_db()
+    assert trail.lifecycle_state() is State.ACTIVE, "a set-aside key's report held the trail"
+    assert trail.false_hit_reporters == 1
+    assert api.recall("hospital", query=QUESTION).json()["outcome"] == "prefetch"
+
+
+# -- a trail recorded while a matching change commits --------------------------------------------
+
+def test_a_trail_recorded_while_a_matching_change_commits_is_signed_as_the_change_left_the_scope(
+        api, scope, sections, monkeypatch):
+    held = Hold(monkeypatch, "record:signed")
+    recording = Run(record_icu, api)
+    held.wait()  # signed under the old threshold, not yet saved
+    before = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    changed = Scope.objects.get(pk=scope.pk)
+    changed.lexical_threshold = 0.8
+    changed.save()
+    after = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    assert before != after, "the change must move the band layout for this test to mean anything"
+    held.release()
+    trail = _trail(recording.outcome())
+    assert trail.band_layout == after
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+
+
+# -- bulk actions lock trails in id order ----------------------------------------------------------
+
+def test_two_bulk_rejections_selecting_the_same_trails_in_opposite_orders_both_finish(api, scope, sections, monkeypatch):
+    first = _trail(record_icu(api))
+    second = _trail(api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"])
+    held = Hold(monkeypatch, "down:locked")
+    one = Run(writes.act_on_many, Trail.objects.filter(pk__in=[second.pk, first.pk]), "down", Actor.OPERATOR, "olga")
+    held.wait()
+    two = Run(writes.act_on_many, Trail.objects.filter(pk__in=[first.pk, second.pk]), "down", Actor.OPERATOR, "ann")
+    wait_for_lock_waiters()
+    held.release()
+    assert one.outcome() == (2, 0)
+    assert two.outcome() == (2, 0)  # rejecting a rejected trail applies (the table allows it), once each
+
+
+# -- undo against a report -------------------------------------------------------------------------
+
+def test_an_undo_racing_an_agents_report_keeps_the_report(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    served = recall_id(api)
+    writes.act(trail, "demote", Actor.OPERATOR, by="olga")
+    held = Hold(monkeypatch, "undo:locked")
+    undo = Run(writes.undo, trail, Actor.OPERATOR, "olga")
+    held.wait()
+    report = Run(give_feedback, scope, served, helpful=False, reason="late", reporter=f"key:{ApiKey.objects.get().lookup}")
+    wait_for_lock_waiters()
+    held.release()
+    undo.outcome(), report.outcome()
+    trail.refresh_from_db()
+    assert trail.lifecycle_state() is State.ACTIVE and trail.false_hit_reporters == 1
+    assert TrailReport.objects.filter(trail=trail).count() == 1
+
+
+# -- background sync jobs whose worker died --------------------------------------------------------
+
+def _job(scope) -> SectionSyncJob:
+    return SectionSyncJob.objects.create(scope=scope, by="key:test", request={"sections": [{"id": "faq", "text": "Hello."}]})
+
+
+def test_a_sync_job_redelivered_after_its_worker_died_runs_instead_of_saying_running_forever(scope):
+    job = _job(scope)
+    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_by="task-1", claimed_at=timezone.now(), attempts=1)
+    assert run_sync_job(job.pk, claimant="another-task").state == "running"  # someone else's live claim stands
+    assert run_sync_job(job.pk, claimant="task-1").state == "done"  # the same task, redelivered: acks-late
+    assert Section.objects.filter(scope=scope, section_id="faq").exists()
+
+
+def test_the_reaper_queues_a_lost_job_again_then_says_it_failed(scope, monkeypatch):
+    sent = []
+    monkeypatch.setattr("trails.upkeep.sync.queue_sync_job", sent.append)
+    job = _job(scope)
+    long_ago = timezone.now() - timedelta(seconds=JOB_DEADLINE_SECONDS + 60)
+    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_by="task-1", claimed_at=long_ago, attempts=1)
+    assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 1, "failed": 0} and sent == [job.pk]
+    assert run_sync_job(job.pk, claimant="task-2").state == "done"  # past its deadline: taken back
+    lost = _job(scope)
+    SectionSyncJob.objects.filter(pk=lost.pk).update(state="running", claimed_at=long_ago, attempts=JOB_ATTEMPTS)
+    assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 0, "failed": 1}
+    lost.refresh_from_db()
+    assert lost.state == "failed" and lost.error["code"] == "worker_lost"
+
+
+def test_two_workers_given_one_job_run_it_once(scope, monkeypatch):
+    job = _job(scope)
+    held = Hold(monkeypatch, "sync-job:claimed")
+    one = Run(run_sync_job, job.pk, "task-1")
+    held.wait()
+    assert run_sync_job(job.pk, "task-2").state == "running"
+    held.release()
+    assert one.outcome().state == "done"
+    assert SectionSyncJob.objects.get(pk=job.pk).attempts == 1
+
+
+def test_background_tasks_retry_on_a_lost_database_connection(scope, monkeypatch):
+    from django.db import OperationalError
+
+    from trails.tasks import sync_job_task
+
+    job = _job(scope)
+    calls = []
+
+    def flaky(job_id, claimant=""):
+        calls.append(claimant)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return run_sync_job(job_id, claimant=claimant)
+
+    monkeypatch.setattr("trails.tasks.run_sync_job", flaky)
+    monkeypatch.setattr(sync_job_task, "retry_backoff", False)
+    result = sync_job_task.apply(args=[job.pk], task_id="task-9")
+    assert result.get() == "done" and calls == ["task-9", "task-9"]
