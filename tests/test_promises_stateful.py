@@ -96,8 +96,13 @@ class TrailModel:
     held: bool = False
     # Whether it has band keys: a trail rejected at record is stored unsigned until reinstated.
     signed: bool = True
+    # (status, held) before an operator's rejection or send-back, while that is the latest
+    # change: what an undo goes back to (any later change in the history clears it).
+    undo_to: tuple | None = None
 
     def state(self) -> State:
+        if self.expired:
+            return State.EXPIRED
         return State.HELD if self.status == "pending" and self.held else State(self.status)
 
     def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
@@ -105,10 +110,16 @@ class TrailModel:
         def decide(name: str, reporters: set) -> table.Rule:
             return table.decide(name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
 
+        prior = (self.status, self.held)
         try:
             rule = decide(action, self.reporters)
         except table.Refused:
             return False
+        if rule.restores:
+            if self.undo_to is None:
+                return False
+            (self.status, self.held), self.undo_to = self.undo_to, None
+            return True
         action = rule.taken_as or action
         if rule.reports is Reports.COUNT:
             self.reporters = self.reporters | {reporter}
@@ -118,6 +129,7 @@ class TrailModel:
         if rule.to_state is not None:
             self.status = "pending" if rule.to_state in (State.PENDING, State.HELD) else rule.to_state.value
             self.held = rule.to_state is State.HELD
+            self.undo_to = prior if actor is Actor.OPERATOR and action in (table.VOTE_DOWN, table.DEMOTE) else None
         if rule.expiry is not table.Expiry.KEEP:
             self.expired = False
         return True
@@ -303,7 +315,7 @@ class Promises(RuleBasedStateMachine):
             return
         assert response.status_code == 200, (response.content, trail)
         # The API shows an approved trail past its expiry as "expired" (never served).
-        assert response.json()["status"] == ("expired" if trail.status == "active" and trail.expired else trail.status)
+        assert response.json()["status"] == ("expired" if trail.expired else trail.status)
         if vote == "up" and was != "active":
             self._check_findable(trail_id)
 
@@ -320,12 +332,13 @@ class Promises(RuleBasedStateMachine):
     def _reported(self, trail: TrailModel, reporter: str) -> None:
         assert trail.apply(table.REPORT, Actor.AGENT, reporter=reporter)
 
-    @precondition(lambda self: connection.vendor == "postgresql" and any(m.status in ("pending", "rejected") for m in self.trails.values()))
+    @precondition(lambda self: connection.vendor == "postgresql"
+                  and any(m.status in ("pending", "rejected") and not m.expired for m in self.trails.values()))
     @rule(data=st.data(), ups=st.integers(0, 3), downs=st.integers(1, 3))
     def racing_votes(self, data, ups, downs) -> None:
         """Votes racing on a trail not yet approved: the first applied decides (an approval,
         after which the downs are one key's reports; or a rejection, final for votes)."""
-        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status in ("pending", "rejected")]))
+        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status in ("pending", "rejected") and not m.expired]))
         trail = self.trails[trail_id]
         key = self.apis[trail.scope].headers["Authorization"].split()[1]
         barrier = threading.Barrier(ups + downs)
@@ -365,7 +378,7 @@ class Promises(RuleBasedStateMachine):
         if row.status != "rejected":
             writes.act(row, "down", Actor.OPERATOR, by="root", reason="settled after the race")
         Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
-        trail.status, trail.held = "rejected", False
+        trail.status, trail.held, trail.undo_to = "rejected", False, None
         # The reports of the race's down votes (one key's, if an approval came first) stay counted.
         trail.reporters = set(TrailReport.objects.filter(trail=row).values_list("reporter", flat=True))
 
@@ -391,6 +404,21 @@ class Promises(RuleBasedStateMachine):
         if len(alike) <= 10:  # an explanation lists the ten nearest candidates
             Totals.findable_checked += 1
             assert trail_id in {c["trail_id"] for c in answer["explanation"]["candidates"]}, ("approved but not found", model)
+
+    @precondition(lambda self: any(t.undo_to is not None for t in self.trails.values()))
+    @rule(data=st.data())
+    def operator_undoes(self, data) -> None:
+        """Undoes the latest change where it was an operator's rejection or send-back: the
+        trail goes back to exactly the state before it (a hold and its reports too)."""
+        Totals.steps += 1
+        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.undo_to is not None]))
+        model = self.trails[trail_id]
+        reporters = set(model.reporters)
+        self._operator(trail_id, "undo")
+        row = Trail.objects.get(public_id=trail_id)
+        assert row.false_hit_reporters == len(reporters), (row.false_hit_reporters, model)
+        if model.status == "active" and not model.expired:
+            self._check_findable(trail_id)
 
     @precondition(lambda self: any(t.status == "active" for t in self.trails.values()))
     @rule(data=st.data())
@@ -554,7 +582,8 @@ class Promises(RuleBasedStateMachine):
             "sync": lambda: self.keys[slug]["a"][0].call("post", f"/scopes/{slug}/section-syncs", body).status_code,
             "vote": lambda: ApiClient(key[0].headers["Authorization"].split()[1]).call(
                 "post", f"/scopes/{agent.scope}/trails/{agent_target}/feedback", {"vote": "down"}).status_code,
-            "reject": lambda: writes.act(Trail.objects.get(public_id=operator_target), "down", Actor.OPERATOR, by="root", reason="release") or 200,
+            "reject": lambda: self._refused_as_409(lambda: writes.act(Trail.objects.get(public_id=operator_target), "down",
+                                                                      Actor.OPERATOR, by="root", reason="release")),
         }
         threads = [threading.Thread(target=run, args=(name, call)) for name, call in calls.items()]
         for thread in threads:
@@ -562,11 +591,20 @@ class Promises(RuleBasedStateMachine):
         for thread in threads:
             thread.join()
         Totals.steps += 3
-        assert outcomes["sync"] == 200 and outcomes["reject"] == 200, outcomes
+        assert outcomes["sync"] == 200, outcomes
         self.scopes[slug].sections.update(texts)
         expected_vote = 200 if agent.apply("down", Actor.AGENT, reporter=key[1]) else 409
         assert outcomes["vote"] == expected_vote, (outcomes, agent)
-        assert self.trails[operator_target].apply("down", Actor.OPERATOR)
+        expected_reject = 200 if self.trails[operator_target].apply("down", Actor.OPERATOR) else 409  # 409: expired
+        assert outcomes["reject"] == expected_reject, (outcomes, self.trails[operator_target])
+
+    @staticmethod
+    def _refused_as_409(call) -> int:
+        try:
+            call()
+        except table.Refused:
+            return 409
+        return 200
 
     def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
         trail = self.trails.get(answer["trail_id"])
@@ -598,7 +636,7 @@ class Promises(RuleBasedStateMachine):
             trail = self.trails[trail_id]
             if trail.status != "stale":
                 assert trail.status == "active" and self._all_changed(trail), trail
-                trail.status = "stale"
+                trail.status, trail.undo_to = "stale", None
 
     # -- time ----------------------------------------------------------------------------
 

@@ -225,7 +225,7 @@ def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_i
     page.click("#undo")
     expect(page.locator("#trail-status")).to_have_text("active")
     expect(page.locator("#replay-now")).to_contain_text("prefetch")
-    expect(page.locator("#trail-history")).to_contain_text("Rejection reversed by an operator · Operator · olga: undo")
+    expect(page.locator("#trail-history")).to_contain_text("An operator's rejection or send-back undone · Operator · olga: undo")
     # Words in the box search the trails.
     page.fill("#find-box", "car park")
     page.press("#find-box", "Enter")

@@ -181,7 +181,7 @@ def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, bef
     labels_changed = False
     if rule.labels is Labels.REJECTION and before is not State.REJECTED:
         labels_changed = _label_rejection(locked, by, at) > 0
-    elif rule.labels is Labels.WITHDRAW and before is State.REJECTED:
+    elif rule.labels is Labels.WITHDRAW and before is State.REJECTED and (restore is None or restore["status"] != "rejected"):
         labels_changed = MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
     if rule.to_state is None and restore is None:
         return  # a report counted, the status unchanged: TrailReport holds who
