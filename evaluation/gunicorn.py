@@ -24,6 +24,9 @@ def free_port() -> int:
 def start(port: int, workers: int, extra_env: dict | None = None) -> subprocess.Popen:
     """gunicorn on this process's database, answering on 127.0.0.1:port once this returns."""
     env = {
+        # The load generator stamps X-Request-Start as a proxy on this machine would (its
+        # mode without a proxy sends none): trusted from here unless the caller says otherwise.
+        "RAGTRAIL_TRUSTED_PROXIES": "127.0.0.1",
         **os.environ, **(extra_env or {}), "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
         # Production settings: DEBUG off (its query log costs time), this process's key
         # (API keys are checked with it), and no worker recycling, so memory growth shows.

@@ -2,8 +2,11 @@
 instead of waiting in a queue that grows without bound.
 
 Two queues can grow. Before the app: the proxy's and gunicorn's (a request's wait there
-is read from the X-Request-Start header a proxy stamps, as nginx does with
-`proxy_set_header X-Request-Start "t=${msec}";`): a request whose wait there leaves too
+is read from when gunicorn's worker queued it, and from the X-Request-Start header a proxy
+stamps, as nginx does with `proxy_set_header X-Request-Start "t=${msec}";`, only where the
+proxy's address is in RAGTRAIL_TRUSTED_PROXIES; the earlier of the two counts, and a stamp in
+the future counts as now, so a client can neither forge its wait nor switch shedding off
+with a clock that runs fast): a request whose wait there leaves too
 little of its budget for the time such a request takes in the app (measured, but never
 more than half the budget) is answered 503 before any work, so the 503 itself comes back
 within the budget. And a queue that stands (no request of that budget reached the app
@@ -37,6 +40,19 @@ _deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=No
 # answer. Spending the whole budget in the app put answers' p99 at 505 ms of a 500 ms budget
 # measured from the client (3x capacity, gunicorn alone).
 UNSEEN_SHARE = 0.1
+
+
+def arrival(meta: dict, now: float, trusted: frozenset[str] | set[str]) -> float | None:
+    """When a request was first queued, from stamps no client can forge: the worker's own
+    (only under gunicorn, whose worker replaces any the client sent) and a trusted proxy's;
+    the earlier, never later than now. None where neither is there."""
+    stamps = []
+    if meta.get("SERVER_SOFTWARE", "").startswith("gunicorn"):
+        stamps.append(queued_since(meta.get("HTTP_X_RAGTRAIL_QUEUED_AT"), now))
+    if meta.get("REMOTE_ADDR") in trusted:
+        stamps.append(queued_since(meta.get("HTTP_X_REQUEST_START"), now))
+    found = [min(stamp, now) for stamp in stamps if stamp is not None]
+    return min(found) if found else None
 
 
 def queued_since(header: str | None, now: float) -> float | None:
@@ -143,7 +159,7 @@ class LoadSheddingMiddleware:
         if budget is None:
             return self.get_response(request)
         now = time.time()
-        arrived = queued_since(request.headers.get("X-Request-Start"), now)
+        arrived = arrival(request.META, now, settings.RAGTRAIL_TRUSTED_PROXIES)
         waited = max(0.0, now - arrived) if arrived is not None else 0.0
         served = service_time(budget)
         usable = budget * (1.0 - UNSEEN_SHARE)

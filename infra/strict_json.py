@@ -159,16 +159,25 @@ def _too_large(limit: int, setting: str, unpacked: bool = False) -> BodyRefused:
 
 
 def _gunzip(body: bytes, limit: int, setting: str) -> bytes:
-    unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        unpacked = unpacker.decompress(body, limit + 1)
-    except zlib.error as problem:
-        raise BodyRefused(400, "invalid_body", f"the body is not gzip data: {problem}", "Content-Encoding") from None
-    if len(unpacked) > limit or unpacker.unconsumed_tail:
-        raise _too_large(limit, setting, unpacked=True)
-    if not unpacker.eof:
-        raise BodyRefused(400, "invalid_body", "the gzip data ends early", "Content-Encoding")
-    return unpacked
+    """Unpacks every member of a gzip body (as gzip itself does: a body of several members is
+    their texts one after another), never past the limit in all."""
+    parts: list[bytes] = []
+    size, rest = 0, body
+    while True:
+        unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            unpacked = unpacker.decompress(rest, limit - size + 1)
+        except zlib.error as problem:
+            raise BodyRefused(400, "invalid_body", f"the body is not gzip data: {problem}", "Content-Encoding") from None
+        size += len(unpacked)
+        if size > limit or unpacker.unconsumed_tail:
+            raise _too_large(limit, setting, unpacked=True)
+        if not unpacker.eof:
+            raise BodyRefused(400, "invalid_body", "the gzip data ends early", "Content-Encoding")
+        parts.append(unpacked)
+        rest = unpacker.unused_data
+        if not rest:
+            return b"".join(parts)
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -201,12 +210,27 @@ def read_body(request: HttpRequest) -> bytes:
 
 
 class StrictJsonMiddleware:
-    """Reads every API body once, strictly, before ninja sees it."""
+    """Reads every API body once, strictly, before ninja sees it: after the URL is resolved
+    and the key checked (scopes.auth.KeyBeforeBodyMiddleware, listed before this one), so
+    nobody unauthenticated makes the server read, unpack or parse a body. Text a database
+    cannot store in the path or the query string is refused here too, naming where."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest):
+        if request.path.startswith("/api/"):
+            problem = _bad_text(request.path)
+            if problem:
+                return BodyRefused(400, "invalid", f"the path {problem}", "path").response()
+            for name, values in request.GET.lists():
+                for value in (name, *values):
+                    problem = _bad_text(value)
+                    if problem:
+                        return BodyRefused(422, "invalid", f"the query parameter {problem}", name).response()
+        return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view_func, view_args, view_kwargs):
         if request.path.startswith("/api/") and request.method in BODY_METHODS:
             try:
                 body = read_body(request)
@@ -217,7 +241,7 @@ class StrictJsonMiddleware:
                     request.strict_json = parse_strict(body)
             except BodyRefused as refused:
                 return refused.response()
-        return self.get_response(request)
+        return None
 
 
 class StrictJsonParser(Parser):

@@ -1,26 +1,40 @@
 """gunicorn's threaded worker, stamping when each request was queued for a thread.
 
-Load shedding reads a request's wait before the app from X-Request-Start, which a proxy
-stamps (infra/load_shedding.py). Served by gunicorn alone, nothing stamped it, and under
-overload requests waited in the worker's queue for a thread far past their budget and were
-then served late. This worker stamps the moment a connection with a request is handed to its
-thread pool (a new connection, or a kept-alive one that became readable), so the same check
-sheds with no proxy; a proxy's earlier stamp, when present, is kept.
+Load shedding reads a request's wait before the app from when it was queued
+(infra/load_shedding.py). Served by gunicorn alone, nothing stamped it, and under overload
+requests waited in the worker's queue for a thread far past their budget and were then
+served late. This worker stamps the moment a connection with a request is handed to its
+thread pool (a new connection, or a kept-alive one that became readable), in a header of its
+own that it first strips from what the client sent, so the same check sheds with no proxy
+and no client can forge its wait. A proxy's X-Request-Start is kept only from an address in
+RAGTRAIL_TRUSTED_PROXIES; from anyone else it is dropped (a stamp in the future read as no
+wait at all, which is never shed).
 """
 from __future__ import annotations
 
+import os
 import time
 
 from gunicorn.workers.gthread import ThreadWorker
 
-HEADER = "X-REQUEST-START"
+from infra.queue_stamps import OWN_STAMP, PROXY_STAMP, trusted_proxies
+
+TRUSTED = trusted_proxies(os.environ.get("RAGTRAIL_TRUSTED_PROXIES", ""))
 
 
-def stamp(headers: list[tuple[str, str]], queued_at: float | None) -> None:
-    """Adds X-Request-Start (t=<seconds>) unless the request already carries one."""
-    if queued_at is None or any(name.upper() == HEADER for name, _ in headers):
-        return
-    headers.append((HEADER, f"t={queued_at:.6f}"))
+def stamp(headers: list[tuple[str, str]], queued_at: float | None, peer: str | None = None,
+          trusted: frozenset[str] = TRUSTED) -> None:
+    """Replaces whatever the client sent as this worker's stamp with the time the request was
+    queued, and drops X-Request-Start unless the peer is a trusted proxy."""
+    keep_proxy = peer is not None and peer in trusted
+    headers[:] = [(name, value) for name, value in headers
+                  if name.upper() != OWN_STAMP and (keep_proxy or name.upper() != PROXY_STAMP)]
+    if queued_at is not None:
+        headers.append((OWN_STAMP, f"t={queued_at:.6f}"))
+
+
+def _peer(client) -> str | None:
+    return client[0] if isinstance(client, (tuple, list)) and client else None
 
 
 class StampingThreadWorker(ThreadWorker):
@@ -29,5 +43,5 @@ class StampingThreadWorker(ThreadWorker):
         super().enqueue_req(conn)
 
     def handle_request(self, req, conn):
-        stamp(req.headers, getattr(conn, "queued_at", None))
+        stamp(req.headers, getattr(conn, "queued_at", None), _peer(getattr(conn, "client", None)))
         return super().handle_request(req, conn)

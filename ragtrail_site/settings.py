@@ -75,6 +75,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An API body is read only for a key that may send it: the key and scope first.
+    "scopes.auth.KeyBeforeBodyMiddleware",
     "infra.strict_json.StrictJsonMiddleware",
     "infra.db_deadline.DatabaseDeadlineMiddleware",
     # An operator page refused by the database answers a 503 page naming why.
@@ -170,6 +172,9 @@ RAGTRAIL_EMBEDDING_CACHE_SIZE = env_int("RAGTRAIL_EMBEDDING_CACHE_SIZE", 10_000)
 RAGTRAIL_EMBEDDING_CONCURRENCY = env_int("RAGTRAIL_EMBEDDING_CONCURRENCY", 1)
 # Time budgets (infra/load_shedding.py): past them a request is answered 503 with Retry-After.
 RAGTRAIL_RECALL_BUDGET_MS = env_int("RAGTRAIL_RECALL_BUDGET_MS", 500)
+# The proxies whose X-Request-Start (when each request reached them) load shedding believes;
+# from any other address the header is ignored, so no client can forge its wait.
+RAGTRAIL_TRUSTED_PROXIES = frozenset(env_list("RAGTRAIL_TRUSTED_PROXIES", []))
 RAGTRAIL_API_BUDGET_MS = env_int("RAGTRAIL_API_BUDGET_MS", 2000)
 # API paths (regular expressions) shed by recall's budget rather than the API's.
 RAGTRAIL_RECALL_BUDGET_PATHS = [r"/recall$", r"/tool-results/"]

@@ -8,10 +8,55 @@ from scopes.models import ApiKey, Scope
 from infra.errors import RequestRefused
 
 
+def key_of(request: HttpRequest, token: str | None = None) -> ApiKey | None:
+    """The live key the request's bearer token names (read once a request: the middleware's
+    check and the API's both ask), or None."""
+    if token is None:
+        kind, _, token = request.headers.get("Authorization", "").partition(" ")
+        if kind.lower() != "bearer":
+            return None
+        token = token.strip()
+    cached = getattr(request, "_ragtrail_key", None)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    match = getattr(request, "resolver_match", None)
+    key = ApiKey.objects.authenticate(token, scope_slug=match.kwargs.get("scope") if match else None) if token else None
+    request._ragtrail_key = (token, key)
+    return key
+
+
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
-        match = getattr(request, "resolver_match", None)
-        return ApiKey.objects.authenticate(token, scope_slug=match.kwargs.get("scope") if match else None)
+        return key_of(request, token)
+
+
+class KeyBeforeBodyMiddleware:
+    """An API request with a body is authenticated, and its scope checked, before one byte of
+    the body is read: an unauthenticated sender costs a key lookup, never the unpacking and
+    parsing of up to the sync limit (infra.strict_json reads the body after this). The same
+    401 and 404 the API answers; under gunicorn the connection is closed instead of drained."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest):
+        return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view_func, view_args, view_kwargs):
+        if not request.path.startswith("/api/") or request.method not in ("POST", "PUT", "PATCH"):
+            return None
+        key = key_of(request)
+        if key is None:
+            refused = RequestRefused(401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)",
+                                     field="Authorization").response()
+            refused["WWW-Authenticate"] = "Bearer"
+        elif "scope" in view_kwargs and key.grants(view_kwargs["scope"]) is None:
+            refused = RequestRefused(404, "not_found", "no such scope", field="scope").response()
+        else:
+            return None
+        if request.META.get("SERVER_SOFTWARE", "").startswith("gunicorn") and request.META.get("CONTENT_LENGTH") not in (None, "", "0"):
+            refused["Connection"] = "close"  # gunicorn closes rather than read the unread body
+        return refused
 
 
 def granted_scope(request: HttpRequest, slug: str) -> Scope:

@@ -8,6 +8,7 @@ import logging
 import pytest
 from django.core.cache import cache
 
+from scopes.models import ApiKey
 from trails.models import Step, Trail
 
 EMAIL = "ann.archer@example.org"
@@ -23,10 +24,17 @@ BODY_ENDPOINTS = [
 
 @pytest.mark.parametrize("depth", [33, 1_000, 100_000])
 @pytest.mark.parametrize("method, path", BODY_ENDPOINTS)
-def test_deep_nesting_is_refused_with_a_json_422_on_every_body_endpoint_without_a_key(client, db, caplog, method, path, depth):
+def test_deep_nesting_is_refused_with_a_json_422_on_every_body_endpoint_and_without_a_key_is_never_read(
+        api, client, caplog, method, path, depth, monkeypatch):
     body = '{"query": ' + "[" * depth + "]" * depth + "}"
+    from infra import strict_json
+
+    parsed = []
+    monkeypatch.setattr(strict_json, "parse_strict", lambda raw, _parse=strict_json.parse_strict: parsed.append(1) or _parse(raw))
+    anonymous = getattr(client, method)(f"/api/v1{path}", data=body, content_type="application/json")
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["field"] == "Authorization" and parsed == []
     with caplog.at_level(logging.INFO):
-        response = getattr(client, method)(f"/api/v1{path}", data=body, content_type="application/json")
+        response = getattr(api.client, method)(f"/api/v1{path}", data=body, content_type="application/json", headers=api.headers)
     assert response.status_code == 422 and response["Content-Type"] == "application/json"
     assert response.json()["error"] == {"code": "too_deep", "message": "objects and arrays nest deeper than 32 levels", "field": "body"}
     assert "Traceback" not in caplog.text
@@ -153,3 +161,44 @@ def test_the_openapi_document_says_which_schema_valid_input_is_refused(client, d
     unknown = api.record("hospital", query="Where do visitors park?", cited=["no/such/section"])
     assert unknown.status_code == 422 and f"`{unknown.json()['error']['field']}`:" in record_422
     assert "no NUL" in record_422 and "2^53" in record_422
+
+
+def test_an_unauthenticated_or_other_scopes_body_is_never_unpacked(api, client, other_scope, monkeypatch):
+    """A large gzip body from no key, a wrong key or a key of another scope: refused on the key
+    alone, before a byte of the body is read (the sync limit is for callers allowed to send it)."""
+    import gzip
+
+    from infra import strict_json
+
+    unpacked = []
+    monkeypatch.setattr(strict_json, "read_body", lambda request, _read=strict_json.read_body: unpacked.append(1) or _read(request))
+    bomb = gzip.compress(b'{"sections": [' + b" " * 5_000_000 + b"]}")
+    path = "/api/v1/scopes/hospital/section-syncs"
+    send = dict(data=bomb, content_type="application/json", headers={"Content-Encoding": "gzip"})
+    assert client.post(path, **send).status_code == 401
+    assert client.post(path, **{**send, "headers": {**send["headers"], "Authorization": "Bearer rt_nope_nope"}}).status_code == 401
+    other = ApiKey.issue([other_scope], name="other tenant")[1]
+    refused = client.post(path, **{**send, "headers": {**send["headers"], "Authorization": f"Bearer {other}"}})
+    assert refused.status_code == 404 and refused.json()["error"]["field"] == "scope"
+    assert unpacked == []
+
+
+def test_every_member_of_a_multi_member_gzip_body_is_read(api, sections):
+    import gzip
+
+    body = json.dumps({"query": "What are the ICU visiting hours?", "cited": ["visiting/icu"], "signal": "accepted"}).encode()
+    half = len(body) // 2
+    packed = gzip.compress(body[:half]) + gzip.compress(body[half:])
+    response = api.client.post("/api/v1/scopes/hospital/trails", data=packed, content_type="application/json",
+                               headers={**api.headers, "Content-Encoding": "gzip"})
+    assert response.status_code == 201, response.json()
+
+
+@pytest.mark.parametrize("where", ["query", "path"])
+def test_a_nul_in_the_query_string_or_the_path_is_a_4xx_naming_where(api, sections, where):
+    if where == "query":
+        response = api.call("get", "/scopes/hospital/sections?after=%00")
+        assert response.status_code == 422 and response.json()["error"]["field"] == "after"
+    else:
+        response = api.call("get", "/scopes/hospital/sections/visiting%00icu")
+        assert response.status_code == 400 and response.json()["error"]["field"] == "path"

@@ -16,6 +16,12 @@ from trails.embedders.base import BaseEmbedder
 from trails.models import Trail
 
 
+@pytest.fixture(autouse=True)
+def _the_test_client_is_a_trusted_proxy(settings):
+    """These tests stamp X-Request-Start as a proxy on this machine would (the test client's address)."""
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})
+
+
 def test_a_proxy_stamp_is_read_in_seconds_milliseconds_or_microseconds():
     now = 1_800_000_000.0
     assert queued_since("t=1799999999.5", now) == 1799999999.5
@@ -200,11 +206,37 @@ def test_gunicorn_alone_stamps_when_a_request_was_queued_so_overload_is_shed_wit
     from infra.load_shedding import queued_since
 
     headers = [("HOST", "ragtrail")]
-    stamp(headers, 1_764_000_000.25)
-    assert queued_since(dict(headers)["X-REQUEST-START"], 1_764_000_001.0) == pytest.approx(1_764_000_000.25)
+    stamp(headers, 1_764_000_000.25, peer="203.0.113.9", trusted=frozenset())
+    assert queued_since(dict(headers)["X-RAGTRAIL-QUEUED-AT"], 1_764_000_001.0) == pytest.approx(1_764_000_000.25)
     proxied = [("X-Request-Start", "t=1764000000.1")]
-    stamp(proxied, 1_764_000_000.9)
-    assert proxied == [("X-Request-Start", "t=1764000000.1")]  # a proxy's earlier stamp is kept
+    stamp(proxied, 1_764_000_000.9, peer="10.0.0.2", trusted=frozenset({"10.0.0.2"}))
+    assert proxied == [("X-Request-Start", "t=1764000000.1"), ("X-RAGTRAIL-QUEUED-AT", "t=1764000000.900000")]
+
+
+def test_a_client_cannot_forge_its_wait_nor_switch_shedding_off_with_a_stamp_in_the_future():
+    from ragtrail_site.gunicorn_worker import stamp
+    from infra.load_shedding import arrival
+
+    now = 1_800_000_000.0
+    forged = [("X-Request-Start", f"t={now + 3600}"), ("X-Ragtrail-Queued-At", f"t={now + 3600}")]
+    stamp(forged, now - 2.0, peer="203.0.113.9", trusted=frozenset({"10.0.0.2"}))
+    assert forged == [("X-RAGTRAIL-QUEUED-AT", f"t={now - 2.0:.6f}")]  # both of the client's dropped
+    gunicorn = {"SERVER_SOFTWARE": "gunicorn/27.0.1", "HTTP_X_RAGTRAIL_QUEUED_AT": f"t={now - 2.0}"}
+    assert arrival({**gunicorn, "REMOTE_ADDR": "203.0.113.9", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"}) == now - 2.0
+    # A trusted proxy whose clock runs fast: its stamp in the future counts as now, the worker's earlier one wins.
+    assert arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"}) == now - 2.0
+    assert arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now - 5}"}, now, {"10.0.0.2"}) == now - 5
+    # Outside gunicorn no worker stamped the request: a client's "own stamp" header is nobody's.
+    assert arrival({"HTTP_X_RAGTRAIL_QUEUED_AT": f"t={now - 9}", "REMOTE_ADDR": "203.0.113.9"}, now, set()) is None
+
+
+def test_an_untrusted_clients_stale_stamp_is_ignored(api, scope, sections, settings):
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset()
+    response = api.client.post(
+        "/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"}, content_type="application/json",
+        headers={**api.headers, "X-Request-Start": f"t={time.time() - 5:.3f}"},
+    )
+    assert response.status_code == 200
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from scopes.models import Scope, Section
+from scopes.models import ApiKey, Scope, Section
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.learning.shipped import thresholds_for
@@ -420,3 +420,20 @@ def test_django_admin_cannot_delete_an_active_trail_outside_the_lifecycle(api, s
     assert Trail.objects.filter(pk=trail.pk).exists()
     staff.post("/admin/trails/trail/", {"action": "delete_stale_or_expired", "_selected_action": [trail.pk]})
     assert Trail.objects.filter(pk=trail.pk).exists()  # active: the table does not delete it
+
+
+def test_an_agents_key_reads_no_other_keys_nor_operators_names_in_a_trails_reason(api, scope, sections):
+    trail_id = record_icu(api)
+    reporters = [api, second_key(scope, "reporter two")]
+    for key in reporters:
+        feedback(key, recall_id(key), helpful=False)
+    lookups = list(ApiKey.objects.values_list("lookup", flat=True))
+    held = api.call("get", f"/scopes/hospital/trails/{trail_id}").json()
+    assert held["reason"] == "reported not helpful by 2 reporters"
+    writes.act(Trail.objects.get(public_id=trail_id), "down", Actor.OPERATOR, by="ann", reason="Jane Roe complained by phone")
+    rejected = api.call("get", f"/scopes/hospital/trails/{trail_id}").content.decode()
+    assert "rejected by an operator" in rejected
+    assert not any(word in rejected for word in ("ann", "Jane Roe", *lookups))
+    # The operator pages keep who and why, in the history.
+    history = TrailSignal.objects.filter(trail__public_id=trail_id, signal="down").get()
+    assert (history.by, history.reason) == ("ann", "Jane Roe complained by phone")

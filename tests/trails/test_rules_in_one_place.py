@@ -82,7 +82,7 @@ def test_an_operator_sends_an_active_trail_back_to_pending_with_a_reason(api, se
     response = operator.post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "demote", "reason": "wrong ward"})
     assert response.status_code == 302
     trail = Trail.objects.get(public_id=trail_id)
-    assert trail.status == TrailStatus.PENDING and trail.reason == "sent back to pending by olga: wrong ward"
+    assert trail.status == TrailStatus.PENDING and trail.reason == "sent back to pending by an operator"
     signal = trail.signals.last()
     assert (signal.signal, signal.source, signal.by, signal.reason) == ("demote", "operator", "olga", "wrong ward")
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"

@@ -10,7 +10,7 @@ from django.utils import timezone
 from scopes.keys import restore, set_aside
 from scopes.models import ApiKey
 from tests.conftest import ApiClient, grant
-from trails.models import Trail, TrailSignal
+from trails.models import Trail, TrailReport, TrailSignal
 from trails.models.recalls import judged_counts
 
 QUESTIONS = {"What are the ICU visiting hours?": ["visiting/icu"], "Where do visitors park?": ["parking"],
@@ -42,8 +42,9 @@ def test_setting_a_flooding_keys_reports_aside_puts_the_trails_and_the_verdict_b
     flood_key, honest_key = flooded
     icu = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
     assert icu.status == "pending" and icu.held_by == "reports" and icu.false_hit_reporters == 2
-    # The hold names both keys behind it, not only the honest one whose report tipped it.
-    assert f"key:{flood_key.lookup}" in icu.reason and f"key:{honest_key.lookup}" in icu.reason
+    # The hold counts both keys behind it, not only the honest one whose report tipped it.
+    assert set(TrailReport.objects.filter(trail=icu).values_list("reporter", flat=True)) == {
+        f"key:{flood_key.lookup}", f"key:{honest_key.lookup}"}
     assert judged_counts([scope.pk], timezone.now())[scope.pk] == (4, 4)
 
     with committed():

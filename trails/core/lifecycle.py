@@ -93,7 +93,9 @@ class Rule:
     labels: Labels = Labels.NONE
     expiry: Expiry = Expiry.KEEP
     hold: Hold = Hold.NONE  # why the trail is held, where to_state is HELD
-    # Said with the new status ({by}, {reason}, {reporters} filled in); blank keeps the old words.
+    # Said with the new status ({who}: the actor's role, {reporters}, {reason}: admission's own
+    # words), never who by name nor an operator's words: those are in the history, where the
+    # operator pages show them and erasure finds them; an agent's key reads this.
     reason: str = ""
     # Taken as another action (an agent's down vote on an active trail is a report).
     taken_as: str = ""
@@ -128,31 +130,31 @@ RULES: tuple[Rule, ...] = (
     Rule(RECORD_REFUSED, A, (NEW,), REJECTED, expiry=Expiry.PENDING, reason="{reason}", note="the answer says its sources do not cover the question"),
     Rule(VOTE_UP, A, (PENDING, ACTIVE), ACTIVE, expiry=Expiry.ACTIVE,
          note="approves a trail recorded pending, or renews an active one; reports stay counted"),
-    Rule(VOTE_DOWN, A, (PENDING, HELD, STALE, REJECTED), REJECTED, reason="rejected by {by}{reason}",
+    Rule(VOTE_DOWN, A, (PENDING, HELD, STALE, REJECTED), REJECTED, reason="rejected by {who}",
          labels=Labels.REJECTION, note="final for votes"),
     Rule(VOTE_DOWN, A, (ACTIVE,), None, reports=Reports.COUNT, taken_as=REPORT,
          note="on an active trail one key's down vote is that key's report"),
     Rule(REPORT, A, (ACTIVE,), None, reports=Reports.COUNT,
          note="'not helpful' on a recall that served it; counted once per key"),
     Rule(REPORT, A, (ACTIVE,), HELD, reports=Reports.COUNT, expiry=Expiry.PENDING, hold=Hold.REPORTS,
-         reason="reported not helpful by {reporters} reporters: {names}",
+         reason="reported not helpful by {reporters} reporters",
          note="the report that brings the scope's number of different reporters"),
     Rule(REPORT, A, (PENDING, HELD, STALE, REJECTED), None, reports=Reports.COUNT,
          note="counted; the status stays"),
     Rule(VOTE_UP, O, (PENDING, HELD, ACTIVE), ACTIVE, reports=Reports.ANSWER, expiry=Expiry.ACTIVE,
          note="approve: the only way back into service from held"),
-    Rule(VOTE_DOWN, O, ANY_RECORDED, REJECTED, reason="rejected by {by}{reason}", labels=Labels.REJECTION),
-    Rule(DEMOTE, O, (ACTIVE,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, reason="sent back to pending by {by}{reason}",
+    Rule(VOTE_DOWN, O, ANY_RECORDED, REJECTED, reason="rejected by {who}", labels=Labels.REJECTION),
+    Rule(DEMOTE, O, (ACTIVE,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, reason="sent back to pending by {who}",
          note="send back"),
     Rule(REINSTATE, O, (REJECTED,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, labels=Labels.WITHDRAW,
-         reason="rejection reversed by {by}{reason}", note="to be approved again by an operator"),
-    Rule(UNDO, O, (REJECTED,), None, labels=Labels.WITHDRAW, restores=True, reason="rejection undone by {by}",
+         reason="rejection reversed by {who}", note="to be approved again by an operator"),
+    Rule(UNDO, O, (REJECTED,), None, labels=Labels.WITHDRAW, restores=True, reason="rejection undone by {who}",
          note="only the latest change, an operator's rejection: back to the state before it (a hold, its reports and expiry too)"),
-    Rule(UNDO, O, (HELD,), None, restores=True, reason="send-back undone by {by}",
+    Rule(UNDO, O, (HELD,), None, restores=True, reason="send-back undone by {who}",
          note="only the latest change, an operator's send-back: back to active with the expiry it had"),
     Rule(DELETE, O, (STALE, EXPIRED), DELETED, reports=Reports.GONE),
     Rule(RELEASE, S, (HELD,), ACTIVE, reports=Reports.RECOUNT, expiry=Expiry.ACTIVE,
-         reason="back in service: {by} set aside the reports that held it",
+         reason="back in service: an operator set aside the reports that held it",
          note="the recount after an operator set a key's reports aside: only a trail held by reports that no longer has the scope's number of reporters"),
     Rule(MARK_STALE, S, (ACTIVE,), STALE, reason="every cited section changed",
          note="recall's read-time check found none of its sections unchanged; never comes back"),

@@ -41,6 +41,8 @@ from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
 
 logger = logging.getLogger(__name__)
 
+# Who a trail's reason says acted: a role, never a name (the history keeps who and why).
+ROLES = {Actor.AGENT: "an agent's key", Actor.OPERATOR: "an operator", Actor.SYSTEM: "the service"}
 # The most recalls one rejection labels: the recalls of one popular trail are not
 # independent evidence about the scope's threshold.
 REJECTION_LABELS = 20
@@ -162,11 +164,7 @@ def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, bef
         locked.status, locked.held_by = status_of(rule.to_state).value, rule.hold.value
         fields += ["status", "held_by"]
     if rule.reason and (rule.to_state is not None or restore is not None):
-        # Every key behind a hold by reports is named, not only the one whose report tipped it.
-        names = ", ".join(TrailReport.objects.filter(trail_id=locked.pk).order_by("created_at")
-                          .values_list("reporter", flat=True)[:6]) if "{names}" in rule.reason else ""
-        locked.reason = rule.reason.format(by=by or "an operator", reason=f": {reason}" if reason else "",
-                                           reporters=locked.false_hit_reporters, names=names)[:200]
+        locked.reason = rule.reason.format(who=ROLES[rule.actor], reporters=locked.false_hit_reporters)[:200]
         fields.append("reason")
     if rule.reports is Reports.ANSWER:
         locked.false_hit_reports = locked.false_hit_reporters = 0

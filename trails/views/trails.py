@@ -20,7 +20,7 @@ from scopes.models import Scope, Section, SectionRevision
 from trails.core.validation import SectionStatus, validate
 from trails.views.forms import TrailFilterForm
 from trails.core.lifecycle import Actor
-from trails.models import ActionRefused, Citation, Signal, Trail, TrailStatus, validations_now, writes
+from trails.models import ActionRefused, Citation, Signal, Trail, TrailReport, TrailStatus, validations_now, writes
 from trails.upkeep.purge import findings as purge_findings
 from trails.upkeep.purge import scope_rules, trails_to_check
 from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
@@ -199,6 +199,7 @@ def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpRespons
         "signals": trail.signals.all(),
         "undoable": trail.undoable() is not None,
         "actions": trail.available_actions(Actor.OPERATOR),
+        "reporters": list(TrailReport.objects.filter(trail_id=trail.pk).order_by("created_at").values_list("reporter", flat=True)),
         # The recalls this trail answered, newest first, and how closely they matched.
         "recalls": trail.recall_events.order_by("-created_at", "-id").only(
             "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
