@@ -93,3 +93,22 @@ def test_purge_command_previews_then_redacts(stored):
     call_command("purge_personal_data", "--scope", "hospital", "--by", "alice", stdout=out)
     assert "3 of 5 trails redacted" in out.getvalue()
     assert PurgeRun.objects.get().requested_by == "alice"
+
+
+def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_nothing(stored):
+    from scopes.models import SectionSync
+
+    trail = Trail.objects.filter(scope=stored).first()
+    # A reason as older versions wrote it, and a sync that said where it read its texts.
+    Trail.objects.filter(pk=trail.pk).update(reason="rejected by ann: Zoë Åberg complained by phone")
+    SectionSync.objects.create(scope=stored, by="command", source="branch zoe-aberg-fixes by Zoe Aberg", summary={})
+    SectionSync.objects.create(scope=stored, by="command", source="Parking rules by Parkinson", summary={})
+    run = PurgeRun.request(stored, "zoe aberg\nPark", delete=False, requested_by="op")
+    assert purge.preview_records(run)["trail reasons"] == 1 and purge.preview_records(run)["docs sync sources"] == 1
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.left == {}
+    assert "Åberg" not in Trail.objects.get(pk=trail.pk).reason
+    sources = sorted(SectionSync.objects.filter(scope=stored).values_list("source", flat=True))
+    # "Park" is no word of "Parking" nor of "Parkinson": that sync keeps its words.
+    assert sources == ["Parking rules by Parkinson", "branch [redacted]-fixes by [redacted]"]

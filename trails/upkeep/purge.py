@@ -21,6 +21,7 @@ from django.db.models import Prefetch
 from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
+from scopes.models import SectionSync
 from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
 from trails.upkeep.reindex import resign
 
@@ -85,6 +86,17 @@ def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: i
     return trails[:limit] if limit else trails
 
 
+def _trail_texts(trail: Trail) -> list[str]:
+    """Every caller-written text of a trail (steps and citations prefetched), section ids included."""
+    texts = [trail.query, trail.partition, trail.idempotency_key or ""]
+    for step in trail.steps.all():
+        texts.append(step.tool)
+        texts.extend(_strings(step.args))
+        texts.extend(step.section_ids)
+    texts.extend(c.section_id for c in trail.citations.all())
+    return texts
+
+
 def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
     """Names of the rules matching any caller-written field of a trail, and whether the
     data sits in a section id (the trail must then go rather than be redacted).
@@ -113,7 +125,8 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
     saved), so that confirming it purges exactly this set.
 
     Returns:
-        How many trails match, and some (trail id, query, names of the rules that matched).
+        How many trails match, and some (trail id, query, names of the rules that matched,
+        each match in its context).
     """
     rules = purge_rules(run)
     matched, shown = [], []
@@ -122,7 +135,8 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
         if names:
             matched.append(trail.id)
             if len(shown) < limit:
-                shown.append((str(trail.public_id), trail.query, sorted(names)))
+                contexts = [shown_text for text in _trail_texts(trail) for shown_text in pii.in_context(text, rules)]
+                shown.append((str(trail.public_id), trail.query, sorted(names), contexts[:5]))
     run.trail_ids, run.total = matched, len(matched)
     return len(matched), shown
 
@@ -196,6 +210,10 @@ def other_records(scope_id: int):
         ("recall partitions", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""), "partition"),
         ("feedback reasons", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""), "feedback_reason"),
         ("trail history reasons", TrailSignal, TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""), "reason"),
+        # Free text an operator or a sync wrote: a trail's reason (written by older versions
+        # with names in it) and what a docs sync said it read ("branch jane-roe-fixes").
+        ("trail reasons", Trail, Trail.objects.filter(scope_id=scope_id).exclude(reason=""), "reason"),
+        ("docs sync sources", SectionSync, SectionSync.objects.filter(scope_id=scope_id).exclude(source=""), "source"),
     )
 
 

@@ -26,8 +26,8 @@ class Command(BaseCommand):
         if preview:
             count, shown = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
-            for public_id, _, rules in shown:
-                self.stdout.write(f"  {public_id}: {', '.join(rules)}")
+            for public_id, _, rules, contexts in shown:
+                self.stdout.write(f"  {public_id}: {', '.join(rules)}" + "".join(f"\n    {shown_text}" for shown_text in contexts))
             return
         run.save()
         done = purge.run_purge(run.id)
