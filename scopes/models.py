@@ -208,6 +208,10 @@ class Section(models.Model):
     text = models.TextField()
     hash = models.CharField(max_length=64)
     updated_at = models.DateTimeField(default=timezone.now)
+    # When the section first came into the store (unknown, null, for sections stored before
+    # this was kept: those count as long settled): the wipe guard counts removals of
+    # settled sections across syncs (trails/upkeep/sync.py).
+    first_stored_at = models.DateTimeField(null=True, blank=True)
 
     objects = SectionQuerySet.as_manager()
 
@@ -295,7 +299,8 @@ class Section(models.Model):
         for section_id, text in texts.items():
             current = existing.get(section_id)
             if current is None:
-                created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now))
+                created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now,
+                                   first_stored_at=now))
             elif current.hash != hashes[section_id]:
                 replaced.append(Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text))
                 current.text, current.hash, current.updated_at = text, hashes[section_id], now

@@ -216,6 +216,9 @@ def expand_includes(text: str, file: Path, relative: str, root: Path, depth: int
         real = Path(os.path.realpath(included))
         if real_root not in real.parents:
             raise SplitError(relative, index, f"includes {target}, outside the synced folder: refused")
+        if any(part.startswith(".") for part in real.relative_to(real_root).parts):
+            # The page walk skips hidden files and folders (.env, .git): an include reads none either.
+            raise SplitError(relative, index, f"includes {target}, a hidden file the sync never reads: refused")
         try:
             body = real.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as problem:

@@ -189,6 +189,10 @@ def _gitignore_globs(lines: str) -> list[str]:
 def mkdocs_project(config_path: Path) -> Project:
     config = _mkdocs_config(config_path)
     docs = (config_path.parent / str(config.get("docs_dir") or "docs")).resolve()
+    home = config_path.parent.resolve()
+    if docs != home and home not in docs.parents:
+        # The sync reads the folder it was pointed at: docs_dir: ../secret would publish what lies beside it.
+        raise ProjectError(config_path.name, f"docs_dir {config.get('docs_dir')!r} lies outside the project's folder: refused")
     exclude = ["**/.*", "templates"] + _gitignore_globs(config.get("exclude_docs"))
     notes = [f"MkDocs project ({config_path.name}): pages {', '.join(MKDOCS_SUFFIXES)} under {docs.name}/; "
              f"excluded {', '.join(exclude)}"]

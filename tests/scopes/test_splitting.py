@@ -232,3 +232,16 @@ def test_include_and_exclude_globs_narrow_a_plain_folder(tmp_path):
         split_tree(folder)
     assert {s.path for s in split_tree(folder, exclude=["theme"])} == {"a/one.md", "a/two.md", "b/three.md"}
     assert {s.path for s in split_tree(folder, include=["a/**"], exclude=["**/two.md"])} == {"a/one.md"}
+
+
+def test_a_sync_never_reads_past_the_boundary_it_declares(tmp_path):
+    """docs_dir pointing out of the project, and an include of a hidden file (one the page walk
+    skips), are refused naming the file."""
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "keys.md").write_text("# Keys\n\nroot password\n")
+    site = write(tmp_path / "site", {"mkdocs.yml": "site_name: Ward\ndocs_dir: ../secret\n", "docs/index.md": "# Ward\n\nx\n"})
+    with pytest.raises(SplitError, match="docs_dir '../secret' lies outside the project's folder"):
+        split_project(site)
+    folder = write(tmp_path / "docs", {"conf.py": "", "page.rst": "Page\n====\n\n.. include:: .env\n", ".env": "SECRET=1\n"})
+    with pytest.raises(SplitError, match="a hidden file the sync never reads"):
+        split_tree(folder)

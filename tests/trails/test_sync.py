@@ -400,3 +400,26 @@ def test_the_syncs_page_names_the_trails_a_release_moved_and_filters_to_cited_se
     assert "docs@abc" in page and "parking" in page
     cited_only = browser.get("/ops/hospital/syncs/?cited=1").content.decode()
     assert "visiting/icu" in cited_only and "<code>parking</code>" not in cited_only
+
+
+def test_the_wipe_guard_counts_against_the_scope_before_recent_syncs_not_the_last_one(api, scope, sections):
+    """Adding junk, then syncing only the junk with delete_missing, removed the whole scope in
+    two syncs that each looked small. Settled sections (stored before the day's syncs) count."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Section.objects.filter(scope=scope).update(first_stored_at=timezone.now() - timedelta(days=3))
+    junk = [{"id": f"junk/{n}", "text": f"Junk {n}."} for n in range(10)]
+    assert api.call("post", "/scopes/hospital/section-syncs", {"sections": junk}).status_code == 200
+    wipe = api.call("post", "/scopes/hospital/section-syncs", {"sections": junk, "delete_missing": True})
+    assert wipe.status_code == 422 and "would remove 3 of the 3 sections the scope held before them" in wipe.json()["error"]["message"]
+    assert Section.objects.filter(scope=scope, section_id__startswith="visiting/").count() == 2
+    # In steps: one settled section at a time is allowed until more than half are gone.
+    keep_two = junk + [{"id": i, "text": sections[i]} for i in ("visiting/icu", "visiting/ward")]
+    assert api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_two, "delete_missing": True}).status_code == 200
+    keep_one = junk + [{"id": "visiting/icu", "text": sections["visiting/icu"]}]
+    step = api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_one, "delete_missing": True})
+    assert step.status_code == 422 and "would remove 2 of the 3" in step.json()["error"]["message"]
+    meant = api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_one, "delete_missing": True, "allow_removing_most": True})
+    assert meant.status_code == 200

@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 # The share of a scope's sections one sync may remove without being told it is meant.
 MOST_REMOVED = 0.5
+# The guard also adds up what the syncs of this long removed of the sections the scope held
+# before it: adding junk, then syncing only the junk with delete_missing, removes most of the
+# scope in steps that each look small.
+GUARD_WINDOW = timedelta(hours=24)
 OUTCOME_WORDS = {"prefetch": "prefetch", "hint": "hint", "miss": "stale"}
 SAMPLE_IDS = 50  # ids listed per kind in a summary; counts are always whole
 
@@ -52,6 +56,8 @@ class SyncSummary:
     # The public ids of the trails that move, by move ("unaffected" ones are not listed).
     moved: dict[str, list[str]] = field(default_factory=dict)
     dry_run: bool = False
+    # Of `removed`, the sections stored before the guard's window began.
+    removed_settled: int = 0
     sync_id: int | None = None
     # Why the sync would be refused, on a dry run (a real one raises).
     refusal: str = ""
@@ -190,10 +196,8 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
             summary.removed = gone
         else:
             summary.missing = gone
-        if summary.removed and len(summary.removed) > MOST_REMOVED * len(current) and not allow_removing_most:
-            refusal = (f"this sync would remove {len(summary.removed):,} of the scope's {len(current):,} sections: is the "
-                       "source the right folder, in the right format? Pass allow_removing_most (--allow-removing-most) "
-                       "if it is meant")
+        refusal = _wipe_refusal(scope, summary, current, now) if summary.removed and not allow_removing_most else ""
+        if refusal:
             if not dry_run:
                 raise Invalid("removes_most", refusal, field="delete_missing")
             summary.refusal = refusal
@@ -219,13 +223,35 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
         if to_write or summary.removed:
             made = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
-                                              summary=summary.as_json())
+                                              summary={**summary.as_json(), "guard": {"removed_settled": summary.removed_settled}})
             summary.sync_id = made.pk
     return summary
 
 
 # A background job waits this long for another sync of its scope before it fails.
 JOB_WAIT_SECONDS = 600.0
+
+
+def _wipe_refusal(scope: Scope, summary: SyncSummary, current: dict[str, str], now: datetime) -> str:
+    """Why a sync removing sections is refused (blank: it is not): it removes more than half
+    of the scope's sections, or, with the syncs of the last GUARD_WINDOW, more than half of
+    the sections the scope held before them (each sync's share may look small). Sets
+    `summary.removed_settled`."""
+    ask = "is the source the right folder, in the right format? Pass allow_removing_most (--allow-removing-most) if it is meant"
+    if len(summary.removed) > MOST_REMOVED * len(current):
+        return f"this sync would remove {len(summary.removed):,} of the scope's {len(current):,} sections: {ask}"
+    since = now - GUARD_WINDOW
+    settled_now = set(Section.objects.filter(scope=scope).filter(Q(first_stored_at__isnull=True) | Q(first_stored_at__lt=since))
+                      .values_list("section_id", flat=True))
+    summary.removed_settled = len(settled_now.intersection(summary.removed))
+    earlier = sum(int(sync.summary.get("guard", {}).get("removed_settled", 0))
+                  for sync in SectionSync.objects.filter(scope=scope, created_at__gte=since).only("summary"))
+    held_before = len(settled_now) + earlier
+    removing = earlier + summary.removed_settled
+    if summary.removed_settled and removing > MOST_REMOVED * held_before:
+        return (f"with the syncs of the last {GUARD_WINDOW.total_seconds() / 3600:.0f} hours this would remove {removing:,} of "
+                f"the {held_before:,} sections the scope held before them: {ask}")
+    return ""
 
 
 def source_sections(rows: list[dict]) -> list[SourceSection]:
