@@ -77,6 +77,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # An API body is read only for a key that may send it: the key and scope first.
     "scopes.auth.KeyBeforeBodyMiddleware",
+    "ragtrail_site.query_parameters.UnknownQueryParametersMiddleware",
     "infra.strict_json.StrictJsonMiddleware",
     "infra.db_deadline.DatabaseDeadlineMiddleware",
     # An operator page refused by the database answers a 503 page naming why.

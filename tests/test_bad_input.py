@@ -202,3 +202,9 @@ def test_a_nul_in_the_query_string_or_the_path_is_a_4xx_naming_where(api, sectio
     else:
         response = api.call("get", "/scopes/hospital/sections/visiting%00icu")
         assert response.status_code == 400 and response.json()["error"]["field"] == "path"
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it(api, sections):
+    response = api.call("get", "/scopes/hospital/sections?limt=5")
+    assert response.status_code == 422 and response.json()["error"]["field"] == "limt"
+    assert api.call("get", "/scopes/hospital/sections?limit=5").status_code == 200
