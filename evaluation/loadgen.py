@@ -20,6 +20,8 @@ class Request:
     method: str
     path: str
     body: dict | None = None
+    raw: bytes | None = None  # sent as is, in place of `body`
+    headers: tuple[str, ...] = ()  # more header lines ("Name: value")
 
 
 @dataclass(frozen=True)
@@ -36,20 +38,30 @@ class Result:
 class Connection:
     # Stamp X-Request-Start as a proxy would (False: as a client talking to gunicorn alone).
     proxy_stamp = True
+    # Every n-th request (0: none) sends a forged X-Request-Start an hour in the future, as a
+    # client trying to switch shedding off (or one whose clock runs fast) would, from `source`
+    # (an address the server does not trust as a proxy).
+    forge_every = 0
+    source: str | None = None
 
     def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
         self.host, self.port, self.headers = host, port, headers
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.sent_at = 0.0
+        self.sent = 0
 
     async def send(self, request: Request, stamp: float) -> int:
         if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        body = json.dumps(request.body).encode() if request.body is not None else b""
+            local = (self.source, 0) if self.source else None
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, local_addr=local)
+        body = request.raw if request.raw is not None else json.dumps(request.body).encode() if request.body is not None else b""
         head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                f"Content-Length: {len(body)}", "Content-Type: application/json"]
-        if self.proxy_stamp:
+                f"Content-Length: {len(body)}", "Content-Type: application/json", *request.headers]
+        self.sent += 1
+        if self.forge_every and self.sent % self.forge_every == 0:
+            head.append(f"X-Request-Start: t={time.time() + 3600:.6f}")
+        elif self.proxy_stamp:
             head.append(f"X-Request-Start: t={stamp:.6f}")
         head += [f"{k}: {v}" for k, v in self.headers.items()]
         self.sent_at = time.perf_counter()

@@ -208,30 +208,48 @@ class Command(BaseCommand):
             f"{lexical['rate']['recall']:.0f}/s and {lexical['rate']['floor']:.0f}/s")
         return measured
 
-    def _overload(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds) -> dict:
+    def _overload(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, server=None, slug="") -> dict:
         """Fresh embedding recalls at three times the capacity just measured, open loop, then lexical recall 5 s after:
-        once stamped as a proxy stamps (X-Request-Start), once as clients talking to gunicorn alone send them."""
+        stamped as a trusted proxy stamps (X-Request-Start), as clients talking to gunicorn alone send them, with half
+        the recalls forging a stamp an hour in the future from an untrusted address, and beside 8 unauthenticated
+        senders of large gzip bodies (worker memory before and after)."""
         found = {}
-        for proxy in (True, False):
-            found.update(self._overload_once(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, proxy))
+        for mode in ("proxy", "no proxy", "forged stamps", "gzip senders"):
+            found.update(self._overload_once(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, mode,
+                                             server, slug))
         return found
 
-    def _overload_once(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, proxy: bool) -> dict:
+    def _overload_once(self, port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, mode: str,
+                       server=None, slug: str = "") -> dict:
         from evaluation import loadgen
 
         capacity = figures["recall embedding (distinct questions)"]["per_second"]
         rate = max(50.0, 3 * capacity)
         offset[0] += 20_000
         started = time.perf_counter()
-        loadgen.Connection.proxy_stamp = proxy
+        rss_before = worker_rss_mb(server.pid) if server is not None else {}
+        loadgen.Connection.proxy_stamp = mode == "proxy"
+        if mode == "forged stamps":
+            loadgen.Connection.forge_every, loadgen.Connection.source = 2, "127.0.0.2"
+        attackers: list[Result] = []
         try:
-            results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
+            if mode == "gzip senders":
+                results, attackers = asyncio.run(self._with_gzip_senders(port, key, recall("embedding", fresh), rate,
+                                                                         overload_seconds, slug))
+            else:
+                results = self._load(port, key, recall("embedding", fresh), rate=rate, seconds=overload_seconds, timeout=10.0)
         finally:
-            loadgen.Connection.proxy_stamp = True
+            loadgen.Connection.proxy_stamp, loadgen.Connection.forge_every, loadgen.Connection.source = True, 0, None
         elapsed = time.perf_counter() - started
         row = summary(results, overload_seconds)
         row.update({"offered_per_second": round(rate, 1), "run_s": round(elapsed, 1), "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS})
-        name = "overload" if proxy else "overload without a proxy"
+        if mode == "gzip senders":
+            time.sleep(2)
+            row["gzip_senders"] = {"sent": len(attackers), "statuses": dict(Counter(r.status for r in attackers)),
+                                   "p99_ms": round(percentile([r.latency_ms for r in attackers], 0.99), 1) if attackers else None}
+            row["worker_rss_mb"] = {"before": round(sum(rss_before.values()), 1), "after": round(sum(worker_rss_mb(server.pid).values()), 1)}
+        name = {"proxy": "overload", "no proxy": "overload without a proxy", "forged stamps": "overload with forged stamps",
+                "gzip senders": "overload beside 8 unauthenticated gzip senders"}[mode]
         found = {name: row}
         self.stdout.write(
             f"{name}: {rate:.0f}/s offered for {overload_seconds:.0f} s (3x capacity), stopped after {elapsed:.1f} s: "
@@ -239,12 +257,43 @@ class Command(BaseCommand):
             f"(p99 {row['shed_p99_ms']} ms; budget {settings.RAGTRAIL_RECALL_BUDGET_MS} ms), {row['failed']} failed, "
             f"slowest {row['max_ms']} ms" + (f"; no answer: {row['no_answer']}" if row["no_answer"] else "")
             + f"; the load generator's own lag before sending p99 {row['client_lag_p99_ms']} ms, sent to answered p99 {row['sent_to_answer_p99_ms']} ms"
+            + (f"; gzip senders: {row['gzip_senders']['sent']} bodies, answered {row['gzip_senders']['statuses']} "
+               f"(p99 {row['gzip_senders']['p99_ms']} ms); workers' RSS {row['worker_rss_mb']['before']} MB before, "
+               f"{row['worker_rss_mb']['after']} MB after" if "gzip_senders" in row else "")
         )
         after_overload = summary(self._load(port, key, recall("lexical", half_and_half), seconds=5), 5)
-        found["after overload" if proxy else "after overload without a proxy"] = after_overload
+        found[f"after {name}"] = after_overload
         self.stdout.write(f"5 s after: lexical recall {after_overload['per_second']}/s, p99 {after_overload['p99_ms']} ms, "
                           f"{after_overload['shed_503']} shed")
         return found
+
+    async def _with_gzip_senders(self, port, key, make, rate, seconds, slug) -> tuple[list[Result], list[Result]]:
+        """The overload's recalls, and beside them 8 senders without a key, each posting a 1.9 MB gzip body (64 MB
+        unpacked) to the section sync back to back."""
+        import gzip
+
+        from evaluation.loadgen import Connection
+
+        bomb = gzip.compress(b'{"sections": [' + b" " * (64 * 1024 * 1024 - 32) + b"]}", compresslevel=9)
+        bomb_request = Request("POST", f"/api/v1/scopes/{slug}/section-syncs", raw=bomb, headers=("Content-Encoding: gzip",))
+        attacks: list[Result] = []
+        began = time.perf_counter()
+
+        async def sender() -> None:
+            connection = Connection("127.0.0.1", port, {})
+            while time.perf_counter() - began < seconds:
+                start = time.perf_counter()
+                try:
+                    status = await asyncio.wait_for(connection.send(bomb_request, time.time()), 30)
+                except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+                    connection.close()
+                    status = 0
+                attacks.append(Result(status, (time.perf_counter() - start) * 1000.0, start - began))
+
+        senders = [asyncio.create_task(sender()) for _ in range(8)]
+        recalls = await open_loop("127.0.0.1", port, {"Authorization": f"Bearer {key}"}, make, rate=rate, seconds=seconds, timeout=10.0)
+        await asyncio.gather(*senders)
+        return recalls, attacks
 
     def _run(self, workload, scopes, key, port, server, seconds, overload_seconds, memory_requests) -> dict:
         rng = np.random.default_rng(11)
@@ -306,7 +355,7 @@ class Command(BaseCommand):
         figures["floors"] = self._floors(port, key, scopes, recall, fresh, offset, half_and_half, seconds)
 
         if overload_seconds:
-            figures.update(self._overload(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds))
+            figures.update(self._overload(port, key, recall, fresh, offset, half_and_half, figures, overload_seconds, server, scopes["lexical"].slug))
 
         if not memory_requests:
             return figures
