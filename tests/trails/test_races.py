@@ -334,3 +334,37 @@ def test_background_tasks_retry_on_a_lost_database_connection(scope, monkeypatch
     monkeypatch.setattr(sync_job_task, "retry_backoff", False)
     result = sync_job_task.apply(args=[job.pk], task_id="task-9")
     assert result.get() == "done" and calls == ["task-9", "task-9"]
+
+
+# -- recall's stale marking against an operator's action on the same trail ----------------------
+
+def test_recall_marking_a_trail_stale_waits_for_an_operators_rejection_and_then_leaves_it_rejected(
+        api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    Section.upsert(scope, {"visiting/icu": "The ICU is closed to visitors.", "parking": "No parking."})
+    held = Hold(monkeypatch, "down:locked")
+    rejection = Run(writes.act, trail, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    held.wait()  # the operator holds the trail's row; recall finds every cited section changed
+    recalled = Run(api.recall, "hospital", query=QUESTION)
+    wait_for_lock_waiters()
+    held.release()
+    rejection.outcome()
+    assert recalled.outcome().json()["outcome"] == "miss"
+    trail.refresh_from_db()
+    assert trail.lifecycle_state() is State.REJECTED, "stale marking overwrote the rejection"
+
+
+# -- a purge deleting a trail an agent is voting on ------------------------------------------------
+
+def test_an_agents_vote_on_a_trail_a_purge_deletes_meanwhile_is_a_409_not_an_error(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    held = Hold(monkeypatch, "delete:locked")
+    purge = Run(writes.delete_trails, [trail.pk])
+    held.wait()  # the purge holds the trail's row
+    vote = Run(api.call, "post", f"/scopes/hospital/trails/{trail.public_id}/feedback", {"vote": "up"})
+    wait_for_lock_waiters()
+    held.release()
+    assert purge.outcome() == 1
+    answered = vote.outcome()
+    assert answered.status_code in (404, 409), answered.content
+    assert not Trail.objects.filter(pk=trail.pk).exists()
