@@ -1,7 +1,9 @@
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from scopes import audit
 from scopes.access import Access, OperatorGrant, granted_scopes, may
+from scopes.audit import AuditEvent
 from scopes.models import ApiKey, Section, SectionSync
 
 
@@ -70,6 +72,32 @@ class OperatorGrantAdmin(SuperusersOnlyAdmin):
     list_filter = ["scope", "access"]
     search_fields = ["user__username", "scope__slug"]
 
+    def save_model(self, request: HttpRequest, obj: OperatorGrant, form, change: bool) -> None:
+        before = OperatorGrant.objects.filter(pk=obj.pk).select_related("scope").first() if change else None
+        super().save_model(request, obj, form, change)
+        if before is not None and before.scope_id != obj.scope_id:
+            _grant_audit(request, before, None)
+        _grant_audit(request, obj, before.access if before is not None and before.scope_id == obj.scope_id else None)
+
+    def delete_model(self, request: HttpRequest, obj: OperatorGrant) -> None:
+        _grant_audit(request, obj, obj.access, removed=True)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset) -> None:
+        for grant in queryset.select_related("scope", "user"):
+            _grant_audit(request, grant, grant.access, removed=True)
+        super().delete_queryset(request, queryset)
+
+
+def _grant_audit(request: HttpRequest, grant: OperatorGrant, before: int | None, removed: bool = False) -> None:
+    level = lambda access: Access(access).name.lower() if access else "none"  # noqa: E731
+    after = None if removed else grant.access
+    if before == after:
+        return
+    audit.record([grant.scope], request.user.get_username(), AuditEvent.Kind.ACCESS,
+                 what=f"{grant.user.get_username()}: {level(before)} → {level(after)}",
+                 detail={"user": grant.user.get_username(), "access": {"before": level(before), "after": level(after)}})
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(SuperusersOnlyAdmin):
@@ -90,10 +118,9 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request: HttpRequest, queryset) -> None:
-        from django.utils import timezone
+        from scopes.keys import revoke
 
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        messages.info(request, f"Revoked {count} key(s).")
+        messages.info(request, f"Revoked {revoke(queryset, by=request.user.get_username())} key(s).")
 
     @admin.action(description="Revoke and set aside their reports and labels (a flood)")
     def revoke_and_set_aside(self, request: HttpRequest, queryset) -> None:

@@ -13,10 +13,25 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from scopes import audit
+from scopes.audit import AuditEvent
 from scopes.models import ApiKey
 
 # Sent once a key's standing changed and committed: `key`, `by`, `set_aside` (True: set aside; False: restored).
 key_set_aside = Signal()
+
+
+def revoke(keys, by: str) -> int:
+    """Revokes these keys (those not revoked yet), each in its scopes' audit logs. Returns how many."""
+    now = timezone.now()
+    done = 0
+    with transaction.atomic():
+        for key in keys:
+            if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now):
+                audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_REVOKED, at=now, detail={"key": key.lookup},
+                             what=f"{key.name or key.lookup} (key:{key.lookup}): revoked")
+                done += 1
+    return done
 
 
 def set_aside_reporters() -> set[str]:
@@ -31,6 +46,8 @@ def set_aside(key: ApiKey, by: str) -> None:
         changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=True).update(
             set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now)
         if changed:
+            audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_SET_ASIDE, at=now, detail={"key": key.lookup},
+                         what=f"{key.name or key.lookup} (key:{key.lookup}): revoked, its reports and labels set aside")
             transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=True))
     key.refresh_from_db()
 
@@ -40,5 +57,7 @@ def restore(key: ApiKey, by: str) -> None:
     with transaction.atomic():
         changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=False).update(set_aside_at=None, set_aside_by="")
         if changed:
+            audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_COUNTED_AGAIN, detail={"key": key.lookup},
+                         what=f"{key.name or key.lookup} (key:{key.lookup}): its reports and labels count again (still revoked)")
             transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=False))
     key.refresh_from_db()

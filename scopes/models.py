@@ -489,3 +489,4 @@ class ApiKey(models.Model):
 from scopes.access import Access, OperatorGrant  # noqa: E402,F401
 # A scope's syncs and sync jobs (scopes/syncs.py), imported here so Django finds the models.
 from scopes.syncs import SectionSync, SectionSyncJob  # noqa: E402,F401
+from scopes.audit import AuditEvent  # noqa: E402,F401

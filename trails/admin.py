@@ -4,7 +4,9 @@ from django.contrib import admin, messages
 from django.utils.html import format_html_join
 from django.http import HttpRequest
 
+from scopes import audit
 from scopes.access import Access, granted_scopes
+from scopes.audit import AuditEvent
 from scopes.admin import GrantedScopesAdmin
 from scopes.models import Scope
 from trails.serving.matching import matching_settings
@@ -52,7 +54,18 @@ class ScopeAdmin(GrantedScopesAdmin):
     ]
 
     def save_model(self, request: HttpRequest, obj: Scope, form, change: bool) -> None:
+        fields = [name for name in form.changed_data if name in {f.name for f in Scope._meta.concrete_fields}]
+        before = Scope.objects.filter(pk=obj.pk).values(*fields).first() if change and fields else None
+        obj._changed_by, obj._audited = request.user.get_username(), True
         super().save_model(request, obj, form, change)  # the rules run on the save itself (trails.learning.thresholds)
+        if before is not None:
+            # The thresholds the rules set from a changed bound or matcher are changes of this save too.
+            for name in getattr(obj, "_matching_changed", ()):
+                before.setdefault(name, obj._matching_before.get(name))
+            changed = audit.changes(before, {name: getattr(obj, name) for name in before})
+            if changed:
+                audit.record([obj], request.user.get_username(), AuditEvent.Kind.SETTINGS, detail=changed,
+                             what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in changed.items()))
         changed = getattr(obj, "_matching_changed", frozenset())
         if changed & {"max_false_hit_rate", "matcher"}:
             messages.info(request, f"Thresholds for a {obj.max_false_hit_rate:.1%} false-hit bound: "

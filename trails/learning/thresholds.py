@@ -23,6 +23,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from infra import metrics
+from scopes import audit
+from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
 from scopes.models import Scope
 from trails.learning import shipped as calibration
@@ -143,15 +145,22 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
                 threshold_flags=flags[:300],
             )
             ThresholdChange.objects.bulk_create(changes)
-            _counted(changes)
+            _counted(changes, locked)
     scope.learned_lexical_threshold, scope.learned_embedding_threshold = learned["lexical"], learned["embedding"]
     scope.threshold_flags = flags[:300]
     return decisions
 
 
-def _counted(changes: list) -> None:
+def _counted(changes: list, scope: Scope | None = None) -> None:
+    """Counts the moves and writes each in the scope's audit log (in the caller's transaction)."""
     for change in changes:
         metrics.THRESHOLD_CHANGES.labels(str(change.kind)).inc()
+        if scope is not None:
+            moved = f": {change.before} → {change.after}" if change.before is not None and change.after is not None else ""
+            audit.record([scope], change.by or "the service", AuditEvent.Kind.THRESHOLD, at=change.created_at,
+                         what=f"{change.matcher or 'settings'} · {change.get_kind_display()}{moved}",
+                         detail={"matcher": change.matcher, "cause": change.kind,
+                                 "threshold": {"before": change.before, "after": change.after}})
 
 
 def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fields) -> None:
@@ -162,7 +171,7 @@ def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fie
             ThresholdChange(scope=locked, matcher=matcher, kind=kind, before=in_use(locked, matcher),
                             after=getattr(locked, f"{matcher}_threshold"), by=by[:150], created_at=at)
             for matcher in used_matchers(locked)
-        ]))
+        ]), locked)
         values = {"learned_lexical_threshold": None, "learned_embedding_threshold": None, "threshold_flags": "", **fields}
         values = {name: (at if value is _NOW else value) for name, value in values.items()}
         Scope.objects.filter(pk=locked.pk).update(**values)
@@ -256,7 +265,12 @@ def after_matching_change(sender, instance: Scope, created: bool, raw: bool = Fa
         return
     before = instance._matching_before
     metrics.THRESHOLD_CHANGES.labels(ThresholdChange.Kind.CONFIGURED).inc()
+    evidence = {name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)}
     ThresholdChange.objects.create(
         scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED, by=getattr(instance, "_changed_by", "")[:150],
-        evidence={name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)},
+        evidence=evidence,
     )
+    if not getattr(instance, "_audited", False):  # Django admin writes its own, with every field it changed
+        audit.record([instance], getattr(instance, "_changed_by", "") or "a command or the shell", AuditEvent.Kind.SETTINGS,
+                     what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in evidence.items()),
+                     detail=evidence)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
+from scopes import audit
+from scopes.audit import AuditEvent
 from scopes.models import Scope
 
 
@@ -77,13 +79,25 @@ class PurgeRun(models.Model):
 
     def finish(self) -> None:
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
-        self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left"])
+        left = "nothing left" if not self.left else "still matching: " + ", ".join(f"{n} {kind}" for kind, n in self.left.items())
+        with transaction.atomic():
+            self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left"])
+            self.audit(f"done: {self.matched} of {self.processed} trails {self.get_action_display().lower()}ed; {left}")
 
     def fail(self, error: str) -> None:
         """Ends the run unfinished; it forgets its erasure subject and what it matched."""
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.FAILED, timezone.now(), "", None
         self.error = error[:300]
-        self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "error"])
+        with transaction.atomic():
+            self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "error"])
+            self.audit(f"failed: {self.error}")
+
+    def audit(self, what: str) -> None:
+        """The run in its scope's audit log (never its subject)."""
+        audit.record([self.scope], self.requested_by, AuditEvent.Kind.PURGE, what=f"{self.rule} · {what}",
+                     link=f"/ops/{self.scope.slug}/purge/?run={self.public_id}",
+                     detail={"run": str(self.public_id), "action": self.action, "matched": self.matched,
+                             "processed": self.processed, "left": self.left})
 
     @classmethod
     def request(cls, scope: Scope, subject: str, delete: bool, requested_by: str) -> "PurgeRun":

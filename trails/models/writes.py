@@ -30,6 +30,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from infra.errors import Conflict, NotFound
+from scopes import audit
+from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
@@ -43,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 # Who a trail's reason says acted: a role, never a name (the history keeps who and why).
 ROLES = {Actor.AGENT: "an agent's key", Actor.OPERATOR: "an operator", Actor.SYSTEM: "the service"}
+# What the audit log calls each status change an operator (or a set-aside, for a release) makes.
+AUDITED = {table.VOTE_UP: AuditEvent.Kind.APPROVED, table.VOTE_DOWN: AuditEvent.Kind.REJECTED,
+           table.DEMOTE: AuditEvent.Kind.SENT_BACK, table.REINSTATE: AuditEvent.Kind.REINSTATED,
+           table.UNDO: AuditEvent.Kind.UNDONE, table.DELETE: AuditEvent.Kind.DELETED, table.RELEASE: AuditEvent.Kind.RELEASED}
 # The most recalls one rejection labels: the recalls of one popular trail are not
 # independent evidence about the scope's threshold.
 REJECTION_LABELS = 20
@@ -152,6 +158,7 @@ def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, bef
     """Writes what a rule does to a locked trail: status, hold, reports, expiry, labels, history."""
     fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
     if rule.to_state is State.DELETED:
+        _audit(locked, rule, by, at, before, "deleted")
         _delete_locked([locked.pk])
         locked.status = "deleted"
         return
@@ -188,8 +195,19 @@ def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, bef
     TrailSignal.objects.create(trail=locked, scope_id=locked.scope_id, signal=HISTORY_SIGNAL[rule.action], source=source,
                                by=by[:150], reason=reason[:500], created_at=at,
                                before=prior if rule.actor is Actor.OPERATOR else None)
+    _audit(locked, rule, by, at, before, locked.status)
     _after_commit(locked, rule.action, status_of(before).value if status_of(before) else prior["status"], locked.status,
                   by, at, labels_changed)
+
+
+def _audit(locked: Trail, rule: Rule, by: str, at: datetime, before: State, after: str) -> None:
+    """An operator's act (and a release, which a set-aside made) in the scope's audit log, in
+    the act's own transaction. Agents' votes and reports are not an operator's acts."""
+    if rule.actor is Actor.AGENT or rule.action not in AUDITED:
+        return
+    audit.record([locked.scope], by, AUDITED[rule.action], what=f"trail {locked.public_id}: {before.value} → {after}",
+                 link=f"/ops/{locked.scope.slug}/trails/{locked.public_id}/", at=at,
+                 detail={"trail": str(locked.public_id), "status": {"before": before.value, "after": after}})
 
 
 def _label_rejection(locked: Trail, by: str, at: datetime) -> int:

@@ -22,6 +22,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from infra.errors import Conflict, Invalid, Refused
+from scopes import audit
+from scopes.audit import AuditEvent
 from infra.hashing import section_hash
 from scopes.models import Scope, Section, SectionSync, SectionSyncJob
 from scopes.splitting import SourceSection
@@ -224,6 +226,10 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         if to_write or summary.removed:
             made = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
                                               summary={**summary.as_json(), "guard": {"removed_settled": summary.removed_settled}})
+            counts = summary.as_json()["sections"]
+            audit.record([scope], by, AuditEvent.Kind.DOCS_SYNC, at=now, link=f"/ops/{scope.slug}/syncs/",
+                         what=f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed",
+                         detail={"sync": made.pk, "sections": counts})
             summary.sync_id = made.pk
     return summary
 

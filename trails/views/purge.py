@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.db import transaction
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -86,7 +87,9 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
     """Small sets are purged in the request; larger ones go to a worker and the page shows
     progress. A run that cannot be queued fails at once, keeping no subject."""
     run.state = PurgeRun.State.QUEUED
-    run.save(update_fields=["state"])
+    with transaction.atomic():
+        run.save(update_fields=["state"])
+        run.audit(f"started: {run.total} previewed trail(s) to be {run.get_action_display().lower()}ed")
     if run.total <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:  # the previewed set's size
         run_purge(run.id)
     else:
