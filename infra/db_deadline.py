@@ -14,6 +14,7 @@ however many calls the request makes.
 from __future__ import annotations
 
 import heapq
+import logging
 import itertools
 import socket
 import threading
@@ -24,6 +25,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.shortcuts import render
 
+from infra import metrics
 from infra.errors import database_refusal
 
 # When the current API request's database time runs out (monotonic seconds).
@@ -100,6 +102,19 @@ def _with_deadline(execute, sql, params, many, context):
         return execute(sql, params, many, context)
     finally:
         WATCHDOG.release(token)
+
+
+def refused_by_the_database(problem: Exception, where: str = ""):
+    """The API's 503 for a database that is away, past a lock wait or past the request's
+    deadline, counted as shed (by cause) and as a store error; the log gets the error's class
+    and SQLSTATE only (a driver's message may quote the request's values)."""
+    refusal = database_refusal(problem, deadline_passed())
+    metrics.STORE_ERRORS.labels("database", refusal.code).inc()
+    metrics.SHED.labels({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")).inc()
+    state = getattr(problem.__cause__, "sqlstate", None) or getattr(problem, "sqlstate", None)
+    logging.getLogger("ragtrail.api").warning("database refused (%s) on %s: %s%s", refusal.code, where,
+                                               type(problem).__name__, f" (SQLSTATE {state})" if state else "")
+    return refusal.response()
 
 
 def deadline_passed() -> bool:

@@ -10,8 +10,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from infra import metrics
-from infra.db_deadline import deadline_passed
-from infra.errors import Refused, RequestRefused, database_refusal
+from infra.db_deadline import refused_by_the_database
+from infra.errors import Refused, RequestRefused
 from infra.strict_json import StrictJsonParser
 from scopes.api import router as sections_router
 from scopes.auth import ApiKeyAuth
@@ -205,11 +205,7 @@ def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A driver's message may quote the request's values (a query, an e-mail): only the
     # error's class and SQLSTATE reach the log, which no purge can reach.
     if isinstance(exc, (OperationalError, InterfaceError)):
-        refusal = database_refusal(exc, deadline_passed())
-        metrics.STORE_ERRORS.labels("database", refusal.code).inc()
-        metrics.SHED.labels({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")).inc()
-        logger.warning("database refused (%s) on %s %s: %s", refusal.code, request.method, request.path, _described(exc))
-        return refusal.response()
+        return refused_by_the_database(exc, f"{request.method} {request.path}")
     if isinstance(exc, DatabaseError):
         metrics.STORE_ERRORS.labels("database", "refused").inc()
         logger.error("database refused a write on %s %s: %s", request.method, request.path, _described(exc))

@@ -1,10 +1,12 @@
 """Bearer-key authentication for the API, and the scope a key may use."""
 from __future__ import annotations
 
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from scopes.models import ApiKey, Scope
+from infra.db_deadline import refused_by_the_database
 from infra.errors import RequestRefused
 
 
@@ -45,7 +47,10 @@ class KeyBeforeBodyMiddleware:
     def process_view(self, request: HttpRequest, view_func, view_args, view_kwargs):
         if not request.path.startswith("/api/") or request.method not in ("POST", "PUT", "PATCH"):
             return None
-        key = key_of(request)
+        try:
+            key = key_of(request)
+        except (OperationalError, InterfaceError) as problem:  # the API's own 503, before any body is read
+            return refused_by_the_database(problem, f"{request.method} {request.path}")
         if key is None:
             refused = RequestRefused(401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)",
                                      field="Authorization").response()
