@@ -66,6 +66,8 @@ MIDDLEWARE = [
     # Then: a request already past its time budget is answered before any other work.
     "infra.load_shedding.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Operator pages compressed (BREACH-safe); listed early so it sees the final page.
+    "infra.compression.HtmlGZipMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -199,3 +199,11 @@ def test_page_benchmark_times_every_operator_page(db):
         assert f"\n{page}" in "\n" + text, page
     assert "pages over 300 ms at p90:" in text and "the overview on the wire (gzip accepted):" in text
     assert not Scope.objects.filter(slug__startswith="overview-").exists()
+
+
+def test_operator_pages_are_compressed_and_api_answers_are_not(admin_client, api, sections):
+    page = admin_client.get("/ops/hospital/", headers={"Accept-Encoding": "gzip"})
+    assert page.status_code == 200 and page["Content-Encoding"] == "gzip"
+    answer = api.client.post("/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"},
+                             content_type="application/json", headers={**api.headers, "Accept-Encoding": "gzip"})
+    assert answer.status_code == 200 and not answer.has_header("Content-Encoding")
