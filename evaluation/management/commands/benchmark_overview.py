@@ -37,11 +37,13 @@ BUDGET_MS = 300.0
 def overview_bytes(client: Client, url: str) -> int:
     """What a browser accepting gzip downloads for a page: its HTML and the static files it names
     (plotly.js included, which a phone fetches only when a chart nears the screen)."""
+    import gzip
     import re
 
     page = client.get(url, HTTP_ACCEPT_ENCODING="gzip")
-    total = len(page.content)
-    for asset in re.findall(r'(?:src|href|data-plotly)="(/static/[^"]+)"', page.content.decode()):
+    total = len(page.content)  # as sent: compressed where the server compressed it
+    html = gzip.decompress(page.content) if page.get("Content-Encoding") == "gzip" else page.content
+    for asset in re.findall(r'(?:src|href|data-plotly)="(/static/[^"]+)"', html.decode()):
         answer = client.get(asset, HTTP_ACCEPT_ENCODING="gzip")
         total += int(answer["Content-Length"]) if answer.has_header("Content-Length") else len(b"".join(answer.streaming_content))
     return total
