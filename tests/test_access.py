@@ -239,3 +239,16 @@ def test_an_operator_who_configures_sets_and_pins_the_threshold_from_the_what_if
     assert ThresholdChange.objects.filter(scope=scope, kind="pinned").exists()
     assert configurer.post(f"/ops/{slug}/thresholds/", {**body, "threshold": "7"}).status_code == 302
     assert Scope.objects.get(slug=slug).lexical_threshold == 0.91  # refused, nothing changed
+
+
+def test_a_refusal_says_its_real_reason(tenants, django_user_model):
+    """A view-only operator asked to act is told their access level, not a missing token."""
+    acme = tenants["acme-support"]
+    viewer = operator(acme["scope"], access=Access.VIEW)
+    refused = viewer.post(f"/ops/{acme['scope'].slug}/trails/{acme['trail']}/vote/", {"vote": "down"})
+    page = refused.content.decode()
+    assert refused.status_code == 403 and "is view; this needs act" in page and "security token" not in page
+    plain = Client()
+    plain.force_login(django_user_model.objects.create_user("not-staff", password="x"))
+    page = plain.get(f"/ops/{acme['scope'].slug}/").content.decode()
+    assert "needs a staff account" in page and "security token" not in page

@@ -15,7 +15,7 @@ from django.utils.functional import SimpleLazyObject
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from scopes.access import Access, granted_scopes, may
+from scopes.access import Access, access_to, granted_scopes, may
 from scopes.models import Scope
 from trails.models import Trail, validations_now
 
@@ -38,7 +38,7 @@ def staff_required(view):
                 return response
             return redirect_to_login(request.get_full_path())
         if not (request.user.is_active and request.user.is_staff):
-            return render(request, "403.html", status=403)
+            return render(request, "403.html", {"why": "not staff"}, status=403)
         return view(request, *args, **kwargs)
 
     return checked
@@ -88,7 +88,9 @@ def scope_or_404(request: HttpRequest, scope_slug: str, access: int = Access.VIE
     `access` (viewing only, asked to act) is a 403."""
     scope = get_object_or_404(granted_scopes(request.user, with_scratch=True), slug=scope_slug)
     if access > Access.VIEW and not may(request.user, scope, access):
-        raise PermissionDenied(f"your access to {scope.slug} does not allow this")
+        held = Access(access_to(request.user, scope)).label.split(":")[0].lower()
+        needed = Access(access).label.split(":")[0].lower()
+        raise PermissionDenied(f"your access to {scope.slug} is {held}; this needs {needed}")
     return scope
 
 
@@ -145,7 +147,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         response = HttpResponse(status=403)
         response["HX-Refresh"] = "true"
         return response
-    return render(request, "403.html", status=403)
+    return render(request, "403.html", {"why": "csrf"}, status=403)
 
 
 def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int, list[str]], dict[int, str]]:
