@@ -319,15 +319,17 @@ class Promises(RuleBasedStateMachine):
         if vote == "up" and was != "active":
             self._check_findable(trail_id)
 
-    def _operator(self, trail_id: str, action: str, reason: str = "") -> None:
-        """An operator's action (as the pages and admin take it); the table says what follows."""
+    def _operator(self, trail_id: str, action: str, reason: str = "") -> bool:
+        """An operator's action (as the pages and admin take it); the table says what follows.
+        Returns whether it applied."""
         model = self.trails[trail_id]
         try:
             writes.act(Trail.objects.get(public_id=trail_id), action, Actor.OPERATOR, by="root", reason=reason)
         except table.Refused:
             assert not model.apply(action, Actor.OPERATOR), (action, model)
-            return
+            return False
         assert model.apply(action, Actor.OPERATOR), (action, model)
+        return True
 
     def _reported(self, trail: TrailModel, reporter: str) -> None:
         assert trail.apply(table.REPORT, Actor.AGENT, reporter=reporter)
@@ -388,10 +390,9 @@ class Promises(RuleBasedStateMachine):
         """Undoes a rejection (at record time or later), and perhaps approves at once."""
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "rejected"]))
-        self._operator(trail_id, "reinstate")
-        self.trails[trail_id].signed = True  # signed afresh as it leaves rejection
-        if approve:
-            self._operator(trail_id, "up")
+        if self._operator(trail_id, "reinstate"):  # refused once expired
+            self.trails[trail_id].signed = True  # signed afresh as it leaves rejection
+        if approve and self._operator(trail_id, "up"):
             self._check_findable(trail_id)
 
     def _check_findable(self, trail_id: str) -> None:
