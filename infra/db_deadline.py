@@ -111,10 +111,15 @@ def refused_by_the_database(problem: Exception, where: str = ""):
     refusal = database_refusal(problem, deadline_passed())
     metrics.STORE_ERRORS.labels("database", refusal.code).inc()
     metrics.SHED.labels({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")).inc()
-    state = getattr(problem.__cause__, "sqlstate", None) or getattr(problem, "sqlstate", None)
-    logging.getLogger("ragtrail.api").warning("database refused (%s) on %s: %s%s", refusal.code, where,
-                                               type(problem).__name__, f" (SQLSTATE {state})" if state else "")
+    logging.getLogger("ragtrail.api").warning("database refused (%s) on %s: %s", refusal.code, where, described(problem))
     return refusal.response()
+
+
+def described(problem: Exception) -> str:
+    """A database error's class and SQLSTATE, never its message (a driver's message may quote
+    the request's values, which no purge could reach in a log)."""
+    state = getattr(problem.__cause__, "sqlstate", None) or getattr(problem, "sqlstate", None)
+    return type(problem).__name__ + (f" (SQLSTATE {state})" if state else "")
 
 
 def deadline_passed() -> bool:

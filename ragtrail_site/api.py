@@ -10,7 +10,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from infra import metrics
-from infra.db_deadline import refused_by_the_database
+from infra.db_deadline import described, refused_by_the_database
 from infra.errors import Refused, RequestRefused
 from infra.strict_json import StrictJsonParser
 from scopes.api import router as sections_router
@@ -190,12 +190,6 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not_found", "not found")
 
 
-def _described(exc: Exception) -> str:
-    """A database error's class and SQLSTATE, never its message."""
-    state = getattr(exc.__cause__, "sqlstate", None)
-    return type(exc).__name__ + (f" (SQLSTATE {state})" if state else "")
-
-
 @api.exception_handler(Exception)
 def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Every 5xx of the API in the one error shape: a database that is down, hung past its
@@ -208,7 +202,7 @@ def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
         return refused_by_the_database(exc, f"{request.method} {request.path}")
     if isinstance(exc, DatabaseError):
         metrics.STORE_ERRORS.labels("database", "refused").inc()
-        logger.error("database refused a write on %s %s: %s", request.method, request.path, _described(exc))
+        logger.error("database refused a write on %s %s: %s", request.method, request.path, described(exc))
         return _error(request, 500, "server_error", "the server failed to answer this request")
     logger.exception("unhandled error on %s %s", request.method, request.path)
     return _error(request, 500, "server_error", "the server failed to answer this request")

@@ -478,10 +478,10 @@ class ApiKey(models.Model):
 
     def grants(self, scope_slug: str) -> Scope | None:
         """Returns the scope with this slug if the key grants it, else None (never telling which)."""
-        granted = getattr(self, "granted", {})
-        if scope_slug in granted:
-            return granted[scope_slug]  # read with the key, in the same request
-        return self.scopes.filter(slug=scope_slug).first()
+        granted = self.__dict__.setdefault("granted", {})
+        if scope_slug not in granted:  # else read with the key, or asked before, in the same request
+            granted[scope_slug] = self.scopes.filter(slug=scope_slug).first()
+        return granted[scope_slug]
 
 
 # Operators' grants live beside the scopes they grant (scopes/access.py); imported here so

@@ -227,14 +227,15 @@ def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0,
         raise Refused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
     applicable = [r for r in rules if r.applies_to(state)]
     if not applicable:
-        raise Refused(_refusal(action, actor, state))
+        raise Refused(refusal(action, actor, state))
     if action == REPORT and state is ACTIVE:
         held = held_by_reporters(reporters_after, reporters_to_hold)
         return next(r for r in applicable if (r.to_state is HELD) == held)
     return applicable[0]
 
 
-def _refusal(action: str, actor: Actor, state: State) -> str:
+def refusal(action: str, actor: Actor, state: State) -> str:
+    """Why the action does not apply from this state, in an operator's words."""
     verb = VERBS.get(action, action)
     if state is EXPIRED:
         return f"this trail has expired: it can no longer be {'approved' if action == VOTE_UP else verb + 'ed'}, only deleted"

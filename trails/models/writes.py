@@ -279,7 +279,7 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
             rule = table.decide(table.UNDO, actor, before)
             last = locked.undoable()
             if last is None:
-                raise ActionRefused(table._refusal(table.UNDO, actor, before))
+                raise ActionRefused(table.refusal(table.UNDO, actor, before))
         except ActionRefused:
             _copy_state(trail, locked)
             raise
