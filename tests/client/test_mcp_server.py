@@ -123,21 +123,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def http_server(live_server):
+def start_http_server(live_server, *scope_option: str):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "ragtrail_client.mcp_server", "--transport", "http", "--port", str(port),
-                                "--base-url", live_server.url, "--scope", "hospital", "--recall-timeout", "10"])
+                                "--base-url", live_server.url, *scope_option, "--recall-timeout", "10", "--timeout", "10"])
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    return process, f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture
+def http_server(live_server):
+    process, url = start_http_server(live_server, "--scope", "hospital")
     try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_an_http_server_without_scope_uses_each_keys_only_scope_and_offers_no_scope_argument(live_server, granted):
+    scope, key = granted
+    _, two = ApiKey.issue([scope, Scope.objects.create(slug="pharmacy", matcher="lexical")], name="two scopes")
+    process, url = start_http_server(live_server)
+    seen = {}
+
+    async def main():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                await walk(client, scope)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {two}"}, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                seen["two"] = await client.call_tool("ragtrail_recall", {"query": QUESTION})
+
+    try:
+        run_async(main)
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert seen["two"].is_error and "granted 2 scopes" in text_of(seen["two"]) and "--scope" in text_of(seen["two"])
+    assert Trail.objects.get().status == TrailStatus.ACTIVE
 
 
 def test_http_server_authenticates_with_the_callers_api_key(http_server, granted):
@@ -205,21 +233,40 @@ def test_a_hashes_only_prefetch_tells_the_model_to_read_its_own_index():
     assert "read these sections from your own index" in text and f"visiting/icu (sha256 {'a' * 64})" in text
 
 
-def test_a_stdio_server_started_while_ragtrail_hangs_serves_and_its_recall_fails_within_a_second_and_a_half(hung):
-    base_url = hung
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", base_url],
+def test_a_stdio_server_with_its_scope_serves_while_ragtrail_hangs_and_every_call_fails_within_a_second_and_a_half(hung):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", hung, "--scope", "s"],
                                    env={"RAGTRAIL_API_KEY": "rt_x"})
+    calls = {
+        "ragtrail_recall": {"query": QUESTION},
+        "ragtrail_record": {"query": QUESTION, "cited": ["s1"], "signal": "accepted"},
+        "ragtrail_feedback": {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": False},
+        "ragtrail_get_section": {"section_id": "s1"},
+        "ragtrail_lookup_tool_result": {"tool": "search", "args": {}},
+    }
     timed: dict = {}
 
     async def main():
         async with Client(params) as client:
-            started = time.perf_counter()
-            answer = await client.call_tool("ragtrail_recall", {"query": QUESTION, "scope": "s"})
-            timed["seconds"], timed["answer"] = time.perf_counter() - started, answer
+            for name, arguments in calls.items():
+                started = time.perf_counter()
+                answer = await client.call_tool(name, arguments)
+                timed[name] = time.perf_counter() - started, answer
 
     run_async(main)
-    assert timed["answer"].is_error and "ragtrail is not reachable" in text_of(timed["answer"])
-    assert timed["seconds"] < 1.5, timed["seconds"]
+    for name, (seconds, answer) in timed.items():
+        assert answer.is_error and "ragtrail is not reachable" in text_of(answer), name
+        assert seconds < 1.6, (name, seconds)
+
+
+@pytest.mark.parametrize("server", ["hung", "stopped"])
+def test_a_stdio_server_without_scope_refuses_to_start_when_it_cannot_read_the_keys_scopes(hung, server):
+    """Never a free `scope` argument: without --scope the server must know the key's scopes."""
+    base_url = hung if server == "hung" else "http://127.0.0.1:9"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ragtrail_client.mcp_server", "--base-url", base_url, "--wait", "1"],
+                          env={"RAGTRAIL_API_KEY": "rt_x", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "the key's scopes could not be read" in done.stderr and "--scope" in done.stderr, done.stderr
+    assert time.perf_counter() - started < 15
 
 
 def test_tool_arguments_are_strict_and_descriptions_dedented():

@@ -292,3 +292,117 @@ def test_the_async_client_makes_the_same_calls_and_keeps_the_deadline(client, hu
         recorded, answers, late, waited = pool.submit(asyncio.run, main()).result()
     assert {a.trail_id for a in answers} == {recorded.trail_id} and all(a.outcome == "prefetch" for a in answers)
     assert late.code == "deadline" and waited < 1.5
+
+
+# Every call an agent makes, with the arguments it needs, for the deadline tests.
+AGENT_CALLS = {
+    "recall": lambda c: c.recall("How do I copy a list?"),
+    "record": lambda c: c.record("How do I copy a list?", ["s1"], signal="accepted"),
+    "feedback": lambda c: c.feedback("00000000-0000-0000-0000-000000000000", helpful=False),
+    "get_section": lambda c: c.get_section("s1"),
+    "lookup_tool_result": lambda c: c.lookup_tool_result("search", {"q": "x"}),
+    "store_tool_result": lambda c: c.store_tool_result("search", {"q": "x"}, [1]),
+}
+
+
+@pytest.mark.parametrize("with_scope", [True, False], ids=["scope given", "scope looked up"])
+def test_a_hung_server_costs_every_agent_call_at_most_a_second_and_a_half(hung, with_scope):
+    """The defaults the quickstart builds (with or without scope=): the scope lookup is inside
+    the call's deadline, not a deadline of its own."""
+    client = RagtrailClient(hung, api_key="rt_x", scope="s" if with_scope else None)
+    for name, make in AGENT_CALLS.items():
+        started = time.perf_counter()
+        with pytest.raises(RagtrailError) as late:
+            make(client)
+        elapsed = time.perf_counter() - started
+        assert late.value.status == 0 and late.value.code == "deadline", name
+        assert elapsed < 1.6, (name, elapsed)
+
+
+class Counting(BaseHTTPRequestHandler):
+    """A server that grants one scope and answers every recall with a miss, counting requests."""
+
+    seen: list[str] = []
+
+    def _answer(self):
+        Counting.seen.append(f"{self.command} {self.path}")
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/behind-a-proxy/"):
+            self.send_response(308)
+            self.send_header("Location", "https://ragtrail.example.org/api/v1/scopes/s/recall")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = ({"scopes": [{"slug": "only", "name": "Only"}]} if self.path == "/api/v1/scopes" else
+                {"outcome": "miss", "recall_id": None, "trail_id": None, "matcher": None, "similarity": None,
+                 "matched_query": None, "sections": [], "steps": [], "hint": None, "tokens": 0, "truncated": False})
+        raw = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_POST = do_GET = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def counting():
+    Counting.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_the_keys_only_scope_is_asked_once_and_kept(counting):
+    with RagtrailClient(counting, api_key="rt_x") as client:
+        for _ in range(3):
+            assert client.recall("anything").outcome == "miss"
+    assert Counting.seen == ["GET /api/v1/scopes"] + ["POST /api/v1/scopes/only/recall"] * 3
+
+
+def test_a_redirect_is_said_as_one_and_not_followed(counting):
+    client = RagtrailClient(counting + "/behind-a-proxy", api_key="rt_x", scope="s")  # an HTTP → HTTPS redirect there
+    with pytest.raises(RagtrailError) as redirected:
+        client.recall("anything")
+    assert redirected.value.status == 308 and redirected.value.code == "redirect"
+    assert "https://ragtrail.example.org" in redirected.value.message
+    assert Counting.seen == ["POST /behind-a-proxy/api/v1/scopes/s/recall"]  # once: not followed, not retried
+
+
+def test_an_https_address_of_a_plain_http_server_is_said_as_a_tls_failure(counting):
+    client = RagtrailClient(counting.replace("http://", "https://"), api_key="rt_x", scope="s")
+    started = time.perf_counter()
+    with pytest.raises(RagtrailError) as failed:
+        client.get_section("s1")
+    assert failed.value.status == 0 and failed.value.code == "tls", failed.value
+    assert "could not reach" not in str(failed.value) and time.perf_counter() - started < 1.6
+
+
+def test_the_async_client_runs_no_thread_and_asks_the_scope_once(counting, hung):
+    import asyncio
+
+    from ragtrail_client import AsyncRagtrailClient
+
+    async def main():
+        threads = threading.active_count()
+        async with AsyncRagtrailClient(counting, "rt_x") as live:
+            answers = await asyncio.gather(*(live.recall("anything") for _ in range(4)))
+        started = time.perf_counter()
+        async with AsyncRagtrailClient(hung, "rt_x") as stuck:  # no scope: the lookup hangs
+            with pytest.raises(RagtrailError) as late:
+                await stuck.recall("anything")
+        return answers, threads, threading.active_count(), late.value, time.perf_counter() - started
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        answers, before, after, late, waited = pool.submit(asyncio.run, main()).result()
+    assert [a.outcome for a in answers] == ["miss"] * 4 and after <= before
+    # Four recalls raced before the scope was known; each asked once, and the scope is kept.
+    assert Counting.seen.count("GET /api/v1/scopes") <= 4 and Counting.seen[-1] == "POST /api/v1/scopes/only/recall"
+    assert late.code == "deadline" and waited < 1.5

@@ -1,27 +1,36 @@
-"""Typed calls to ragtrail's JSON API, on the standard library alone.
+"""Typed calls to ragtrail's JSON API over httpx, with pooled connections.
 
 Calls that are safe to repeat (reads, recall, record with its idempotency key, PUTs,
 tool-result lookups and stores) are retried with exponential backoff on connection
 errors and on 502/503/504 (honouring Retry-After); votes and feedback are sent once.
-Every call has one overall deadline, retries and waits included (recall's is short: an
-agent that waits on its memory longer than a search would take is better off searching),
-and recall is never retried after a timeout. Every error the API answers is raised as
-`RagtrailError` carrying its JSON body; no answer within the deadline is status 0, code
-"deadline".
+Every call has one overall deadline, retries, waits and a scope lookup included (recall's
+is 1 s: an agent that waits on its memory longer than a search would take is better off
+searching; the others' 1.5 s), and recall is never retried after a timeout. Every error
+the API answers is raised as `RagtrailError` carrying its JSON body; no answer within the
+deadline is status 0, code "deadline"; a TLS failure is code "tls"; a redirect is never
+followed (it would carry the key elsewhere, and a POST would lose its body): code "redirect".
+
+The calls are written once (`Calls`): each builds a `Call`, which the synchronous client
+here and the asynchronous one (`aio.py`) send the same way, deciding retries alike.
 """
 from __future__ import annotations
 
 import json
 import random
+import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+import httpx
 
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
+# Deadlines an agent gets unless it says otherwise (seconds): a hung server costs no more.
+RECALL_DEADLINE = 1.0
+CALL_DEADLINE = 1.5
+T = TypeVar("T")
 
 
 class RagtrailError(Exception):
@@ -142,24 +151,50 @@ class ToolStored:
 SIGNALS = ("accepted", "user", "verifier", "pending")
 
 
-class RagtrailClient:
-    """A client for one ragtrail server and API key; `scope` is the default scope of calls.
+class Call(Generic[T]):
+    """One API call as the clients send it: where, what, whether it may be repeated, and how
+    its answer (status, JSON body) becomes the typed result."""
+
+    def __init__(self, method: str, parts: Sequence[str], body: Any = None, *, scope: str | None = None,
+                 scoped: bool = True, safe: bool, recall: bool = False, query: Mapping[str, Any] | None = None,
+                 parse: Callable[[int, Any], T] = lambda status, body: body) -> None:
+        self.method, self.parts, self.body, self.scope, self.scoped = method, tuple(parts), body, scope, scoped
+        self.safe, self.recall, self.query, self.parse = safe, recall, query, parse
+
+    def path(self, scope: str | None) -> str:
+        quoted = "/".join(urllib.parse.quote(p, safe="") for p in ((scope,) if self.scoped else ()) + self.parts)
+        path = ("/api/v1/scopes/" if self.scoped else "/api/v1/") + quoted
+        return path + ("?" + urllib.parse.urlencode(self.query) if self.query else "")
+
+
+class Attempt:
+    """What one attempt came to: a result, an error to raise, or a wait before the next."""
+
+    def __init__(self, result: Any = None, error: RagtrailError | None = None, retry_after: float | None = None) -> None:
+        self.result, self.error, self.retry_after = result, error, retry_after
+
+
+class Calls:
+    """Every API call, written once. `_send(call)` is the client's: it returns the call's
+    result (the synchronous client) or an awaitable of it (the asynchronous one).
 
     Args:
         base_url: the server, e.g. "http://127.0.0.1:8000".
         api_key: an `rt_...` key granted the scopes used.
-        scope: the scope calls use unless they name another.
-        timeout: the overall deadline of a call, in seconds: attempts, retries and the waits
-            between them all end by then.
+        scope: the scope calls use unless they name another. Without one, a key granted a
+            single scope uses it (looked up once, inside the first call's deadline).
+        timeout: the overall deadline of a call, in seconds: attempts, retries, the waits
+            between them and a scope lookup all end by then.
         recall_timeout: the overall deadline of a recall (and explain), shorter: past it the
             agent searches as it would have without ragtrail.
         retries: further attempts of a safe call after a connection error or 502/503/504,
             within the call's deadline.
         backoff: seconds before the first retry, doubled each time (with jitter).
+        http: an httpx client to share (its pool), else the client makes its own.
     """
 
-    def __init__(self, base_url: str, api_key: str, scope: str | None = None, *, timeout: float = 10.0,
-                 recall_timeout: float = 1.0, retries: int = 3, backoff: float = 0.2) -> None:
+    def __init__(self, base_url: str, api_key: str, scope: str | None = None, *, timeout: float = CALL_DEADLINE,
+                 recall_timeout: float = RECALL_DEADLINE, retries: int = 3, backoff: float = 0.2, http: Any = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.scope = scope
@@ -167,30 +202,33 @@ class RagtrailClient:
         self.recall_timeout = recall_timeout
         self.retries = retries
         self.backoff = backoff
+        self.headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
+
+    def _send(self, call: Call[T]) -> Any:
+        raise NotImplementedError
 
     # --- the key ----------------------------------------------------------------------
     def scopes(self) -> list[dict[str, str]]:
         """The scopes this key is granted: [{"slug", "name"}]."""
-        return self._call("GET", "/api/v1/scopes", safe=True)["scopes"]
+        return self._send(Call("GET", ("scopes",), scoped=False, safe=True, parse=lambda _, body: body["scopes"]))
 
     # --- sections -------------------------------------------------------------------
     def put_sections(self, sections: Mapping[str, str], *, scope: str | None = None) -> dict[str, Any]:
         """Creates or updates sections; returns counts, changed ids and each section's hash."""
         body = {"sections": [{"id": k, "text": v} for k, v in sections.items()]}
-        return self._call("PUT", self._scoped(scope, "sections"), body, safe=True)
+        return self._send(Call("PUT", ("sections",), body, scope=scope, safe=True))
 
     def list_sections(self, *, after: str = "", limit: int = 200, scope: str | None = None) -> dict[str, Any]:
         """A page of the scope's sections by id: {"sections": [{"id", "hash", "updated_at"}], "next"};
         pass `next` as `after` for the following page (None on the last)."""
-        query = urllib.parse.urlencode({"after": after, "limit": limit})
-        return self._call("GET", self._scoped(scope, "sections") + "?" + query, safe=True)
+        return self._send(Call("GET", ("sections",), scope=scope, safe=True, query={"after": after, "limit": limit}))
 
     def get_section(self, section_id: str, *, scope: str | None = None) -> dict[str, Any]:
         """{"id", "text", "hash", "updated_at"} of one section."""
-        return self._call("GET", self._scoped(scope, "sections", section_id), safe=True)
+        return self._send(Call("GET", ("sections", section_id), scope=scope, safe=True))
 
     def delete_section(self, section_id: str, *, scope: str | None = None) -> None:
-        self._call("DELETE", self._scoped(scope, "sections", section_id), safe=True)
+        return self._send(Call("DELETE", ("sections", section_id), scope=scope, safe=True, parse=lambda _, __: None))
 
     # --- recall, record, feedback ----------------------------------------------------
     def recall(self, query: str, *, partition: str = "", token_budget: int | None = None, dry_run: bool = False,
@@ -207,7 +245,8 @@ class RagtrailClient:
         if session is not None:
             body["session"] = session
         # A repeated recall may count one more hit; it never changes what is served.
-        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True, recall=True))
+        return self._send(Call("POST", ("recall",), body, scope=scope, safe=True, recall=True,
+                               parse=lambda _, answer: Recall.from_json(answer)))
 
     def explain(self, query: str, *, partition: str = "", token_budget: int | None = None,
                 scope: str | None = None) -> Recall:
@@ -217,7 +256,8 @@ class RagtrailClient:
         body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": True, "explain": True}
         if token_budget is not None:
             body["token_budget"] = token_budget
-        return Recall.from_json(self._call("POST", self._scoped(scope, "recall"), body, safe=True))
+        return self._send(Call("POST", ("recall",), body, scope=scope, safe=True, recall=True,
+                               parse=lambda _, answer: Recall.from_json(answer)))
 
     def record(self, query: str, cited: Sequence[str], *, signal: str, steps: Iterable[Step | Mapping[str, Any]] = (),
                hashes: Mapping[str, str] | None = None, partition: str = "",
@@ -245,35 +285,36 @@ class RagtrailClient:
             body["signal"] = signal
         if session is not None:
             body["session"] = session
-        status, answer = self._request("POST", self._scoped(scope, "trails"), body, safe=True)
-        return Recorded(answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201,
-                        refreshed=answer.get("refreshed"))
+        return self._send(Call("POST", ("trails",), body, scope=scope, safe=True, parse=lambda status, answer: Recorded(
+            answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201, refreshed=answer.get("refreshed"))))
 
     def feedback(self, recall_id: str, helpful: bool, reason: str = "", *, scope: str | None = None) -> RecallFeedback:
         """The agent's verdict on what a recall served; "not helpful" reports a false hit."""
         body = {"helpful": helpful, "reason": reason}
-        return RecallFeedback(**self._call("POST", self._scoped(scope, "recalls", recall_id, "feedback"), body, safe=False))
+        return self._send(Call("POST", ("recalls", recall_id, "feedback"), body, scope=scope, safe=False,
+                               parse=lambda _, answer: RecallFeedback(**answer)))
 
     def vote(self, trail_id: str, vote: str, *, scope: str | None = None) -> dict[str, Any]:
         """"up" approves a pending trail, "down" rejects it."""
-        return self._call("POST", self._scoped(scope, "trails", trail_id, "feedback"), {"vote": vote}, safe=False)
+        return self._send(Call("POST", ("trails", trail_id, "feedback"), {"vote": vote}, scope=scope, safe=False))
 
     def get_trail(self, trail_id: str, *, scope: str | None = None) -> dict[str, Any]:
-        return self._call("GET", self._scoped(scope, "trails", trail_id), safe=True)
+        return self._send(Call("GET", ("trails", trail_id), scope=scope, safe=True))
 
     # --- tool results ----------------------------------------------------------------
     def get_tool_policies(self, *, scope: str | None = None) -> list[dict[str, Any]]:
-        return self._call("GET", self._scoped(scope, "tool-policies"), safe=True)["policies"]
+        return self._send(Call("GET", ("tool-policies",), scope=scope, safe=True, parse=lambda _, body: body["policies"]))
 
     def put_tool_policies(self, policies: Sequence[Mapping[str, Any]], *, scope: str | None = None) -> list[dict[str, Any]]:
         """Replaces the scope's tool policies (which tools' results may be cached, how long)."""
         body = {"policies": [dict(p) for p in policies]}
-        return self._call("PUT", self._scoped(scope, "tool-policies"), body, safe=True)["policies"]
+        return self._send(Call("PUT", ("tool-policies",), body, scope=scope, safe=True, parse=lambda _, body: body["policies"]))
 
     def lookup_tool_result(self, tool: str, args: Mapping[str, Any], *, context: Mapping[str, Any] | None = None,
                            caller: str | None = None, scope: str | None = None) -> ToolLookup:
         body = self._tool_body(tool, args, context, caller)
-        return ToolLookup(**self._call("POST", self._scoped(scope, "tool-results", "lookup"), body, safe=True))
+        return self._send(Call("POST", ("tool-results", "lookup"), body, scope=scope, safe=True,
+                               parse=lambda _, answer: ToolLookup(**answer)))
 
     def store_tool_result(self, tool: str, args: Mapping[str, Any], result: Any, *,
                           context: Mapping[str, Any] | None = None, caller: str | None = None,
@@ -282,13 +323,14 @@ class RagtrailClient:
         so the result is never served after one of them changes."""
         body = self._tool_body(tool, args, context, caller)
         body.update(result=result, section_ids=list(sections or {}), hashes=dict(sections or {}))
-        return ToolStored(**self._call("PUT", self._scoped(scope, "tool-results"), body, safe=True))
+        return self._send(Call("PUT", ("tool-results",), body, scope=scope, safe=True,
+                               parse=lambda _, answer: ToolStored(**answer)))
 
     def tool_result_stats(self, *, scope: str | None = None) -> dict[str, dict[str, int]]:
         """Lookups per tool in the last hour: {"tool": {"hit": n, "miss": n, "stale": n, "refused": n}}."""
-        return self._call("GET", self._scoped(scope, "tool-results", "stats"), safe=True)
+        return self._send(Call("GET", ("tool-results", "stats"), scope=scope, safe=True))
 
-    # --- plumbing --------------------------------------------------------------------
+    # --- what both clients share -------------------------------------------------------
     @staticmethod
     def _tool_body(tool: str, args: Mapping[str, Any], context: Mapping[str, Any] | None, caller: str | None) -> dict:
         body: dict[str, Any] = {"tool": tool, "args": dict(args), "context": dict(context or {})}
@@ -296,60 +338,141 @@ class RagtrailClient:
             body["caller"] = caller
         return body
 
-    def _scoped(self, scope: str | None, *parts: str) -> str:
-        scope = scope or self.scope
-        if not scope:
-            granted = [s["slug"] for s in self.scopes()]
-            if len(granted) != 1:
-                raise ValueError("no scope: pass scope= to the call or to RagtrailClient "
-                                 f"(this key is granted {len(granted)} scopes: {', '.join(granted) or 'none'})")
-            scope = self.scope = granted[0]  # the key's only scope is unambiguous
-        return "/api/v1/scopes/" + "/".join(urllib.parse.quote(p, safe="") for p in (scope, *parts))
+    def _budget(self, call: Call) -> float:
+        return self.recall_timeout if call.recall else self.timeout
 
-    def _call(self, method: str, path: str, body: Any = None, *, safe: bool, recall: bool = False) -> Any:
-        return self._request(method, path, body, safe=safe, recall=recall)[1]
+    def _scope_lookup(self, call: Call) -> Call | None:
+        """The lookup of the key's scope this call needs first, or None (its scope is known)."""
+        if not call.scoped or call.scope or self.scope:
+            return None
+        return Call("GET", ("scopes",), scoped=False, safe=True, recall=call.recall, parse=self._only_scope)
 
-    def _request(self, method: str, path: str, body: Any = None, *, safe: bool, recall: bool = False) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        budget = self.recall_timeout if recall else self.timeout
-        deadline = time.monotonic() + budget
-        attempts = 1 + (self.retries if safe else 0)
-        for attempt in range(attempts):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            last = attempt == attempts - 1
-            request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
-            try:
-                with urllib.request.urlopen(request, timeout=left) as response:
-                    raw = response.read()
-                    return response.status, (json.loads(raw) if raw else None)
-            except urllib.error.HTTPError as answered:
-                error = RagtrailError(answered.code, _json_or_none(answered.read()))
-                if answered.code not in RETRYABLE_STATUSES or last or not self._sleep(attempt, answered.headers.get("Retry-After"), deadline):
-                    raise error from None
-            except (urllib.error.URLError, OSError) as unreachable:
-                timed_out = isinstance(unreachable, TimeoutError) or isinstance(getattr(unreachable, "reason", None), TimeoutError)
-                if timed_out and recall:
-                    break  # a hung server: the agent searches now rather than wait for a second try
-                if last or not self._sleep(attempt, None, deadline):
-                    if timed_out:
-                        break
-                    raise RagtrailError(0, None, f"could not reach {self.base_url}: {unreachable}") from unreachable
-        raise RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
+    def _only_scope(self, _: int, body: Any) -> str:
+        granted = [s["slug"] for s in body["scopes"]]
+        if len(granted) != 1:
+            raise ValueError("no scope: pass scope= to the call or to the client "
+                             f"(this key is granted {len(granted)} scopes: {', '.join(granted) or 'none'})")
+        self.scope = granted[0]  # the key's only scope is unambiguous; asked once
+        return self.scope
 
-    def _sleep(self, attempt: int, retry_after: str | None, deadline: float) -> bool:
-        """Waits before the next attempt; False (and no wait) where that would pass the deadline."""
+    def _attempts(self, call: Call) -> int:
+        return 1 + (self.retries if call.safe else 0)
+
+    def _answered(self, call: Call, response: httpx.Response, raw: bytes, attempt: int, deadline: float) -> Attempt:
+        if 300 <= response.status_code < 400:
+            where = response.headers.get("location", "elsewhere")
+            return Attempt(error=RagtrailError(response.status_code, {"error": {"code": "redirect", "message": (
+                f"{self.base_url} redirects to {where} (not followed: it would send the key and lose a POST's body); "
+                "set base_url to the address that answers, with https:// where the server is behind TLS")}}))
+        if response.status_code >= 400:
+            error = RagtrailError(response.status_code, _json_or_none(raw))
+            if response.status_code in RETRYABLE_STATUSES and attempt < self._attempts(call) - 1:
+                delay = self._delay(attempt, response.headers.get("retry-after"), deadline)
+                if delay is not None:
+                    return Attempt(error=error, retry_after=delay)
+            return Attempt(error=error)
+        body = json.loads(raw) if raw else None
+        return Attempt(result=call.parse(response.status_code, body))
+
+    def _failed(self, call: Call, problem: Exception, attempt: int, deadline: float, budget: float) -> Attempt:
+        late = RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
+        if isinstance(problem, (httpx.TimeoutException, TimeoutError)):
+            if call.recall:
+                return Attempt(error=late)  # a hung server: the agent searches now rather than wait for a second try
+            delay = self._delay(attempt, None, deadline) if attempt < self._attempts(call) - 1 else None
+            return Attempt(error=late, retry_after=delay)
+        tls = _tls_failure(problem)
+        if tls is not None:
+            return Attempt(error=RagtrailError(0, {"error": {"code": "tls", "message": (
+                f"the TLS handshake with {self.base_url} failed ({tls}): is the server speaking plain HTTP to an "
+                "https:// address, or is its certificate not trusted here?")}}))
+        if isinstance(problem, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+            return Attempt(error=RagtrailError(0, {"error": {"code": "bad_url", "message": f"{self.base_url}: {problem}"}}))
+        error = RagtrailError(0, None, f"could not reach {self.base_url}: {problem or type(problem).__name__}")
+        delay = self._delay(attempt, None, deadline) if attempt < self._attempts(call) - 1 else None
+        return Attempt(error=error, retry_after=delay)
+
+    def _delay(self, attempt: int, retry_after: str | None, deadline: float) -> float | None:
+        """The wait before the next attempt; None where that would pass the deadline."""
         delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), 30.0))
-        if time.monotonic() + delay >= deadline:
-            return False
-        time.sleep(delay)
-        return True
+        return None if time.monotonic() + delay >= deadline else delay
+
+    def _deadline_error(self, budget: float) -> RagtrailError:
+        return RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
+
+
+class RagtrailClient(Calls):
+    """A client for one ragtrail server and API key, with a pool of connections to it
+    (close it, or use it in a `with` block, when done). Arguments: see `Calls`."""
+
+    def __init__(self, base_url: str, api_key: str, scope: str | None = None, **options: Any) -> None:
+        super().__init__(base_url, api_key, scope, **options)
+        shared = options.get("http")
+        self._owned = shared is None
+        self.http: httpx.Client = shared or httpx.Client(follow_redirects=False)
+
+    def close(self) -> None:
+        if self._owned:
+            self.http.close()
+
+    def __enter__(self) -> "RagtrailClient":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def _send(self, call: Call[T]) -> T:
+        budget = self._budget(call)
+        deadline = time.monotonic() + budget
+        lookup = self._scope_lookup(call)
+        scope = self._attempt_all(lookup, deadline, budget) if lookup else (call.scope or self.scope)
+        return self._attempt_all(call, deadline, budget, scope)
+
+    def _attempt_all(self, call: Call[T], deadline: float, budget: float, scope: str | None = None) -> T:
+        data = json.dumps(call.body).encode() if call.body is not None else None
+        headers = dict(self.headers, **({"Content-Type": "application/json"} if data is not None else {}))
+        error: RagtrailError | None = None
+        for attempt in range(self._attempts(call)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                with self.http.stream(call.method, self.base_url + call.path(scope), content=data, headers=headers,
+                                      timeout=httpx.Timeout(left)) as response:
+                    raw = _read_by(response.iter_bytes(), deadline)
+                outcome = self._answered(call, response, raw, attempt, deadline)
+            except (httpx.HTTPError, TimeoutError) as problem:
+                outcome = self._failed(call, problem, attempt, deadline, budget)
+            if outcome.error is None:
+                return outcome.result
+            error = outcome.error
+            if outcome.retry_after is None:
+                raise error
+            time.sleep(outcome.retry_after)
+        raise error if error is not None and error.code != "deadline" else self._deadline_error(budget)
+
+
+def _read_by(chunks: Iterator[bytes], deadline: float) -> bytes:
+    """The whole body, unless the server drips it past the deadline."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer was still arriving at the deadline")
+    return bytes(body)
+
+
+def _tls_failure(problem: BaseException) -> BaseException | None:
+    """The TLS error behind a connection failure, if that is what it was."""
+    seen = problem
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    text = str(problem)
+    return problem if isinstance(problem, httpx.ConnectError) and ("SSL" in text or "TLS" in text or "certificate" in text) else None
 
 
 def _json_or_none(raw: bytes) -> Any:

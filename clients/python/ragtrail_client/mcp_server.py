@@ -6,10 +6,14 @@ over HTTP with the MCP client's own `Authorization: Bearer rt_...` header, passe
 through on every call (a request without one is refused with 401 before any tool
 runs). A key sees only the scopes it is granted, as on the API.
 
-The scope is not a free argument a model could invent: `--scope` fixes it; without it,
-a stdio server asks the API which scopes its key is granted and fixes the one, or offers
-exactly those as a choice; an HTTP server (whose callers bring different keys) offers
-`scope` as an optional argument, needed only by keys granted several.
+The scope is never a free argument a model could invent: `--scope` fixes it; without it,
+a stdio server asks the API which scopes its key is granted (waiting up to `--wait`
+seconds for the API) and fixes the one, or offers exactly those as a choice, and refuses
+to start when it cannot tell; an HTTP server (whose callers bring different keys) uses
+each caller's key's only scope, and refuses a key granted several (run it with --scope).
+
+Every tool call ends by the client's deadline (recall 1 s, the others 1.5 s): a hung or
+stopped ragtrail costs a model no more, and the tool error says to go on without it.
 
 Tool names start with `ragtrail_`, so an agent can mount this server beside others.
 
@@ -23,16 +27,19 @@ import inspect
 import json
 import os
 import sys
+import time
 import typing
+from collections import OrderedDict
 from typing import Annotated, Any, Literal, Optional
 
-import anyio
+import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, Step
+from ragtrail_client.aio import AsyncRagtrailClient
+from ragtrail_client.client import CALL_DEADLINE, RECALL_DEADLINE, RagtrailClient, RagtrailError, Recall, Step
 
 INSTRUCTIONS = (
     "ragtrail remembers how earlier questions in this scope were answered. Call `ragtrail_recall` "
@@ -65,8 +72,6 @@ SIGNAL_MEANING = (
     "`pending`: nobody has approved it yet; it is kept for an operator to approve and is not served until then. "
     "Choose `pending` unless you hold one of the three signals."
 )
-
-SCOPE_FREE = "The scope (tenant and document set) to use. Omit it when your key is granted a single scope."
 
 
 def recall_text(answer: Recall) -> str:
@@ -128,24 +133,19 @@ class RagtrailMCPServer(MCPServer):
 
 
 def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
-    """The tool function as a model sees it: with the scope fixed, no `scope` argument;
-    with a known set of scopes, `scope` is one of them (required); otherwise optional."""
+    """The tool function as a model sees it: with a known set of scopes, `scope` is one of
+    them (required); otherwise there is no `scope` argument (fixed, or the key's only one)."""
     hints = typing.get_type_hints(fn, include_extras=True)  # this module's annotations are strings
     signature = inspect.signature(fn)
     parameters = [p.replace(annotation=hints[p.name]) for p in signature.parameters.values() if p.name != "scope"]
     annotations = {k: v for k, v in hints.items() if k != "scope"}
-    if fixed is None:
-        if choice:
-            scope_type = Annotated[Literal[choice], Field(description="The scope (tenant and document set) to use: one your key is granted.")]
-            parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type))
-        else:
-            scope_type = Annotated[Optional[str], Field(description=SCOPE_FREE)]
-            parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type, default=None))
+    if fixed is None and choice:
+        scope_type = Annotated[Literal[choice], Field(description="The scope (tenant and document set) to use: one your key is granted.")]
+        parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type))
         annotations["scope"] = scope_type
 
     async def tool(**kwargs):
-        if fixed is not None:
-            kwargs["scope"] = fixed
+        kwargs.setdefault("scope", fixed)
         return await fn(**kwargs)
 
     # The description a model reads: the docstring without its source indentation.
@@ -156,15 +156,19 @@ def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
     return tool
 
 
-def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = 10.0,
-                 scope_choice: tuple[str, ...] | None = None, recall_timeout: float = 1.0) -> MCPServer:
+def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = CALL_DEADLINE,
+                 scope_choice: tuple[str, ...] | None = None, recall_timeout: float = RECALL_DEADLINE) -> MCPServer:
     """The MCP server for one ragtrail site; `api_key` is for stdio (HTTP callers bring their own).
 
     `scope` fixes the scope of every tool; `scope_choice` offers these scopes as the only
-    values of a required `scope` argument; with neither, `scope` is optional."""
-    server = RagtrailMCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.2.0")
+    values of a required `scope` argument; with neither, each call uses its key's only scope."""
+    server = RagtrailMCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.3.0")
+    # One pool of connections for every call; a client per key, which keeps that key's scope
+    # once looked up (a few hundred keys at most: the oldest are let go).
+    pool = httpx.AsyncClient(follow_redirects=False)
+    clients: OrderedDict[str, AsyncRagtrailClient] = OrderedDict()
 
-    def client_for(ctx: Context) -> RagtrailClient:
+    def client_for(ctx: Context) -> AsyncRagtrailClient:
         key = api_key
         headers = ctx.headers or {}
         authorization = headers.get("authorization") or headers.get("Authorization") or ""
@@ -172,19 +176,23 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
             key = authorization[7:].strip()
         if not key:
             raise ToolError("no ragtrail API key: set RAGTRAIL_API_KEY (stdio) or send Authorization: Bearer rt_... (HTTP)")
-        return RagtrailClient(base_url, key, scope, timeout=timeout, recall_timeout=recall_timeout)
+        client = clients.pop(key, None) or AsyncRagtrailClient(base_url, key, scope, timeout=timeout,
+                                                                recall_timeout=recall_timeout, http=pool)
+        clients[key] = client
+        while len(clients) > 256:
+            clients.popitem(last=False)
+        return client
 
     async def call(ctx: Context, method: str, *args: Any, **kwargs: Any) -> Any:
         client = client_for(ctx)
         try:
-            # The client is synchronous; a thread keeps the event loop serving other sessions.
-            return await anyio.to_thread.run_sync(lambda: getattr(client, method)(*args, **kwargs))
+            return await getattr(client, method)(*args, **kwargs)
         except RagtrailError as error:
-            if error.status == 0:
+            if error.status == 0 and error.code in ("deadline", "unreachable"):
                 raise ToolError(f"ragtrail is not reachable at {base_url} ({error.message}); go on without it") from None
             raise ToolError(str(error)) from None
         except ValueError as error:
-            raise ToolError(str(error)) from None
+            raise ToolError(f"{error}; this server offers no scope argument: start it with --scope") from None
 
     def tool(fn, read_only: bool):
         server.tool(name=f"ragtrail_{fn.__name__}", annotations=ToolAnnotations(
@@ -332,29 +340,54 @@ class RequireBearer:
         await self.app(scope, receive, send)
 
 
-def http_app(base_url: str, scope: str | None = None, timeout: float = 10.0, recall_timeout: float = 1.0):
+def http_app(base_url: str, scope: str | None = None, timeout: float = CALL_DEADLINE, recall_timeout: float = RECALL_DEADLINE):
     """The streamable HTTP app (at /mcp), each request authenticated by its own bearer key."""
     server = build_server(base_url, None, scope, timeout, recall_timeout=recall_timeout)
     return RequireBearer(server.streamable_http_app(stateless_http=True, json_response=True))
 
 
-def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float, recall_timeout: float = 1.0) -> MCPServer:
+class CannotStart(SystemExit):
+    """The server cannot tell which scopes its tools may use: it does not start."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"ragtrail-mcp: {reason}")
+
+
+def granted_scopes(base_url: str, api_key: str, wait: float) -> tuple[str, ...]:
+    """The key's scopes, asking again for up to `wait` seconds while the API is away.
+
+    Raises:
+        CannotStart: the API did not answer in time, refused the key, or grants it no scope.
+    """
+    give_up = time.monotonic() + wait
+    with RagtrailClient(base_url, api_key, retries=0) as probe:
+        while True:
+            try:
+                granted = tuple(s["slug"] for s in probe.scopes())
+                break
+            except RagtrailError as error:
+                if error.status != 0 or error.code not in ("deadline", "unreachable") or time.monotonic() >= give_up:
+                    raise CannotStart(f"the key's scopes could not be read from {base_url} ({error}); start it once "
+                                      "ragtrail answers, or with --scope") from None
+                time.sleep(min(0.5, max(0.0, give_up - time.monotonic())))
+    if not granted:
+        raise CannotStart("the key is granted no scope")
+    return granted
+
+
+def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float = CALL_DEADLINE,
+                 recall_timeout: float = RECALL_DEADLINE, wait: float = 5.0) -> MCPServer:
     """The stdio server for one key: its scope fixed by --scope, or by the key where the key
-    is granted one; a key granted several offers exactly those."""
+    is granted one; a key granted several offers exactly those. Without --scope it starts
+    only once it knows the key's scopes (the API answered within `wait` seconds)."""
+    if not api_key:
+        raise CannotStart("set RAGTRAIL_API_KEY to a ragtrail API key")
     choice: tuple[str, ...] | None = None
-    if scope is None and api_key:
-        try:
-            probe = RagtrailClient(base_url, api_key, timeout=min(timeout, 2.0), retries=0)  # start soon, even if it hangs
-            granted = tuple(s["slug"] for s in probe.scopes())
-        except RagtrailError as unreachable:
-            # The API is down or refuses the key: serve anyway, each tool call then says why it
-            # cannot answer (an MCP client sees a tool error, not a server that closed).
-            print(f"ragtrail-mcp: the key's scopes could not be read ({unreachable}); scope stays a tool argument",
-                  file=sys.stderr)
-            granted = ()
+    if scope is None:
+        granted = granted_scopes(base_url, api_key, wait)
         if len(granted) == 1:
             scope = granted[0]
-        elif granted:
+        else:
             choice = granted
     return build_server(base_url, api_key, scope, timeout, scope_choice=choice, recall_timeout=recall_timeout)
 
@@ -366,9 +399,11 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--timeout", type=float, default=10.0, help="each call's overall deadline, retries included (s)")
-    parser.add_argument("--recall-timeout", type=float, default=1.0,
+    parser.add_argument("--timeout", type=float, default=CALL_DEADLINE, help="each call's overall deadline, retries included (s)")
+    parser.add_argument("--recall-timeout", type=float, default=RECALL_DEADLINE,
                         help="recall's overall deadline (s): past it the model searches as it would without ragtrail")
+    parser.add_argument("--wait", type=float, default=5.0,
+                        help="stdio without --scope: how long to wait for the API to say the key's scopes before refusing to start (s)")
     return parser
 
 
@@ -376,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     options = argument_parser().parse_args(argv)
     if options.transport == "stdio":
         stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout,
-                     options.recall_timeout).run("stdio")
+                     options.recall_timeout, options.wait).run("stdio")
         return
     import uvicorn
 
