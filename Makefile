@@ -10,10 +10,12 @@ export HOST
 
 .PHONY: run test test-properties demo-new bench clean
 
-$(VENV)/.installed: requirements.txt clients/python/pyproject.toml
+# The laptop's and CI's venv: the service, the model export, the benchmarks and the tests
+# (requirements/test.txt). Production installs requirements.txt alone (README: Running it in production).
+$(VENV)/.installed: requirements.txt requirements/model.txt requirements/export.txt requirements/bench.txt requirements/test.txt clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements/test.txt
 	touch $@
 
 $(OUTSIDE)/.installed: clients/mcp-outside/requirements.txt
@@ -65,6 +67,7 @@ demo-new: $(VENV)/.installed
 # with the previous run. BENCH_ARGS="--sizes 10000 100000 1000000" for the million.
 bench: export RAGTRAIL_SECRET_KEY ?= bench-only-key-not-for-production-0123456789-abcdefghijklmnop
 bench: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+bench: export DJANGO_SETTINGS_MODULE = evaluation.settings
 bench: $(VENV)/.installed $(PEER)/.installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bench $(BENCH_ARGS)

@@ -54,8 +54,7 @@ INSTALLED_APPS = [
     "ninja",
     "scopes",
     "trails",
-    # The evaluation and benchmark commands: beside the product, never imported by it.
-    "evaluation",
+    # The evaluation and benchmark commands are not installed here: evaluation.settings adds them.
     # Last: its ready() wires the apps above together (the embedding model's load gate).
     "ragtrail_site.apps.SiteConfig",
 ]

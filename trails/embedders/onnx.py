@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import warnings
@@ -186,6 +187,12 @@ def ensure_export(model_dir: Path, cache_dir: Path) -> Path:
     target = export_path(model_dir, cache_dir)
     if target.exists():
         return target
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("sentence_transformers") is None:
+        # A production install has no torch: the export is made once elsewhere and copied in.
+        raise ExportRefused(
+            f"no ONNX export of {model_dir.name} at {target}, and this install cannot make one (no torch): run "
+            "`manage.py export_model` once with requirements/export.txt installed, with the same RAGTRAIL_MODEL_CACHE"
+        )
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / ".export.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a worker starting beside this one waits, then finds it made

@@ -82,8 +82,7 @@ class Command(BaseCommand):
                 self._record(size, row, figures["database"], recalls, blocks)
         save_figures(json_path, figures)
 
-    @staticmethod
-    def _record(size: int, row: dict, database: str, recalls: int, blocks: int) -> None:
+    def _record(self, size: int, row: dict, database: str, recalls: int, blocks: int) -> None:
         label = results.SIZE_LABELS.get(size, str(size))
         ours, theirs = row["ragtrail"], row["gptcache"]
         results.record(

@@ -1,6 +1,7 @@
 """Makes the ONNX export of the embedding model ahead of time (a deploy step)."""
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -29,5 +30,6 @@ class Command(BaseCommand):
         try:
             onnx.ensure_export(model_dir, cache_dir)
         except onnx.ExportRefused as refused:
-            raise CommandError(f"{refused}; set RAGTRAIL_EMBEDDER=trails.embedders.sentence_transformer") from None
+            advice = "; set RAGTRAIL_EMBEDDER=trails.embedders.sentence_transformer" if importlib.util.find_spec("torch") else ""
+            raise CommandError(f"{refused}{advice}") from None
         self.stdout.write(f"exported in {time.perf_counter() - started:.1f} s: {target}")
