@@ -49,7 +49,11 @@ run: $(VENV)/.installed
 # Tests run as production does (DEBUG off), with a throwaway key.
 test: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
 test: $(VENV)/.installed $(OUTSIDE)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
+	@# The model's ONNX export, made once before the tests (a deploy step), not inside the first request that needs it.
+	$(PY) manage.py export_model
 	$(PY) -m pytest
 
 # The long run of the stateful property test (CI runs 300 examples on PostgreSQL).

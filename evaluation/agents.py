@@ -5,6 +5,7 @@ An agent answers a question with two tools over the corpus, `search` (BM25, top 
 sections it cites. Every model turn is logged with the context it was given, so the
 cost experiment can price input and output tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trails.core.budget import count_tokens
 from evaluation.bm25 import BM25, coverage
+from trails.core.budget import count_tokens
 
 SEARCH_RESULTS = 5
 SNIPPET_WORDS = 30
@@ -45,8 +46,12 @@ class Given:
             return cls("prefetch", text, [s["id"] for s in answer["sections"]], [])
         if answer["outcome"] == "hint":
             sections = answer["sections"]
-            return cls("hint", answer["hint"] or "", [s["id"] for s in sections if s["status"] != "deleted"],
-                       [s["id"] for s in sections if s["status"] == "changed"])
+            return cls(
+                "hint",
+                answer["hint"] or "",
+                [s["id"] for s in sections if s["status"] != "deleted"],
+                [s["id"] for s in sections if s["status"] == "changed"],
+            )
         return None
 
 
@@ -89,7 +94,11 @@ class Tools:
 
     def read(self, section_id: str, calls: list[ToolCall]) -> str:
         text = self.sections.get(section_id, f"no section {section_id}")
-        calls.append(ToolCall("read", {"id": section_id}, [section_id] if section_id in self.sections else [], count_tokens(text)))
+        calls.append(
+            ToolCall(
+                "read", {"id": section_id}, [section_id] if section_id in self.sections else [], count_tokens(text)
+            )
+        )
         return text
 
 
@@ -125,7 +134,9 @@ class ScriptedAgent:
 
     name = "scripted"
 
-    def __init__(self, costs: CostModel | None = None, max_reads: int = 3, enough: float = 0.75, confident_at: float = 0.34) -> None:
+    def __init__(
+        self, costs: CostModel | None = None, max_reads: int = 3, enough: float = 0.75, confident_at: float = 0.34
+    ) -> None:
         self.costs = costs or CostModel()
         self.max_reads, self.enough, self.confident_at = max_reads, enough, confident_at
 
@@ -170,15 +181,36 @@ class ChatAgent:
 
     name = "chat"
     TOOLS = [
-        {"type": "function", "function": {"name": "search", "description": "BM25 search over the documentation; returns the top 5 section ids with a snippet.",
-                                          "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}},
-        {"type": "function", "function": {"name": "read", "description": "Returns the full text of one section.",
-                                          "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "BM25 search over the documentation; returns the top 5 section ids with a snippet.",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "read",
+                "description": "Returns the full text of one section.",
+                "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+            },
+        },
     ]
-    SYSTEM = ("Answer the user's question from the documentation. Use the tools to find the section that answers it. "
-              "End your final answer with a line `CITED: <section id>, ...` naming the sections you used.")
+    SYSTEM = (
+        "Answer the user's question from the documentation. Use the tools to find the section that answers it. "
+        "End your final answer with a line `CITED: <section id>, ...` naming the sections you used."
+    )
 
-    def __init__(self, url: str | None = None, model: str | None = None, key: str | None = None, max_turns: int = 8, timeout: float = 120) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        model: str | None = None,
+        key: str | None = None,
+        max_turns: int = 8,
+        timeout: float = 120,
+    ) -> None:
         self.url = (url or os.environ.get("RAGTRAIL_EVAL_AGENT_URL", "")).rstrip("/")
         if not self.url:
             raise ValueError("the chat agent needs RAGTRAIL_EVAL_AGENT_URL (an OpenAI-compatible base URL)")
@@ -189,15 +221,22 @@ class ChatAgent:
     def _complete(self, messages: list[dict]) -> dict:
         request = urllib.request.Request(
             f"{self.url}/chat/completions",
-            data=json.dumps({"model": self.model, "messages": messages, "tools": self.TOOLS, "temperature": 0}).encode(),
-            headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {self.key}"} if self.key else {})},
+            data=json.dumps(
+                {"model": self.model, "messages": messages, "tools": self.TOOLS, "temperature": 0}
+            ).encode(),
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self.key}"} if self.key else {}),
+            },
         )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             return json.loads(response.read())
 
     def answer(self, question: str, tools: Tools, given: Given | None) -> AgentRun:
-        user = question if given is None else (
-            f"{question}\n\nA memory of an earlier, similar question ({given.outcome}):\n{given.text}"
+        user = (
+            question
+            if given is None
+            else (f"{question}\n\nA memory of an earlier, similar question ({given.outcome}):\n{given.text}")
         )
         messages = [{"role": "system", "content": self.SYSTEM}, {"role": "user", "content": user}]
         context = Context(count_tokens(self.SYSTEM))
@@ -225,7 +264,11 @@ class ChatAgent:
         cited = []
         found = re.search(r"CITED:\s*(.+)", final)
         if found:
-            cited = [part.strip().strip("`") for part in found.group(1).split(",") if part.strip().strip("`") in tools.sections]
+            cited = [
+                part.strip().strip("`")
+                for part in found.group(1).split(",")
+                if part.strip().strip("`") in tools.sections
+            ]
         return AgentRun(cited, calls, bool(cited), context)
 
 

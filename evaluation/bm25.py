@@ -1,4 +1,5 @@
 """Okapi BM25 over a corpus of sections: the scripted agent's search tool."""
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,12 @@ class BM25:
             for term in wanted:
                 f = counts.get(term, 0)
                 if f:
-                    score += self.idf[term] * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * length / self.average))
+                    score += (
+                        self.idf[term]
+                        * f
+                        * (self.k1 + 1)
+                        / (f + self.k1 * (1 - self.b + self.b * length / self.average))
+                    )
             if score > 0:
                 scored.append((section_id, score))
         scored.sort(key=lambda pair: (-pair[1], pair[0]))

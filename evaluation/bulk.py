@@ -1,4 +1,5 @@
 """Deleting a whole scope's rows in bulk (benchmark and evaluation scopes)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -7,7 +8,18 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from scopes.models import Scope, Section
-from trails.models import BandKeys, Citation, MatchLabel, RecallEvent, Step, ThresholdChange, Trail, TrailReport, TrailSignal, delete_rows
+from trails.models import (
+    BandKeys,
+    Citation,
+    MatchLabel,
+    RecallEvent,
+    Step,
+    ThresholdChange,
+    Trail,
+    TrailReport,
+    TrailSignal,
+    delete_rows,
+)
 
 
 @contextmanager
@@ -59,4 +71,3 @@ def drop_scope(scope: Scope) -> None:
         ):
             delete_rows(queryset)
         scope.delete()
-

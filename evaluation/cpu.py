@@ -6,6 +6,7 @@ Requests a second on a shared 2-core machine move by a third from one hour to th
 CPU per request moves less and tells where a change saved work. A reference workload
 timed beside the runs tells a slow hour from a slow change.
 """
+
 from __future__ import annotations
 
 import os

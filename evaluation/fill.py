@@ -8,6 +8,7 @@ citations (tests/test_fill.py compares them column by column); only an embedding
 scope is filled this way (a lexical scope's band keys are MinHashes of content shingles,
 which stay on the slow path).
 """
+
 from __future__ import annotations
 
 import io
@@ -20,14 +21,14 @@ import numpy as np
 from django.db import DatabaseError, connection, transaction
 from django.db.models import NOT_PROVIDED
 
+from evaluation.bulk import bulk_transaction
 from scopes.models import Scope, Section
 from trails.core.banding import band_key, band_prefix, scope_salt
 from trails.core.normalise import normalise_query
 from trails.core.simhash import SimHashParams, _hyperplanes, encode_vector, simhash_bits, sketch_params
 from trails.embedders import get_embedder
-from trails.serving.matching import embedding_namespace, matching_settings, simhash_params
 from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
-from evaluation.bulk import bulk_transaction
+from trails.serving.matching import embedding_namespace, matching_settings, simhash_params
 
 # A projection this close to 0 may fall on the other side of its hyperplane in a matrix
 # product than in the one-vector product record uses (BLAS sums in another order): such
@@ -81,17 +82,21 @@ class BlockSigner:
         keys = np.empty((bits.shape[0], layout.bands), dtype=np.int64)
         weights = np.left_shift(1, np.arange(rows, dtype=np.int64))
         for band in range(layout.bands):
-            part = np.ascontiguousarray(bits[:, band * rows:(band + 1) * rows])
+            part = np.ascontiguousarray(bits[:, band * rows : (band + 1) * rows])
             if self.band_tables is None:  # too wide for a table: the block's distinct values
                 _, first, inverse = np.unique(part, axis=0, return_index=True, return_inverse=True)
-                keys[:, band] = np.fromiter((band_key(self.prefix, band, part[i].tobytes()) for i in first), dtype=np.int64, count=len(first))[inverse.reshape(-1)]
+                keys[:, band] = np.fromiter(
+                    (band_key(self.prefix, band, part[i].tobytes()) for i in first), dtype=np.int64, count=len(first)
+                )[inverse.reshape(-1)]
                 continue
             values = part.astype(np.int64) @ weights
             fresh = ~self.band_known[band, values]
             new, first = np.unique(values[fresh], return_index=True)
             if new.size:
                 unknown = np.flatnonzero(fresh)[first]
-                self.band_tables[band, new] = np.fromiter((band_key(self.prefix, band, part[i].tobytes()) for i in unknown), dtype=np.int64, count=new.size)
+                self.band_tables[band, new] = np.fromiter(
+                    (band_key(self.prefix, band, part[i].tobytes()) for i in unknown), dtype=np.int64, count=new.size
+                )
                 self.band_known[band, new] = True
             keys[:, band] = self.band_tables[band, values]
         return keys
@@ -111,8 +116,15 @@ def _sketches(bits: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed).view(">i8").astype(np.int64)
 
 
-def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, signed: SignedBlock, cited: list[list[str]],
-                current: dict[str, Section], now: datetime) -> list[int]:
+def store_block(
+    signer: BlockSigner,
+    texts: list[str],
+    vectors: np.ndarray,
+    signed: SignedBlock,
+    cited: list[list[str]],
+    current: dict[str, Section],
+    now: datetime,
+) -> list[int]:
     """Stores accepted trails in the signer's scope, the i-th asking texts[i] (its vector
     vectors[i], signed as signed[i]) and citing cited[i] after one search step, as
     `evaluation.scale.store_trails` would; returns their ids. PostgreSQL only."""
@@ -122,35 +134,57 @@ def store_block(signer: BlockSigner, texts: list[str], vectors: np.ndarray, sign
     # The rows record() would write for an accepted trail: its status and expiry from the lifecycle table.
     accepted = Trail.start(scope, signalled=True, now=now)
     trail_columns = {
-        "partition": "", "status": accepted.status, "signal": "accepted", "reason": accepted.reason,
-        "lexical_params": matching.minhash.label, "band_layout": matching.lexical_layout.label,
-        "embedding_model": signer.embedder, "created_at": now, "expires_at": accepted.expires_at, "request_fingerprint": "",
+        "partition": "",
+        "status": accepted.status,
+        "signal": "accepted",
+        "reason": accepted.reason,
+        "lexical_params": matching.minhash.label,
+        "band_layout": matching.lexical_layout.label,
+        "embedding_model": signer.embedder,
+        "created_at": now,
+        "expires_at": accepted.expires_at,
+        "request_fingerprint": "",
         "scope_id": scope.id,
     }
     with bulk_transaction(), connection.cursor() as cursor:
         _skip_reference_checks(cursor)
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                       [Trail._meta.db_table, len(texts)])
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [Trail._meta.db_table, len(texts)],
+        )
         ids = [row[0] for row in cursor.fetchall()]
         raw = cursor.cursor
         fields = list(Trail._meta.concrete_fields)
         with raw.copy(copy_statement(Trail, [f.column for f in fields])) as copy:
             for i, text in enumerate(texts):
-                given = {**trail_columns, "id": ids[i], "public_id": uuid.uuid4(), "query": text,
-                         "normalised_query": normalise_query(text), "lexical_signature": b"",
-                         "embedding": encode_vector(vectors[i])}
+                given = {
+                    **trail_columns,
+                    "id": ids[i],
+                    "public_id": uuid.uuid4(),
+                    "query": text,
+                    "normalised_query": normalise_query(text),
+                    "lexical_signature": b"",
+                    "embedding": encode_vector(vectors[i]),
+                }
                 copy.write_row([given[f.attname] if f.attname in given else _default(f) for f in fields])
-        with raw.copy(copy_statement(Step, ["trail_id", "scope_id", "position", "tool", "args", "section_ids"])) as copy:
+        with raw.copy(
+            copy_statement(Step, ["trail_id", "scope_id", "position", "tool", "args", "section_ids"])
+        ) as copy:
             for trail_id, text, sections in zip(ids, texts, cited):
                 copy.write_row([trail_id, scope.id, 0, "search", json.dumps({"query": text}), json.dumps(sections)])
         with raw.copy(copy_statement(Citation, ["trail_id", "scope_id", "position", "section_id", "hash"])) as copy:
             for trail_id, sections in zip(ids, cited):
                 for position, section_id in enumerate(dict.fromkeys(sections)):
                     copy.write_row([trail_id, scope.id, position, section_id, current[section_id].hash])
-        with raw.copy(copy_statement(TrailSignal, ["trail_id", "scope_id", "signal", "source", "by", "reason", "created_at"])) as copy:
+        with raw.copy(
+            copy_statement(TrailSignal, ["trail_id", "scope_id", "signal", "source", "by", "reason", "created_at"])
+        ) as copy:
             for trail_id in ids:
                 copy.write_row([trail_id, scope.id, "accepted", TrailSignal.Source.RECORD.value, "", "", now])
-        with raw.copy(copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"]) + " WITH (FORMAT binary)") as copy:
+        with raw.copy(
+            copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"])
+            + " WITH (FORMAT binary)"
+        ) as copy:
             copy.write(_binary_band_keys(np.asarray(ids, dtype=np.int64), scope.id, signed))
     return ids
 
@@ -176,10 +210,32 @@ def _binary_band_keys(ids: np.ndarray, scope_id: int, signed: SignedBlock) -> by
     in numpy: the keys XOR the scope's salt, as a one-dimensional BIGINT array."""
     count, bands = signed.keys.shape
     element = np.dtype([("length", ">i4"), ("value", ">i8")])
-    array = np.dtype([("ndim", ">i4"), ("flags", ">i4"), ("type", ">i4"), ("size", ">i4"), ("lower", ">i4"), ("items", element, (bands,))])
+    array = np.dtype(
+        [
+            ("ndim", ">i4"),
+            ("flags", ">i4"),
+            ("type", ">i4"),
+            ("size", ">i4"),
+            ("lower", ">i4"),
+            ("items", element, (bands,)),
+        ]
+    )
     # Each row: a 16-bit field count, then each field as a 32-bit length and its value.
-    row = np.dtype([("fields", ">i2"), ("trail_length", ">i4"), ("trail", ">i8"), ("scope_length", ">i4"), ("scope", ">i8"),
-                    ("keys_length", ">i4"), ("keys", array), ("high_length", ">i4"), ("high", ">i8"), ("low_length", ">i4"), ("low", ">i8")])
+    row = np.dtype(
+        [
+            ("fields", ">i2"),
+            ("trail_length", ">i4"),
+            ("trail", ">i8"),
+            ("scope_length", ">i4"),
+            ("scope", ">i8"),
+            ("keys_length", ">i4"),
+            ("keys", array),
+            ("high_length", ">i4"),
+            ("high", ">i8"),
+            ("low_length", ">i4"),
+            ("low", ">i8"),
+        ]
+    )
     rows = np.zeros(count, dtype=row)
     rows["fields"] = 5
     for name in ("trail", "scope", "high", "low"):
@@ -214,4 +270,3 @@ def _default(field):
 
 def copy_statement(model, columns: list[str]) -> str:
     return f"COPY {model._meta.db_table} ({', '.join(columns)}) FROM STDIN"
-

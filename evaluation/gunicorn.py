@@ -1,4 +1,5 @@
 """The service under gunicorn with the production config, for the benchmarks that measure it from outside."""
+
 from __future__ import annotations
 
 import os
@@ -27,15 +28,23 @@ def start(port: int, workers: int, extra_env: dict | None = None) -> subprocess.
         # The load generator stamps X-Request-Start as a proxy on this machine would (its
         # mode without a proxy sends none): trusted from here unless the caller says otherwise.
         "RAGTRAIL_TRUSTED_PROXIES": "127.0.0.1",
-        **os.environ, **(extra_env or {}), "RAGTRAIL_BIND": f"127.0.0.1:{port}", "RAGTRAIL_WORKERS": str(workers),
+        **os.environ,
+        **(extra_env or {}),
+        "RAGTRAIL_BIND": f"127.0.0.1:{port}",
+        "RAGTRAIL_WORKERS": str(workers),
         # Production settings: DEBUG off (its query log costs time), this process's key
         # (API keys are checked with it), and no worker recycling, so memory growth shows.
-        "RAGTRAIL_DEBUG": "0", "RAGTRAIL_SECRET_KEY": settings.SECRET_KEY, "RAGTRAIL_MAX_REQUESTS": "0",
+        "RAGTRAIL_DEBUG": "0",
+        "RAGTRAIL_SECRET_KEY": settings.SECRET_KEY,
+        "RAGTRAIL_MAX_REQUESTS": "0",
     }
     conf = Path(settings.BASE_DIR) / "ragtrail_site" / "gunicorn_conf.py"
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", str(conf), "ragtrail_site.wsgi"], env=env, cwd=settings.BASE_DIR,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "gunicorn", "-c", str(conf), "ragtrail_site.wsgi"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -12,6 +12,7 @@ Everything goes through the product's own recall(), record(), give_feedback() an
 threshold learning they trigger; nothing is set by hand. Reuse and false hits are
 counted per half of the stream, with 95 % Clopper-Pearson intervals.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -20,12 +21,12 @@ from typing import Callable
 
 import numpy as np
 
+from evaluation.bulk import drop_scope
 from scopes.models import Scope, Section
 from trails.core.calibration import Rate
 from trails.learning.feedback import give_feedback
-from trails.serving.matching import matching_settings
 from trails.models import Citation, MatchLabel, ThresholdChange, Trail, TrailStatus
-from evaluation.bulk import drop_scope
+from trails.serving.matching import matching_settings
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
 
@@ -44,7 +45,9 @@ def easier(pairs: list[dict], unrelated: Callable[[str], bool]) -> list[dict]:
 APART = 0.75
 
 
-def distinct_topics(pairs: list[dict], vectors: dict[str, "np.ndarray"], limit: int, apart: float = APART) -> list[dict]:
+def distinct_topics(
+    pairs: list[dict], vectors: dict[str, "np.ndarray"], limit: int, apart: float = APART
+) -> list[dict]:
     """Pairs whose first questions are all farther apart than `apart` (cosine), in file
     order, up to `limit`: one question per topic, as in an FAQ, so that a paraphrase has
     one right answer among the stored questions."""
@@ -74,8 +77,10 @@ class Half:
     def describe(self) -> str:
         reuse, false = Rate(self.correct, self.duplicates), Rate(self.false, self.distinct)
         per_question = Rate(self.served_wrong, self.asked)
-        return (f"reuse {reuse.describe()}  false hits on non-duplicates {false.describe()}  wrong {self.wrong}  "
-                f"served wrong per question asked {per_question.describe()}")
+        return (
+            f"reuse {reuse.describe()}  false hits on non-duplicates {false.describe()}  wrong {self.wrong}  "
+            f"served wrong per question asked {per_question.describe()}"
+        )
 
 
 @dataclass
@@ -94,15 +99,24 @@ class Outcome:
         out = [f"{self.name}:"]
         for i, half in enumerate(self.halves):
             out.append(f"  {'first' if i == 0 else 'second'} half: {half.describe()}")
-        path = ", ".join(f"{t:.4f}@{i}" for i, t in self.thresholds[:12]) + (" ..." if len(self.thresholds) > 12 else "")
-        out.append(f"  threshold: configured {self.configured}, in use at the end {self.final_threshold} "
-                   f"({self.moves} moves: {path or 'none'}); labels {self.labels}; flags: {self.flags or 'none'}; "
-                   f"honest trails sent back to pending: {self.demoted}")
+        path = ", ".join(f"{t:.4f}@{i}" for i, t in self.thresholds[:12]) + (
+            " ..." if len(self.thresholds) > 12 else ""
+        )
+        out.append(
+            f"  threshold: configured {self.configured}, in use at the end {self.final_threshold} "
+            f"({self.moves} moves: {path or 'none'}); labels {self.labels}; flags: {self.flags or 'none'}; "
+            f"honest trails sent back to pending: {self.demoted}"
+        )
         return out
 
 
-def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = False,
-             progress: Callable[[str], None] = lambda _: None) -> Outcome:
+def simulate(
+    name: str,
+    pairs: list[dict],
+    flood_every: int = 0,
+    pinned: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Outcome:
     """Runs one stream on a fresh embedding scope with the shipped defaults.
 
     Args:
@@ -110,11 +124,15 @@ def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = 
             pair, asks a stored question again and reports the answer not helpful.
         pinned: the configured threshold pinned (learning off): the baseline of a stream.
     """
-    scope = Scope.objects.create(scratch=True, slug=f"eval-learn-{uuid.uuid4().hex[:8]}", matcher="embedding",
-                                 threshold_pinned=pinned)
+    scope = Scope.objects.create(
+        scratch=True, slug=f"eval-learn-{uuid.uuid4().hex[:8]}", matcher="embedding", threshold_pinned=pinned
+    )
     result = Outcome(name, configured=scope.embedding_threshold)
     try:
-        Section.upsert(scope, {f"s-{i}": f"topic {i}" for i in range(len(pairs))} | {f"t-{i}": f"other {i}" for i in range(len(pairs))})
+        Section.upsert(
+            scope,
+            {f"s-{i}": f"topic {i}" for i in range(len(pairs))} | {f"t-{i}": f"other {i}" for i in range(len(pairs))},
+        )
         section_of: dict[int, str] = {}  # trail id -> the section it cites
         asked: list[str] = []
         last = scope.embedding_threshold
@@ -124,10 +142,13 @@ def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = 
             first = _ask_and_record(scope, pair["a"], f"s-{i}", agent, f"{name}-{i}-a", section_of)
             asked.append(pair["a"])
             answer_section = f"s-{i}" if pair["duplicate"] else f"t-{i}"
-            served = _ask_and_record(scope, pair["b"], answer_section, HONEST_KEYS[(i + 1) % len(HONEST_KEYS)],
-                                     f"{name}-{i}-b", section_of)
+            served = _ask_and_record(
+                scope, pair["b"], answer_section, HONEST_KEYS[(i + 1) % len(HONEST_KEYS)], f"{name}-{i}-b", section_of
+            )
             half.asked += 2
-            half.served_wrong += (first is not None and first != f"s-{i}") + (served is not None and served != answer_section)
+            half.served_wrong += (first is not None and first != f"s-{i}") + (
+                served is not None and served != answer_section
+            )
             if pair["duplicate"]:
                 half.duplicates += 1
                 half.correct += served == answer_section
@@ -155,8 +176,9 @@ def simulate(name: str, pairs: list[dict], flood_every: int = 0, pinned: bool = 
         drop_scope(scope)
 
 
-def _ask_and_record(scope: Scope, question: str, answer_section: str, agent: str, session: str,
-                    section_of: dict[int, str]) -> str | None:
+def _ask_and_record(
+    scope: Scope, question: str, answer_section: str, agent: str, session: str, section_of: dict[int, str]
+) -> str | None:
     """An honest agent's turn: recall; judge a hit by its section; after a miss or a wrong
     hit, find the answer itself and record the path in the same session. Returns the
     section the recall served, or None for a miss."""
@@ -167,7 +189,9 @@ def _ask_and_record(scope: Scope, question: str, answer_section: str, agent: str
         give_feedback(scope, answer.recall_id, helpful=served == answer_section, reporter=agent)
         if served == answer_section:
             return served
-    recorded = record(scope, RecordInput(query=question, cited=[answer_section], signal="accepted", session=session, reporter=agent))
+    recorded = record(
+        scope, RecordInput(query=question, cited=[answer_section], signal="accepted", session=session, reporter=agent)
+    )
     section_of[recorded.trail.id] = answer_section
     return served
 

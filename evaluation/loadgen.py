@@ -6,6 +6,7 @@ whatever the server does (how an overload arrives); each is timed from its sched
 start, so a client that fell behind does not hide the server's queue. Every request
 carries X-Request-Start with that start, as a proxy would stamp it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,9 +56,20 @@ class Connection:
         if self.writer is None:
             local = (self.source, 0) if self.source else None
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port, local_addr=local)
-        body = request.raw if request.raw is not None else json.dumps(request.body).encode() if request.body is not None else b""
-        head = [f"{request.method} {request.path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                f"Content-Length: {len(body)}", "Content-Type: application/json", *request.headers]
+        body = (
+            request.raw
+            if request.raw is not None
+            else json.dumps(request.body).encode()
+            if request.body is not None
+            else b""
+        )
+        head = [
+            f"{request.method} {request.path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            f"Content-Length: {len(body)}",
+            "Content-Type: application/json",
+            *request.headers,
+        ]
         self.sent += 1
         if self.forge_every and self.sent % self.forge_every == 0:
             head.append(f"X-Request-Start: t={time.time() + 3600:.6f}")
@@ -112,15 +124,37 @@ async def _send(connection: Connection, request: Request, stamp: float) -> int:
 
 async def _timed(connection: Connection, request: Request, start: float, began: float, timeout: float) -> Result:
     try:
-        status = await asyncio.wait_for(_send(connection, request, time.time() - (time.perf_counter() - start)), timeout)
-    except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
+        status = await asyncio.wait_for(
+            _send(connection, request, time.time() - (time.perf_counter() - start)), timeout
+        )
+    except (
+        OSError,
+        ConnectionError,
+        asyncio.TimeoutError,
+        asyncio.IncompleteReadError,
+        ValueError,
+        IndexError,
+    ) as error:
         connection.close()
         return Result(0, (time.perf_counter() - start) * 1000.0, start - began, type(error).__name__)
-    return Result(status, (time.perf_counter() - start) * 1000.0, start - began, lag_ms=max(0.0, connection.sent_at - start) * 1000.0)
+    return Result(
+        status,
+        (time.perf_counter() - start) * 1000.0,
+        start - began,
+        lag_ms=max(0.0, connection.sent_at - start) * 1000.0,
+    )
 
 
-async def closed_loop(host: str, port: int, headers: dict[str, str], make: Callable[[int], Request], clients: int,
-                      seconds: float | None = None, requests: int | None = None, timeout: float = 10.0) -> list[Result]:
+async def closed_loop(
+    host: str,
+    port: int,
+    headers: dict[str, str],
+    make: Callable[[int], Request],
+    clients: int,
+    seconds: float | None = None,
+    requests: int | None = None,
+    timeout: float = 10.0,
+) -> list[Result]:
     """`clients` clients send requests back to back, for `seconds` or until `requests` were sent."""
     began = time.perf_counter()
     results: list[Result] = []
@@ -138,8 +172,16 @@ async def closed_loop(host: str, port: int, headers: dict[str, str], make: Calla
     return results
 
 
-async def open_loop(host: str, port: int, headers: dict[str, str], make: Callable[[int], Request], rate: float,
-                    seconds: float, timeout: float = 10.0, max_connections: int = 1000) -> list[Result]:
+async def open_loop(
+    host: str,
+    port: int,
+    headers: dict[str, str],
+    make: Callable[[int], Request],
+    rate: float,
+    seconds: float,
+    timeout: float = 10.0,
+    max_connections: int = 1000,
+) -> list[Result]:
     """Starts `rate` requests a second for `seconds`, then waits for the last to end (at most `timeout`)."""
     began = time.perf_counter()
     idle: list[Connection] = []

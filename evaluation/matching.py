@@ -11,6 +11,7 @@ text equals the query's) is correct, a hit on any other stored question wrong. F
 a non-duplicate pair a hit on its own `a` is a false hit; hits on other stored
 questions are counted apart as "other" (some are paraphrases the labels miss).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,15 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from evaluation.bulk import drop_scope
 from scopes.models import Scope, Section
-from trails.learning.shipped import thresholds_for
-from trails.serving.candidates import candidates as read_candidates
 from trails.core import calibration
 from trails.core.normalise import normalise_query
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.serving.matching import score_candidates, sign
+from trails.learning.shipped import thresholds_for
 from trails.models import Trail
-from evaluation.bulk import drop_scope
+from trails.serving.candidates import candidates as read_candidates
+from trails.serving.matching import score_candidates, sign
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, TrailRows
 
@@ -80,8 +81,10 @@ class Tally:
         d, n = max(1, self.duplicates), max(1, self.distinct)
         return {
             **asdict(self),
-            "correct_rate": round(self.correct / d, 5), "wrong_rate": round(self.wrong / d, 5),
-            "false_rate": round(self.false / n, 5), "other_rate": round(self.other / n, 5),
+            "correct_rate": round(self.correct / d, 5),
+            "wrong_rate": round(self.wrong / d, 5),
+            "false_rate": round(self.false / n, 5),
+            "other_rate": round(self.other / n, 5),
             "correct_ci": [round(x, 5) for x in calibration.interval(self.correct, self.duplicates)],
             "false_ci": [round(x, 5) for x in calibration.interval(self.false, self.distinct)],
         }
@@ -109,9 +112,11 @@ def store(scope: Scope, data: list[dict]) -> dict[int, str]:
         if key in seen:
             continue
         seen.add(key)
-        batch.append(TrailRows.build(scope, RecordInput(query=pair["a"], cited=["s"], signal="accepted"), current, "", now))
+        batch.append(
+            TrailRows.build(scope, RecordInput(query=pair["a"], cited=["s"], signal="accepted"), current, "", now)
+        )
     for start in range(0, len(batch), 2000):
-        TrailRows.save_all(batch[start:start + 2000])
+        TrailRows.save_all(batch[start : start + 2000])
     return {t.id: t.normalised_query for t in Trail.objects.filter(scope=scope).only("id", "normalised_query")}
 
 
@@ -152,8 +157,9 @@ FIT_GRID = {
 }
 
 
-def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.95,
-                   progress: Callable[[str], None] = lambda _: None) -> dict:
+def fit_thresholds(
+    data: list[dict], bound: float = 0.02, confidence: float = 0.95, progress: Callable[[str], None] = lambda _: None
+) -> dict:
     """Chooses each matcher's threshold on the fit split so that the one-sided upper
     confidence bound of its false-hit rate is within `bound`.
 
@@ -163,7 +169,9 @@ def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.
     false hit at every threshold up to its similarity.
     """
     fit = fit_split(data)
-    scope = _scope(matcher="both", lexical_threshold=min(FIT_GRID["lexical"]), embedding_threshold=min(FIT_GRID["embedding"]))
+    scope = _scope(
+        matcher="both", lexical_threshold=min(FIT_GRID["lexical"]), embedding_threshold=min(FIT_GRID["embedding"])
+    )
     try:
         names = store(scope, fit)
         now = timezone.now()
@@ -195,16 +203,22 @@ def fit_thresholds(data: list[dict], bound: float = 0.02, confidence: float = 0.
                 "false_hits": chosen.false_hits,
                 "false_upper": round(chosen.upper, 5),
                 "curve": [
-                    {"threshold": t,
-                     "false_hits": sum(1 for s in false_hits[matcher] if s >= t),
-                     "correct_hits": sum(1 for s in correct_hits[matcher] if s >= t)}
+                    {
+                        "threshold": t,
+                        "false_hits": sum(1 for s in false_hits[matcher] if s >= t),
+                        "correct_hits": sum(1 for s in correct_hits[matcher] if s >= t),
+                    }
                     for t in grid
                 ],
             }
         return {
             "split": "four pairs in five of the pairs file (line numbers not divisible by 5: fit)",
-            "pairs": len(fit), "duplicates": duplicates, "distinct": distinct,
-            "bound": bound, "confidence": confidence, "matchers": fitted,
+            "pairs": len(fit),
+            "duplicates": duplicates,
+            "distinct": distinct,
+            "bound": bound,
+            "confidence": confidence,
+            "matchers": fitted,
         }
     finally:
         drop_scope(scope)
@@ -281,9 +295,15 @@ def calibration_tax(curve: list[dict], calibrated: float, bound: float, split: s
     at_calibrated = by_threshold.get(calibrated)
     at_own = by_threshold.get(own) if own is not None else None
     return {
-        "split": split, "bound": bound, "calibrated_threshold": calibrated, "own_threshold": own,
-        "at_calibrated": at_calibrated, "at_own": at_own,
-        "tax_points": round(100 * (at_own["correct_rate"] - at_calibrated["correct_rate"]), 2) if at_own and at_calibrated else None,
+        "split": split,
+        "bound": bound,
+        "calibrated_threshold": calibrated,
+        "own_threshold": own,
+        "at_calibrated": at_calibrated,
+        "at_own": at_own,
+        "tax_points": round(100 * (at_own["correct_rate"] - at_calibrated["correct_rate"]), 2)
+        if at_own and at_calibrated
+        else None,
     }
 
 
@@ -293,7 +313,9 @@ def run(pairs: Path, limit: int = 0, progress: Callable[[str], None] = lambda _:
     texts = sorted({p["a"] for p in data} | {p["b"] for p in data})
     started = time.perf_counter()
     with serving(PrecomputedEmbedder(get_embedder(), texts)) as embedder:
-        progress(f"matching: {len(data):,} pairs, {len(texts):,} questions embedded in {time.perf_counter() - started:.0f} s ({embedder.name})")
+        progress(
+            f"matching: {len(data):,} pairs, {len(texts):,} questions embedded in {time.perf_counter() - started:.0f} s ({embedder.name})"
+        )
         curves = sweep(data, progress)
         # Each matcher at the thresholds a scope with it gets for the default 2 % bound.
         points = {m: defaults(data, m, progress, **thresholds_for(0.02, m)) for m in ("lexical", "embedding", "both")}

@@ -10,6 +10,7 @@ table's unique keys to hold the partition key), every other index as the table h
 foreign keys pointing at them. The trigram index on the questions (the operator pages'
 search) is left out: recall never reads it, and on ten million trails it is the slowest to build.
 """
+
 from __future__ import annotations
 
 import copy
@@ -57,15 +58,21 @@ def copy_partitioned(partitions: int, say: Callable[[str], None], schema: str = 
             cursor.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [f"public.{table}"])
             options = cursor.fetchone()[0] or []
             storage = f" WITH ({', '.join(options)})" if options else ""
-            cursor.execute(f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING DEFAULTS INCLUDING STORAGE) "
-                           "PARTITION BY HASH (scope_id)")
+            cursor.execute(
+                f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING DEFAULTS INCLUDING STORAGE) "
+                "PARTITION BY HASH (scope_id)"
+            )
             for remainder in range(partitions):
-                cursor.execute(f"CREATE TABLE {schema}.{table}_{remainder} PARTITION OF {schema}.{table} "
-                               f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {remainder}){storage}")
+                cursor.execute(
+                    f"CREATE TABLE {schema}.{table}_{remainder} PARTITION OF {schema}.{table} "
+                    f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {remainder}){storage}"
+                )
             started = time.perf_counter()
             cursor.execute(f"INSERT INTO {schema}.{table} SELECT * FROM public.{table}")
             spent[f"{table} rows"] = time.perf_counter() - started
-            say(f"  {table}: {cursor.rowcount:,} rows copied into {partitions} partitions ({spent[f'{table} rows']:.0f} s)")
+            say(
+                f"  {table}: {cursor.rowcount:,} rows copied into {partitions} partitions ({spent[f'{table} rows']:.0f} s)"
+            )
             started = time.perf_counter()
             for name, indexdef in _indexes(cursor, table):
                 if "gin_trgm_ops" in indexdef:
@@ -98,12 +105,15 @@ def partitioned_bytes(schema: str = SCHEMA) -> dict[str, int]:
         for model in PARTITIONED:
             table = model._meta.db_table
             cursor.execute(
-                "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s::regclass)", [f"{schema}.{table}"])
+                "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s::regclass)",
+                [f"{schema}.{table}"],
+            )
             parted = int(cursor.fetchone()[0])
             cursor.execute(
                 "SELECT pg_total_relation_size(%s::regclass) - coalesce((SELECT sum(pg_relation_size(format('public.%%I', indexname)::regclass)) "
                 "FROM pg_indexes WHERE schemaname = 'public' AND tablename = %s AND indexdef LIKE '%%gin_trgm_ops%%'), 0)",
-                [f"public.{table}", table])
+                [f"public.{table}", table],
+            )
             sizes[table] = {"partitioned": parted, "unpartitioned": int(cursor.fetchone()[0])}
     return sizes
 

@@ -3,6 +3,7 @@
 The steps are the names trails.serving.recall calls them by; while `timing` is open they are
 wrapped there (and put back after), so the product's code carries no timers.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -43,6 +44,7 @@ def timing() -> Iterator[PhaseClock]:
                 return function(*args, **kwargs)
             finally:
                 clock.seconds[clock.label][name] += time.perf_counter() - started
+
         return call
 
     for name, function in originals.items():
@@ -54,8 +56,9 @@ def timing() -> Iterator[PhaseClock]:
             setattr(recall_module, name, function)
 
 
-def alternately(sides: dict[str, Callable[[object], object]], questions: list, clock: PhaseClock,
-                untimed: int) -> tuple[dict[str, list[float]], dict[str, list]]:
+def alternately(
+    sides: dict[str, Callable[[object], object]], questions: list, clock: PhaseClock, untimed: int
+) -> tuple[dict[str, list[float]], dict[str, list]]:
     """Asks each question on every side in turn, which side goes first alternating, so a slow
     minute of the machine lands on all; times (ms) and keeps the results of those past the
     first `untimed`, the clock's phases likewise."""
@@ -78,8 +81,14 @@ def alternately(sides: dict[str, Callable[[object], object]], questions: list, c
 
 def side_by_side(spent: dict[str, list[float]], clock: PhaseClock, over: str, under: str) -> dict:
     """Each side's p50, p99 and mean phases, and `over`'s p50 and p99 as multiples of `under`'s."""
-    row: dict = {name: {"p50_ms": round(statistics.median(t), 3), "p99_ms": round(percentile(t, 0.99), 3),
-                        "phases_mean_ms": clock.mean_ms(name, len(t))} for name, t in spent.items()}
+    row: dict = {
+        name: {
+            "p50_ms": round(statistics.median(t), 3),
+            "p99_ms": round(percentile(t, 0.99), 3),
+            "phases_mean_ms": clock.mean_ms(name, len(t)),
+        }
+        for name, t in spent.items()
+    }
     row["p50_ratio"] = round(row[over]["p50_ms"] / row[under]["p50_ms"], 2)
     row["p99_ratio"] = round(row[over]["p99_ms"] / row[under]["p99_ms"], 2)
     return row

@@ -1,4 +1,5 @@
 """Synthetic questions for benchmarks: question openings plus the FAQ's vocabulary."""
+
 from __future__ import annotations
 
 import random
@@ -10,7 +11,16 @@ from scopes.demo import faq_sections
 class QuestionMaker:
     """Deterministic synthetic questions (the same seed gives the same questions)."""
 
-    OPENINGS = ["how do i", "how can i", "what is the", "why does", "where can i find", "is it possible to", "what are the", "when should i"]
+    OPENINGS = [
+        "how do i",
+        "how can i",
+        "what is the",
+        "why does",
+        "where can i find",
+        "is it possible to",
+        "what are the",
+        "when should i",
+    ]
 
     def __init__(self, seed: int) -> None:
         self.random = random.Random(seed)

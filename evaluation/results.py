@@ -4,6 +4,7 @@ of docs/benchmarks.md generated from it (a test holds the page equal to the file
 A benchmark that measures a target records its figure here (`record`), with the date and the
 commit it ran on; `manage.py benchmark_page` rewrites the page's table.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,23 +27,43 @@ def load(path: Path = RESULTS) -> list[dict]:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
     except OSError:
         return ""
 
 
-def record(target_id: str, *, target: str, command: str, measured: str, met: bool, path: Path = RESULTS,
-           say: Callable[[str], None] | None = None) -> dict:
+def record(
+    target_id: str,
+    *,
+    target: str,
+    command: str,
+    measured: str,
+    met: bool,
+    path: Path = RESULTS,
+    say: Callable[[str], None] | None = None,
+) -> dict:
     """Keeps this figure as the target's latest (today, on the checkout's commit); `say` is
     told the figure it replaces beside it."""
     targets = load(path) if path.exists() else []
-    entry = {"id": target_id, "target": target, "command": command, "measured": measured, "met": met,
-             "at": date.today().isoformat(), "commit": commit()}
+    entry = {
+        "id": target_id,
+        "target": target,
+        "command": command,
+        "measured": measured,
+        "met": met,
+        "at": date.today().isoformat(),
+        "commit": commit(),
+    }
     if say:
         before = next((t for t in targets if t["id"] == target_id), None)
         say(f"recorded {target_id}: {measured} (met: {'yes' if met else 'no'})")
-        say(f"  previously: {before['measured']} (met: {'yes' if before['met'] else 'no'}; {before['at']}, {before['commit']})"
-            if before else "  previously: nothing recorded")
+        say(
+            f"  previously: {before['measured']} (met: {'yes' if before['met'] else 'no'}; {before['at']}, {before['commit']})"
+            if before
+            else "  previously: nothing recorded"
+        )
     targets = [t for t in targets if t["id"] != target_id] + [entry]
     path.write_text(json.dumps({"targets": targets}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return entry
@@ -51,8 +72,10 @@ def record(target_id: str, *, target: str, command: str, measured: str, met: boo
 def render(targets: list[dict]) -> str:
     lines = ["| target | command | measured | met | when |", "|---|---|---|---|---|"]
     for t in targets:
-        lines.append(f"| {t['target']} | {t['command']} | {t['measured']} | {'yes' if t['met'] else 'no'} | "
-                     f"{t['at']}, {t['commit']} |")
+        lines.append(
+            f"| {t['target']} | {t['command']} | {t['measured']} | {'yes' if t['met'] else 'no'} | "
+            f"{t['at']}, {t['commit']} |"
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ by templates. The asked questions are the pairs' second questions (labelled dupl
 not), stored questions asked again, and unseen variants. The same seed gives the same
 store and questions at every size.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,8 @@ import json
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,7 @@ from django.db.models import JSONField
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
+from evaluation.bulk import bulk_transaction, without_statement_timeout
 from evaluation.fill import BlockSigner, copy_statement, store_block
 from evaluation.matching import DEFAULT_PAIRS, load_pairs
 from scopes.demo import faq_sections
@@ -38,13 +40,32 @@ from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
 from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
-from evaluation.bulk import bulk_transaction, without_statement_timeout
 from trails.serving.record import RecordInput, TrailRows, band_key_rows
 
-OPENINGS = ["", "", "", "Quick question: ", "Can anyone tell me: ", "I was wondering, ", "Honest answers only: ",
-            "Serious question: ", "Does anyone know: ", "Help please: "]
-CLOSINGS = ["", "", "", " Thanks!", " Any ideas?", " Please explain.", " Asking for a friend.", " Any advice?",
-            " Thanks in advance.", " Looking for real answers."]
+OPENINGS = [
+    "",
+    "",
+    "",
+    "Quick question: ",
+    "Can anyone tell me: ",
+    "I was wondering, ",
+    "Honest answers only: ",
+    "Serious question: ",
+    "Does anyone know: ",
+    "Help please: ",
+]
+CLOSINGS = [
+    "",
+    "",
+    "",
+    " Thanks!",
+    " Any ideas?",
+    " Please explain.",
+    " Asking for a friend.",
+    " Any advice?",
+    " Thanks in advance.",
+    " Looking for real answers.",
+]
 # How many variants are made at once (one random stream per block, so growing a store
 # from 10,000 to 100,000 trails keeps the first 10,000 as they were).
 BLOCK = 10_000
@@ -72,8 +93,13 @@ class Asked:
 
 
 class ScaleWorkload:
-    def __init__(self, embedder: BaseEmbedder, seed: int = 7, pairs_path: Path = DEFAULT_PAIRS,
-                 cache: Path | None = Path(settings.BASE_DIR) / "bench-out") -> None:
+    def __init__(
+        self,
+        embedder: BaseEmbedder,
+        seed: int = 7,
+        pairs_path: Path = DEFAULT_PAIRS,
+        cache: Path | None = Path(settings.BASE_DIR) / "bench-out",
+    ) -> None:
         self.seed = seed
         pairs = load_pairs(pairs_path)
         firsts = list(dict.fromkeys(p["a"] for p in pairs))
@@ -156,7 +182,9 @@ class ScaleWorkload:
         """Questions to time: half the pairs' second questions, a quarter stored ones, a quarter unseen variants."""
         rng = random.Random(self.seed)
         pairs = rng.sample(self.pairs, min(len(self.pairs), count // 2))
-        result = [Asked(p["b"], self.vector_of[p["b"]], "duplicate" if p["duplicate"] else "not duplicate") for p in pairs]
+        result = [
+            Asked(p["b"], self.vector_of[p["b"]], "duplicate" if p["duplicate"] else "not duplicate") for p in pairs
+        ]
         stored = rng.sample(range(len(self.base_texts)), count // 4)
         result += [Asked(self.base_texts[i], self.base[i], "stored") for i in stored]
         texts, vectors = self._variants(count - len(result), stream=2**40)  # no store block uses it
@@ -165,8 +193,9 @@ class ScaleWorkload:
         return result
 
 
-def store_trails(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section],
-                 cited: Callable[[int], list[str]]) -> list[int]:
+def store_trails(
+    scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], cited: Callable[[int], list[str]]
+) -> list[int]:
     """Stores these questions as accepted trails with the vectors given (no model), the i-th
     citing `cited(i)` after one search step; returns their ids in order."""
     now = timezone.now()
@@ -174,8 +203,20 @@ def store_trails(scope: Scope, texts: list[str], vectors: np.ndarray, current: d
     with serving(PrecomputedEmbedder(get_embedder(), texts, vectors)):
         for i, text in enumerate(texts):
             sections = cited(i)
-            rows.append(TrailRows.build(scope, RecordInput(query=text, cited=sections, signal="accepted",
-                        steps=[RecordedStep("search", {"query": text}, sections)]), current, "", now))
+            rows.append(
+                TrailRows.build(
+                    scope,
+                    RecordInput(
+                        query=text,
+                        cited=sections,
+                        signal="accepted",
+                        steps=[RecordedStep("search", {"query": text}, sections)],
+                    ),
+                    current,
+                    "",
+                    now,
+                )
+            )
     save_fast(rows)
     return [r.trail.id for r in rows]
 
@@ -191,7 +232,9 @@ def faq_sections_for(scope: Scope) -> dict[str, Section]:
 FAST_BLOCK = 20_000
 
 
-def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], seed: int) -> list[int]:
+def store_citing_two(
+    scope: Scope, texts: list[str], vectors: np.ndarray, current: dict[str, Section], seed: int
+) -> list[int]:
     """Stores the questions in blocks, each citing two of the sections at random (seeded);
     returns their ids in order. An embedding-only scope on PostgreSQL is filled by the
     vectorised fill (evaluation.fill), with the same rows."""
@@ -208,14 +251,15 @@ def store_citing_two(scope: Scope, texts: list[str], vectors: np.ndarray, curren
                 signed = pending.result()
                 end = start + FAST_BLOCK
                 if end < len(texts):
-                    pending = signing.submit(signer.sign, texts[end:end + FAST_BLOCK], vectors[end:end + FAST_BLOCK])
+                    pending = signing.submit(
+                        signer.sign, texts[end : end + FAST_BLOCK], vectors[end : end + FAST_BLOCK]
+                    )
                 cited = [two_sections(i) for i in range(len(signed.keys))]
                 ids += store_block(signer, texts[start:end], vectors[start:end], signed, cited, current, timezone.now())
         return ids
     for start in range(0, len(texts), 5000):
-        ids += store_trails(scope, texts[start:start + 5000], vectors[start:start + 5000], current, two_sections)
+        ids += store_trails(scope, texts[start : start + 5000], vectors[start : start + 5000], current, two_sections)
     return ids
-
 
 
 def save_fast(all_rows: list[TrailRows]) -> None:
@@ -233,7 +277,9 @@ def save_fast(all_rows: list[TrailRows]) -> None:
                     for child in getattr(rows, attribute):
                         child.trail_id = child.trail.id
                         copy.write_row([_copy_value(f, child) for f in fields])
-        with cursor.cursor.copy(copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"])) as copy:
+        with cursor.cursor.copy(
+            copy_statement(BandKeys, ["trail_id", "scope_id", "keys", "sketch_high", "sketch_low"])
+        ) as copy:
             for rows in all_rows:
                 for row in band_key_rows(rows.trail, rows.question):
                     copy.write_row(row)
@@ -262,12 +308,18 @@ def footprint() -> dict:
         trails = cursor.fetchone()[0]
         tables = {}
         for table in TRAIL_TABLES:
-            cursor.execute("SELECT pg_total_relation_size(%s::regclass), pg_relation_size(%s::regclass)", [table, table])
+            cursor.execute(
+                "SELECT pg_total_relation_size(%s::regclass), pg_relation_size(%s::regclass)", [table, table]
+            )
             total, heap = cursor.fetchone()
             tables[table] = {"bytes": total, "heap_bytes": heap}
     total = sum(t["bytes"] for t in tables.values())
-    return {"trails": trails, "bytes": total, "bytes_per_trail": round(total / max(1, trails)),
-            "tables": {name: {**t, "bytes_per_trail": round(t["bytes"] / max(1, trails))} for name, t in tables.items()}}
+    return {
+        "trails": trails,
+        "bytes": total,
+        "bytes_per_trail": round(total / max(1, trails)),
+        "tables": {name: {**t, "bytes_per_trail": round(t["bytes"] / max(1, trails))} for name, t in tables.items()},
+    }
 
 
 def database_label() -> str:
@@ -284,8 +336,9 @@ def database_label() -> str:
 
 
 @contextmanager
-def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TRAIL_TABLES, workers: int = 2,
-                        maintenance_work_mem: str = "") -> Iterator[dict]:
+def indexes_built_after(
+    say: Callable[[str], None], tables: tuple[str, ...] = TRAIL_TABLES, workers: int = 2, maintenance_work_mem: str = ""
+) -> Iterator[dict]:
     """Drops the trail tables' indexes that hold no constraint while a bulk fill writes, and
     builds them again after it, as a restore does (PostgreSQL).
 
@@ -312,7 +365,8 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
             "SELECT i.tablename, i.indexname, i.indexdef FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
             "AND c.relnamespace = 'public'::regnamespace LEFT JOIN pg_constraint k ON k.conindid = c.oid "
             "WHERE i.schemaname = 'public' AND i.tablename = ANY(%s) AND k.oid IS NULL AND i.indexdef NOT LIKE 'CREATE UNIQUE%%'",
-            [list(tables)])
+            [list(tables)],
+        )
         dropped = cursor.fetchall()
         for _, name, _ in dropped:
             cursor.execute(f'DROP INDEX "{name}"')
@@ -324,12 +378,16 @@ def indexes_built_after(say: Callable[[str], None], tables: tuple[str, ...] = TR
         workers = 1 if connection.in_atomic_block else max(1, min(workers, len({table for table, _, _ in dropped})))
         took = build_indexes(dropped, workers=workers, maintenance_work_mem=maintenance_work_mem)
         built.update(seconds=time.perf_counter() - started, indexes=took)
-        say(f"  {len(dropped)} indexes built again on {workers} connection{'s' if workers > 1 else ''} "
+        say(
+            f"  {len(dropped)} indexes built again on {workers} connection{'s' if workers > 1 else ''} "
             f"({built['seconds']:.0f} s): "
-            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(took.items(), key=lambda item: -item[1])))
+            + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(took.items(), key=lambda item: -item[1]))
+        )
 
 
-def build_indexes(indexes: list[tuple[str, str, str]], workers: int = 1, maintenance_work_mem: str = "") -> dict[str, float]:
+def build_indexes(
+    indexes: list[tuple[str, str, str]], workers: int = 1, maintenance_work_mem: str = ""
+) -> dict[str, float]:
     """Runs each (table, name, CREATE INDEX statement), a table's indexes on one connection and
     tables handed to `workers` connections largest first, each to the least loaded. Gives the
     seconds each build took."""
@@ -337,8 +395,11 @@ def build_indexes(indexes: list[tuple[str, str, str]], workers: int = 1, mainten
     for table, name, definition in indexes:
         by_table.setdefault(table, []).append((name, definition))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s) "
-                       "AND relnamespace = 'public'::regnamespace", [list(by_table)])
+        cursor.execute(
+            "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s) "
+            "AND relnamespace = 'public'::regnamespace",
+            [list(by_table)],
+        )
         size = dict(cursor.fetchall())
     shares: list[list[tuple[str, str]]] = [[] for _ in range(max(1, workers))]
     loads = [0] * len(shares)

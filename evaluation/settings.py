@@ -1,6 +1,7 @@
 """The lab: the service's settings plus the evaluation app (its commands: evaluate, the
 benchmarks) and the benchmark's floors (evaluation/urls.py). `make bench` and `benchmark_http`'s
 gunicorn run with DJANGO_SETTINGS_MODULE=evaluation.settings; production never does."""
+
 from ragtrail_site.settings import *  # noqa: F403 -- the service as deployed, and only this added
 from ragtrail_site.settings import INSTALLED_APPS, RAGTRAIL_RECALL_BUDGET_PATHS
 

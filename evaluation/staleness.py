@@ -4,6 +4,7 @@ Experiment 2 (staleness): oracle trails recorded on a corpus, the corpus edited,
 the same questions replayed against ragtrail and against a text cache that stores
 and serves section text (the obvious alternative).
 """
+
 from __future__ import annotations
 
 import random
@@ -11,13 +12,12 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from evaluation.bulk import drop_scope
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
-from evaluation.bulk import drop_scope
-from trails.serving.recall import recall
 from trails.core.hint import RecordedStep
+from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
-
 
 RANDOM_SHARES = (0.05, 0.10, 0.20, 0.50)
 
@@ -49,8 +49,12 @@ class StalenessResult:
     text_cache: ArmResult = field(default_factory=ArmResult)
 
     def as_json(self) -> dict:
-        return {"edit": self.edit, "changed_sections": self.changed_sections,
-                "ragtrail": self.ragtrail.as_json(), "text_cache": self.text_cache.as_json()}
+        return {
+            "edit": self.edit,
+            "changed_sections": self.changed_sections,
+            "ragtrail": self.ragtrail.as_json(),
+            "text_cache": self.text_cache.as_json(),
+        }
 
 
 def random_edit(texts: dict[str, str], ids: list[str], share: float, seed: int) -> dict[str, str]:
@@ -61,7 +65,11 @@ def random_edit(texts: dict[str, str], ids: list[str], share: float, seed: int) 
 
 
 def staleness(
-    before: dict[str, str], after: dict[str, str], questions: list[tuple[str, str]], edit: str, matcher: str = "lexical",
+    before: dict[str, str],
+    after: dict[str, str],
+    questions: list[tuple[str, str]],
+    edit: str,
+    matcher: str = "lexical",
     companions: dict[str, str] | None = None,
 ) -> StalenessResult:
     """Records one oracle trail per (question, section id) on `before`, moves the store to
@@ -77,8 +85,15 @@ def staleness(
         text_cache: dict[str, dict[str, str]] = {}
         for question, section_id in questions:
             cited = [section_id] + ([companions[section_id]] if companions and section_id in companions else [])
-            record(scope, RecordInput(query=question, cited=cited, signal="accepted",
-                                      steps=[RecordedStep("read", {"id": i}, [i]) for i in cited]))
+            record(
+                scope,
+                RecordInput(
+                    query=question,
+                    cited=cited,
+                    signal="accepted",
+                    steps=[RecordedStep("read", {"id": i}, [i]) for i in cited],
+                ),
+            )
             text_cache[question] = {i: before[i] for i in cited}
         Section.replace_all(scope, after)
         all_cited = {i for texts in text_cache.values() for i in texts}
@@ -93,7 +108,10 @@ def staleness(
                 arm.hits += 1
                 arm.prefetch_kept += answer.outcome.value == "prefetch"
                 arm.hint += answer.outcome.value == "hint"
-                arm.stale_served += any(s.get("text") is not None and not after.get(s["id"], "").startswith(s["text"]) for s in answer.sections)
+                arm.stale_served += any(
+                    s.get("text") is not None and not after.get(s["id"], "").startswith(s["text"])
+                    for s in answer.sections
+                )
             cache_arm = result.text_cache
             cache_arm.questions += 1
             cache_arm.hits += 1  # a text cache keyed by the question always hits a repeat
@@ -127,8 +145,13 @@ def faq_questions_once(revision: str = "old") -> list[tuple[str, str]]:
     return [(q["question"], q["section_id"]) for q in rows if texts.count(q["question"]) == 1]
 
 
-def run(matcher: str, seed: int, limit: int = 0, shares: tuple[float, ...] = RANDOM_SHARES,
-        progress: Callable[[str], None] = lambda _: None) -> dict:
+def run(
+    matcher: str,
+    seed: int,
+    limit: int = 0,
+    shares: tuple[float, ...] = RANDOM_SHARES,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict:
     """Experiment 2 on the shipped FAQ: the real revision and random edits of each share."""
     old, new = faq_sections("old"), faq_sections("new")
     questions = faq_questions_once()[: limit or None]
@@ -142,6 +165,8 @@ def run(matcher: str, seed: int, limit: int = 0, shares: tuple[float, ...] = RAN
         for name, after in edits:
             result = staleness(old, after, questions, name, matcher, pairing).as_json()
             results.append({**result, "cited_per_trail": cites})
-            progress(f"staleness {name}, {cites} cited per trail: ragtrail served {result['ragtrail']['stale_served']} stale "
-                     f"({result['ragtrail']['hint']} hints), text cache {result['text_cache']['stale_served']}")
+            progress(
+                f"staleness {name}, {cites} cited per trail: ragtrail served {result['ragtrail']['stale_served']} stale "
+                f"({result['ragtrail']['hint']} hints), text cache {result['text_cache']['stale_served']}"
+            )
     return {"questions": len(questions), "matcher": matcher, "seed": seed, "results": results}

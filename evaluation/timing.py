@@ -1,4 +1,5 @@
 """The one timing helper of the benchmarks and the evaluation."""
+
 from __future__ import annotations
 
 import json

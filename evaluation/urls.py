@@ -6,6 +6,7 @@ gunicorn workers (DJANGO_SETTINGS_MODULE=evaluation.settings; never in productio
   nothing else: the framework's floor.
 - POST /api/v1/bench/{scope}/embed: that, plus the serving embedder on the query: the model alone.
 """
+
 from __future__ import annotations
 
 from django.http import HttpRequest

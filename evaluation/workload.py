@@ -4,6 +4,7 @@ The same stream of questions (new ones and repeats) is answered by an agent with
 a cache, then with ragtrail in front: recall before the agent starts, and a trail
 recorded (through record()) whenever the agent is confident in a fresh answer.
 """
+
 from __future__ import annotations
 
 import random
@@ -13,15 +14,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from scopes.models import Scope, Section
-from trails.core.budget import count_tokens
 from evaluation.agents import Agent, Given, Tools
 from evaluation.bm25 import BM25
 from evaluation.bulk import drop_scope
 from evaluation.timing import percentile
-from trails.serving.recall import recall
-from trails.schemas import recall_json
+from scopes.models import Scope, Section
+from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
+from trails.schemas import recall_json
+from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
 
 REPEAT_SHARES = (0.0, 0.25, 0.5, 0.75)
@@ -76,8 +77,14 @@ def build_stream(questions: list[tuple[str, str]], repeat_share: float, length: 
 
 
 def run_arm(
-    agent: Agent, sections: dict[str, str], stream: list[Asked], use_cache: bool, matcher: str, prices: Prices,
-    progress: Callable[[str], None] = lambda _: None, label: str = "",
+    agent: Agent,
+    sections: dict[str, str],
+    stream: list[Asked],
+    use_cache: bool,
+    matcher: str,
+    prices: Prices,
+    progress: Callable[[str], None] = lambda _: None,
+    label: str = "",
 ) -> dict:
     """Answers the stream once; with the cache, through a fresh scope holding `sections`."""
     tools = Tools(sections, BM25(sections))
@@ -104,10 +111,15 @@ def run_arm(
             input_tokens += sum(run.context.turn_inputs)
             output_tokens += run.context.output_tokens
             if scope is not None and run.calls and run.confident and run.cited:
-                record(scope, RecordInput(
-                    query=asked.question, cited=run.cited, signal="accepted",
-                    steps=[RecordedStep(c.tool, c.args, c.section_ids) for c in run.calls],
-                ))
+                record(
+                    scope,
+                    RecordInput(
+                        query=asked.question,
+                        cited=run.cited,
+                        signal="accepted",
+                        steps=[RecordedStep(c.tool, c.args, c.section_ids) for c in run.calls],
+                    ),
+                )
                 recorded += 1
             if (index + 1) % 50 == 0:
                 progress(f"{label}: {index + 1}/{len(stream)} questions")
@@ -140,8 +152,14 @@ def count_given(given: Given | None) -> int:
 
 
 def run(
-    agent: Agent, sections: dict[str, str], questions: list[tuple[str, str]], matcher: str, prices: Prices,
-    seed: int = 1, length: int | None = None, shares: tuple[float, ...] = REPEAT_SHARES,
+    agent: Agent,
+    sections: dict[str, str],
+    questions: list[tuple[str, str]],
+    matcher: str,
+    prices: Prices,
+    seed: int = 1,
+    length: int | None = None,
+    shares: tuple[float, ...] = REPEAT_SHARES,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict:
     """Experiment 3 (and the cost of experiment 4) for every repeat share."""
@@ -149,16 +167,23 @@ def run(
     rows = []
     for share in shares:
         stream = build_stream(questions, share, length, seed)
-        without = run_arm(agent, sections, stream, False, matcher, prices, progress, f"calls {share:.0%} repeats, no cache")
-        with_cache = run_arm(agent, sections, stream, True, matcher, prices, progress, f"calls {share:.0%} repeats, ragtrail")
+        without = run_arm(
+            agent, sections, stream, False, matcher, prices, progress, f"calls {share:.0%} repeats, no cache"
+        )
+        with_cache = run_arm(
+            agent, sections, stream, True, matcher, prices, progress, f"calls {share:.0%} repeats, ragtrail"
+        )
         saved = without["cost_per_1000_questions_usd"] - with_cache["cost_per_1000_questions_usd"]
-        rows.append({
-            "repeat_share": share,
-            "repeats": sum(1 for a in stream if a.repeat),
-            "without_cache": without,
-            "with_ragtrail": with_cache,
-            "cost_saved_per_1000_questions_usd": round(saved, 4),
-        })
-        progress(f"calls {share:.0%} repeats: {without['tool_calls_per_question']} -> {with_cache['tool_calls_per_question']} calls per question")
+        rows.append(
+            {
+                "repeat_share": share,
+                "repeats": sum(1 for a in stream if a.repeat),
+                "without_cache": without,
+                "with_ragtrail": with_cache,
+                "cost_saved_per_1000_questions_usd": round(saved, 4),
+            }
+        )
+        progress(
+            f"calls {share:.0%} repeats: {without['tool_calls_per_question']} -> {with_cache['tool_calls_per_question']} calls per question"
+        )
     return {"agent": agent.name, "questions": length, "matcher": matcher, "seed": seed, "rows": rows}
-

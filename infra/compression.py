@@ -2,6 +2,7 @@
 GZipMiddleware and its BREACH mitigation (random bytes in each gzip header, since Django
 4.2). API answers are left as they are: they are small, recall is the hot path, and an
 agent's client may not unpack them."""
+
 from __future__ import annotations
 
 from django.middleware.gzip import GZipMiddleware

@@ -11,11 +11,12 @@ RAGTRAIL_DB_DEADLINE_S since the request began (a slow connect included), and a 
 starting after it is refused at once, so a paused database answers within the deadline
 however many calls the request makes.
 """
+
 from __future__ import annotations
 
 import heapq
-import logging
 import itertools
+import logging
 import socket
 import threading
 import time
@@ -110,8 +111,12 @@ def refused_by_the_database(problem: Exception, where: str = ""):
     and SQLSTATE only (a driver's message may quote the request's values)."""
     refusal = database_refusal(problem, deadline_passed())
     metrics.STORE_ERRORS.labels("database", refusal.code).inc()
-    metrics.SHED.labels({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")).inc()
-    logging.getLogger("ragtrail.api").warning("database refused (%s) on %s: %s", refusal.code, where, described(problem))
+    metrics.SHED.labels(
+        {"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")
+    ).inc()
+    logging.getLogger("ragtrail.api").warning(
+        "database refused (%s) on %s: %s", refusal.code, where, described(problem)
+    )
     return refusal.response()
 
 

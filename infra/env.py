@@ -1,4 +1,5 @@
 """Strict readers of environment settings: a malformed value stops start-up with its name."""
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,9 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def database_from_url(url: str, base_dir: str, connect_timeout_s: int = 3, statement_timeout_ms: int = 5000,
-                      lock_timeout_ms: int = 2000) -> dict:
+def database_from_url(
+    url: str, base_dir: str, connect_timeout_s: int = 3, statement_timeout_ms: int = 5000, lock_timeout_ms: int = 2000
+) -> dict:
     """Turns DATABASE_URL (sqlite:///path or postgres://user:pass@host:port/name?options)
     into Django's form, read by dj-database-url, with ragtrail's defaults added (the
     timeouts apply to PostgreSQL where the URL sets none of its own)."""
@@ -65,7 +67,10 @@ def database_from_url(url: str, base_dir: str, connect_timeout_s: int = 3, state
         database["NAME"] = name
         # WAL with NORMAL sync: a commit no longer waits on fsync, which otherwise
         # dominates every recall's event write on a laptop.
-        database["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"}
+        database["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+        }
         return database
     options = database.setdefault("OPTIONS", {})
     # Django turns psycopg's statement preparation off; recall's candidate read uses a

@@ -5,6 +5,7 @@ not found, conflict, too large, unavailable. The API's edge chooses the HTTP sta
 (`RequestRefused.of`); middleware and handlers raise `RequestRefused`, which owns its
 status, headers and JSON and renders through `response()`, so the shape is written once.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -94,7 +95,9 @@ class Unavailable(RequestRefused):
 
     headers = {"Retry-After": "5"}
 
-    def __init__(self, message: str = "the database is not answering; retry shortly", code: str = "unavailable") -> None:
+    def __init__(
+        self, message: str = "the database is not answering; retry shortly", code: str = "unavailable"
+    ) -> None:
         super().__init__(503, code, message)
 
 
@@ -104,8 +107,11 @@ class LockWait(Unavailable):
     headers = {"Retry-After": "1"}
 
     def __init__(self) -> None:
-        super().__init__("another change to the same trail or scope held it past the lock wait limit; "
-                         "nothing was changed: retry shortly", code="lock_wait")
+        super().__init__(
+            "another change to the same trail or scope held it past the lock wait limit; "
+            "nothing was changed: retry shortly",
+            code="lock_wait",
+        )
 
 
 class DeadlinePassed(Unavailable):

@@ -2,6 +2,7 @@
 
 Plain Python (no Django), so the pure validation core uses the same function.
 """
+
 from __future__ import annotations
 
 import hashlib

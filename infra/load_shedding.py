@@ -18,6 +18,7 @@ requests at a time (`embedding_gate`); a request that cannot enter before its bu
 runs out is answered 503 then. A 503 carries Retry-After; the
 client library backs off, and an agent treats it as a miss.
 """
+
 from __future__ import annotations
 
 import re

@@ -12,6 +12,7 @@ scopes are created at will, and a label per scope would grow the series without 
 differs by scope is on the operator pages, and the alerts that need scopes read gauges that
 count them (scopes over their false-hit bound, scopes whose threshold is at its ceiling).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -23,43 +24,86 @@ import time
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 # Recall's budget is 500 ms by default: buckets that tell a healthy 5 ms from a budget-eating 400 ms.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-HTTP_REQUESTS = Counter("ragtrail_http_requests_total", "API requests answered, by URL pattern, method and status",
-                        ["route", "method", "status"])
-HTTP_SECONDS = Histogram("ragtrail_http_request_seconds", "API request time in the app, by URL pattern", ["route"],
-                         buckets=LATENCY_BUCKETS)
-RECALLS = Counter("ragtrail_recalls_total", "Recalls answered (dry runs excluded), by outcome and matcher", ["outcome", "matcher"])
-RECALL_LOOKUP_SECONDS = Histogram("ragtrail_recall_lookup_seconds",
-                                  "Recall's own work (sign, candidates, validation, the event write), without HTTP",
-                                  buckets=LATENCY_BUCKETS)
+HTTP_REQUESTS = Counter(
+    "ragtrail_http_requests_total",
+    "API requests answered, by URL pattern, method and status",
+    ["route", "method", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "ragtrail_http_request_seconds", "API request time in the app, by URL pattern", ["route"], buckets=LATENCY_BUCKETS
+)
+RECALLS = Counter(
+    "ragtrail_recalls_total", "Recalls answered (dry runs excluded), by outcome and matcher", ["outcome", "matcher"]
+)
+RECALL_LOOKUP_SECONDS = Histogram(
+    "ragtrail_recall_lookup_seconds",
+    "Recall's own work (sign, candidates, validation, the event write), without HTTP",
+    buckets=LATENCY_BUCKETS,
+)
 SHED = Counter("ragtrail_shed_total", "Requests answered 503 to shed load or because a store was away", ["reason"])
-QUEUE_WAIT = Histogram("ragtrail_queue_wait_seconds", "Time an API request waited before the app (X-Request-Start)",
-                       buckets=LATENCY_BUCKETS)
-RECORDS = Counter("ragtrail_records_total", "Trails recorded, by the signal sent and the status given", ["signal", "status"])
+QUEUE_WAIT = Histogram(
+    "ragtrail_queue_wait_seconds",
+    "Time an API request waited before the app (X-Request-Start)",
+    buckets=LATENCY_BUCKETS,
+)
+RECORDS = Counter(
+    "ragtrail_records_total", "Trails recorded, by the signal sent and the status given", ["signal", "status"]
+)
 FALSE_HIT_REPORTS = Counter("ragtrail_false_hit_reports_total", "Recalls reported not helpful (false hits)")
-THRESHOLD_CHANGES = Counter("ragtrail_threshold_changes_total", "Moves of a scope's threshold in use, by cause", ["cause"])
+THRESHOLD_CHANGES = Counter(
+    "ragtrail_threshold_changes_total", "Moves of a scope's threshold in use, by cause", ["cause"]
+)
 STALE_MARKS = Counter("ragtrail_stale_marks_total", "Trails marked stale by recall (none of their sections unchanged)")
-TOOL_LOOKUPS = Counter("ragtrail_tool_result_lookups_total", "Tool-result cache lookups, by tool and result", ["tool", "result"])
+TOOL_LOOKUPS = Counter(
+    "ragtrail_tool_result_lookups_total", "Tool-result cache lookups, by tool and result", ["tool", "result"]
+)
 TASK_RUNS = Counter("ragtrail_task_runs_total", "Background job runs, by task and end state", ["task", "state"])
-TASK_LAST_SUCCESS = Gauge("ragtrail_task_last_success_timestamp_seconds", "When each background job last succeeded",
-                          ["task"], multiprocess_mode="max")
-MODEL_LOAD_SECONDS = Gauge("ragtrail_model_load_seconds", "How long the embedding model took to load, per process",
-                           multiprocess_mode="max")
-EMBEDDING_SECONDS = Histogram("ragtrail_embedding_seconds", "Time the embedding model took for a call (cache misses only)",
-                              buckets=LATENCY_BUCKETS)
+TASK_LAST_SUCCESS = Gauge(
+    "ragtrail_task_last_success_timestamp_seconds",
+    "When each background job last succeeded",
+    ["task"],
+    multiprocess_mode="max",
+)
+MODEL_LOAD_SECONDS = Gauge(
+    "ragtrail_model_load_seconds", "How long the embedding model took to load, per process", multiprocess_mode="max"
+)
+EMBEDDING_SECONDS = Histogram(
+    "ragtrail_embedding_seconds",
+    "Time the embedding model took for a call (cache misses only)",
+    buckets=LATENCY_BUCKETS,
+)
 STORE_ERRORS = Counter("ragtrail_store_errors_total", "Database and cache errors, by store and kind", ["store", "kind"])
-SCOPES_OVER_BOUND = Gauge("ragtrail_scopes_over_false_hit_bound",
-                          "Scopes whose false-hit reports in the last hour exceed their bound (set by the roll-up)",
-                          multiprocess_mode="mostrecent")
-SCOPES_AT_CEILING = Gauge("ragtrail_scopes_threshold_at_ceiling",
-                          "Scopes whose learned threshold sits at its ceiling (set by the roll-up)", multiprocess_mode="mostrecent")
+SCOPES_OVER_BOUND = Gauge(
+    "ragtrail_scopes_over_false_hit_bound",
+    "Scopes whose false-hit reports in the last hour exceed their bound (set by the roll-up)",
+    multiprocess_mode="mostrecent",
+)
+SCOPES_AT_CEILING = Gauge(
+    "ragtrail_scopes_threshold_at_ceiling",
+    "Scopes whose learned threshold sits at its ceiling (set by the roll-up)",
+    multiprocess_mode="mostrecent",
+)
 # One series per kind of flag the overview shows (a bounded label: ceiling, reporter).
-SCOPES_FLAGGED = Gauge("ragtrail_scopes_flagged", "Scopes flagged for an operator, by the flag's kind (set by the roll-up)",
-                       ["flag"], multiprocess_mode="mostrecent")
+SCOPES_FLAGGED = Gauge(
+    "ragtrail_scopes_flagged",
+    "Scopes flagged for an operator, by the flag's kind (set by the roll-up)",
+    ["flag"],
+    multiprocess_mode="mostrecent",
+)
 
 
 class _Off:
@@ -110,8 +154,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if not (settings.RAGTRAIL_METRICS_TOKEN or settings.RAGTRAIL_METRICS_ALLOW):
         raise Http404("metrics are off")
     if not _allowed(request):
-        response = HttpResponse("a metrics token (Authorization: Bearer ...) or an allowed address is required\n",
-                                status=401, content_type="text/plain")
+        response = HttpResponse(
+            "a metrics token (Authorization: Bearer ...) or an allowed address is required\n",
+            status=401,
+            content_type="text/plain",
+        )
         response["WWW-Authenticate"] = "Bearer"
         return response
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
@@ -154,11 +201,17 @@ class MetricsMiddleware:
         HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
         HTTP_SECONDS.labels(route).observe(elapsed)
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info("request", extra={
-                "method": request.method, "route": route, "status": response.status_code,
-                "duration_ms": round(elapsed * 1000, 2), "scope": (match.kwargs.get("scope") or match.kwargs.get("scope_slug") if match else None),
-                "outcome": getattr(request, "ragtrail_outcome", None),
-            })
+            access_log.info(
+                "request",
+                extra={
+                    "method": request.method,
+                    "route": route,
+                    "status": response.status_code,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "scope": (match.kwargs.get("scope") or match.kwargs.get("scope_slug") if match else None),
+                    "outcome": getattr(request, "ragtrail_outcome", None),
+                },
+            )
         return response
 
 

@@ -1,4 +1,5 @@
 """Helpers that migrations share."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Cursors whose statements PostgreSQL can prepare: for the few queries every recall runs."""
+
 from __future__ import annotations
 
 from django.db import connection

@@ -1,6 +1,7 @@
 """The headers a request's queueing time is read from: gunicorn's worker stamps its own
 (after removing any the client sent), a proxy may stamp X-Request-Start. Standard library
 only: gunicorn's master imports this with the worker class, before Django is set up."""
+
 from __future__ import annotations
 
 OWN_STAMP = "X-RAGTRAIL-QUEUED-AT"

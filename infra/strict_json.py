@@ -8,6 +8,7 @@ body that is not `application/json` (415). A body sent with `Content-Encoding: g
 unpacked first, never past the size limit (a small bomb cannot fill memory); a body over the
 limit answers 413 naming the limit and the setting that moves it.
 """
+
 from __future__ import annotations
 
 import json
@@ -143,7 +144,11 @@ def parse_strict(body: bytes) -> Any:
         raise BodyRefused(422, "too_deep", f"objects and arrays nest deeper than {MAX_DEPTH} levels", "body")
     try:
         value = json.loads(
-            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant, parse_float=_number, parse_int=_integer
+            text,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_constant=_no_constant,
+            parse_float=_number,
+            parse_int=_integer,
         )
     except RecursionError:  # never past the depth check; refused all the same, never a 500
         raise BodyRefused(422, "too_deep", f"objects and arrays nest deeper than {MAX_DEPTH} levels", "body") from None
@@ -154,8 +159,13 @@ def parse_strict(body: bytes) -> Any:
 
 
 def _too_large(limit: int, setting: str, unpacked: bool = False) -> BodyRefused:
-    return BodyRefused(413, "too_large", f"the request body{' (unpacked)' if unpacked else ''} is larger than the "
-                                         f"{limit:,} bytes this server accepts here ({setting})", "body")
+    return BodyRefused(
+        413,
+        "too_large",
+        f"the request body{' (unpacked)' if unpacked else ''} is larger than the "
+        f"{limit:,} bytes this server accepts here ({setting})",
+        "body",
+    )
 
 
 def _gunzip(body: bytes, limit: int, setting: str) -> bytes:
@@ -168,7 +178,9 @@ def _gunzip(body: bytes, limit: int, setting: str) -> bytes:
         try:
             unpacked = unpacker.decompress(rest, limit - size + 1)
         except zlib.error as problem:
-            raise BodyRefused(400, "invalid_body", f"the body is not gzip data: {problem}", "Content-Encoding") from None
+            raise BodyRefused(
+                400, "invalid_body", f"the body is not gzip data: {problem}", "Content-Encoding"
+            ) from None
         size += len(unpacked)
         if size > limit or unpacker.unconsumed_tail:
             raise _too_large(limit, setting, unpacked=True)
@@ -206,7 +218,9 @@ def read_body(request: HttpRequest) -> bytes:
         return raw
     if encoding in ("gzip", "x-gzip"):
         return _gunzip(raw, limit, setting)
-    raise BodyRefused(415, "unsupported_media_type", f"Content-Encoding {encoding!r}: send gzip or none", "Content-Encoding")
+    raise BodyRefused(
+        415, "unsupported_media_type", f"Content-Encoding {encoding!r}: send gzip or none", "Content-Encoding"
+    )
 
 
 class StrictJsonMiddleware:
@@ -237,7 +251,9 @@ class StrictJsonMiddleware:
                 if body:
                     content_type = request.content_type or ""
                     if content_type != "application/json":
-                        raise BodyRefused(415, "unsupported_media_type", "send the body as application/json", "Content-Type")
+                        raise BodyRefused(
+                            415, "unsupported_media_type", "send the body as application/json", "Content-Type"
+                        )
                     request.strict_json = parse_strict(body)
             except BodyRefused as refused:
                 return refused.response()

@@ -1,4 +1,5 @@
 """Token estimates with no model: what prefetch budgets and the section splitter count."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """The one NinjaAPI: version 1 of the JSON API, and its single error shape."""
+
 from __future__ import annotations
 
 import logging
@@ -23,16 +24,21 @@ logger = logging.getLogger("ragtrail.api")
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["error"],
-    "properties": {"error": {
-        "type": "object",
-        "required": ["code", "message"],
-        "properties": {
-            "code": {"type": "string", "description": "what went wrong, e.g. invalid, not_found, conflict, overloaded"},
-            "message": {"type": "string"},
-            "field": {"type": "string", "description": "the field at fault, dotted (steps.0.args.n), where one is"},
-        },
-        "additionalProperties": True,
-    }},
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "what went wrong, e.g. invalid, not_found, conflict, overloaded",
+                },
+                "message": {"type": "string"},
+                "field": {"type": "string", "description": "the field at fault, dotted (steps.0.args.n), where one is"},
+            },
+            "additionalProperties": True,
+        }
+    },
 }
 ERRORS_OF_EVERY_OPERATION = {
     "401": "no valid API key (Authorization: Bearer rt_…)",
@@ -40,7 +46,7 @@ ERRORS_OF_EVERY_OPERATION = {
     "422": "input the API refuses, naming the field",
     "500": "the server failed (the JSON shape still holds)",
     "503": "overloaded (code overloaded), a lock held past its wait limit (lock_wait), the request's database "
-           "deadline passed (deadline) or the database is away (unavailable); Retry-After says when to try again",
+    "deadline passed (deadline) or the database is away (unavailable); Retry-After says when to try again",
 }
 ERRORS_OF_BODIES = {
     "400": "the body is not UTF-8 JSON",
@@ -50,7 +56,10 @@ ERRORS_OF_BODIES = {
 # Operations that can answer 409, by (method, path suffix).
 CONFLICTS = {
     ("post", "/trails"): "a sent hash is no longer the section's, or an idempotency key was reused with other input",
-    ("post", "/feedback"): "the vote or verdict does not apply now (a rejected trail, a recall judged already or a miss)",
+    (
+        "post",
+        "/feedback",
+    ): "the vote or verdict does not apply now (a rejected trail, a recall judged already or a miss)",
     ("put", "/tool-results"): "a sent hash is no longer the section's",
 }
 # What the server refuses (422) that a JSON Schema cannot say: rules across fields and rules
@@ -74,8 +83,8 @@ RULES_BEYOND_THE_SCHEMA = {
     },
     ("post", "/section-syncs"): {
         "sections": "each section id at most once; each section has its text or its hash; a scope that keeps "
-                    "texts needs the text of every section added or changed (hashes are enough for the rest, "
-                    "and for a dry run); 409 sync_running while another sync of the scope runs",
+        "texts needs the text of every section added or changed (hashes are enough for the rest, "
+        "and for a dry run); 409 sync_running while another sync of the scope runs",
         "delete_missing": "removes at most half of the scope's sections unless allow_removing_most",
     },
     ("put", "/tool-results"): {
@@ -93,8 +102,12 @@ RULES_OF_EVERY_BODY = (
 
 
 def _refusals(method: str, path: str) -> str:
-    rules = [f"`{field}`: {rule}" for (verb, end), by_field in RULES_BEYOND_THE_SCHEMA.items()
-             if verb == method and path.endswith(end) for field, rule in by_field.items()]
+    rules = [
+        f"`{field}`: {rule}"
+        for (verb, end), by_field in RULES_BEYOND_THE_SCHEMA.items()
+        if verb == method and path.endswith(end)
+        for field, rule in by_field.items()
+    ]
     if method in ("post", "put", "patch"):
         rules.append(f"`body`: {RULES_OF_EVERY_BODY}")
     if not rules:
@@ -115,7 +128,9 @@ class RagtrailApi(NinjaAPI):
                 if method in ("post", "put", "patch"):
                     errors.update(ERRORS_OF_BODIES)
                 errors["422"] = _refusals(method, path)
-                errors.update({"409": why for (verb, end), why in CONFLICTS.items() if method == verb and path.endswith(end)})
+                errors.update(
+                    {"409": why for (verb, end), why in CONFLICTS.items() if method == verb and path.endswith(end)}
+                )
                 responses = operation.setdefault("responses", {})
                 for status, description in errors.items():
                     responses.setdefault(status, {"description": description, "content": error})
@@ -134,7 +149,9 @@ api.add_router("/scopes", sections_router)
 api.add_router("/scopes", trails_router)
 
 
-def _error(request: HttpRequest, status: int, code: str, message: str, field: str | None = None, **detail) -> HttpResponse:
+def _error(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None, **detail
+) -> HttpResponse:
     return RequestRefused(status, code, message, field, **detail).response()
 
 
@@ -168,7 +185,9 @@ def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = _error(request, 401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)", "Authorization")
+    response = _error(
+        request, 401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)", "Authorization"
+    )
     response["WWW-Authenticate"] = "Bearer"
     return response
 

@@ -2,6 +2,7 @@
 
 Every value can be set from the environment (RAGTRAIL_BIND, RAGTRAIL_WORKERS, ...).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,8 @@ preload_app = True
 # jobs' last successes: no "never reported" alert on a healthy worker.
 _metrics_dir = os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
-    env_str("RAGTRAIL_METRICS_DIR", "") or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
+    env_str("RAGTRAIL_METRICS_DIR", "")
+    or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
 )
 os.makedirs(_metrics_dir, exist_ok=True)
 
@@ -78,6 +80,9 @@ def post_worker_init(worker) -> None:
     embedder = get_embedder()
     embedder.embed("warm up")
     logging.getLogger("gunicorn.error").info(
-        "worker %s: embedding model %s (%s) loaded in %.1f s", worker.pid, settings.RAGTRAIL_EMBEDDING_MODEL, embedder.name,
+        "worker %s: embedding model %s (%s) loaded in %.1f s",
+        worker.pid,
+        settings.RAGTRAIL_EMBEDDING_MODEL,
+        embedder.name,
         time.perf_counter() - started,
     )

@@ -10,6 +10,7 @@ and no client can forge its wait. A proxy's X-Request-Start is kept only from an
 RAGTRAIL_TRUSTED_PROXIES; from anyone else it is dropped (a stamp in the future read as no
 wait at all, which is never shed).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,13 +23,17 @@ from infra.queue_stamps import OWN_STAMP, PROXY_STAMP, trusted_proxies
 TRUSTED = trusted_proxies(os.environ.get("RAGTRAIL_TRUSTED_PROXIES", ""))
 
 
-def stamp(headers: list[tuple[str, str]], queued_at: float | None, peer: str | None = None,
-          trusted: frozenset[str] = TRUSTED) -> None:
+def stamp(
+    headers: list[tuple[str, str]], queued_at: float | None, peer: str | None = None, trusted: frozenset[str] = TRUSTED
+) -> None:
     """Replaces whatever the client sent as this worker's stamp with the time the request was
     queued, and drops X-Request-Start unless the peer is a trusted proxy."""
     keep_proxy = peer is not None and peer in trusted
-    headers[:] = [(name, value) for name, value in headers
-                  if name.upper() != OWN_STAMP and (keep_proxy or name.upper() != PROXY_STAMP)]
+    headers[:] = [
+        (name, value)
+        for name, value in headers
+        if name.upper() != OWN_STAMP and (keep_proxy or name.upper() != PROXY_STAMP)
+    ]
     if queued_at is not None:
         headers.append((OWN_STAMP, f"t={queued_at:.6f}"))
 

@@ -4,6 +4,7 @@ ninja hands an operation only the query parameters it declares and drops the res
 misspelt `?limt=5` was answered as if absent. The names each operation declares are read
 once from the API's own OpenAPI document; any other name is a 422 naming it.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,8 @@ def declared() -> dict[tuple[str, str], frozenset[str]]:
     for path, operations in api.get_openapi_schema()["paths"].items():
         for method, operation in operations.items():
             names[(path, method.upper())] = frozenset(
-                p["name"] for p in operation.get("parameters", []) if p.get("in") == "query")
+                p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"
+            )
     return names
 
 
@@ -47,6 +49,10 @@ class UnknownQueryParametersMiddleware:
         unknown = sorted(set(request.GET) - known)
         if unknown:
             allowed = ", ".join(sorted(known)) or "none"
-            return RequestRefused(422, "invalid", f"unknown query parameter {unknown[0]!r} (this operation takes: {allowed})",
-                                  field=unknown[0]).response()
+            return RequestRefused(
+                422,
+                "invalid",
+                f"unknown query parameter {unknown[0]!r} (this operation takes: {allowed})",
+                field=unknown[0],
+            ).response()
         return None

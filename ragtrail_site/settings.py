@@ -2,6 +2,7 @@
 
 The defaults run on a fresh laptop: SQLite and Celery's filesystem broker (no server).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -105,12 +106,15 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_from_url(
-    env_str("DATABASE_URL", "sqlite:///db.sqlite3"), str(BASE_DIR),
-    connect_timeout_s=env_int("RAGTRAIL_DB_CONNECT_TIMEOUT_S", 3),
-    statement_timeout_ms=env_int("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", 5000),
-    lock_timeout_ms=env_int("RAGTRAIL_DB_LOCK_TIMEOUT_MS", 2000),
-)}
+DATABASES = {
+    "default": database_from_url(
+        env_str("DATABASE_URL", "sqlite:///db.sqlite3"),
+        str(BASE_DIR),
+        connect_timeout_s=env_int("RAGTRAIL_DB_CONNECT_TIMEOUT_S", 3),
+        statement_timeout_ms=env_int("RAGTRAIL_DB_STATEMENT_TIMEOUT_MS", 5000),
+        lock_timeout_ms=env_int("RAGTRAIL_DB_LOCK_TIMEOUT_MS", 2000),
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -196,17 +200,30 @@ RAGTRAIL_CACHE_TIMEOUT_S = float(env_str("RAGTRAIL_CACHE_TIMEOUT_S", "0.25"))
 
 
 def _redis_cache(url: str) -> dict:
-    return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url, "KEY_PREFIX": "ragtrail",
-            "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S}}
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url,
+        "KEY_PREFIX": "ragtrail",
+        "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
+    }
 
 
 CACHES = {
-    "default": _redis_cache(_cache_url) if _cache_url
-    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "ragtrail", "OPTIONS": {"MAX_ENTRIES": 100_000}},
+    "default": _redis_cache(_cache_url)
+    if _cache_url
+    else {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "ragtrail",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    },
     # The worker's heartbeats, read by the web processes: a cache every process shares (a
     # process's own memory would never hear from the worker on a laptop).
-    "heartbeats": _redis_cache(_cache_url) if _cache_url
-    else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(BASE_DIR / ".cache" / "heartbeats")},
+    "heartbeats": _redis_cache(_cache_url)
+    if _cache_url
+    else {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(BASE_DIR / ".cache" / "heartbeats"),
+    },
 }
 RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 * 1024)
 # A purge from the operator pages runs in the request when the scope holds at most
@@ -256,9 +273,16 @@ if LOG_FORMAT not in ("text", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
-                            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s", "rename_fields": {"asctime": "time"}}},
-    "handlers": {"console": {"class": "logging.StreamHandler", **({"formatter": "json"} if LOG_FORMAT == "json" else {})}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time"},
+        }
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", **({"formatter": "json"} if LOG_FORMAT == "json" else {})}
+    },
     "root": {"handlers": ["console"], "level": env_str("RAGTRAIL_LOG_LEVEL", "WARNING")},
     # Django's own console handler (on with DEBUG) printed every 4xx a second time beside
     # the root's: its records now reach the console once, through the root.

@@ -2,8 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from .api import api
 from infra.metrics import metrics_view
+
+from .api import api
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="ops:index", permanent=False)),

@@ -11,6 +11,7 @@ Django's groups and permissions are per model, not per row, and the object-permi
 libraries (django-guardian) store a row per object and permission; a scope's grant is one
 row per (operator, scope) with an ordered level, which one indexed join answers.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -60,7 +61,10 @@ def access_to(user, scope) -> int:
         return Access.CONFIGURE
     known = user.__dict__.setdefault("_scope_access", {})
     if scope.pk not in known:
-        known[scope.pk] = OperatorGrant.objects.filter(user_id=user.pk, scope_id=scope.pk).values_list("access", flat=True).first() or 0
+        known[scope.pk] = (
+            OperatorGrant.objects.filter(user_id=user.pk, scope_id=scope.pk).values_list("access", flat=True).first()
+            or 0
+        )
     return known[scope.pk]
 
 

@@ -6,7 +6,6 @@ from scopes.access import Access, OperatorGrant, granted_scopes, may
 from scopes.audit import AuditEvent
 from scopes.models import ApiKey, Section, SectionSync
 
-
 # Scope's own admin is registered by the trails app (trails/admin.py): its matching
 # settings are what trails signs and bands with, and a lower app never imports an upper one.
 
@@ -28,12 +27,16 @@ class GrantedScopesAdmin(admin.ModelAdmin):
         rows = super().get_queryset(request)
         if request.user.is_superuser:
             return rows
-        return rows.filter(**{f"{self.scope_path + '__' if self.scope_path else ''}pk__in": granted_scopes(request.user)})
+        return rows.filter(
+            **{f"{self.scope_path + '__' if self.scope_path else ''}pk__in": granted_scopes(request.user)}
+        )
 
     def get_list_filter(self, request: HttpRequest):
         # The scope filter lists the scopes of the rows shown, never every tenant's slug.
-        return [("scope", admin.RelatedOnlyFieldListFilter) if name == "scope" else name
-                for name in super().get_list_filter(request)]
+        return [
+            ("scope", admin.RelatedOnlyFieldListFilter) if name == "scope" else name
+            for name in super().get_list_filter(request)
+        ]
 
     def formfield_for_foreignkey(self, db_field, request: HttpRequest, **kwargs):
         if db_field.name == "scope" and not request.user.is_superuser:
@@ -94,9 +97,13 @@ def _grant_audit(request: HttpRequest, grant: OperatorGrant, before: int | None,
     after = None if removed else grant.access
     if before == after:
         return
-    audit.record([grant.scope], request.user.get_username(), AuditEvent.Kind.ACCESS,
-                 what=f"{grant.user.get_username()}: {level(before)} → {level(after)}",
-                 detail={"user": grant.user.get_username(), "access": {"before": level(before), "after": level(after)}})
+    audit.record(
+        [grant.scope],
+        request.user.get_username(),
+        AuditEvent.Kind.ACCESS,
+        what=f"{grant.user.get_username()}: {level(before)} → {level(after)}",
+        detail={"user": grant.user.get_username(), "access": {"before": level(before), "after": level(after)}},
+    )
 
 
 @admin.register(ApiKey)
@@ -128,8 +135,11 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
 
         for key in queryset:
             set_aside(key, by=request.user.get_username())
-        messages.info(request, f"Revoked {queryset.count()} key(s) and set their reports and labels aside: the scopes' "
-                               "verdicts and the trails' report counts no longer count them (reversible).")
+        messages.info(
+            request,
+            f"Revoked {queryset.count()} key(s) and set their reports and labels aside: the scopes' "
+            "verdicts and the trails' report counts no longer count them (reversible).",
+        )
 
     @admin.action(description="Count their reports and labels again")
     def restore_reports(self, request: HttpRequest, queryset) -> None:
@@ -137,7 +147,9 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
 
         for key in queryset:
             restore(key, by=request.user.get_username())
-        messages.info(request, f"The reports and labels of {queryset.count()} key(s) count again (the keys stay revoked).")
+        messages.info(
+            request, f"The reports and labels of {queryset.count()} key(s) count again (the keys stay revoked)."
+        )
 
 
 @admin.register(Section)

@@ -1,13 +1,14 @@
 """The key's scopes, and the section store endpoints: bulk upsert, read, delete."""
+
 from __future__ import annotations
 
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
+from infra.errors import RequestRefused
 from scopes.auth import granted_scope
 from scopes.models import Section
 from scopes.schemas import GrantedScopesOut, SectionListIn, SectionListOut, SectionOut, SectionsIn, SectionsOut
-from infra.errors import RequestRefused
 
 router = Router(tags=["sections"])
 
@@ -29,12 +30,17 @@ def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
 def list_sections(request: HttpRequest, scope: str, page: Query[SectionListIn]):
     """The scope's section ids and hashes, by id, a page at a time (`after` the last id of the
     one before): what an agent compares its own index with before recording a path."""
-    rows = list(Section.objects.filter(scope=granted_scope(request, scope), section_id__gt=page.after)
-                .order_by("section_id").values_list("section_id", "hash", "updated_at")[: page.limit + 1])
+    rows = list(
+        Section.objects.filter(scope=granted_scope(request, scope), section_id__gt=page.after)
+        .order_by("section_id")
+        .values_list("section_id", "hash", "updated_at")[: page.limit + 1]
+    )
     more = len(rows) > page.limit
     rows = rows[: page.limit]
-    return {"sections": [{"id": i, "hash": h, "updated_at": at.isoformat()} for i, h, at in rows],
-            "next": rows[-1][0] if more else None}
+    return {
+        "sections": [{"id": i, "hash": h, "updated_at": at.isoformat()} for i, h, at in rows],
+        "next": rows[-1][0] if more else None,
+    }
 
 
 def _section(request: HttpRequest, scope: str, section_id: str) -> Section:
@@ -47,7 +53,12 @@ def _section(request: HttpRequest, scope: str, section_id: str) -> Section:
 @router.get("/{scope}/sections/{path:section_id}", response=SectionOut)
 def get_section(request: HttpRequest, scope: str, section_id: str):
     section = _section(request, scope, section_id)
-    return {"id": section.section_id, "text": section.text, "hash": section.hash, "updated_at": section.updated_at.isoformat()}
+    return {
+        "id": section.section_id,
+        "text": section.text,
+        "hash": section.hash,
+        "updated_at": section.updated_at.isoformat(),
+    }
 
 
 @router.delete("/{scope}/sections/{path:section_id}", response={204: None})

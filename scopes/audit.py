@@ -6,6 +6,7 @@ A row holds who, what kind of act, the values it changed (old and new) and a lin
 operator's or a caller's free words (those stay where erasure finds them: a trail's history,
 a sync's source), so the log keeps nothing a purge would have to reach.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -34,8 +35,9 @@ class AuditEvent(models.Model):
         DOCS_SYNC = "docs sync"
 
     # No database constraint: a deleted scope's events stay (with its slug) and are never updated.
-    scope = models.ForeignKey("scopes.Scope", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+",
-                              db_index=False)
+    scope = models.ForeignKey(
+        "scopes.Scope", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", db_index=False
+    )
     scope_slug = models.CharField(max_length=50)
     at = models.DateTimeField(default=timezone.now)
     who = models.CharField(max_length=150, blank=True)
@@ -65,19 +67,39 @@ class AuditEvent(models.Model):
         raise ValueError("an audit event is never deleted")
 
 
-def record(scopes: Iterable, who: str, kind: str, what: str = "", link: str = "", detail: dict | None = None,
-           at: datetime | None = None) -> None:
+def record(
+    scopes: Iterable,
+    who: str,
+    kind: str,
+    what: str = "",
+    link: str = "",
+    detail: dict | None = None,
+    at: datetime | None = None,
+) -> None:
     """Writes one event per scope (objects with `pk` and `slug`), in the caller's transaction."""
     at = at or timezone.now()
-    AuditEvent.objects.bulk_create([
-        AuditEvent(scope_id=scope.pk, scope_slug=scope.slug, at=at, who=(who or "")[:150], kind=kind, what=what[:500],
-                   link=link[:300], detail=detail or {})
-        for scope in scopes
-    ])
+    AuditEvent.objects.bulk_create(
+        [
+            AuditEvent(
+                scope_id=scope.pk,
+                scope_slug=scope.slug,
+                at=at,
+                who=(who or "")[:150],
+                kind=kind,
+                what=what[:500],
+                link=link[:300],
+                detail=detail or {},
+            )
+            for scope in scopes
+        ]
+    )
 
 
 def changes(before: dict, after: dict) -> dict:
     """{"field": {"before": old, "after": new}} for the fields whose value differs, as JSON text."""
     shown = lambda value: value if isinstance(value, (str, int, float, bool, type(None))) else str(value)  # noqa: E731
-    return {name: {"before": shown(before.get(name)), "after": shown(after.get(name))}
-            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)}
+    return {
+        name: {"before": shown(before.get(name)), "after": shown(after.get(name))}
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    }

@@ -1,13 +1,14 @@
 """Bearer-key authentication for the API, and the scope a key may use."""
+
 from __future__ import annotations
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from scopes.models import ApiKey, Scope
 from infra.db_deadline import refused_by_the_database
 from infra.errors import RequestRefused
+from scopes.models import ApiKey, Scope
 
 
 def key_of(request: HttpRequest, token: str | None = None) -> ApiKey | None:
@@ -52,14 +53,17 @@ class KeyBeforeBodyMiddleware:
         except (OperationalError, InterfaceError) as problem:  # the API's own 503, before any body is read
             return refused_by_the_database(problem, f"{request.method} {request.path}")
         if key is None:
-            refused = RequestRefused(401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)",
-                                     field="Authorization").response()
+            refused = RequestRefused(
+                401, "unauthorized", "a valid API key is required (Authorization: Bearer rt_…)", field="Authorization"
+            ).response()
             refused["WWW-Authenticate"] = "Bearer"
         elif "scope" in view_kwargs and key.grants(view_kwargs["scope"]) is None:
             refused = RequestRefused(404, "not_found", "no such scope", field="scope").response()
         else:
             return None
-        if request.META.get("SERVER_SOFTWARE", "").startswith("gunicorn") and request.META.get("CONTENT_LENGTH") not in (None, "", "0"):
+        if request.META.get("SERVER_SOFTWARE", "").startswith("gunicorn") and request.META.get(
+            "CONTENT_LENGTH"
+        ) not in (None, "", "0"):
             refused["Connection"] = "close"  # gunicorn closes rather than read the unread body
         return refused
 

@@ -1,4 +1,5 @@
 """The Python FAQ corpus shipped for the demo scope and the staleness tests."""
+
 from __future__ import annotations
 
 import json

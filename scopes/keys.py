@@ -7,6 +7,7 @@ and its reports keep trails one report from removal or out of service. Setting t
 restoring the key's standing counts them again. The trails' side runs in trails (a receiver of
 `key_set_aside`), which this app never imports.
 """
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -28,15 +29,23 @@ def revoke(keys, by: str) -> int:
     with transaction.atomic():
         for key in keys:
             if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now):
-                audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_REVOKED, at=now, detail={"key": key.lookup},
-                             what=f"{key.name or key.lookup} (key:{key.lookup}): revoked")
+                audit.record(
+                    key.scopes.all(),
+                    by,
+                    AuditEvent.Kind.KEY_REVOKED,
+                    at=now,
+                    detail={"key": key.lookup},
+                    what=f"{key.name or key.lookup} (key:{key.lookup}): revoked",
+                )
                 done += 1
     return done
 
 
 def set_aside_reporters() -> set[str]:
     """The reporters ("key:<lookup>") whose reports and labels no longer count."""
-    return {f"key:{lookup}" for lookup in ApiKey.objects.filter(set_aside_at__isnull=False).values_list("lookup", flat=True)}
+    return {
+        f"key:{lookup}" for lookup in ApiKey.objects.filter(set_aside_at__isnull=False).values_list("lookup", flat=True)
+    }
 
 
 def set_aside(key: ApiKey, by: str) -> None:
@@ -44,10 +53,17 @@ def set_aside(key: ApiKey, by: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=True).update(
-            set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now)
+            set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now
+        )
         if changed:
-            audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_SET_ASIDE, at=now, detail={"key": key.lookup},
-                         what=f"{key.name or key.lookup} (key:{key.lookup}): revoked, its reports and labels set aside")
+            audit.record(
+                key.scopes.all(),
+                by,
+                AuditEvent.Kind.KEY_SET_ASIDE,
+                at=now,
+                detail={"key": key.lookup},
+                what=f"{key.name or key.lookup} (key:{key.lookup}): revoked, its reports and labels set aside",
+            )
             transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=True))
     key.refresh_from_db()
 
@@ -55,9 +71,16 @@ def set_aside(key: ApiKey, by: str) -> None:
 def restore(key: ApiKey, by: str) -> None:
     """Counts the key's reports and labels again (the key stays revoked)."""
     with transaction.atomic():
-        changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=False).update(set_aside_at=None, set_aside_by="")
+        changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=False).update(
+            set_aside_at=None, set_aside_by=""
+        )
         if changed:
-            audit.record(key.scopes.all(), by, AuditEvent.Kind.KEY_COUNTED_AGAIN, detail={"key": key.lookup},
-                         what=f"{key.name or key.lookup} (key:{key.lookup}): its reports and labels count again (still revoked)")
+            audit.record(
+                key.scopes.all(),
+                by,
+                AuditEvent.Kind.KEY_COUNTED_AGAIN,
+                detail={"key": key.lookup},
+                what=f"{key.name or key.lookup} (key:{key.lookup}): its reports and labels count again (still revoked)",
+            )
             transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=False))
     key.refresh_from_db()

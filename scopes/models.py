@@ -1,4 +1,5 @@
 """Scopes (the unit of isolation), their API keys and their section stores."""
+
 from __future__ import annotations
 
 import contextvars
@@ -16,8 +17,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from infra.errors import Invalid
-from infra.prepared import prepared_cursor
 from infra.hashing import section_hash
+from infra.prepared import prepared_cursor
 
 
 def new_policy_version() -> str:
@@ -85,7 +86,8 @@ class Scope(models.Model):
     # (or a reused id on SQLite) can never read the first one's entries.
     cache_token = models.CharField(max_length=32, default=new_cache_token, unique=True, editable=False)
     keeps_text = models.BooleanField(
-        default=True, help_text="Keep the sections' text. Off: the store keeps section ids and hashes only (for text "
+        default=True,
+        help_text="Keep the sections' text. Off: the store keeps section ids and hashes only (for text "
         "that may not be copied into ragtrail): sync ids and hashes, and a prefetch names the valid sections and "
         "their hashes for the agent to read from its own index. Set when the scope is created.",
     )
@@ -260,8 +262,12 @@ class Section(models.Model):
             updated, in request order, "hashes": {id: hash} for every id sent}.
         """
         if not scope.keeps_text:
-            raise Invalid("hashes_only", "this scope keeps section ids and hashes only, never their text: sync ids "
-                                         "and hashes (POST .../section-syncs or manage.py sync_sections)", field="sections")
+            raise Invalid(
+                "hashes_only",
+                "this scope keeps section ids and hashes only, never their text: sync ids "
+                "and hashes (POST .../section-syncs or manage.py sync_sections)",
+                field="sections",
+            )
         hashes = {section_id: section_hash(text) for section_id, text in texts.items()}
         return cls._upsert(scope, texts, hashes, now or timezone.now())
 
@@ -292,17 +298,26 @@ class Section(models.Model):
     def _write(cls, scope: Scope, texts: dict[str, str], hashes: dict[str, str], now) -> dict:
         """upsert's writes, inside its transaction."""
         existing = {
-            s.section_id: s
-            for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
+            s.section_id: s for s in cls.objects.select_for_update().filter(scope=scope, section_id__in=list(texts))
         }
         created, updated, replaced = [], [], []
         for section_id, text in texts.items():
             current = existing.get(section_id)
             if current is None:
-                created.append(cls(scope=scope, section_id=section_id, text=text, hash=hashes[section_id], updated_at=now,
-                                   first_stored_at=now))
+                created.append(
+                    cls(
+                        scope=scope,
+                        section_id=section_id,
+                        text=text,
+                        hash=hashes[section_id],
+                        updated_at=now,
+                        first_stored_at=now,
+                    )
+                )
             elif current.hash != hashes[section_id]:
-                replaced.append(Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text))
+                replaced.append(
+                    Section(scope_id=current.scope_id, section_id=section_id, hash=current.hash, text=current.text)
+                )
                 current.text, current.hash, current.updated_at = text, hashes[section_id], now
                 updated.append(current)
         cls.objects.bulk_create(created, batch_size=500)
@@ -354,7 +369,10 @@ class SectionRevision(models.Model):
         """Keeps the current text of these sections before they change or go."""
         now = now or timezone.now()
         cls.objects.bulk_create(
-            [cls(scope_id=s.scope_id, section_id=s.section_id, hash=s.hash, text=s.text, replaced_at=now) for s in sections],
+            [
+                cls(scope_id=s.scope_id, section_id=s.section_id, hash=s.hash, text=s.text, replaced_at=now)
+                for s in sections
+            ],
             batch_size=500,
             ignore_conflicts=True,
         )
@@ -415,7 +433,7 @@ class ApiKeyQuerySet(models.QuerySet):
         """
         if not presented.startswith(KEY_PREFIX):
             return None
-        lookup, _, secret = presented[len(KEY_PREFIX):].partition("_")
+        lookup, _, secret = presented[len(KEY_PREFIX) :].partition("_")
         if not lookup or not secret:
             return None
         if scope_slug:
@@ -487,6 +505,7 @@ class ApiKey(models.Model):
 # Operators' grants live beside the scopes they grant (scopes/access.py); imported here so
 # Django finds the model.
 from scopes.access import Access, OperatorGrant  # noqa: E402,F401
+from scopes.audit import AuditEvent  # noqa: E402,F401
+
 # A scope's syncs and sync jobs (scopes/syncs.py), imported here so Django finds the models.
 from scopes.syncs import SectionSync, SectionSyncJob  # noqa: E402,F401
-from scopes.audit import AuditEvent  # noqa: E402,F401

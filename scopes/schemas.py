@@ -67,7 +67,9 @@ class SectionListIn(Schema):
     # Query parameters arrive as text: numbers are parsed (not strict), unknown names refused.
     model_config = ConfigDict(extra="forbid")
 
-    after: Annotated[str, Field(max_length=512, description="The last id of the previous page; empty for the first.")] = ""
+    after: Annotated[
+        str, Field(max_length=512, description="The last id of the previous page; empty for the first.")
+    ] = ""
     limit: Annotated[int, Field(ge=1, le=1000, description="Sections a page (1 to 1,000).")] = 200
 
 

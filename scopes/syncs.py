@@ -1,11 +1,11 @@
 """The record of each docs sync of a scope, and the background jobs that run large ones."""
+
 from __future__ import annotations
 
 import uuid
 
 from django.db import models
 from django.utils import timezone
-
 
 
 class SectionSync(models.Model):
@@ -25,8 +25,10 @@ class SectionSync(models.Model):
 
     def __str__(self) -> str:
         sections = self.summary.get("sections", {})
-        return (f"{self.created_at:%Y-%m-%d %H:%M} {sections.get('added', 0)} added, {sections.get('changed', 0)} changed, "
-                f"{sections.get('removed', 0)} removed")
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {sections.get('added', 0)} added, {sections.get('changed', 0)} changed, "
+            f"{sections.get('removed', 0)} removed"
+        )
 
 
 class SectionSyncJob(models.Model):

@@ -24,7 +24,9 @@ class ApiClient:
         return getattr(self.client, method)(f"/api/v1{path}", **kwargs)
 
     def put_sections(self, scope: str, sections: dict[str, str]):
-        return self.call("put", f"/scopes/{scope}/sections", {"sections": [{"id": k, "text": v} for k, v in sections.items()]})
+        return self.call(
+            "put", f"/scopes/{scope}/sections", {"sections": [{"id": k, "text": v} for k, v in sections.items()]}
+        )
 
     def record(self, scope: str, **body):
         body.setdefault("signal", "accepted")
@@ -42,8 +44,12 @@ def _job_queue_elsewhere(tmp_path_factory):
 
     if app.conf.broker_url.startswith("filesystem"):
         folder = str(tmp_path_factory.mktemp("job-queue"))
-        app.conf.broker_transport_options = {**app.conf.broker_transport_options, "data_folder_in": folder,
-                                             "data_folder_out": folder, "control_folder": folder}
+        app.conf.broker_transport_options = {
+            **app.conf.broker_transport_options,
+            "data_folder_in": folder,
+            "data_folder_out": folder,
+            "control_folder": folder,
+        }
 
 
 @pytest.fixture(autouse=True)

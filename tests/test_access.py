@@ -1,5 +1,6 @@
 """Operators per scope: an operator of tenant A never sees or changes tenant B, on any
 operator page, export, the find box, the recall page or Django admin."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,9 +10,8 @@ from django.test import Client
 from scopes.access import Access
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient, grant
-from trails.models import PurgeRun, RecallEvent, Trail
-from trails.models import writes
 from trails.core.lifecycle import Actor
+from trails.models import PurgeRun, RecallEvent, Trail, writes
 
 SECRET = "ACME-SECRET jane.roe@example.com"
 
@@ -49,14 +49,24 @@ def operator(scope: Scope, access: int = Access.CONFIGURE, model_permissions: bo
 def urls_of(tenant: dict) -> dict[str, str]:
     slug = tenant["scope"].slug
     return {
-        "overview": f"/ops/{slug}/", "tuning": f"/ops/{slug}/tuning/", "trails": f"/ops/{slug}/trails/",
-        "trails csv": f"/ops/{slug}/trails/?format=csv", "trail": f"/ops/{slug}/trails/{tenant['trail']}/",
-        "replay": f"/ops/{slug}/replay/", "replay a trail": f"/ops/{slug}/replay/?trail={tenant['trail']}",
-        "replay a recall": f"/ops/{slug}/replay/?recall={tenant['recall']}", "recalls": f"/ops/{slug}/recalls/",
-        "recalls csv": f"/ops/{slug}/recalls/?format=csv", "recall": f"/ops/{slug}/recalls/{tenant['recall']}/",
-        "find": f"/ops/{slug}/find/?q={tenant['trail']}", "syncs": f"/ops/{slug}/syncs/", "purge": f"/ops/{slug}/purge/",
-        "purge csv": f"/ops/{slug}/purge/?format=csv", "purge run": f"/ops/{slug}/purge/{tenant['run']}/",
-        "audit": f"/ops/{slug}/audit/", "audit csv": f"/ops/{slug}/audit/?format=csv",
+        "overview": f"/ops/{slug}/",
+        "tuning": f"/ops/{slug}/tuning/",
+        "trails": f"/ops/{slug}/trails/",
+        "trails csv": f"/ops/{slug}/trails/?format=csv",
+        "trail": f"/ops/{slug}/trails/{tenant['trail']}/",
+        "replay": f"/ops/{slug}/replay/",
+        "replay a trail": f"/ops/{slug}/replay/?trail={tenant['trail']}",
+        "replay a recall": f"/ops/{slug}/replay/?recall={tenant['recall']}",
+        "recalls": f"/ops/{slug}/recalls/",
+        "recalls csv": f"/ops/{slug}/recalls/?format=csv",
+        "recall": f"/ops/{slug}/recalls/{tenant['recall']}/",
+        "find": f"/ops/{slug}/find/?q={tenant['trail']}",
+        "syncs": f"/ops/{slug}/syncs/",
+        "purge": f"/ops/{slug}/purge/",
+        "purge csv": f"/ops/{slug}/purge/?format=csv",
+        "purge run": f"/ops/{slug}/purge/{tenant['run']}/",
+        "audit": f"/ops/{slug}/audit/",
+        "audit csv": f"/ops/{slug}/audit/?format=csv",
     }
 
 
@@ -97,7 +107,9 @@ def test_a_view_only_operator_may_look_but_not_act_or_configure(tenants):
     assert viewer.get(f"/ops/{slug}/trails/{acme['trail']}/").status_code == 200
     assert viewer.post(f"/ops/{slug}/trails/{acme['trail']}/vote/", {"vote": "down"}).status_code == 403
     assert viewer.post(f"/ops/{slug}/thresholds/", {"action": "pin"}).status_code == 403
-    assert viewer.post(f"/ops/{slug}/purge/", {"subject": "x", "action": "redact", "step": "preview"}).status_code == 403
+    assert (
+        viewer.post(f"/ops/{slug}/purge/", {"subject": "x", "action": "redact", "step": "preview"}).status_code == 403
+    )
     actor = operator(acme["scope"], access=Access.ACT)
     assert actor.post(f"/ops/{slug}/thresholds/", {"action": "pin"}).status_code == 403
     assert actor.post(f"/ops/{slug}/trails/{acme['trail']}/vote/", {"vote": "down"}).status_code == 302
@@ -110,8 +122,15 @@ def test_a_view_only_operator_may_look_but_not_act_or_configure(tenants):
         assert 'name="vote"' not in viewer.get(f"/ops/{slug}/trails/", **headers).content.decode()
 
 
-ADMIN_LISTS = ["/admin/trails/trail/", "/admin/scopes/scope/", "/admin/scopes/section/", "/admin/scopes/sectionsync/",
-               "/admin/trails/purgerun/", "/admin/trails/toolpolicy/", "/admin/trails/piipattern/"]
+ADMIN_LISTS = [
+    "/admin/trails/trail/",
+    "/admin/scopes/scope/",
+    "/admin/scopes/section/",
+    "/admin/scopes/sectionsync/",
+    "/admin/trails/purgerun/",
+    "/admin/trails/toolpolicy/",
+    "/admin/trails/piipattern/",
+]
 
 
 def test_django_admin_shows_an_operator_their_tenants_rows_only(tenants):
@@ -125,7 +144,9 @@ def test_django_admin_shows_an_operator_their_tenants_rows_only(tenants):
     # Found neither by its words, its public id nor its primary key; its pages answer as if it did not exist.
     for term in ("ACME", acme["trail"], str(trail.pk)):
         assert "jane.roe" not in python_faq.get("/admin/trails/trail/", {"q": term}).content.decode(), term
-    assert python_faq.get(f"/admin/trails/trail/{trail.pk}/change/").status_code == 302  # admin: "doesn't exist" and back
+    assert (
+        python_faq.get(f"/admin/trails/trail/{trail.pk}/change/").status_code == 302
+    )  # admin: "doesn't exist" and back
     assert python_faq.get(f"/admin/scopes/scope/{acme['scope'].pk}/change/").status_code == 302
     # An admin action on the other tenant's trail changes nothing.
     python_faq.post("/admin/trails/trail/", {"action": "reject", "_selected_action": [trail.pk]})
@@ -163,7 +184,9 @@ def test_grant_scope_gives_and_takes_an_operators_access(tenants):
         call_command("grant_scope", "ann", "--scope", "nope")
 
 
-def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes_and_leaves_nothing(db, django_user_model):
+def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes_and_leaves_nothing(
+    db, django_user_model
+):
     """Jane Roe in two tenants the operator acts on: her name in a query, her e-mail in a
     feedback reason; the preview counts both kinds, names the other tenant, and after the run
     nothing in the scope matches any identifier."""
@@ -176,15 +199,20 @@ def test_an_erasure_names_every_identifier_counts_every_record_says_which_scopes
         api = ApiClient(ApiKey.issue([scope], name=slug)[1])
         api.record(slug, query="Jane Roe asks how to reset her password", cited=["s1"])
         served = api.recall(slug, query="Jane Roe asks how to reset her password").json()
-        api.call("post", f"/scopes/{slug}/recalls/{served['recall_id']}/feedback",
-                 {"helpful": False, "reason": "wrong answer for jane.roe@example.com"})
+        api.call(
+            "post",
+            f"/scopes/{slug}/recalls/{served['recall_id']}/feedback",
+            {"helpful": False, "reason": "wrong answer for jane.roe@example.com"},
+        )
         scopes[slug] = scope
     user = django_user_model.objects.create_user("dpo", password="x", is_staff=True)
     for scope in scopes.values():
         grant(user, scope, access=Access.ACT)
     dpo = Client()
     dpo.force_login(user)
-    page = dpo.post("/ops/python-faq/purge/", {"subject": "Jane Roe", "action": "redact", "step": "preview"}).content.decode()
+    page = dpo.post(
+        "/ops/python-faq/purge/", {"subject": "Jane Roe", "action": "redact", "step": "preview"}
+    ).content.decode()
     assert "1 trails" in page and "1 recall queries" in page and "1 feedback reasons" in page  # her e-mail, by her name
     assert "acme-support: " in page and "preview there" in page
     run = PurgeRun.objects.get(scope=scopes["python-faq"], state=PurgeRun.State.PREVIEWED)
@@ -208,7 +236,13 @@ def test_the_audit_page_says_who_did_what_in_the_scope_only(tenants, django_user
     tenant's never; filters and CSV."""
     acme, python_faq = tenants["acme-support"], tenants["python-faq"]
     for tenant in (acme, python_faq):
-        writes.act(Trail.objects.get(public_id=tenant["trail"]), "down", Actor.OPERATOR, by=f"op-of-{tenant['scope'].slug}", reason="wrong")
+        writes.act(
+            Trail.objects.get(public_id=tenant["trail"]),
+            "down",
+            Actor.OPERATOR,
+            by=f"op-of-{tenant['scope'].slug}",
+            reason="wrong",
+        )
     admin = User.objects.create_superuser("root", password="x")
     root = Client()
     root.force_login(admin)
@@ -230,7 +264,10 @@ def test_an_operator_who_configures_sets_and_pins_the_threshold_from_the_what_if
     slug = acme["scope"].slug
     configurer, actor = operator(acme["scope"]), operator(acme["scope"], access=Access.ACT)
     page = configurer.get(f"/ops/{slug}/tuning/?threshold=0.91").content.decode()
-    assert 'id="set-threshold"' in page and 'id="set-threshold"' not in actor.get(f"/ops/{slug}/tuning/?threshold=0.91").content.decode()
+    assert (
+        'id="set-threshold"' in page
+        and 'id="set-threshold"' not in actor.get(f"/ops/{slug}/tuning/?threshold=0.91").content.decode()
+    )
     body = {"action": "set", "matcher": "lexical", "threshold": "0.91", "pin": "1"}
     assert actor.post(f"/ops/{slug}/thresholds/", body).status_code == 403
     assert configurer.post(f"/ops/{slug}/thresholds/", body).status_code == 302

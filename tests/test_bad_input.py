@@ -1,5 +1,6 @@
 """Bad bytes never reach a 500, a log line with the request's values, or a stored value
 another client cannot read (issue 24, items 1-3)."""
+
 from __future__ import annotations
 
 import json
@@ -25,18 +26,27 @@ BODY_ENDPOINTS = [
 @pytest.mark.parametrize("depth", [33, 1_000, 100_000])
 @pytest.mark.parametrize("method, path", BODY_ENDPOINTS)
 def test_deep_nesting_is_refused_with_a_json_422_on_every_body_endpoint_and_without_a_key_is_never_read(
-        api, client, caplog, method, path, depth, monkeypatch):
+    api, client, caplog, method, path, depth, monkeypatch
+):
     body = '{"query": ' + "[" * depth + "]" * depth + "}"
     from infra import strict_json
 
     parsed = []
-    monkeypatch.setattr(strict_json, "parse_strict", lambda raw, _parse=strict_json.parse_strict: parsed.append(1) or _parse(raw))
+    monkeypatch.setattr(
+        strict_json, "parse_strict", lambda raw, _parse=strict_json.parse_strict: parsed.append(1) or _parse(raw)
+    )
     anonymous = getattr(client, method)(f"/api/v1{path}", data=body, content_type="application/json")
     assert anonymous.status_code == 401 and anonymous.json()["error"]["field"] == "Authorization" and parsed == []
     with caplog.at_level(logging.INFO):
-        response = getattr(api.client, method)(f"/api/v1{path}", data=body, content_type="application/json", headers=api.headers)
+        response = getattr(api.client, method)(
+            f"/api/v1{path}", data=body, content_type="application/json", headers=api.headers
+        )
     assert response.status_code == 422 and response["Content-Type"] == "application/json"
-    assert response.json()["error"] == {"code": "too_deep", "message": "objects and arrays nest deeper than 32 levels", "field": "body"}
+    assert response.json()["error"] == {
+        "code": "too_deep",
+        "message": "objects and arrays nest deeper than 32 levels",
+        "field": "body",
+    }
     assert "Traceback" not in caplog.text
 
 
@@ -44,14 +54,26 @@ def test_nesting_within_the_limit_and_brackets_inside_strings_are_read(api, sect
     nested = {"n": 1}
     for _ in range(20):
         nested = {"n": nested}
-    body = {"query": "ICU visiting [[[[" * 20, "cited": ["visiting/icu"], "steps": [{"tool": "t", "args": nested, "section_ids": []}]}
+    body = {
+        "query": "ICU visiting [[[[" * 20,
+        "cited": ["visiting/icu"],
+        "steps": [{"tool": "t", "args": nested, "section_ids": []}],
+    }
     assert api.record("hospital", **body).status_code == 201
 
 
 @pytest.mark.parametrize("number", ["1e999", "-1e999", "9007199254740993"])
-def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_field_and_logs_nothing_of_the_body(api, sections, caplog, number):
-    raw = ('{"query": "Where does ' + EMAIL + ' park?", "cited": ["parking"], "signal": "accepted", '
-           '"steps": [{"tool": "search", "args": {"q": "' + EMAIL + '", "n": ' + number + '}, "section_ids": ["parking"]}]}')
+def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_field_and_logs_nothing_of_the_body(
+    api, sections, caplog, number
+):
+    raw = (
+        '{"query": "Where does ' + EMAIL + ' park?", "cited": ["parking"], "signal": "accepted", '
+        '"steps": [{"tool": "search", "args": {"q": "'
+        + EMAIL
+        + '", "n": '
+        + number
+        + '}, "section_ids": ["parking"]}]}'
+    )
     with caplog.at_level(logging.DEBUG):
         response = api.call("post", "/scopes/hospital/trails", raw=raw.encode())
     assert response.status_code == 422, response.content
@@ -97,12 +119,19 @@ def test_a_failure_in_any_layer_answers_the_json_error_shape(api, sections, monk
     def fail(*args, **kwargs):
         raise RuntimeError(f"boom in the {layer}")
 
-    target = {"middleware": (StrictJsonMiddleware, "__call__"), "auth": (ApiKeyAuth, "authenticate"),
-              "view": (trails_api, "recall")}[layer]
+    target = {
+        "middleware": (StrictJsonMiddleware, "__call__"),
+        "auth": (ApiKeyAuth, "authenticate"),
+        "view": (trails_api, "recall"),
+    }[layer]
     monkeypatch.setattr(*target, fail)
     client = Client(raise_request_exception=False)
-    response = client.post("/api/v1/scopes/hospital/recall", data=json.dumps({"query": "parking"}),
-                           content_type="application/json", headers=api.headers)
+    response = client.post(
+        "/api/v1/scopes/hospital/recall",
+        data=json.dumps({"query": "parking"}),
+        content_type="application/json",
+        headers=api.headers,
+    )
     assert response.status_code == 500 and response["Content-Type"] == "application/json"
     assert response.json() == {"error": {"code": "server_error", "message": "the server failed to answer this request"}}
 
@@ -116,7 +145,10 @@ def test_the_openapi_document_lists_every_error_response_with_its_json_shape(cli
             assert {"401", "404", "422", "500", "503"} <= documented, (method, path)
             if method in ("post", "put"):
                 assert {"400", "413", "415"} <= documented, (method, path)
-            assert operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
+            assert (
+                operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+                == "#/components/schemas/Error"
+            )
     record = schema["paths"]["/api/v1/scopes/{scope}/trails"]["post"]["responses"]
     assert "409" in record
 
@@ -128,7 +160,9 @@ def test_domain_refusals_carry_no_status_and_the_edge_chooses_it():
         refusal = kind("code", "message", field="f", section_ids=["s"])
         assert not hasattr(refusal, "status")
         answer = RequestRefused.of(refusal)
-        assert answer.status == status and answer.as_json() == {"error": {"code": "code", "message": "message", "field": "f", "section_ids": ["s"]}}
+        assert answer.status == status and answer.as_json() == {
+            "error": {"code": "code", "message": "message", "field": "f", "section_ids": ["s"]}
+        }
 
 
 @pytest.mark.parametrize("path", ["/api/v1/scopes/hospital/trails/a/b/c", "/api/v1/no-such-endpoint", "/api/v2/"])
@@ -152,7 +186,9 @@ def test_the_openapi_document_says_which_schema_valid_input_is_refused(client, d
     field a refusal of it names."""
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     sections_422 = paths["/api/v1/scopes/{scope}/sections"]["put"]["responses"]["422"]["description"]
-    twice = api.call("put", "/scopes/hospital/sections", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]})
+    twice = api.call(
+        "put", "/scopes/hospital/sections", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}
+    )
     assert twice.status_code == 422 and f"`{twice.json()['error']['field']}`:" in sections_422
     recall_422 = paths["/api/v1/scopes/{scope}/recall"]["post"]["responses"]["422"]["description"]
     explained = api.call("post", "/scopes/hospital/recall", {"query": "parking", "explain": True})
@@ -171,12 +207,19 @@ def test_an_unauthenticated_or_other_scopes_body_is_never_unpacked(api, client, 
     from infra import strict_json
 
     unpacked = []
-    monkeypatch.setattr(strict_json, "read_body", lambda request, _read=strict_json.read_body: unpacked.append(1) or _read(request))
+    monkeypatch.setattr(
+        strict_json, "read_body", lambda request, _read=strict_json.read_body: unpacked.append(1) or _read(request)
+    )
     bomb = gzip.compress(b'{"sections": [' + b" " * 5_000_000 + b"]}")
     path = "/api/v1/scopes/hospital/section-syncs"
     send = dict(data=bomb, content_type="application/json", headers={"Content-Encoding": "gzip"})
     assert client.post(path, **send).status_code == 401
-    assert client.post(path, **{**send, "headers": {**send["headers"], "Authorization": "Bearer rt_nope_nope"}}).status_code == 401
+    assert (
+        client.post(
+            path, **{**send, "headers": {**send["headers"], "Authorization": "Bearer rt_nope_nope"}}
+        ).status_code
+        == 401
+    )
     other = ApiKey.issue([other_scope], name="other tenant")[1]
     refused = client.post(path, **{**send, "headers": {**send["headers"], "Authorization": f"Bearer {other}"}})
     assert refused.status_code == 404 and refused.json()["error"]["field"] == "scope"
@@ -186,11 +229,17 @@ def test_an_unauthenticated_or_other_scopes_body_is_never_unpacked(api, client, 
 def test_every_member_of_a_multi_member_gzip_body_is_read(api, sections):
     import gzip
 
-    body = json.dumps({"query": "What are the ICU visiting hours?", "cited": ["visiting/icu"], "signal": "accepted"}).encode()
+    body = json.dumps(
+        {"query": "What are the ICU visiting hours?", "cited": ["visiting/icu"], "signal": "accepted"}
+    ).encode()
     half = len(body) // 2
     packed = gzip.compress(body[:half]) + gzip.compress(body[half:])
-    response = api.client.post("/api/v1/scopes/hospital/trails", data=packed, content_type="application/json",
-                               headers={**api.headers, "Content-Encoding": "gzip"})
+    response = api.client.post(
+        "/api/v1/scopes/hospital/trails",
+        data=packed,
+        content_type="application/json",
+        headers={**api.headers, "Content-Encoding": "gzip"},
+    )
     assert response.status_code == 201, response.json()
 
 

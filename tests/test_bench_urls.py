@@ -1,4 +1,5 @@
 """The floors benchmark_http measures recall against exist only where it asks for them."""
+
 from __future__ import annotations
 
 import os
@@ -21,11 +22,15 @@ def test_the_service_has_no_benchmark_endpoints():
 
 
 def test_the_benchmark_url_conf_adds_the_floors_beside_recall():
-    script = ("import django; django.setup(); from django.urls import resolve; "
-              "print(resolve('/api/v1/bench/s/trivial').url_name, resolve('/api/v1/bench/s/embed').url_name, "
-              "resolve('/api/v1/scopes/s/recall').url_name)")
+    script = (
+        "import django; django.setup(); from django.urls import resolve; "
+        "print(resolve('/api/v1/bench/s/trivial').url_name, resolve('/api/v1/bench/s/embed').url_name, "
+        "resolve('/api/v1/scopes/s/recall').url_name)"
+    )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "evaluation.settings"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["trivial", "embed_only", "recall_endpoint"]
 

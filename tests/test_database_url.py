@@ -1,4 +1,5 @@
 """DATABASE_URL is read by dj-database-url, with ragtrail's defaults on top (issue 29)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,14 @@ def test_sqlite_paths_are_relative_to_the_project_absolute_or_in_memory():
 
 def test_postgres_url_with_escapes_options_and_the_timeouts_that_fail_fast():
     database = database_from_url("postgres://ann:p%40ss%2Fword@db.internal:6432/ragtrail?sslmode=require", BASE)
-    assert (database["ENGINE"], database["USER"], database["PASSWORD"], database["HOST"], database["PORT"], database["NAME"]) == (
-        "django.db.backends.postgresql", "ann", "p@ss/word", "db.internal", "6432", "ragtrail")
+    assert (
+        database["ENGINE"],
+        database["USER"],
+        database["PASSWORD"],
+        database["HOST"],
+        database["PORT"],
+        database["NAME"],
+    ) == ("django.db.backends.postgresql", "ann", "p@ss/word", "db.internal", "6432", "ragtrail")
     options = database["OPTIONS"]
     assert options["sslmode"] == "require" and options["prepare_threshold"] == 5 and options["connect_timeout"] == 3
     assert "statement_timeout=" in options["options"] and database["CONN_MAX_AGE"] == 60
@@ -33,7 +40,9 @@ def test_an_empty_prepare_threshold_turns_preparation_off_for_pgbouncer():
 
 
 def test_the_urls_own_options_win():
-    options = database_from_url("postgres://u@h/db?connect_timeout=10&options=-c%20statement_timeout%3D100", BASE)["OPTIONS"]
+    options = database_from_url("postgres://u@h/db?connect_timeout=10&options=-c%20statement_timeout%3D100", BASE)[
+        "OPTIONS"
+    ]
     assert options["connect_timeout"] == 10 and options["options"] == "-c statement_timeout=100"
 
 

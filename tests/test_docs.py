@@ -1,4 +1,5 @@
 """The README and docs/ are for users: they say what the product does, not how it was made."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,12 @@ HISTORY = re.compile(r"\b(sessions?|issues?|days?|stops?)\s+#?\d+\b|\b(first|sec
 
 
 def test_no_page_tells_how_the_project_was_made():
-    found = [f"{page.relative_to(ROOT)}:{n}: {match.group(0)}" for page in PAGES
-             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) for match in HISTORY.finditer(line)]
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {match.group(0)}"
+        for page in PAGES
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in HISTORY.finditer(line)
+    ]
     assert found == []
 
 
@@ -40,8 +45,13 @@ def _settings_read() -> dict[str, object]:
     found: dict[str, object] = {}
     for path in (ROOT / "ragtrail_site" / "settings.py", ROOT / "ragtrail_site" / "gunicorn_conf.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith("env_")
-                    and node.args and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id.startswith("env_")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 default = node.args[1] if len(node.args) > 1 else None
                 try:
                     found[node.args[0].value] = eval(compile(ast.Expression(default), "default", "eval"), {})  # noqa: S307 (literals)
@@ -66,8 +76,13 @@ def test_the_settings_table_lists_every_setting_with_its_default():
             assert f"`{default}`" in cell, name
         elif isinstance(default, list) and default:
             assert f"`{','.join(default)}`" in cell, name
-        elif default in ("", [], None) and name not in ("RAGTRAIL_MODEL_CACHE", "RAGTRAIL_DEMO_CREDENTIALS", "RAGTRAIL_REPORTS_DIR", "RAGTRAIL_WORKERS",
-                                                  "RAGTRAIL_METRICS_DIR"):
+        elif default in ("", [], None) and name not in (
+            "RAGTRAIL_MODEL_CACHE",
+            "RAGTRAIL_DEMO_CREDENTIALS",
+            "RAGTRAIL_REPORTS_DIR",
+            "RAGTRAIL_WORKERS",
+            "RAGTRAIL_METRICS_DIR",
+        ):
             assert cell.startswith("(none"), name
 
 

@@ -2,6 +2,7 @@
 
 Each test here reproduces a hole found in review (issue 11) and failed before its fix.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,13 +16,12 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test import Client, override_settings
 
+from infra.hashing import section_hash
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient, grant
-from trails.upkeep import purge
-from infra.hashing import section_hash
-from trails.models import PurgeRun, RecallEvent, Step, Trail, TrailSignal
-from trails.models import writes
 from trails.core.lifecycle import Actor
+from trails.models import PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
+from trails.upkeep import purge
 
 TOOL_POLICY = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]}
 
@@ -41,13 +41,16 @@ def empty_cache():
 
 
 # 1. A section edited in Django admin is hashed, its old text kept, and citing trails flagged.
-def test_section_edited_in_admin_is_rehashed_and_never_served_under_its_old_hash(api, scope, sections, admin_client, committed):
+def test_section_edited_in_admin_is_rehashed_and_never_served_under_its_old_hash(
+    api, scope, sections, admin_client, committed
+):
     trail_id = api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"]).json()["trail_id"]
     section = Section.objects.get(scope=scope, section_id="visiting/icu")
     edited = "Intensive care visiting is closed this week."
     with committed():
         response = admin_client.post(
-            f"/admin/scopes/section/{section.pk}/change/", {"scope": scope.pk, "section_id": "visiting/icu", "text": edited}
+            f"/admin/scopes/section/{section.pk}/change/",
+            {"scope": scope.pk, "section_id": "visiting/icu", "text": edited},
         )
     assert response.status_code == 302, response.content[:500]
     section.refresh_from_db()
@@ -73,7 +76,9 @@ def test_recall_never_serves_text_whose_hash_differs_from_the_citation_even_if_t
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"])
     # A row written behind every model method (raw SQL), text changed and hash not.
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {Section._meta.db_table} SET text = %s WHERE section_id = %s", ["Forged text.", "visiting/icu"])
+        cursor.execute(
+            f"UPDATE {Section._meta.db_table} SET text = %s WHERE section_id = %s", ["Forged text.", "visiting/icu"]
+        )
     answer = api.recall("hospital", query="When are ICU visiting hours?").json()
     assert answer["outcome"] == "miss" and "Forged" not in str(answer)
 
@@ -84,7 +89,9 @@ def test_recreated_scope_never_reads_the_deleted_scopes_tool_results(db):
     api_first = ApiClient(ApiKey.issue([first])[1])
     assert api_first.call("put", "/scopes/acme/tool-policies", TOOL_POLICY).status_code == 200
     call = {"tool": "search", "args": {"q": "salaries"}, "context": {}}
-    assert api_first.call("put", "/scopes/acme/tool-results", {**call, "result": "first tenant's secret"}).json()["stored"]
+    assert api_first.call("put", "/scopes/acme/tool-results", {**call, "result": "first tenant's secret"}).json()[
+        "stored"
+    ]
     first.delete()
     second = Scope.objects.create(slug="acme", matcher="lexical")
     api_second = ApiClient(ApiKey.issue([second])[1])
@@ -99,7 +106,13 @@ def test_tool_result_computed_from_an_older_section_version_is_refused(api, scop
     assert api.call("put", "/scopes/hospital/tool-policies", TOOL_POLICY).status_code == 200
     old_hash = section_hash(sections["parking"])
     api.put_sections("hospital", {"parking": "Visitors park in car park C now."})
-    call = {"tool": "search", "args": {"q": "parking"}, "context": {}, "result": sections["parking"], "section_ids": ["parking"]}
+    call = {
+        "tool": "search",
+        "args": {"q": "parking"},
+        "context": {},
+        "result": sections["parking"],
+        "section_ids": ["parking"],
+    }
     stale = api.call("put", "/scopes/hospital/tool-results", {**call, "hashes": {"parking": old_hash}})
     assert stale.status_code == 409 and stale.json()["error"]["field"] == "hashes"
     unstated = api.call("put", "/scopes/hospital/tool-results", call)
@@ -115,7 +128,9 @@ DIRTY = "jane.roe@example.org"
 def _all_text(scope: Scope) -> str:
     """Every text and JSON value of the scope's trail rows, events and purge runs."""
     rows = [
-        *Trail.objects.filter(scope=scope).values_list("query", "normalised_query", "partition", "reason", "idempotency_key"),
+        *Trail.objects.filter(scope=scope).values_list(
+            "query", "normalised_query", "partition", "reason", "idempotency_key"
+        ),
         *Step.objects.filter(trail__scope=scope).values_list("tool", "args", "section_ids"),
         *RecallEvent.objects.filter(scope=scope).values_list("query"),
         *PurgeRun.objects.filter(scope=scope).values_list("rule", "subject"),
@@ -130,7 +145,13 @@ def test_purge_removes_personal_data_from_partition_step_args_and_keys(api, scop
         query="Where do visitors park?",
         partition=f"customer {DIRTY}",
         cited=["parking"],
-        steps=[{"tool": "search", "args": {"q": f"parking for {DIRTY}", DIRTY: {"nested": [f"cc {DIRTY}"]}}, "section_ids": ["parking"]}],
+        steps=[
+            {
+                "tool": "search",
+                "args": {"q": f"parking for {DIRTY}", DIRTY: {"nested": [f"cc {DIRTY}"]}},
+                "section_ids": ["parking"],
+            }
+        ],
         idempotency_key=f"record-{DIRTY}",
     )
     trail_id = api.record("hospital", **body).json()["trail_id"]
@@ -163,7 +184,10 @@ def test_purge_confirm_runs_the_previewed_subject_not_what_the_field_now_says(ap
     preview = staff.post("/ops/hospital/purge/", {"subject": "Ann Archer", "action": "redact", "step": "preview"})
     run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
     staff.post("/ops/hospital/purge/", {"subject": "Bob Baker", "action": "delete", "step": "run", "run": run_id})
-    assert sorted(Trail.objects.values_list("query", flat=True)) == ["Can Bob Baker visit the ICU?", "Can [redacted] visit the ICU?"]
+    assert sorted(Trail.objects.values_list("query", flat=True)) == [
+        "Can Bob Baker visit the ICU?",
+        "Can [redacted] visit the ICU?",
+    ]
     run = PurgeRun.objects.get(public_id=run_id)
     assert (run.state, run.action, run.matched, run.subject) == ("done", "redact", 1, "")
 
@@ -178,8 +202,16 @@ def test_purge_with_the_broker_down_is_marked_failed_and_forgets_the_subject(api
     staff = Client()
     staff.force_login(olga := User.objects.create_user("olga", password="x", is_staff=True))
     grant(olga, scope)
-    saved = {k: celery_app.conf[k] for k in ("broker_url", "task_always_eager", "task_publish_retry", "broker_connection_timeout")}
-    use_conf(broker_url="redis://127.0.0.1:1/0", task_always_eager=False, task_publish_retry=False, broker_connection_timeout=1)
+    saved = {
+        k: celery_app.conf[k]
+        for k in ("broker_url", "task_always_eager", "task_publish_retry", "broker_connection_timeout")
+    }
+    use_conf(
+        broker_url="redis://127.0.0.1:1/0",
+        task_always_eager=False,
+        task_publish_retry=False,
+        broker_connection_timeout=1,
+    )
     try:
         preview = staff.post("/ops/hospital/purge/", {"subject": "Ann Archer", "action": "redact", "step": "preview"})
         run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
@@ -230,8 +262,13 @@ def test_racing_votes_never_revive_a_rejected_trail():
 
 
 def test_an_operator_reinstates_a_rejected_trail_explicitly_and_it_is_in_the_history(api, scope, sections):
-    trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()["trail_id"]
-    assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "rejected"
+    trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()[
+        "trail_id"
+    ]
+    assert (
+        api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"]
+        == "rejected"
+    )
     assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"}).status_code == 409
     trail = Trail.objects.get(public_id=trail_id)
     writes.act(trail, "reinstate", Actor.OPERATOR, by="olga")
@@ -241,7 +278,9 @@ def test_an_operator_reinstates_a_rejected_trail_explicitly_and_it_is_in_the_his
 
 
 def test_admin_cannot_set_a_trail_status_past_the_vote_rules(api, scope, sections, admin_client):
-    trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()["trail_id"]
+    trail_id = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()[
+        "trail_id"
+    ]
     trail = Trail.objects.get(public_id=trail_id)
     page = admin_client.get(f"/admin/trails/trail/{trail.pk}/change/").content.decode()
     assert 'name="status"' not in page

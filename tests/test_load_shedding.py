@@ -1,4 +1,5 @@
 """Past capacity, requests are answered 503 within their time budget; repeats skip the model."""
+
 from __future__ import annotations
 
 import threading
@@ -35,16 +36,20 @@ def test_a_request_that_waited_past_its_budget_is_answered_503_and_changes_nothi
     settings.RAGTRAIL_API_BUDGET_MS = 500
     stale = f"t={time.time() - 2:.3f}"
     response = api.client.post(
-        "/api/v1/scopes/hospital/trails", data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
-        content_type="application/json", headers={**api.headers, "X-Request-Start": stale},
+        "/api/v1/scopes/hospital/trails",
+        data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
+        content_type="application/json",
+        headers={**api.headers, "X-Request-Start": stale},
     )
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert response.json()["error"]["code"] == "overloaded"
     assert not Trail.objects.filter(scope=scope).exists()
     fresh = f"t={time.time():.3f}"
     response = api.client.post(
-        "/api/v1/scopes/hospital/trails", data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
-        content_type="application/json", headers={**api.headers, "X-Request-Start": fresh},
+        "/api/v1/scopes/hospital/trails",
+        data={"query": "icu visiting hours", "cited": ["visiting/icu"], "signal": "accepted"},
+        content_type="application/json",
+        headers={**api.headers, "X-Request-Start": fresh},
     )
     assert response.status_code == 201
 
@@ -149,7 +154,9 @@ def test_a_wait_the_gate_cannot_grant_in_time_is_refused_at_once():
 def test_a_shed_request_says_how_long_its_body_is(api, scope, settings):
     """Answered before the middleware that would add it: without Content-Length gunicorn sends it chunked."""
     response = api.client.post(
-        "/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"}, content_type="application/json",
+        "/api/v1/scopes/hospital/recall",
+        data={"query": "icu visiting hours"},
+        content_type="application/json",
         headers={**api.headers, "X-Request-Start": f"t={time.time() - 5:.3f}"},
     )
     assert response.status_code == 503 and int(response["Content-Length"]) == len(response.content)
@@ -168,8 +175,12 @@ def test_a_request_is_not_started_when_what_is_left_of_its_budget_cannot_serve_i
 
     def recall(waited_s: float):
         headers = {**api.headers, "X-Request-Start": f"t={time.time() - waited_s:.3f}"}
-        return api.client.post("/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"},
-                               content_type="application/json", headers=headers)
+        return api.client.post(
+            "/api/v1/scopes/hospital/recall",
+            data={"query": "icu visiting hours"},
+            content_type="application/json",
+            headers=headers,
+        )
 
     try:
         served.seconds = 0.2  # recalls have been taking 200 ms
@@ -189,7 +200,9 @@ def test_a_standing_queue_is_drained_to_a_short_wait_and_a_burst_is_not():
     watch = QueueWatch(target=0.15, interval=1.0)
     longest = 0.4
     # A burst: waits grow, then a short one shows the queue emptied; nothing is cut short.
-    assert [watch.allowed_wait(w, longest, now=t) for w, t in [(0.05, 0.0), (0.3, 0.5), (0.35, 0.9), (0.1, 1.2), (0.3, 1.3)]] == [longest] * 5
+    assert [
+        watch.allowed_wait(w, longest, now=t) for w, t in [(0.05, 0.0), (0.3, 0.5), (0.35, 0.9), (0.1, 1.2), (0.3, 1.3)]
+    ] == [longest] * 5
     # A long wait after a quiet hour is no standing queue either.
     assert watch.allowed_wait(0.3, longest, now=3600.0) == longest
     # Overload: no wait under the target for a whole interval, so the queue stands...
@@ -202,8 +215,8 @@ def test_a_standing_queue_is_drained_to_a_short_wait_and_a_burst_is_not():
 
 
 def test_gunicorn_alone_stamps_when_a_request_was_queued_so_overload_is_shed_without_a_proxy():
-    from ragtrail_site.gunicorn_worker import stamp
     from infra.load_shedding import queued_since
+    from ragtrail_site.gunicorn_worker import stamp
 
     headers = [("HOST", "ragtrail")]
     stamp(headers, 1_764_000_000.25, peer="203.0.113.9", trusted=frozenset())
@@ -214,18 +227,27 @@ def test_gunicorn_alone_stamps_when_a_request_was_queued_so_overload_is_shed_wit
 
 
 def test_a_client_cannot_forge_its_wait_nor_switch_shedding_off_with_a_stamp_in_the_future():
-    from ragtrail_site.gunicorn_worker import stamp
     from infra.load_shedding import arrival
+    from ragtrail_site.gunicorn_worker import stamp
 
     now = 1_800_000_000.0
     forged = [("X-Request-Start", f"t={now + 3600}"), ("X-Ragtrail-Queued-At", f"t={now + 3600}")]
     stamp(forged, now - 2.0, peer="203.0.113.9", trusted=frozenset({"10.0.0.2"}))
     assert forged == [("X-RAGTRAIL-QUEUED-AT", f"t={now - 2.0:.6f}")]  # both of the client's dropped
     gunicorn = {"SERVER_SOFTWARE": "gunicorn/27.0.1", "HTTP_X_RAGTRAIL_QUEUED_AT": f"t={now - 2.0}"}
-    assert arrival({**gunicorn, "REMOTE_ADDR": "203.0.113.9", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"}) == now - 2.0
+    assert (
+        arrival({**gunicorn, "REMOTE_ADDR": "203.0.113.9", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"})
+        == now - 2.0
+    )
     # A trusted proxy whose clock runs fast: its stamp in the future counts as now, the worker's earlier one wins.
-    assert arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"}) == now - 2.0
-    assert arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now - 5}"}, now, {"10.0.0.2"}) == now - 5
+    assert (
+        arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now + 60}"}, now, {"10.0.0.2"})
+        == now - 2.0
+    )
+    assert (
+        arrival({**gunicorn, "REMOTE_ADDR": "10.0.0.2", "HTTP_X_REQUEST_START": f"t={now - 5}"}, now, {"10.0.0.2"})
+        == now - 5
+    )
     # Outside gunicorn no worker stamped the request: a client's "own stamp" header is nobody's.
     assert arrival({"HTTP_X_RAGTRAIL_QUEUED_AT": f"t={now - 9}", "REMOTE_ADDR": "203.0.113.9"}, now, set()) is None
 
@@ -233,7 +255,9 @@ def test_a_client_cannot_forge_its_wait_nor_switch_shedding_off_with_a_stamp_in_
 def test_an_untrusted_clients_stale_stamp_is_ignored(api, scope, sections, settings):
     settings.RAGTRAIL_TRUSTED_PROXIES = frozenset()
     response = api.client.post(
-        "/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"}, content_type="application/json",
+        "/api/v1/scopes/hospital/recall",
+        data={"query": "icu visiting hours"},
+        content_type="application/json",
         headers={**api.headers, "X-Request-Start": f"t={time.time() - 5:.3f}"},
     )
     assert response.status_code == 200
@@ -265,18 +289,33 @@ def test_gunicorn_without_a_proxy_sheds_what_waited_past_the_budget(transactiona
     db_settings = connection.settings_dict
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
-    env.update(DATABASE_URL=f"postgres://{db_settings['USER']}@{db_settings['HOST'] or '127.0.0.1'}:{db_settings['PORT'] or 5432}/{db_settings['NAME']}",
-               RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
-               RAGTRAIL_BIND=f"127.0.0.1:{port}", RAGTRAIL_WORKERS="1", RAGTRAIL_THREADS="1", RAGTRAIL_RECALL_BUDGET_MS="60",
-               RAGTRAIL_EMBEDDER="trails.embedders.hashing", RAGTRAIL_METRICS_DIR=str(tmp_path), RAGTRAIL_ACCESS_LOG="/dev/null")
+    env.update(
+        DATABASE_URL=f"postgres://{db_settings['USER']}@{db_settings['HOST'] or '127.0.0.1'}:{db_settings['PORT'] or 5432}/{db_settings['NAME']}",
+        RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
+        RAGTRAIL_BIND=f"127.0.0.1:{port}",
+        RAGTRAIL_WORKERS="1",
+        RAGTRAIL_THREADS="1",
+        RAGTRAIL_RECALL_BUDGET_MS="60",
+        RAGTRAIL_EMBEDDER="trails.embedders.hashing",
+        RAGTRAIL_METRICS_DIR=str(tmp_path),
+        RAGTRAIL_ACCESS_LOG="/dev/null",
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
-                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def recall(n: int) -> tuple[int, float]:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/scopes/shed/recall", method="POST",
-                                         data=json.dumps({"query": f"question number {n} about section one"}).encode(),
-                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v1/scopes/shed/recall",
+            method="POST",
+            data=json.dumps({"query": f"question number {n} about section one"}).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
         started = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=30) as answer:

@@ -1,6 +1,7 @@
 """Observability as operators run it (issue 27): /metrics in the Prometheus format, protected;
 alert rules checked by promtool; a real Prometheus scraping gunicorn's several workers and
 seeing every recall; one JSON access line per request, without the question."""
+
 from __future__ import annotations
 
 import json
@@ -69,20 +70,30 @@ def test_a_recall_moves_its_counters_and_every_alert_and_panel_names_an_exported
         api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="accepted")
         assert api.recall("hospital", query="Where do visitors park?").json()["outcome"] == "prefetch"
         after = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content.decode()
-    assert counter(after, "ragtrail_recalls_total", outcome="prefetch") == counter(before, "ragtrail_recalls_total", outcome="prefetch") + 1
+    assert (
+        counter(after, "ragtrail_recalls_total", outcome="prefetch")
+        == counter(before, "ragtrail_recalls_total", outcome="prefetch") + 1
+    )
     assert counter(after, "ragtrail_records_total", signal="accepted", status="active") >= 1
     recall_route = counter(after, "ragtrail_http_requests_total", route="api/v1/scopes/<scope>/recall", status="200")
     assert recall_route >= 1
     exported = set(re.findall(r"^# TYPE (\w+) (\w+)", after, flags=re.M))
     names = {name for name, _ in exported} | {f"{name}_bucket" for name, kind in exported if kind == "histogram"}
     names |= {f"{name}_total" for name, kind in exported if kind == "counter"}
-    used = set(re.findall(r"\b(ragtrail_\w+)", (MONITORING / "alerts.yml").read_text() + (MONITORING / "grafana-dashboard.json").read_text()))
+    used = set(
+        re.findall(
+            r"\b(ragtrail_\w+)",
+            (MONITORING / "alerts.yml").read_text() + (MONITORING / "grafana-dashboard.json").read_text(),
+        )
+    )
     assert used and used <= names, f"alerts or panels name metrics nobody exports: {sorted(used - names)}"
     assert "Where do visitors park" not in after
 
 
 def test_the_alert_rules_pass_promtool():
-    done = subprocess.run([tool("promtool"), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True)
+    done = subprocess.run(
+        [tool("promtool"), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 11 rules found" in done.stdout
 
@@ -93,7 +104,9 @@ def test_every_alert_fires_on_its_cause_and_not_on_a_look_alike():
     PostgreSQL; each alert's words (its runbook line) are pinned."""
     import yaml
 
-    done = subprocess.run([tool("promtool"), "test", "rules", "alerts-tests.yml"], capture_output=True, text=True, cwd=MONITORING)
+    done = subprocess.run(
+        [tool("promtool"), "test", "rules", "alerts-tests.yml"], capture_output=True, text=True, cwd=MONITORING
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     alerts = {r["alert"] for g in yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"] for r in g["rules"]}
     tests = yaml.safe_load((MONITORING / "alerts-tests.yml").read_text())["tests"]
@@ -121,9 +134,13 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_", "PROMETHEUS_"))}
     env.update(
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        RAGTRAIL_SECRET_KEY=settings.SECRET_KEY, RAGTRAIL_BIND=f"127.0.0.1:{port}", RAGTRAIL_WORKERS="2",
+        RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,
+        RAGTRAIL_BIND=f"127.0.0.1:{port}",
+        RAGTRAIL_WORKERS="2",
         RAGTRAIL_CACHE_URL=os.environ.get("RAGTRAIL_CACHE_URL", "redis://127.0.0.1:6379/1"),
-        RAGTRAIL_EMBEDDER="trails.embedders.hashing", RAGTRAIL_METRICS_TOKEN=TOKEN, RAGTRAIL_METRICS_DIR=str(tmp_path / "metrics"),
+        RAGTRAIL_EMBEDDER="trails.embedders.hashing",
+        RAGTRAIL_METRICS_TOKEN=TOKEN,
+        RAGTRAIL_METRICS_DIR=str(tmp_path / "metrics"),
         RAGTRAIL_LOG_FORMAT="json",
     )
     (tmp_path / "token").write_text(TOKEN)
@@ -135,23 +152,40 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
         f"    authorization: {{credentials_file: '{tmp_path / 'token'}'}}\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
     )
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
-                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    scraper = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                f"--web.listen-address=127.0.0.1:{prometheus_port}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    scraper = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_port(port)
         recalls = 40
         for n in range(recalls):
-            status, _, _ = call(base, "POST", "/api/v1/scopes/watched/recall", key, {"query": f"Where do visitors park {n}?"})
+            status, _, _ = call(
+                base, "POST", "/api/v1/scopes/watched/recall", key, {"query": f"Where do visitors park {n}?"}
+            )
             assert status == 200
         seen = None
         query = urllib.parse.quote('sum(ragtrail_recalls_total{job="ragtrail"})')
         for _ in range(60):
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{prometheus_port}/api/v1/query?query={query}", timeout=5) as answer:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{prometheus_port}/api/v1/query?query={query}", timeout=5
+                ) as answer:
                     result = json.load(answer)["data"]["result"]
                 seen = float(result[0]["value"][1]) if result else None
             except OSError:
@@ -167,18 +201,28 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"ragtrail.access"' in line]
     recall_lines = [line for line in lines if line.get("route") == "api/v1/scopes/<scope>/recall"]
     assert len(recall_lines) == recalls, log[-2000:]
-    assert {(line["method"], line["status"], line["scope"], line["outcome"]) for line in recall_lines} == {("POST", 200, "watched", "miss")}
+    assert {(line["method"], line["status"], line["scope"], line["outcome"]) for line in recall_lines} == {
+        ("POST", 200, "watched", "miss")
+    }
     assert all(isinstance(line["duration_ms"], float) for line in recall_lines)
     assert "visitors park" not in log and "Where do" not in log  # never the question
 
 
 def test_metrics_off_makes_every_metric_a_no_op():
-    code = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragtrail_site.settings'); django.setup(); "
-            "from infra import metrics; "
-            "assert all(isinstance(getattr(metrics, n), metrics._Off) for n in ('RECALLS', 'HTTP_SECONDS', 'TASK_LAST_SUCCESS')); "
-            "metrics.RECALLS.labels('prefetch', 'lexical').inc(); metrics.HTTP_SECONDS.labels('r').observe(1.0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "RAGTRAIL_METRICS": "off"},
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragtrail_site.settings'); django.setup(); "
+        "from infra import metrics; "
+        "assert all(isinstance(getattr(metrics, n), metrics._Off) for n in ('RECALLS', 'HTTP_SECONDS', 'TASK_LAST_SUCCESS')); "
+        "metrics.RECALLS.labels('prefetch', 'lexical').inc(); metrics.HTTP_SECONDS.labels('r').observe(1.0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "RAGTRAIL_METRICS": "off"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -186,8 +230,12 @@ def test_made_up_http_methods_add_no_metric_series(client, db):
     from infra import metrics
 
     def series() -> set:
-        return {tuple(sorted(s.labels.items())) for family in metrics.registry().collect() for s in family.samples
-                if s.name == "ragtrail_http_requests_total"}
+        return {
+            tuple(sorted(s.labels.items()))
+            for family in metrics.registry().collect()
+            for s in family.samples
+            if s.name == "ragtrail_http_requests_total"
+        }
 
     before = series()
     for n in range(20):
@@ -203,8 +251,14 @@ def test_a_web_restart_keeps_the_metric_files_of_live_processes(tmp_path):
     live.write_bytes(b"x")
     dead.write_bytes(b"x")
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    done = subprocess.run([sys.executable, "-c", "import runpy; runpy.run_path('ragtrail_site/gunicorn_conf.py')"],
-                          cwd=ROOT, env={**env, "RAGTRAIL_METRICS_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", "import runpy; runpy.run_path('ragtrail_site/gunicorn_conf.py')"],
+        cwd=ROOT,
+        env={**env, "RAGTRAIL_METRICS_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert live.exists() and not dead.exists()
 
@@ -217,8 +271,11 @@ def test_every_flag_the_overview_shows_has_an_alert(db):
     from trails.tasks import roll_up_task
 
     for n, kind in enumerate(FLAG_KINDS):
-        Scope.objects.create(slug=f"flagged-{kind}", matcher="lexical",
-                             threshold_flags=f"lexical:{kind}" + (":key:abc" if kind == "reporter" else ""))
+        Scope.objects.create(
+            slug=f"flagged-{kind}",
+            matcher="lexical",
+            threshold_flags=f"lexical:{kind}" + (":key:abc" if kind == "reporter" else ""),
+        )
     roll_up_task.run()
     for kind in FLAG_KINDS:
         assert metrics.SCOPES_FLAGGED.labels(kind)._value.get() == 1, kind

@@ -1,4 +1,5 @@
 """Operating it: bad bytes, faults of the database and the cache, secure defaults (issue 12)."""
+
 from __future__ import annotations
 
 import os
@@ -21,27 +22,39 @@ NUL, SURROGATE = "\u0000", "\ud800"
 
 
 def raw(api, method: str, path: str, body: str, content_type: str = "application/json"):
-    return api.client.generic(method.upper(), f"/api/v1{path}", body.encode("utf-8", "surrogatepass"),
-                              content_type=content_type, headers=api.headers)
+    return api.client.generic(
+        method.upper(),
+        f"/api/v1{path}",
+        body.encode("utf-8", "surrogatepass"),
+        content_type=content_type,
+        headers=api.headers,
+    )
 
 
 def record_body(**override) -> dict:
-    body = {"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted",
-            "steps": [{"tool": "search", "args": {"q": "parking"}, "section_ids": ["parking"]}]}
+    body = {
+        "query": "Where do visitors park?",
+        "cited": ["parking"],
+        "signal": "accepted",
+        "steps": [{"tool": "search", "args": {"q": "parking"}, "section_ids": ["parking"]}],
+    }
     body.update(override)
     return body
 
 
-@pytest.mark.parametrize("body,field", [
-    (record_body(query=f"Where{NUL} do visitors park?"), "query"),
-    (record_body(partition=f"ward{NUL}"), "partition"),
-    (record_body(steps=[{"tool": f"se{NUL}arch", "args": {}, "section_ids": []}]), "steps.0.tool"),
-    (record_body(steps=[{"tool": "search", "args": {f"k{NUL}": 1}, "section_ids": []}]), "steps.0.args"),
-    (record_body(steps=[{"tool": "search", "args": {"q": f"v{NUL}"}, "section_ids": []}]), "steps.0.args.q"),
-    (record_body(steps=[{"tool": "search", "args": {"q": SURROGATE}, "section_ids": []}]), "steps.0.args.q"),
-    (record_body(cited=[f"parking{NUL}"]), "cited.0"),
-    (record_body(idempotency_key=f"k{NUL}"), "idempotency_key"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        (record_body(query=f"Where{NUL} do visitors park?"), "query"),
+        (record_body(partition=f"ward{NUL}"), "partition"),
+        (record_body(steps=[{"tool": f"se{NUL}arch", "args": {}, "section_ids": []}]), "steps.0.tool"),
+        (record_body(steps=[{"tool": "search", "args": {f"k{NUL}": 1}, "section_ids": []}]), "steps.0.args"),
+        (record_body(steps=[{"tool": "search", "args": {"q": f"v{NUL}"}, "section_ids": []}]), "steps.0.args.q"),
+        (record_body(steps=[{"tool": "search", "args": {"q": SURROGATE}, "section_ids": []}]), "steps.0.args.q"),
+        (record_body(cited=[f"parking{NUL}"]), "cited.0"),
+        (record_body(idempotency_key=f"k{NUL}"), "idempotency_key"),
+    ],
+)
 def test_bytes_a_database_refuses_answer_422_naming_the_field_and_store_nothing(api, sections, body, field):
     import json
 
@@ -57,9 +70,16 @@ def test_nul_in_a_section_text_or_tool_result_and_nan_are_refused(api, sections)
 
     response = raw(api, "put", "/scopes/hospital/sections", json.dumps({"sections": [{"id": "a", "text": f"x{NUL}"}]}))
     assert response.status_code == 422 and response.json()["error"]["field"] == "sections.0.text"
-    nan = raw(api, "put", "/scopes/hospital/tool-results", '{"tool": "search", "args": {"n": NaN}, "context": {}, "result": 1}')
+    nan = raw(
+        api,
+        "put",
+        "/scopes/hospital/tool-results",
+        '{"tool": "search", "args": {"n": NaN}, "context": {}, "result": 1}',
+    )
     assert nan.status_code == 422
-    inf = raw(api, "put", "/scopes/hospital/tool-results", '{"tool": "search", "args": {}, "context": {}, "result": Infinity}')
+    inf = raw(
+        api, "put", "/scopes/hospital/tool-results", '{"tool": "search", "args": {}, "context": {}, "result": Infinity}'
+    )
     assert inf.status_code == 422
 
 
@@ -71,14 +91,18 @@ def test_duplicate_keys_are_refused_not_settled_silently(api, sections):
 
 
 def test_a_body_that_is_not_json_answers_415(api, sections):
-    response = raw(api, "post", "/scopes/hospital/recall", "query=parking", content_type="application/x-www-form-urlencoded")
+    response = raw(
+        api, "post", "/scopes/hospital/recall", "query=parking", content_type="application/x-www-form-urlencoded"
+    )
     assert response.status_code == 415 and response.json()["error"]["field"] == "Content-Type"
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_database_that_refuses_connections_answers_json_503_with_retry_after(api, scope):
     if connection.vendor != "postgresql":
-        pytest.skip("a database server that refuses connections (PostgreSQL, as in CI); SQLite's test database lives in memory")
+        pytest.skip(
+            "a database server that refuses connections (PostgreSQL, as in CI); SQLite's test database lives in memory"
+        )
     saved = dict(connection.settings_dict)
     connection.close()
     connection.settings_dict["HOST"], connection.settings_dict["PORT"] = "127.0.0.1", str(_free_port())
@@ -109,7 +133,8 @@ class RedisServer:
         self.port = _free_port()
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for _ in range(100):
             try:
@@ -130,8 +155,13 @@ def test_tool_results_degrade_within_the_socket_timeout_when_redis_is_away(api, 
     policy = {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 60}]}
     assert api.call("put", "/scopes/hospital/tool-policies", policy).status_code == 200
     redis = RedisServer()
-    caches = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{redis.port}/0",
-                          "OPTIONS": {"socket_timeout": 0.25, "socket_connect_timeout": 0.25}}}
+    caches = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{redis.port}/0",
+            "OPTIONS": {"socket_timeout": 0.25, "socket_connect_timeout": 0.25},
+        }
+    }
     call = {"tool": "search", "args": {"q": "parking"}, "context": {}}
     try:
         with override_settings(CACHES=caches):
@@ -149,8 +179,17 @@ def test_tool_results_degrade_within_the_socket_timeout_when_redis_is_away(api, 
             elapsed = time.perf_counter() - started
     finally:
         redis.close()
-    assert looked.status_code == 200 and looked.json() == {"hit": False, "result": None, "age_s": None, "reason": "cache_unavailable"}
-    assert stored.status_code == 200 and stored.json()["stored"] is False and stored.json()["reason"] == "cache_unavailable"
+    assert looked.status_code == 200 and looked.json() == {
+        "hit": False,
+        "result": None,
+        "age_s": None,
+        "reason": "cache_unavailable",
+    }
+    assert (
+        stored.status_code == 200
+        and stored.json()["stored"] is False
+        and stored.json()["reason"] == "cache_unavailable"
+    )
     assert stats.status_code == 503 and stats.json()["error"]["code"] == "cache_unavailable"
     assert elapsed < 4, elapsed
 
@@ -158,7 +197,9 @@ def test_tool_results_degrade_within_the_socket_timeout_when_redis_is_away(api, 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RAGTRAIL_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     clean.update(env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120
+    )
 
 
 PRODUCTION = {
@@ -238,7 +279,9 @@ def test_the_database_deadline_bounds_the_whole_request_not_each_call(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_lock_held_past_its_wait_limit_is_a_named_503_for_agents_and_a_styled_page_for_operators(api, scope, sections):
+def test_a_lock_held_past_its_wait_limit_is_a_named_503_for_agents_and_a_styled_page_for_operators(
+    api, scope, sections
+):
     """Another transaction holds a trail's row past the lock wait limit: the agent's vote
     answers 503 "lock_wait" (not "unavailable"), the operator's page a 503 page saying so;
     nothing changed."""
@@ -274,5 +317,9 @@ def test_a_lock_held_past_its_wait_limit_is_a_named_503_for_agents_and_a_styled_
         release.set()
         holder.join()
     assert voted.status_code == 503 and voted.json()["error"]["code"] == "lock_wait" and voted["Retry-After"] == "1"
-    assert page.status_code == 503 and 'data-code="lock_wait"' in page.content.decode() and "ops.css" in page.content.decode()
+    assert (
+        page.status_code == 503
+        and 'data-code="lock_wait"' in page.content.decode()
+        and "ops.css" in page.content.decode()
+    )
     assert Trail.objects.get(public_id=trail_id).status == "active"

@@ -1,6 +1,7 @@
 """The production run command of the README, started as production runs it and driven over HTTP:
 gunicorn with ragtrail_site/gunicorn_conf.py, a Celery worker with beat on Redis, PostgreSQL,
 static files from the app server, DEBUG off."""
+
 from __future__ import annotations
 
 import json
@@ -83,18 +84,50 @@ def production():
         # The hashing embedder keeps start-up short here; the bundled model is tested elsewhere.
         RAGTRAIL_EMBEDDER="trails.embedders.hashing",
     )
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
-                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     jobs: list[subprocess.Popen] = []
 
     def queue(task: str) -> None:
-        subprocess.run([sys.executable, "-m", "celery", "-A", "ragtrail_site", "call", task], cwd=ROOT, env=env, check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "ragtrail_site", "call", task],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
     def start_jobs(schedule: Path) -> None:
-        jobs.append(subprocess.Popen([sys.executable, "-m", "celery", "-A", "ragtrail_site", "worker", "--beat", "--pool", "solo",
-                                      "--schedule", str(schedule), "--loglevel", "warning"],
-                                     cwd=ROOT, env=env, stdout=open(schedule.parent / "jobs.log", "w"), stderr=subprocess.STDOUT))
+        jobs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "ragtrail_site",
+                    "worker",
+                    "--beat",
+                    "--pool",
+                    "solo",
+                    "--schedule",
+                    str(schedule),
+                    "--loglevel",
+                    "warning",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=open(schedule.parent / "jobs.log", "w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
 
     base = f"http://127.0.0.1:{port}"
     try:
@@ -111,13 +144,24 @@ def test_production_serves_the_api_static_files_and_docs_and_runs_jobs(productio
     _, key = ApiKey.issue([scope], name="prod")
     base, start_jobs, queue = production
 
-    status, _, body = call(base, "PUT", "/api/v1/scopes/prod/sections", key, {"sections": [{"id": "parking", "text": "Car park B."}]})
+    status, _, body = call(
+        base, "PUT", "/api/v1/scopes/prod/sections", key, {"sections": [{"id": "parking", "text": "Car park B."}]}
+    )
     assert status == 200, body
-    status, _, body = call(base, "POST", "/api/v1/scopes/prod/trails", key,
-                           {"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted"})
+    status, _, body = call(
+        base,
+        "POST",
+        "/api/v1/scopes/prod/trails",
+        key,
+        {"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted"},
+    )
     assert status == 201, body
     status, _, body = call(base, "POST", "/api/v1/scopes/prod/recall", key, {"query": "Where do visitors park?"})
-    assert status == 200 and json.loads(body)["outcome"] == "prefetch" and json.loads(body)["sections"][0]["text"] == "Car park B."
+    assert (
+        status == 200
+        and json.loads(body)["outcome"] == "prefetch"
+        and json.loads(body)["sections"][0]["text"] == "Car park B."
+    )
 
     status, _, body = call(base, "POST", "/api/v1/scopes/prod/recall", key, {"query": 5})
     assert status == 422 and b"Traceback" not in body
@@ -135,5 +179,7 @@ def test_production_serves_the_api_static_files_and_docs_and_runs_jobs(productio
         if RecallStat.objects.filter(scope=scope).exists():
             break
         time.sleep(1)
-    assert RecallStat.objects.filter(scope=scope, outcome="prefetch").exists(), (tmp_path / "jobs.log").read_text()[-3000:]
+    assert RecallStat.objects.filter(scope=scope, outcome="prefetch").exists(), (tmp_path / "jobs.log").read_text()[
+        -3000:
+    ]
     assert (tmp_path / "beat-schedule").exists() or any(tmp_path.glob("beat-schedule*")), "beat did not start"

@@ -22,6 +22,7 @@ call must have done is checked after every step:
 Examples per run: RAGTRAIL_PROPERTY_EXAMPLES (300 on PostgreSQL as in CI, 30 on SQLite);
 the longer run is `make test-properties` (5,000 examples).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,20 +38,27 @@ from django.core.cache import cache
 from django.db import connection, connections, models
 from django.test import Client
 from django.utils import timezone
-from hypothesis import HealthCheck, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
+from infra.hashing import section_hash
 from scopes.models import ApiKey, Scope, Section, SectionRevision
 from tests.conftest import ApiClient
-from trails.upkeep import purge
-from trails.learning.shipped import thresholds_for
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
 from trails.core.normalise import normalise_query
-from infra.hashing import section_hash
-from trails.models import PurgeRun, Trail, TrailReport, TrailSignal
+from trails.learning.shipped import thresholds_for
+from trails.models import PurgeRun, Trail, TrailReport, TrailSignal, writes
+from trails.upkeep import purge
 from trails.upkeep.jobs import sweep_expired
-from trails.models import writes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,6 +115,7 @@ class TrailModel:
 
     def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
         """What the declared table says the action does to this trail; False where it refuses."""
+
         def decide(name: str, reporters: set) -> table.Rule:
             return table.decide(name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
 
@@ -225,7 +234,9 @@ class Promises(RuleBasedStateMachine):
             response = self.admin.post(f"/admin/scopes/section/{existing.pk}/change/", {"text": text})
         else:
             scope = Scope.objects.get(slug=slug)
-            response = self.admin.post("/admin/scopes/section/add/", {"scope": scope.pk, "section_id": section_id, "text": text})
+            response = self.admin.post(
+                "/admin/scopes/section/add/", {"scope": scope.pk, "section_id": section_id, "text": text}
+            )
         assert response.status_code == 302, response.content[:800]
         self.scopes[slug].sections[section_id] = text
         assert Section.objects.get(scope__slug=slug, section_id=section_id).hash == section_hash(text)
@@ -254,7 +265,13 @@ class Promises(RuleBasedStateMachine):
             "query": f"{question} {dirty_value}" if dirty == "query" else question,
             "partition": f"ward {dirty_value}" if dirty == "partition" else "",
             "cited": cited,
-            "steps": [{"tool": TOOL, "args": {"q": question, **({dirty_value: [dirty_value]} if dirty == "args" else {})}, "section_ids": cited}],
+            "steps": [
+                {
+                    "tool": TOOL,
+                    "args": {"q": question, **({dirty_value: [dirty_value]} if dirty == "args" else {})},
+                    "section_ids": cited,
+                }
+            ],
         }
         if signal:
             body["signal"] = "accepted"
@@ -285,16 +302,29 @@ class Promises(RuleBasedStateMachine):
             answer = response.json()
             assert answer["status"] == ("rejected" if refusing else "active" if signal else "pending")
             self.trails[answer["trail_id"]] = TrailModel(
-                slug, self.scopes[slug].incarnation, answer["status"], current, query=body["query"], partition=body["partition"],
+                slug,
+                self.scopes[slug].incarnation,
+                answer["status"],
+                current,
+                query=body["query"],
+                partition=body["partition"],
                 signed=not refusing,
             )
 
     def _twin_of(self, slug: str, query: str, partition: str, cited: dict[str, str]) -> str | None:
         """The latest recorded trail of this scope asking this question, normalised, in this
         partition, citing these sections in this order at these hashes, signed and not stale."""
-        twins = [t for t, m in self.trails.items() if m.scope == slug and m.incarnation == self.scopes[slug].incarnation
-                 and normalise_query(m.query) == normalise_query(query) and m.partition == partition
-                 and list(m.cited.items()) == list(cited.items()) and m.status != "stale" and m.signed]
+        twins = [
+            t
+            for t, m in self.trails.items()
+            if m.scope == slug
+            and m.incarnation == self.scopes[slug].incarnation
+            and normalise_query(m.query) == normalise_query(query)
+            and m.partition == partition
+            and list(m.cited.items()) == list(cited.items())
+            and m.status != "stale"
+            and m.signed
+        ]
         return twins[-1] if twins else None
 
     def _live_trails(self):
@@ -337,13 +367,21 @@ class Promises(RuleBasedStateMachine):
         # refuses the report (no action applies to an expired trail): nothing is counted.
         trail.apply(table.REPORT, Actor.AGENT, reporter=reporter)
 
-    @precondition(lambda self: connection.vendor == "postgresql"
-                  and any(m.status in ("pending", "rejected") and not m.expired for m in self.trails.values()))
+    @precondition(
+        lambda self: (
+            connection.vendor == "postgresql"
+            and any(m.status in ("pending", "rejected") and not m.expired for m in self.trails.values())
+        )
+    )
     @rule(data=st.data(), ups=st.integers(0, 3), downs=st.integers(1, 3))
     def racing_votes(self, data, ups, downs) -> None:
         """Votes racing on a trail not yet approved: the first applied decides (an approval,
         after which the downs are one key's reports; or a rejection, final for votes)."""
-        trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status in ("pending", "rejected") and not m.expired]))
+        trail_id = data.draw(
+            st.sampled_from(
+                [t for t, m in self.trails.items() if m.status in ("pending", "rejected") and not m.expired]
+            )
+        )
         trail = self.trails[trail_id]
         key = self.apis[trail.scope].headers["Authorization"].split()[1]
         barrier = threading.Barrier(ups + downs)
@@ -355,7 +393,11 @@ class Promises(RuleBasedStateMachine):
             try:
                 client = ApiClient(key)
                 barrier.wait()
-                codes.append(client.call("post", f"/scopes/{trail.scope}/trails/{trail_id}/feedback", {"vote": direction}).status_code)
+                codes.append(
+                    client.call(
+                        "post", f"/scopes/{trail.scope}/trails/{trail_id}/feedback", {"vote": direction}
+                    ).status_code
+                )
             finally:
                 connections.close_all()
 
@@ -374,7 +416,7 @@ class Promises(RuleBasedStateMachine):
             # Approved first: the downs that followed were this one key's reports.
             assert row.status == "active" and "down" not in history, history
         else:
-            assert row.status == "rejected" and "up" not in history[history.index("down"):], history
+            assert row.status == "rejected" and "up" not in history[history.index("down") :], history
         # Which vote won is the race's. What follows must not depend on it: Hypothesis replays
         # choices and, seeing other rules enabled after the same ones, stops the run
         # (FlakyStrategyDefinition). So an operator settles the trail as rejected, and its
@@ -402,12 +444,23 @@ class Promises(RuleBasedStateMachine):
         """An approved trail is found by its own question: recall reads it as a candidate.
         (Served is another matter: a newer trail of the same question may win.)"""
         model = self.trails[trail_id]
-        alike = [m for m in self.trails.values() if (m.scope, m.query, m.partition) == (model.scope, model.query, model.partition)]
-        answer = self._call(model.scope, "post", "/recall", {"query": model.query, "partition": model.partition,
-                                                              "dry_run": True, "explain": True}).json()
+        alike = [
+            m
+            for m in self.trails.values()
+            if (m.scope, m.query, m.partition) == (model.scope, model.query, model.partition)
+        ]
+        answer = self._call(
+            model.scope,
+            "post",
+            "/recall",
+            {"query": model.query, "partition": model.partition, "dry_run": True, "explain": True},
+        ).json()
         if len(alike) <= 10:  # an explanation lists the ten nearest candidates
             Totals.findable_checked += 1
-            assert trail_id in {c["trail_id"] for c in answer["explanation"]["candidates"]}, ("approved but not found", model)
+            assert trail_id in {c["trail_id"] for c in answer["explanation"]["candidates"]}, (
+                "approved but not found",
+                model,
+            )
 
     @precondition(lambda self: any(t.undo_to is not None for t in self.trails.values()))
     @rule(data=st.data())
@@ -431,15 +484,26 @@ class Promises(RuleBasedStateMachine):
         trail_id = data.draw(st.sampled_from([t for t, m in self.trails.items() if m.status == "active"]))
         self._operator(trail_id, "demote", reason="checking it")
 
-    @rule(slug=scopes_st, question=st.sampled_from(QUESTIONS), dirty_value=st.sampled_from(("",) + DIRTY_VALUES), dry_run=st.booleans())
+    @rule(
+        slug=scopes_st,
+        question=st.sampled_from(QUESTIONS),
+        dirty_value=st.sampled_from(("",) + DIRTY_VALUES),
+        dry_run=st.booleans(),
+    )
     def recall(self, slug, question, dirty_value, dry_run) -> None:
         query = f"{question} {dirty_value}".strip()
         partitions = ["", f"ward {dirty_value}"] if dirty_value else [""]
         for partition in partitions:
             self._recall_and_check(slug, query, partition, dry_run)
 
-    @rule(data=st.data(), slug=scopes_st, question=st.sampled_from(QUESTIONS), cited=st.lists(sections_st, min_size=1, max_size=2, unique=True),
-          edit=st.sampled_from(["none", "one", "every"]), dry_run=st.booleans())
+    @rule(
+        data=st.data(),
+        slug=scopes_st,
+        question=st.sampled_from(QUESTIONS),
+        cited=st.lists(sections_st, min_size=1, max_size=2, unique=True),
+        edit=st.sampled_from(["none", "one", "every"]),
+        dry_run=st.booleans(),
+    )
     def an_approved_question_comes_again(self, data, slug, question, cited, edit, dry_run) -> None:
         """An approved trail's own question, in its scope and partition, after none, one or
         every section it cites was edited (to the other version: changed, or back to the text
@@ -478,12 +542,23 @@ class Promises(RuleBasedStateMachine):
     def _check_nothing_servable(self, slug: str, query: str, partition: str) -> None:
         """A miss is right only if no approved, unexpired trail of this very question holds:
         an approved trail that is never served breaks the promise as surely as a stale one served."""
-        same = [m for m in self.trails.values() if m.scope == slug and m.query == query and m.partition == partition
-                and m.status == "active" and not m.expired]
+        same = [
+            m
+            for m in self.trails.values()
+            if m.scope == slug
+            and m.query == query
+            and m.partition == partition
+            and m.status == "active"
+            and not m.expired
+        ]
         # Recall validates at most three candidates of equal similarity; past that it may stop short.
         if 0 < len(same) <= 3:
             Totals.servable_checked += 1
-            assert all(self._all_changed(m) for m in same), ("an approved trail of this question was not served", query, same)
+            assert all(self._all_changed(m) for m in same), (
+                "an approved trail of this question was not served",
+                query,
+                same,
+            )
 
     @precondition(lambda self: self.served)
     @rule(data=st.data(), helpful=st.booleans(), second=st.booleans(), reason=st.sampled_from(("",) + DIRTY_VALUES))
@@ -498,16 +573,25 @@ class Promises(RuleBasedStateMachine):
         trail = self.trails[trail_id]
         for _ in range(times):
             stale_before = {t for t, m in self.trails.items() if m.status == "stale"}
-            answer = self._call(trail.scope, "post", "/recall", {"query": trail.query, "partition": trail.partition}).json()
+            answer = self._call(
+                trail.scope, "post", "/recall", {"query": trail.query, "partition": trail.partition}
+            ).json()
             if answer["outcome"] != "miss":
                 self._check_served(trail.scope, answer, stale_before)
-                self.served[answer["recall_id"]] = [trail.scope, self.scopes[trail.scope].incarnation, answer["trail_id"], False]
+                self.served[answer["recall_id"]] = [
+                    trail.scope,
+                    self.scopes[trail.scope].incarnation,
+                    answer["trail_id"],
+                    False,
+                ]
                 self._feedback(answer["recall_id"], False, second, reason)
             self._learn_stale_marks(trail.scope)
 
     def _feedback(self, recall_id: str, helpful: bool, second: bool, reason: str) -> None:
         slug, incarnation, trail_id, judged = self.served[recall_id]
-        response = self._call(slug, "post", f"/recalls/{recall_id}/feedback", {"helpful": helpful, "reason": reason}, second=second)
+        response = self._call(
+            slug, "post", f"/recalls/{recall_id}/feedback", {"helpful": helpful, "reason": reason}, second=second
+        )
         if incarnation != self.scopes[slug].incarnation:
             assert response.status_code == 404
             return
@@ -530,9 +614,21 @@ class Promises(RuleBasedStateMachine):
         Totals.steps += 1
         scope = Scope.objects.get(slug=slug)
         if through_admin:
-            form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
-                                                   "pending_ttl_days", "event_retention_days", "max_false_hit_rate",
-                                                   "false_hit_reporters_to_pending")}
+            form = {
+                f: getattr(scope, f)
+                for f in (
+                    "slug",
+                    "name",
+                    "matcher",
+                    "embedding_threshold",
+                    "token_budget",
+                    "active_ttl_days",
+                    "pending_ttl_days",
+                    "event_retention_days",
+                    "max_false_hit_rate",
+                    "false_hit_reporters_to_pending",
+                )
+            }
             form.update({"lexical_threshold": threshold, "synonyms": "", "band_count": "", "band_rows": ""})
             assert self.admin.post(f"/admin/scopes/scope/{scope.pk}/change/", form).status_code == 302
         else:
@@ -540,16 +636,31 @@ class Promises(RuleBasedStateMachine):
             scope.save()
         assert Scope.objects.get(slug=slug).lexical_threshold == threshold
 
-    @rule(matcher=st.sampled_from(["lexical", "embedding", "both"]), bound=st.sampled_from([0.005, 0.02, 0.05]),
-          through_admin=st.booleans())
+    @rule(
+        matcher=st.sampled_from(["lexical", "embedding", "both"]),
+        bound=st.sampled_from([0.005, 0.02, 0.05]),
+        through_admin=st.booleans(),
+    )
     def create_a_scope_with_a_matcher_or_bound(self, matcher, bound, through_admin) -> None:
         """A scope created with a matcher or bound gets the calibration's thresholds, as an edit would."""
         Totals.steps += 1
         if through_admin:
-            form = {"slug": "fresh", "name": "Fresh", "matcher": matcher, "max_false_hit_rate": bound,
-                    "lexical_threshold": 0.5, "embedding_threshold": 0.945, "token_budget": 2000, "active_ttl_days": 30,
-                    "pending_ttl_days": 7, "event_retention_days": 30, "false_hit_reporters_to_pending": 2,
-                    "synonyms": "", "band_count": "", "band_rows": ""}
+            form = {
+                "slug": "fresh",
+                "name": "Fresh",
+                "matcher": matcher,
+                "max_false_hit_rate": bound,
+                "lexical_threshold": 0.5,
+                "embedding_threshold": 0.945,
+                "token_budget": 2000,
+                "active_ttl_days": 30,
+                "pending_ttl_days": 7,
+                "event_retention_days": 30,
+                "false_hit_reporters_to_pending": 2,
+                "synonyms": "",
+                "band_count": "",
+                "band_rows": "",
+            }
             response = self.admin.post("/admin/scopes/scope/add/", form)
             assert response.status_code == 302, response.content[:2000]
             fresh = Scope.objects.get(slug="fresh")
@@ -557,7 +668,10 @@ class Promises(RuleBasedStateMachine):
             fresh = Scope.objects.create(slug="fresh", matcher=matcher, max_false_hit_rate=bound)
         fresh.refresh_from_db()
         expected = thresholds_for(bound, matcher)
-        assert {"lexical_threshold": fresh.lexical_threshold, "embedding_threshold": fresh.embedding_threshold} == expected
+        assert {
+            "lexical_threshold": fresh.lexical_threshold,
+            "embedding_threshold": fresh.embedding_threshold,
+        } == expected
         fresh.delete()
 
     @precondition(lambda self: connection.vendor == "postgresql" and len(self.trails) >= 2)
@@ -565,7 +679,9 @@ class Promises(RuleBasedStateMachine):
     def sync_beside_votes_and_rejections(self, data, slug, version) -> None:
         """A docs release of a scope while an agent votes a trail down and an operator rejects
         another, in threads: the lock order queues them; none is refused or answers 5xx."""
-        agent_target, operator_target = data.draw(st.lists(st.sampled_from(self._live_trails()), min_size=2, max_size=2, unique=True))
+        agent_target, operator_target = data.draw(
+            st.lists(st.sampled_from(self._live_trails()), min_size=2, max_size=2, unique=True)
+        )
         texts = {section_id: text_of(slug, section_id, version) for section_id in SECTION_IDS}
         body = {"sections": [{"id": i, "text": t} for i, t in texts.items()], "source": "release"}
         agent = self.trails[agent_target]
@@ -584,10 +700,16 @@ class Promises(RuleBasedStateMachine):
 
         calls = {
             "sync": lambda: self.keys[slug]["a"][0].call("post", f"/scopes/{slug}/section-syncs", body).status_code,
-            "vote": lambda: ApiClient(key[0].headers["Authorization"].split()[1]).call(
-                "post", f"/scopes/{agent.scope}/trails/{agent_target}/feedback", {"vote": "down"}).status_code,
-            "reject": lambda: self._refused_as_409(lambda: writes.act(Trail.objects.get(public_id=operator_target), "down",
-                                                                      Actor.OPERATOR, by="root", reason="release")),
+            "vote": lambda: (
+                ApiClient(key[0].headers["Authorization"].split()[1])
+                .call("post", f"/scopes/{agent.scope}/trails/{agent_target}/feedback", {"vote": "down"})
+                .status_code
+            ),
+            "reject": lambda: self._refused_as_409(
+                lambda: writes.act(
+                    Trail.objects.get(public_id=operator_target), "down", Actor.OPERATOR, by="root", reason="release"
+                )
+            ),
         }
         threads = [threading.Thread(target=run, args=(name, call)) for name, call in calls.items()]
         for thread in threads:
@@ -613,7 +735,10 @@ class Promises(RuleBasedStateMachine):
     def _check_served(self, slug: str, answer: dict, stale_before: set[str]) -> None:
         trail = self.trails.get(answer["trail_id"])
         assert trail is not None and trail.scope == slug and trail.incarnation == self.scopes[slug].incarnation, answer
-        assert trail.status == "active" and not trail.expired and answer["trail_id"] not in stale_before, (trail, answer)
+        assert trail.status == "active" and not trail.expired and answer["trail_id"] not in stale_before, (
+            trail,
+            answer,
+        )
         sections = {s["id"]: s for s in answer["sections"]}
         assert set(sections) == set(trail.cited)
         for section_id, recorded in trail.cited.items():
@@ -635,7 +760,9 @@ class Promises(RuleBasedStateMachine):
 
     def _learn_stale_marks(self, slug: str) -> None:
         """Stale marks come from recall; each must be deserved: every cited section changed."""
-        ids = {str(i) for i in Trail.objects.filter(scope__slug=slug, status="stale").values_list("public_id", flat=True)}
+        ids = {
+            str(i) for i in Trail.objects.filter(scope__slug=slug, status="stale").values_list("public_id", flat=True)
+        }
         for trail_id in ids:
             trail = self.trails[trail_id]
             if trail.status != "stale":
@@ -666,7 +793,9 @@ class Promises(RuleBasedStateMachine):
 
     @rule(slug=scopes_st, cacheable=st.booleans())
     def set_tool_policy(self, slug, cacheable) -> None:
-        response = self._call(slug, "put", "/tool-policies", {"policies": [{"tool": TOOL, "cacheable": cacheable, "ttl_s": 600}]})
+        response = self._call(
+            slug, "put", "/tool-policies", {"policies": [{"tool": TOOL, "cacheable": cacheable, "ttl_s": 600}]}
+        )
         assert response.status_code == 200
         self.scopes[slug].cacheable = cacheable
 
@@ -695,12 +824,16 @@ class Promises(RuleBasedStateMachine):
     @rule(slug=scopes_st, section_id=sections_st)
     def look_up_tool_result(self, slug, section_id) -> None:
         model = self.scopes[slug]
-        answer = self._call(slug, "post", "/tool-results/lookup", {"tool": TOOL, "args": {"q": section_id}, "context": {}}).json()
+        answer = self._call(
+            slug, "post", "/tool-results/lookup", {"tool": TOOL, "args": {"q": section_id}, "context": {}}
+        ).json()
         if answer["hit"]:
             assert model.cacheable and section_id in model.entries, answer
             result, read, incarnation = model.entries[section_id]
             assert incarnation == model.incarnation and answer["result"] == result
-            assert all(self._current_hash(slug, s) == h for s, h in read.items()), "a result of a changed section was served"
+            assert all(self._current_hash(slug, s) == h for s, h in read.items()), (
+                "a result of a changed section was served"
+            )
 
     # -- purge, scope delete and recreate ---------------------------------------------------
 
@@ -720,7 +853,10 @@ class Promises(RuleBasedStateMachine):
             self.trails.pop(trail_id)
         # A redaction rewrote the kept trails' questions and partitions (and re-signed them):
         # they are found by what they say now.
-        said = {str(i): (q, p) for i, q, p in Trail.objects.filter(scope=scope).values_list("public_id", "query", "partition")}
+        said = {
+            str(i): (q, p)
+            for i, q, p in Trail.objects.filter(scope=scope).values_list("public_id", "query", "partition")
+        }
         for trail_id, model in self.trails.items():
             if model.scope == slug:
                 model.query, model.partition = said[trail_id]
@@ -732,14 +868,25 @@ class Promises(RuleBasedStateMachine):
             if model in (Scope, ApiKey, Section, SectionRevision):
                 continue  # the scope's own documents and settings, not caller-written trail data
             names = {f.name for f in model._meta.get_fields()}
-            rows = model.objects.filter(scope=scope) if "scope" in names else model.objects.filter(trail__scope=scope) if "trail" in names else None
+            rows = (
+                model.objects.filter(scope=scope)
+                if "scope" in names
+                else model.objects.filter(trail__scope=scope)
+                if "trail" in names
+                else None
+            )
             if rows is None:
                 continue
-            text_fields = [f.name for f in model._meta.concrete_fields if isinstance(f, (models.CharField, models.TextField, models.JSONField))]
+            text_fields = [
+                f.name
+                for f in model._meta.concrete_fields
+                if isinstance(f, (models.CharField, models.TextField, models.JSONField))
+            ]
             for row in rows.values(*text_fields):
                 assert needle not in json.dumps(row, default=str).lower(), (model.__name__, row)
         staff_pages = [f"/ops/{scope.slug}/trails/"] + [
-            f"/ops/{scope.slug}/trails/{public_id}/" for public_id in Trail.objects.filter(scope=scope).values_list("public_id", flat=True)
+            f"/ops/{scope.slug}/trails/{public_id}/"
+            for public_id in Trail.objects.filter(scope=scope).values_list("public_id", flat=True)
         ]
         for url in staff_pages:
             assert needle not in self.admin.get(url).content.decode().lower(), url
@@ -791,6 +938,8 @@ def test_every_promise_holds_on_every_path(capsys):
         ),
     )
     with capsys.disabled():
-        print(f"\nstateful promises: {Totals.examples} examples, {Totals.steps} steps on {connection.vendor}, "
-              f"{Totals.servable_checked} misses checked against an approved trail of the same question, "
-              f"{Totals.findable_checked} approved trails checked findable")
+        print(
+            f"\nstateful promises: {Totals.examples} examples, {Totals.steps} steps on {connection.vendor}, "
+            f"{Totals.servable_checked} misses checked against an approved trail of the same question, "
+            f"{Totals.findable_checked} approved trails checked findable"
+        )

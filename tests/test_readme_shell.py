@@ -13,6 +13,7 @@ docs/ holds benchmarks of up to an hour: their lines are parsed by each manageme
 own argument parser (a wrong command or flag fails), `make` targets are dry-run, and the
 Celery lines are started and stopped.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,7 +70,9 @@ def rewrite(text: str, old: str, new: str) -> str:
 def clone(tmp_path_factory) -> Path:
     """The tracked files as a fresh clone has them (mtimes kept, so make sees the venv current)."""
     target = tmp_path_factory.mktemp("clone") / "ragtrail"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    )
     for name in filter(None, tracked):
         source = ROOT / name
         if source.is_file():
@@ -91,7 +94,9 @@ def clean_env(tmp_path_factory) -> dict[str, str]:
 
 
 def run(line: str, cwd: Path, env: dict[str, str], timeout: float = 300, stdin: str | None = None) -> str:
-    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
+    done = subprocess.run(
+        ["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=stdin
+    )
     assert done.returncode == 0, f"{line}\nexit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -113,11 +118,20 @@ def demo(clone, clean_env):
     """`make run`, the README's first command, in the fresh clone."""
     port = 8000 if port_is_free(8000) else free_port()
     log = open(clone / "make-run.log", "w")
-    server = subprocess.Popen(["make", "run", f"HOST=127.0.0.1:{port}"], cwd=clone, env=clean_env, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        ["make", "run", f"HOST=127.0.0.1:{port}"],
+        cwd=clone,
+        env=clean_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: "API key for scope" in (clone / "make-run.log").read_text() or server.poll() is not None, 240,
-                 "make run printing its key")
+        wait_for(
+            lambda: "API key for scope" in (clone / "make-run.log").read_text() or server.poll() is not None,
+            240,
+            "make run printing its key",
+        )
         output = (clone / "make-run.log").read_text()
         assert server.poll() is None, output[-3000:]
         key = re.search(r"API key for scope python-faq: (rt_\S+)", output).group(1)
@@ -137,15 +151,18 @@ def test_make_run_serves_the_demo_on_a_fresh_clone_and_prints_what_the_readme_sa
     answer = run(try_line, clone, clean_env)
     assert '"outcome": "prefetch"' in answer
     # A second `make run` stops before it touches the running demo, and the key stays the same.
-    second = subprocess.run(["make", "run", f"HOST=127.0.0.1:{port}"], cwd=clone, env=clean_env, capture_output=True,
-                            text=True, timeout=120)
+    second = subprocess.run(
+        ["make", "run", f"HOST=127.0.0.1:{port}"], cwd=clone, env=clean_env, capture_output=True, text=True, timeout=120
+    )
     assert second.returncode != 0 and "is in use" in second.stdout + second.stderr
     assert (clone / ".demo-credentials.json").exists() and key in (clone / ".demo-credentials.json").read_text()
 
 
 def test_the_readme_scripts_block_runs_on_the_demo_database(demo, clone, clean_env):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = next(b for b in blocks(ROOT / "README.md") if "create_api_key" in b and "export" not in b and "migrate" not in b)
+    block = next(
+        b for b in blocks(ROOT / "README.md") if "create_api_key" in b and "export" not in b and "migrate" not in b
+    )
     assert block in readme
     run_block(block, clone, clean_env)
 
@@ -169,7 +186,7 @@ def test_the_agent_quickstart_runs_in_a_second_terminal_and_prints_every_arrow(d
         expected = [m.group(1).strip() for m in map(EXPECTED.search, b.splitlines()) if m]
         end = printed.index(f"--- block {n} ---")
         assert printed[:end] == expected, f"block {n} printed {printed[:end]}, the README says {expected}:\n{b}"
-        printed = printed[end + 1:]
+        printed = printed[end + 1 :]
 
 
 def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
@@ -180,17 +197,26 @@ def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
     if port != 8000:
         stdio += f" --base-url http://127.0.0.1:{port}"
     # stdio: the server reads requests from its stdin; an MCP initialize is answered.
-    request = ('{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
-               '"capabilities": {}, "clientInfo": {"name": "readme-test", "version": "1"}}}\n')
-    answered = subprocess.run(["bash", "-c", stdio], cwd=clone, env=clean_env, input=request, capture_output=True, text=True,
-                              timeout=60)
+    request = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+        '"capabilities": {}, "clientInfo": {"name": "readme-test", "version": "1"}}}\n'
+    )
+    answered = subprocess.run(
+        ["bash", "-c", stdio], cwd=clone, env=clean_env, input=request, capture_output=True, text=True, timeout=60
+    )
     assert '"result"' in answered.stdout and "ragtrail" in answered.stdout, answered.stderr[-2000:]
     mcp_port = 8765 if port_is_free(8765) else free_port()
     http = rewrite(http, "--port 8765", f"--port {mcp_port}")
     if port != 8000:
         http += f" --base-url http://127.0.0.1:{port}"
-    server = subprocess.Popen(["bash", "-c", f"exec {http}"], cwd=clone, env={**clean_env, "RAGTRAIL_API_KEY": key},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        ["bash", "-c", f"exec {http}"],
+        cwd=clone,
+        env={**clean_env, "RAGTRAIL_API_KEY": key},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: not port_is_free(mcp_port) or server.poll() is not None, 60, "the MCP HTTP server listening")
         assert server.poll() is None, server.stderr.read()[-2000:]
@@ -204,16 +230,27 @@ def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
         pytest.skip("the production recipe runs on PostgreSQL (as CI does)")
     block = next(b for b in blocks(ROOT / "README.md") if "createsuperuser" in b)
     name, port = f"ragtrail_readme_{secrets.token_hex(3)}", free_port()
-    for old, new in (("postgres ragtrail &&", f"postgres {name} &&"), ("-O ragtrail ragtrail", f"-O {name} {name}"),
-                     ("postgres://ragtrail@db:5432/ragtrail", f"postgres://{name}@127.0.0.1:5432/{name}"),
-                     ("-h db", "-h 127.0.0.1"), ("RAGTRAIL_SECRET_KEY=…", f"RAGTRAIL_SECRET_KEY={secrets.token_urlsafe(40)}"),
-                     ("ragtrail.example.org", "127.0.0.1"), ("cache:6379", "127.0.0.1:6379"),
-                     ("RAGTRAIL_BIND=0.0.0.0:8000", f"RAGTRAIL_BIND=127.0.0.1:{port}"),
-                     # createsuperuser prompts on a terminal; its documented non-interactive form.
-                     ("manage.py createsuperuser ", "manage.py createsuperuser --noinput --username admin --email admin@example.org "),
-                     # ann is "made in admin" in the README: made here with the shell instead.
-                     ("manage.py grant_scope ann", "manage.py shell -c \"from django.contrib.auth.models import User; "
-                      "User.objects.create_user('ann', is_staff=True)\" && .venv/bin/python manage.py grant_scope ann")):
+    for old, new in (
+        ("postgres ragtrail &&", f"postgres {name} &&"),
+        ("-O ragtrail ragtrail", f"-O {name} {name}"),
+        ("postgres://ragtrail@db:5432/ragtrail", f"postgres://{name}@127.0.0.1:5432/{name}"),
+        ("-h db", "-h 127.0.0.1"),
+        ("RAGTRAIL_SECRET_KEY=…", f"RAGTRAIL_SECRET_KEY={secrets.token_urlsafe(40)}"),
+        ("ragtrail.example.org", "127.0.0.1"),
+        ("cache:6379", "127.0.0.1:6379"),
+        ("RAGTRAIL_BIND=0.0.0.0:8000", f"RAGTRAIL_BIND=127.0.0.1:{port}"),
+        # createsuperuser prompts on a terminal; its documented non-interactive form.
+        (
+            "manage.py createsuperuser ",
+            "manage.py createsuperuser --noinput --username admin --email admin@example.org ",
+        ),
+        # ann is "made in admin" in the README: made here with the shell instead.
+        (
+            "manage.py grant_scope ann",
+            'manage.py shell -c "from django.contrib.auth.models import User; '
+            "User.objects.create_user('ann', is_staff=True)\" && .venv/bin/python manage.py grant_scope ann",
+        ),
+    ):
         block = rewrite(block, old, new)
     env = {**clean_env, "DJANGO_SUPERUSER_PASSWORD": secrets.token_urlsafe(12)}
     started: list[subprocess.Popen] = []
@@ -222,8 +259,16 @@ def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
             if line.startswith("export "):
                 env.update(re.findall(r"(\w+)=(\S+)", line.removeprefix("export ")))
             elif "gunicorn" in line or "celery" in line:
-                started.append(subprocess.Popen(["bash", "-c", f"exec {line.split('#')[0]}"], cwd=clone, env=env,
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                started.append(
+                    subprocess.Popen(
+                        ["bash", "-c", f"exec {line.split('#')[0]}"],
+                        cwd=clone,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
             else:
                 run(line.split("   #")[0], clone, env, timeout=600)
         wait_for(lambda: not port_is_free(port) or started[0].poll() is not None, 120, "gunicorn listening")
@@ -271,5 +316,7 @@ def test_every_command_line_in_docs_names_a_real_command_with_real_flags(clean_e
 
                         argument_parser().parse_args(words[1:])
                     else:
-                        raise AssertionError(f"{page.name}: a command line this test does not know how to check: {line}")
+                        raise AssertionError(
+                            f"{page.name}: a command line this test does not know how to check: {line}"
+                        )
     assert seen >= 25

@@ -1,15 +1,16 @@
 """Schema-driven fuzzing of the API (schemathesis, fixed seed): every generated request,
 valid or not, gets an answer the OpenAPI document declares: no 5xx, no undocumented
 status, the declared content type and JSON shape."""
+
 from __future__ import annotations
 
 import pytest
 import schemathesis
-from schemathesis import checks
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from schemathesis import checks
 
 from scopes.models import ApiKey, Scope, Section
 
@@ -21,8 +22,9 @@ def breaks_a_rule_of_every_body(value, depth: int = 1) -> bool:
     """The body rules the 422 description states for every operation, checked here on the
     request as sent, independently of the server's reader."""
     if isinstance(value, dict):
-        return depth > 32 or any(breaks_a_rule_of_every_body(k, depth) or breaks_a_rule_of_every_body(v, depth + 1)
-                                 for k, v in value.items())
+        return depth > 32 or any(
+            breaks_a_rule_of_every_body(k, depth) or breaks_a_rule_of_every_body(v, depth + 1) for k, v in value.items()
+        )
     if isinstance(value, list):
         return depth > 32 or any(breaks_a_rule_of_every_body(v, depth + 1) for v in value)
     if isinstance(value, str):
@@ -59,8 +61,13 @@ def schema_valid_requests_are_accepted_or_refused_as_documented(ctx, response, c
 
 # What issue 24 asks of every answer: no 5xx, only documented statuses and shapes, and every
 # schema-valid request accepted unless the document says why not.
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_schema_conformance, schema_valid_requests_are_accepted_or_refused_as_documented]
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    schema_valid_requests_are_accepted_or_refused_as_documented,
+]
 
 
 @pytest.fixture

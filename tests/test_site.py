@@ -1,4 +1,5 @@
 """The OpenAPI document, the admin for scopes and keys, and the demo loader."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -18,7 +19,11 @@ def test_openapi_document_lists_the_v1_endpoints(db):
     assert client.get("/api/docs").status_code == 302
     schema = client.get("/api/v1/openapi.json").json()
     paths = set(schema["paths"])
-    assert {"/api/v1/scopes/{scope}/recall", "/api/v1/scopes/{scope}/trails", "/api/v1/scopes/{scope}/sections"} <= paths
+    assert {
+        "/api/v1/scopes/{scope}/recall",
+        "/api/v1/scopes/{scope}/trails",
+        "/api/v1/scopes/{scope}/sections",
+    } <= paths
 
 
 @pytest.fixture
@@ -76,8 +81,21 @@ def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
     api = ApiClient(ApiKey.issue([scope])[1])
     api.record("docs", query="How do I reset the device?", cited=["s"])
     before = {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}
-    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "token_budget", "active_ttl_days",
-                                           "pending_ttl_days", "event_retention_days", "max_false_hit_rate", "false_hit_reporters_to_pending")}
+    form = {
+        f: getattr(scope, f)
+        for f in (
+            "slug",
+            "name",
+            "matcher",
+            "embedding_threshold",
+            "token_budget",
+            "active_ttl_days",
+            "pending_ttl_days",
+            "event_retention_days",
+            "max_false_hit_rate",
+            "false_hit_reporters_to_pending",
+        )
+    }
     form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     assert any("re-signed 1 trail" in str(m) for m in response.context["messages"])
@@ -89,14 +107,31 @@ def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_cal
     from trails.learning.shipped import thresholds_for
 
     scope = Scope.objects.create(slug="docs", matcher="lexical")
-    form = {f: getattr(scope, f) for f in ("slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "token_budget",
-                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reporters_to_pending")}
+    form = {
+        f: getattr(scope, f)
+        for f in (
+            "slug",
+            "name",
+            "matcher",
+            "embedding_threshold",
+            "lexical_threshold",
+            "token_budget",
+            "active_ttl_days",
+            "pending_ttl_days",
+            "event_retention_days",
+            "false_hit_reporters_to_pending",
+        )
+    }
     form.update({"max_false_hit_rate": 0.005, "synonyms": "", "band_count": "", "band_rows": ""})
     response = admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     assert any("Thresholds for a 0.5% false-hit bound" in str(m) for m in response.context["messages"])
     scope.refresh_from_db()
     expected = thresholds_for(0.005)
-    assert scope.embedding_threshold == expected["embedding_threshold"] > Scope._meta.get_field("embedding_threshold").default
+    assert (
+        scope.embedding_threshold
+        == expected["embedding_threshold"]
+        > Scope._meta.get_field("embedding_threshold").default
+    )
     assert scope.lexical_threshold == expected["lexical_threshold"] > Scope._meta.get_field("lexical_threshold").default
 
 
@@ -104,13 +139,29 @@ def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client)
     from trails.learning.shipped import thresholds_for
 
     scope = Scope.objects.create(slug="docs")
-    form = {f: getattr(scope, f) for f in ("slug", "name", "embedding_threshold", "lexical_threshold", "token_budget", "max_false_hit_rate",
-                                           "active_ttl_days", "pending_ttl_days", "event_retention_days", "false_hit_reporters_to_pending")}
+    form = {
+        f: getattr(scope, f)
+        for f in (
+            "slug",
+            "name",
+            "embedding_threshold",
+            "lexical_threshold",
+            "token_budget",
+            "max_false_hit_rate",
+            "active_ttl_days",
+            "pending_ttl_days",
+            "event_retention_days",
+            "false_hit_reporters_to_pending",
+        )
+    }
     form.update({"matcher": "both", "synonyms": "", "band_count": "", "band_rows": ""})
     admin_client.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True)
     scope.refresh_from_db()
     assert thresholds_for(0.01, "embedding") == thresholds_for(0.02, "both")
-    assert {"lexical_threshold": scope.lexical_threshold, "embedding_threshold": scope.embedding_threshold} == thresholds_for(0.01)
+    assert {
+        "lexical_threshold": scope.lexical_threshold,
+        "embedding_threshold": scope.embedding_threshold,
+    } == thresholds_for(0.01)
     assert scope.embedding_threshold > thresholds_for(0.02)["embedding_threshold"]
 
 
@@ -136,14 +187,18 @@ def test_matching_benchmark_counts_correct_false_and_other_hits(db, tmp_path):
     call_command("benchmark_matching", "--pairs", str(path), stdout=out)
     lines = out.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("embedding default"))
-    all_pairs, fit, held_out = lines[start + 1:start + 4]
+    all_pairs, fit, held_out = lines[start + 1 : start + 4]
     # The paraphrase is found (1 of 1 duplicates), the look-alike is not, and the
     # identical question labelled "not duplicate" is a false hit (1 of 2), each with its interval.
     assert all_pairs.split()[:4] == ["all", "pairs", "correct", "100.00%"]
     assert "(1/1)" in all_pairs and "false 50.00% [1.26%, 98.74%] (1/2)" in all_pairs
     # Pair 0 is held out (every fifth pair): the paraphrase; pairs 1 and 2 are fitted on.
     assert "fit split (4 pairs in 5)" in fit and "false 50.00% [1.26%, 98.74%] (1/2)" in fit
-    assert "validation split (every 5th pair, not fitted)" in held_out and "correct 100.00%" in held_out and "(1/1)" in held_out
+    assert (
+        "validation split (every 5th pair, not fitted)" in held_out
+        and "correct 100.00%" in held_out
+        and "(1/1)" in held_out
+    )
 
 
 def test_tool_cache_benchmark_runs(db):
@@ -171,7 +226,9 @@ def test_sync_benchmark_splits_a_release_with_this_splitter_and_the_previous_one
     import json
 
     out = StringIO()
-    call_command("benchmark_sync", "--pages", "6", "--trails", "30", "--repeats", "1", "--out", str(tmp_path), stdout=out)
+    call_command(
+        "benchmark_sync", "--pages", "6", "--trails", "30", "--repeats", "1", "--out", str(tmp_path), stdout=out
+    )
     text = out.getvalue()
     figures = json.loads(next(tmp_path.glob("sync-*.json")).read_text())["results"]
     this = figures["this"]
@@ -192,10 +249,23 @@ def test_metrics_benchmark_compares_live_and_no_op_metrics_and_puts_them_back(db
 
 def test_page_benchmark_times_every_operator_page(db):
     out = StringIO()
-    call_command("benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", "--phone-loads", "0", stdout=out)
+    call_command(
+        "benchmark_overview", "--events", "400", "--trails", "60", "--requests", "2", "--phone-loads", "0", stdout=out
+    )
     text = out.getvalue()
-    for page in ("overview 30d", "trails by section", "trail ", "recalls an hour", "replay a recall", "purge", "one recall",
-                 "syncs 30d", "what-if 7d", "triage would miss", "triage reported"):
+    for page in (
+        "overview 30d",
+        "trails by section",
+        "trail ",
+        "recalls an hour",
+        "replay a recall",
+        "purge",
+        "one recall",
+        "syncs 30d",
+        "what-if 7d",
+        "triage would miss",
+        "triage reported",
+    ):
         assert f"\n{page}" in "\n" + text, page
     assert "pages over 300 ms at p90:" in text and "the overview on the wire (gzip accepted):" in text
     assert not Scope.objects.filter(slug__startswith="overview-").exists()
@@ -204,6 +274,10 @@ def test_page_benchmark_times_every_operator_page(db):
 def test_operator_pages_are_compressed_and_api_answers_are_not(admin_client, api, sections):
     page = admin_client.get("/ops/hospital/", headers={"Accept-Encoding": "gzip"})
     assert page.status_code == 200 and page["Content-Encoding"] == "gzip"
-    answer = api.client.post("/api/v1/scopes/hospital/recall", data={"query": "icu visiting hours"},
-                             content_type="application/json", headers={**api.headers, "Accept-Encoding": "gzip"})
+    answer = api.client.post(
+        "/api/v1/scopes/hospital/recall",
+        data={"query": "icu visiting hours"},
+        content_type="application/json",
+        headers={**api.headers, "Accept-Encoding": "gzip"},
+    )
     assert answer.status_code == 200 and not answer.has_header("Content-Encoding")

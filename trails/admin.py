@@ -1,23 +1,34 @@
 import uuid
 
 from django.contrib import admin, messages
-from django.utils.html import format_html_join
 from django.http import HttpRequest
+from django.utils.html import format_html_join
 
 from scopes import audit
 from scopes.access import Access, granted_scopes
-from scopes.audit import AuditEvent
 from scopes.admin import GrantedScopesAdmin
+from scopes.audit import AuditEvent
 from scopes.models import Scope
-from trails.serving.matching import matching_settings
 from trails.core.lifecycle import Actor
-from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail, writes
 from trails.learning.thresholds import pin_thresholds, reset_learning
+from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail, writes
+from trails.serving.matching import matching_settings
 
 
 @admin.register(Scope)
 class ScopeAdmin(GrantedScopesAdmin):
-    list_display = ["slug", "name", "matcher", "embedding_threshold", "lexical_threshold", "thresholds_in_use", "threshold_pinned", "token_budget", "active_ttl_days", "keep_raw_queries"]
+    list_display = [
+        "slug",
+        "name",
+        "matcher",
+        "embedding_threshold",
+        "lexical_threshold",
+        "thresholds_in_use",
+        "threshold_pinned",
+        "token_budget",
+        "active_ttl_days",
+        "keep_raw_queries",
+    ]
     search_fields = ["slug", "name"]
     readonly_fields = ["band_layout_in_use", "thresholds_in_use", "threshold_flags", "threshold_history"]
     actions = ["reset_learned_thresholds", "pin_configured_thresholds", "unpin_thresholds"]
@@ -25,7 +36,11 @@ class ScopeAdmin(GrantedScopesAdmin):
 
     def configurable(self, request, queryset):
         """The selected scopes this operator may configure (the others are left alone)."""
-        return queryset if request.user.is_superuser else queryset.filter(pk__in=granted_scopes(request.user, Access.CONFIGURE))
+        return (
+            queryset
+            if request.user.is_superuser
+            else queryset.filter(pk__in=granted_scopes(request.user, Access.CONFIGURE))
+        )
 
     def has_add_permission(self, request) -> bool:
         # A new tenant is a superuser's act: an operator would hold no grant to it.
@@ -38,17 +53,32 @@ class ScopeAdmin(GrantedScopesAdmin):
 
     fieldsets = [
         (None, {"fields": ["slug", "name"]}),
-        ("Matching", {
-            "fields": ["matcher", "max_false_hit_rate", "embedding_threshold", "lexical_threshold", "thresholds_in_use",
-                       "threshold_pinned", "threshold_flags", "false_hit_reporters_to_pending", "synonyms", "band_count",
-                       "band_rows", "band_layout_in_use", "threshold_history"],
-            "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
-            "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. "
-            "Saving a change of how questions are signed re-signs the scope's trails (large scopes in the background), "
-            "so they stay findable, on every path that saves a scope. After a change of embedding model, run "
-            "`manage.py reindex_scope --scope SLUG`. The scope's labels move the threshold in use within limits; "
-            "pin the configured thresholds to turn that off.",
-        }),
+        (
+            "Matching",
+            {
+                "fields": [
+                    "matcher",
+                    "max_false_hit_rate",
+                    "embedding_threshold",
+                    "lexical_threshold",
+                    "thresholds_in_use",
+                    "threshold_pinned",
+                    "threshold_flags",
+                    "false_hit_reporters_to_pending",
+                    "synonyms",
+                    "band_count",
+                    "band_rows",
+                    "band_layout_in_use",
+                    "threshold_history",
+                ],
+                "description": "Changing the false-hit rate or the matcher sets both thresholds from the shipped "
+                "calibration (unless you set a threshold in the same save); 'both' gives each matcher half the rate. "
+                "Saving a change of how questions are signed re-signs the scope's trails (large scopes in the background), "
+                "so they stay findable, on every path that saves a scope. After a change of embedding model, run "
+                "`manage.py reindex_scope --scope SLUG`. The scope's labels move the threshold in use within limits; "
+                "pin the configured thresholds to turn that off.",
+            },
+        ),
         ("Prefetch", {"fields": ["token_budget", "keeps_text"]}),
         ("Retention", {"fields": ["active_ttl_days", "pending_ttl_days", "event_retention_days", "keep_raw_queries"]}),
     ]
@@ -64,12 +94,20 @@ class ScopeAdmin(GrantedScopesAdmin):
                 before.setdefault(name, obj._matching_before.get(name))
             changed = audit.changes(before, {name: getattr(obj, name) for name in before})
             if changed:
-                audit.record([obj], request.user.get_username(), AuditEvent.Kind.SETTINGS, detail=changed,
-                             what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in changed.items()))
+                audit.record(
+                    [obj],
+                    request.user.get_username(),
+                    AuditEvent.Kind.SETTINGS,
+                    detail=changed,
+                    what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in changed.items()),
+                )
         changed = getattr(obj, "_matching_changed", frozenset())
         if changed & {"max_false_hit_rate", "matcher"}:
-            messages.info(request, f"Thresholds for a {obj.max_false_hit_rate:.1%} false-hit bound: "
-                          f"embedding {obj.embedding_threshold}, lexical {obj.lexical_threshold}.")
+            messages.info(
+                request,
+                f"Thresholds for a {obj.max_false_hit_rate:.1%} false-hit bound: "
+                f"embedding {obj.embedding_threshold}, lexical {obj.lexical_threshold}.",
+            )
         if getattr(obj, "resigning", ""):
             messages.info(request, f"Matching settings changed: {obj.resigning}.")
 
@@ -83,11 +121,25 @@ class ScopeAdmin(GrantedScopesAdmin):
         if not scope.pk:
             return "-"
         rows = ThresholdChange.objects.filter(scope=scope).order_by("-created_at", "-id")[:10]
-        return format_html_join(
-            "", "<div>{} {} {}: {} &rarr; {} {} {}</div>",
-            ((c.created_at.strftime("%Y-%m-%d %H:%M"), c.matcher or "settings", c.get_kind_display(), c.before, c.after,
-              f"by {c.by}" if c.by else "", c.evidence) for c in rows),
-        ) or "none yet"
+        return (
+            format_html_join(
+                "",
+                "<div>{} {} {}: {} &rarr; {} {} {}</div>",
+                (
+                    (
+                        c.created_at.strftime("%Y-%m-%d %H:%M"),
+                        c.matcher or "settings",
+                        c.get_kind_display(),
+                        c.before,
+                        c.after,
+                        f"by {c.by}" if c.by else "",
+                        c.evidence,
+                    )
+                    for c in rows
+                ),
+            )
+            or "none yet"
+        )
 
     @admin.display(description="Band layout in use (bands x rows)")
     def band_layout_in_use(self, scope: Scope) -> str:
@@ -177,7 +229,12 @@ class TrailAdmin(GrantedScopesAdmin):
             # Acting needs act access to the trail's scope; the others selected are skipped.
             queryset = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
         changed, skipped = writes.act_on_many(queryset, action, Actor.OPERATOR, by=request.user.get_username())
-        messages.info(request, f"{changed} trail(s) changed" + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "") + ".")
+        messages.info(
+            request,
+            f"{changed} trail(s) changed"
+            + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "")
+            + ".",
+        )
 
     @admin.action(description="Approve the selected pending trails")
     def approve(self, request, queryset) -> None:
@@ -213,7 +270,17 @@ class PiiPatternAdmin(GrantedScopesAdmin):
 class PurgeRunAdmin(GrantedScopesAdmin):
     """The purge audit log: read-only."""
 
-    list_display = ["created_at", "scope", "rule", "action", "requested_by", "state", "matched", "processed", "finished_at"]
+    list_display = [
+        "created_at",
+        "scope",
+        "rule",
+        "action",
+        "requested_by",
+        "state",
+        "matched",
+        "processed",
+        "finished_at",
+    ]
     list_filter = ["scope", "action", "state"]
     exclude = ["subject"]
 

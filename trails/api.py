@@ -1,4 +1,5 @@
 """Recall, record and trail endpoints."""
+
 from __future__ import annotations
 
 import logging
@@ -14,11 +15,9 @@ from scopes.auth import granted_scope, reporter
 from scopes.models import SectionSyncJob
 from trails import tool_results
 from trails.core.hint import RecordedStep
-from trails.learning.feedback import give_feedback
 from trails.core.lifecycle import Actor
+from trails.learning.feedback import give_feedback
 from trails.models import ActionRefused, ToolPolicy, Trail, writes
-from trails.serving.recall import recall
-from trails.serving.record import RecordInput, record
 from trails.schemas import (
     FeedbackIn,
     RecallFeedbackIn,
@@ -38,6 +37,8 @@ from trails.schemas import (
     ToolStoreOut,
     TrailOut,
 )
+from trails.serving.recall import recall
+from trails.serving.record import RecordInput, record
 from trails.upkeep.sync import queue_sync_job, source_sections, sync_sections
 
 logger = logging.getLogger(__name__)
@@ -80,8 +81,12 @@ def record_endpoint(request: HttpRequest, scope: str, payload: RecordIn):
         ),
     )
     trail = result.trail
-    body = {"trail_id": str(trail.public_id), "status": trail.status, "reason": trail.reason or None,
-            "refreshed": result.refreshed or None}
+    body = {
+        "trail_id": str(trail.public_id),
+        "status": trail.status,
+        "reason": trail.reason or None,
+        "refreshed": result.refreshed or None,
+    }
     # A replayed idempotency key, or the same question with the same sections recorded again,
     # answers 200 with the trail the scope holds: nothing new was created.
     return Status(201 if result.created else 200, body)
@@ -137,8 +142,14 @@ def recall_feedback(request: HttpRequest, scope: str, recall_id: str, payload: R
     reported false hit: once the scope's number of different keys (at least two) have
     reported it, the trail goes back to pending. Every verdict labels the recall for the
     scope's threshold, counted per key."""
-    event = give_feedback(granted_scope(request, scope), recall_id, payload.helpful, payload.reason, reporter=reporter(request))
-    trail = Trail.objects.filter(pk=event.trail_id).only("public_id", "status", "false_hit_reports", "false_hit_reporters").first()
+    event = give_feedback(
+        granted_scope(request, scope), recall_id, payload.helpful, payload.reason, reporter=reporter(request)
+    )
+    trail = (
+        Trail.objects.filter(pk=event.trail_id)
+        .only("public_id", "status", "false_hit_reports", "false_hit_reporters")
+        .first()
+    )
     return {
         "recall_id": str(event.public_id),
         "helpful": event.helpful,
@@ -163,14 +174,22 @@ def put_tool_policies(request: HttpRequest, scope: str, payload: ToolPoliciesIn)
 
 @router.post("/{scope}/tool-results/lookup", response=ToolLookupOut, tags=["tool results"])
 def lookup_tool_result(request: HttpRequest, scope: str, payload: ToolLookupIn):
-    return tool_results.lookup(granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.caller)
+    return tool_results.lookup(
+        granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.caller
+    )
 
 
 @router.put("/{scope}/tool-results", response=ToolStoreOut, tags=["tool results"])
 def store_tool_result(request: HttpRequest, scope: str, payload: ToolStoreIn):
     return tool_results.store(
-        granted_scope(request, scope), payload.tool, payload.args, payload.context, payload.result, payload.caller,
-        list(payload.section_ids), dict(payload.hashes),
+        granted_scope(request, scope),
+        payload.tool,
+        payload.args,
+        payload.context,
+        payload.result,
+        payload.caller,
+        list(payload.section_ids),
+        dict(payload.hashes),
     )
 
 
@@ -188,15 +207,29 @@ def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
     granted = granted_scope(request, scope)
     for index, section in enumerate(payload.sections):
         if (section.text is None) == (section.hash is None):
-            raise RequestRefused(422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}")
+            raise RequestRefused(
+                422, "invalid", "each section needs its text or its hash, not both", field=f"sections.{index}"
+            )
     if payload.background or len(payload.sections) > settings.RAGTRAIL_SYNC_INLINE_SECTIONS:
-        job = SectionSyncJob.objects.create(scope=granted, by=reporter(request), request=payload.model_dump(
-            include={"sections", "delete_missing", "dry_run", "allow_removing_most", "source", "list_all"}, exclude_none=True))
+        job = SectionSyncJob.objects.create(
+            scope=granted,
+            by=reporter(request),
+            request=payload.model_dump(
+                include={"sections", "delete_missing", "dry_run", "allow_removing_most", "source", "list_all"},
+                exclude_none=True,
+            ),
+        )
         transaction.on_commit(lambda: queue_sync_job(job.pk))
         return Status(202, _job_out(job))
-    summary = sync_sections(granted, source_sections([s.model_dump(exclude_none=True) for s in payload.sections]),
-                            delete_missing=payload.delete_missing, dry_run=payload.dry_run, by=reporter(request),
-                            source=payload.source, allow_removing_most=payload.allow_removing_most)
+    summary = sync_sections(
+        granted,
+        source_sections([s.model_dump(exclude_none=True) for s in payload.sections]),
+        delete_missing=payload.delete_missing,
+        dry_run=payload.dry_run,
+        by=reporter(request),
+        source=payload.source,
+        allow_removing_most=payload.allow_removing_most,
+    )
     return summary.as_json(complete=payload.list_all)
 
 
@@ -210,7 +243,12 @@ def sync_job(request: HttpRequest, scope: str, job_id: uuid.UUID):
 
 
 def _job_out(job: SectionSyncJob) -> dict:
-    return {"job_id": job.public_id, "state": job.state, "created_at": job.created_at, "finished_at": job.finished_at,
-            "status_url": f"/api/v1/scopes/{job.scope.slug}/section-syncs/jobs/{job.public_id}",
-            "summary": job.summary, "error": job.error}
-
+    return {
+        "job_id": job.public_id,
+        "state": job.state,
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+        "status_url": f"/api/v1/scopes/{job.scope.slug}/section-syncs/jobs/{job.public_id}",
+        "summary": job.summary,
+        "error": job.error,
+    }

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-
 from typing import Annotated, Any, Literal, Optional
 
 from ninja import Schema
@@ -95,9 +94,11 @@ class RecordIn(StrictSchema):
     # Who approved the answer: accepted/user/verifier are served at once; "pending" (or none)
     # waits for an operator's approval.
     signal: Optional[Literal["accepted", "user", "verifier", "pending"]] = Field(
-        None, description="Who approved the answer this path led to. accepted (the caller), user (a thumbs-up) or "
-                          "verifier: served to later similar questions at once. pending or absent: kept for an "
-                          "operator to approve, not served until then.")
+        None,
+        description="Who approved the answer this path led to. accepted (the caller), user (a thumbs-up) or "
+        "verifier: served to later similar questions at once. pending or absent: kept for an "
+        "operator to approve, not served until then.",
+    )
     answer: Optional[Annotated[str, Field(max_length=100_000)]] = None
     idempotency_key: Optional[Annotated[str, Field(min_length=1, max_length=200)]] = None
     session: Optional[Session] = None
@@ -233,22 +234,43 @@ class SyncSectionIn(StrictSchema):
 
 
 class SectionSyncIn(StrictSchema):
-    sections: Annotated[list[SyncSectionIn], Field(max_length=50_000, description=(
-        "Every section the source holds now (the full set): an id with its text, or with its hash (64 hex digits "
-        "of SHA-256 over the UTF-8 text). Texts are needed only for sections added or changed; send hashes for the "
-        "rest (manage.py split_sections --hashes writes them) and the body stays small. A scope that keeps no text "
-        "takes hashes for all."))]
+    sections: Annotated[
+        list[SyncSectionIn],
+        Field(
+            max_length=50_000,
+            description=(
+                "Every section the source holds now (the full set): an id with its text, or with its hash (64 hex digits "
+                "of SHA-256 over the UTF-8 text). Texts are needed only for sections added or changed; send hashes for the "
+                "rest (manage.py split_sections --hashes writes them) and the body stays small. A scope that keeps no text "
+                "takes hashes for all."
+            ),
+        ),
+    ]
     delete_missing: bool = Field(False, description="Remove sections in the store that the source no longer holds.")
     dry_run: bool = Field(False, description="Say what would change; write nothing.")
-    allow_removing_most: bool = Field(False, description=(
-        "With delete_missing, remove even more than half of the scope's sections (else refused: a wrong folder or format)."))
-    source: Annotated[str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")] = ""
-    background: bool = Field(False, description=(
-        "Run the sync as a job: the answer is 202 with the job's status URL at once (poll it: queued, running, "
-        "done with the summary, or failed with the error). A body of more than 10,000 sections (the server's "
-        "RAGTRAIL_SYNC_INLINE_SECTIONS) always runs as a job."))
-    list_all: bool = Field(False, description=(
-        "List every section id and every moved trail id in the answer (else at most 50 per kind; counts are always whole)."))
+    allow_removing_most: bool = Field(
+        False,
+        description=(
+            "With delete_missing, remove even more than half of the scope's sections (else refused: a wrong folder or format)."
+        ),
+    )
+    source: Annotated[
+        str, Field(max_length=500, description="What was synced (a repository and commit), shown to operators.")
+    ] = ""
+    background: bool = Field(
+        False,
+        description=(
+            "Run the sync as a job: the answer is 202 with the job's status URL at once (poll it: queued, running, "
+            "done with the summary, or failed with the error). A body of more than 10,000 sections (the server's "
+            "RAGTRAIL_SYNC_INLINE_SECTIONS) always runs as a job."
+        ),
+    )
+    list_all: bool = Field(
+        False,
+        description=(
+            "List every section id and every moved trail id in the answer (else at most 50 per kind; counts are always whole)."
+        ),
+    )
 
 
 class SectionSyncCounts(Schema):

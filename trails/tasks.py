@@ -3,6 +3,7 @@
 Each retries, with growing waits, on what a retry can fix (the database away or its
 connection dropped); any other error is a defect a retry repeats, so it is not retried.
 The functions are safe to run again, so a retry redoes nothing twice."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -13,13 +14,18 @@ from django.utils import timezone
 
 from infra import metrics
 from scopes.models import Scope
+from trails.upkeep.jobs import roll_up, scopes_needing_a_look, sweep_expired
 from trails.upkeep.purge import run_purge
 from trails.upkeep.reindex import reindex_scope
 from trails.upkeep.sync import reap_lost_sync_jobs, run_sync_job
-from trails.upkeep.jobs import roll_up, scopes_needing_a_look, sweep_expired
 
-RETRY = {"autoretry_for": (OperationalError, InterfaceError), "max_retries": 5, "retry_backoff": 15,
-         "retry_backoff_max": 600, "retry_jitter": True}
+RETRY = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "max_retries": 5,
+    "retry_backoff": 15,
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+}
 
 
 @shared_task(bind=True, **RETRY)

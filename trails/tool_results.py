@@ -1,4 +1,5 @@
 """The tool-result cache: read-only tool calls reused inside and across trajectories."""
+
 from __future__ import annotations
 
 import json
@@ -93,7 +94,9 @@ def lookup_counts(scope: Scope) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _rule_and_key(scope: Scope, tool: str, args: dict, context: dict, caller: str | None) -> tuple[toolkey.ToolPolicy | None, str | None, str]:
+def _rule_and_key(
+    scope: Scope, tool: str, args: dict, context: dict, caller: str | None
+) -> tuple[toolkey.ToolPolicy | None, str | None, str]:
     rule = policies_for(scope).get(tool)
     if rule is None:
         return None, None, "no policy for this tool: it is not cached"
@@ -125,7 +128,10 @@ def lookup(scope: Scope, tool: str, args: dict, context: dict, caller: str | Non
         return {"hit": False, "reason": "not cached"}
     if entry["sections"]:
         current = Section.objects.current(scope, entry["sections"])
-        if any(section_id not in current or current[section_id].hash != recorded for section_id, recorded in entry["sections"].items()):
+        if any(
+            section_id not in current or current[section_id].hash != recorded
+            for section_id, recorded in entry["sections"].items()
+        ):
             try:
                 cache.delete(key)
             except CACHE_ERRORS:
@@ -179,22 +185,35 @@ def _sections_read(scope: Scope, section_ids: list[str], hashes: dict[str, str])
     """{section id: hash} of the versions a result was computed from, checked against the store now."""
     unlisted = [s for s in hashes if s not in section_ids]
     if unlisted:
-        raise Invalid("invalid", "hashes name sections that are not in section_ids", field="hashes", section_ids=unlisted)
+        raise Invalid(
+            "invalid", "hashes name sections that are not in section_ids", field="hashes", section_ids=unlisted
+        )
     if not section_ids:
         return {}
     current = Section.objects.current(scope, section_ids)
     missing = [s for s in section_ids if s not in current]
     if missing:
-        raise Invalid("unknown_section", "listed sections are not in the scope's section store", field="section_ids", section_ids=missing)
+        raise Invalid(
+            "unknown_section",
+            "listed sections are not in the scope's section store",
+            field="section_ids",
+            section_ids=missing,
+        )
     unstated = [s for s in section_ids if s not in hashes]
     if unstated:
-        raise Invalid("invalid", "every listed section needs the hash of the version the result was computed from",
-            field="hashes", section_ids=unstated,
+        raise Invalid(
+            "invalid",
+            "every listed section needs the hash of the version the result was computed from",
+            field="hashes",
+            section_ids=unstated,
         )
     changed = [s for s in section_ids if current[s].hash != hashes[s]]
     if changed:
-        raise Conflict("section_changed", "the result was computed from a version of these sections that has since changed",
-            field="hashes", section_ids=changed,
+        raise Conflict(
+            "section_changed",
+            "the result was computed from a version of these sections that has since changed",
+            field="hashes",
+            section_ids=changed,
         )
     return {s: hashes[s] for s in section_ids}
 

@@ -6,6 +6,7 @@ load the tools, walk recall -> bad record -> record -> recall, and print one JSO
 
 Run in its own venv (clients/mcp-outside/requirements.txt): it must not import anything of ragtrail.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,13 @@ QUESTION = "What are the ICU visiting hours?"
 async def walk(connection: dict) -> dict:
     client = MultiServerMCPClient({"ragtrail": connection}, handle_tool_errors=False)
     tools = {tool.name: tool for tool in await client.get_tools()}
-    report: dict = {"tools": sorted(tools), "schemas": {name: tool.args_schema if isinstance(tool.args_schema, dict)
-                                                         else tool.args_schema.model_json_schema() for name, tool in tools.items()}}
+    report: dict = {
+        "tools": sorted(tools),
+        "schemas": {
+            name: tool.args_schema if isinstance(tool.args_schema, dict) else tool.args_schema.model_json_schema()
+            for name, tool in tools.items()
+        },
+    }
 
     async def call(name: str, arguments: dict):
         try:
@@ -31,14 +37,21 @@ async def walk(connection: dict) -> dict:
             return {"error": str(error)}
 
     report["miss"] = await call("ragtrail_recall", {"query": QUESTION})
-    report["malformed"] = await call("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
-                                                         "steps": [{"args": {"q": "ICU"}}]})
+    report["malformed"] = await call(
+        "ragtrail_record",
+        {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted", "steps": [{"args": {"q": "ICU"}}]},
+    )
     section = await call("ragtrail_get_section", {"section_id": "visiting/icu"})
     report["section"] = section
-    report["recorded"] = await call("ragtrail_record", {
-        "query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
-        "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}],
-    })
+    report["recorded"] = await call(
+        "ragtrail_record",
+        {
+            "query": QUESTION,
+            "cited": ["visiting/icu"],
+            "signal": "accepted",
+            "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}],
+        },
+    )
     report["hit"] = await call("ragtrail_recall", {"query": "Tell me the ICU visiting hours"})
     return report
 
@@ -46,9 +59,12 @@ async def walk(connection: dict) -> dict:
 def main(argv: list[str]) -> None:
     if argv[0] == "stdio":
         python, base_url, key = argv[1:4]
-        connection = {"transport": "stdio", "command": python,
-                      "args": ["-m", "ragtrail_client.mcp_server", "--base-url", base_url, "--scope", "hospital"],
-                      "env": {"RAGTRAIL_API_KEY": key}}
+        connection = {
+            "transport": "stdio",
+            "command": python,
+            "args": ["-m", "ragtrail_client.mcp_server", "--base-url", base_url, "--scope", "hospital"],
+            "env": {"RAGTRAIL_API_KEY": key},
+        }
     else:
         url, key = argv[1:3]
         connection = {"transport": "streamable_http", "url": url, "headers": {"Authorization": f"Bearer {key}"}}

@@ -9,6 +9,7 @@ question's precomputed MiniLM vector up in a dict.
 Protocol on stdin/stdout, one JSON object a line: the benchmark sends {"get": [start, end]}
 and reads {"ms": [...], "hits": n} for the asked questions start..end-1; EOF ends it.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,16 +32,23 @@ def main(folder: Path, cosine_threshold: float) -> None:
     vectors.update(zip(asked, np.load(folder / "asked.npy")))
     started = time.perf_counter()
     # max_size: GPTCache keeps 1,000 questions unless told (it evicts the rest from FAISS).
-    data_manager = get_data_manager(CacheBase("sqlite", sql_url=f"sqlite:///{folder / 'gptcache.db'}"),
-                                    VectorBase("faiss", dimension=384, index_path=str(folder / "faiss.index")),
-                                    max_size=len(stored) + len(asked))
+    data_manager = get_data_manager(
+        CacheBase("sqlite", sql_url=f"sqlite:///{folder / 'gptcache.db'}"),
+        VectorBase("faiss", dimension=384, index_path=str(folder / "faiss.index")),
+        max_size=len(stored) + len(asked),
+    )
     cache = Cache()
     # For unit vectors FAISS's squared L2 distance is 2 - 2 cos, and GPTCache ranks a hit by
     # 4 - distance against 4 x similarity_threshold: this is ragtrail's cosine threshold.
-    cache.init(pre_embedding_func=get_prompt, embedding_func=lambda text, **_: vectors[text], data_manager=data_manager,
-               similarity_evaluation=SearchDistanceEvaluation(), config=Config(similarity_threshold=(1 + cosine_threshold) / 2))
+    cache.init(
+        pre_embedding_func=get_prompt,
+        embedding_func=lambda text, **_: vectors[text],
+        data_manager=data_manager,
+        similarity_evaluation=SearchDistanceEvaluation(),
+        config=Config(similarity_threshold=(1 + cosine_threshold) / 2),
+    )
     for start in range(0, len(stored), 10_000):
-        block = stored[start:start + 10_000]
+        block = stored[start : start + 10_000]
         cache.import_data(block, [f"answer {start + i}" for i in range(len(block))])
     print(json.dumps({"ready": len(stored), "fill_s": round(time.perf_counter() - started, 1)}), flush=True)
     for line in sys.stdin:

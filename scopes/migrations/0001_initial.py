@@ -3,88 +3,194 @@
 import django.core.validators
 import django.db.models.deletion
 import django.utils.timezone
-import scopes.models
 from django.db import migrations, models
+
+import scopes.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Scope',
+            name="Scope",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=100, unique=True)),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('lexical_threshold', models.FloatField(default=0.5, help_text='Estimated Jaccard similarity of word shingles a stored question needs to match.', validators=[django.core.validators.MinValueValidator(0.05), django.core.validators.MaxValueValidator(0.99)])),
-                ('band_count', models.PositiveSmallIntegerField(blank=True, help_text='Override of the LSH bands derived from the threshold.', null=True)),
-                ('band_rows', models.PositiveSmallIntegerField(blank=True, help_text='Override of the rows per band derived from the threshold.', null=True)),
-                ('matcher', models.CharField(choices=[('lexical', 'Lexical (MinHash of words)'), ('embedding', 'Embedding (sentence model)'), ('both', 'Both: either may match')], default='embedding', max_length=16)),
-                ('embedding_threshold', models.FloatField(default=0.95, help_text='Cosine similarity a stored question needs to match by embedding (after the look-alike guard).', validators=[django.core.validators.MinValueValidator(0.5), django.core.validators.MaxValueValidator(0.999)])),
-                ('synonyms', models.TextField(blank=True, help_text="One group of equivalent terms per line, separated by commas, e.g. 'ICU, intensive care, critical care'. The look-alike guard counts each group as one term.")),
-                ('token_budget', models.PositiveIntegerField(default=2000, help_text='Default token budget of a prefetch.', validators=[django.core.validators.MinValueValidator(1)])),
-                ('active_ttl_days', models.PositiveIntegerField(default=30, validators=[django.core.validators.MinValueValidator(1)])),
-                ('pending_ttl_days', models.PositiveIntegerField(default=7, validators=[django.core.validators.MinValueValidator(1)])),
-                ('event_retention_days', models.PositiveIntegerField(default=90, validators=[django.core.validators.MinValueValidator(1)])),
-                ('tool_policy_version', models.CharField(default=scopes.models.new_policy_version, editable=False, max_length=32)),
-                ('cache_token', models.CharField(default=scopes.models.new_cache_token, editable=False, max_length=32, unique=True)),
-                ('keep_raw_queries', models.BooleanField(default=False, help_text='Keep the query text of recall events (otherwise only outcomes and scores).')),
-                ('max_false_hit_rate', models.FloatField(default=0.02, help_text='The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the lowest whose 99 % upper confidence bound on the calibration pairs is within it.', validators=[django.core.validators.MinValueValidator(0.001), django.core.validators.MaxValueValidator(0.2)])),
-                ('false_hit_reports_to_pending', models.PositiveSmallIntegerField(default=3, help_text="Agents' 'not helpful' reports on recalls that send a trail back to pending approval.", validators=[django.core.validators.MinValueValidator(1)])),
-                ('learned_lexical_threshold', models.FloatField(blank=True, editable=False, null=True)),
-                ('learned_embedding_threshold', models.FloatField(blank=True, editable=False, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slug", models.SlugField(max_length=100, unique=True)),
+                ("name", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "lexical_threshold",
+                    models.FloatField(
+                        default=0.5,
+                        help_text="Estimated Jaccard similarity of word shingles a stored question needs to match.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.05),
+                            django.core.validators.MaxValueValidator(0.99),
+                        ],
+                    ),
+                ),
+                (
+                    "band_count",
+                    models.PositiveSmallIntegerField(
+                        blank=True, help_text="Override of the LSH bands derived from the threshold.", null=True
+                    ),
+                ),
+                (
+                    "band_rows",
+                    models.PositiveSmallIntegerField(
+                        blank=True, help_text="Override of the rows per band derived from the threshold.", null=True
+                    ),
+                ),
+                (
+                    "matcher",
+                    models.CharField(
+                        choices=[
+                            ("lexical", "Lexical (MinHash of words)"),
+                            ("embedding", "Embedding (sentence model)"),
+                            ("both", "Both: either may match"),
+                        ],
+                        default="embedding",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "embedding_threshold",
+                    models.FloatField(
+                        default=0.95,
+                        help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.5),
+                            django.core.validators.MaxValueValidator(0.999),
+                        ],
+                    ),
+                ),
+                (
+                    "synonyms",
+                    models.TextField(
+                        blank=True,
+                        help_text="One group of equivalent terms per line, separated by commas, e.g. 'ICU, intensive care, critical care'. The look-alike guard counts each group as one term.",
+                    ),
+                ),
+                (
+                    "token_budget",
+                    models.PositiveIntegerField(
+                        default=2000,
+                        help_text="Default token budget of a prefetch.",
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "active_ttl_days",
+                    models.PositiveIntegerField(default=30, validators=[django.core.validators.MinValueValidator(1)]),
+                ),
+                (
+                    "pending_ttl_days",
+                    models.PositiveIntegerField(default=7, validators=[django.core.validators.MinValueValidator(1)]),
+                ),
+                (
+                    "event_retention_days",
+                    models.PositiveIntegerField(default=90, validators=[django.core.validators.MinValueValidator(1)]),
+                ),
+                (
+                    "tool_policy_version",
+                    models.CharField(default=scopes.models.new_policy_version, editable=False, max_length=32),
+                ),
+                (
+                    "cache_token",
+                    models.CharField(default=scopes.models.new_cache_token, editable=False, max_length=32, unique=True),
+                ),
+                (
+                    "keep_raw_queries",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Keep the query text of recall events (otherwise only outcomes and scores).",
+                    ),
+                ),
+                (
+                    "max_false_hit_rate",
+                    models.FloatField(
+                        default=0.02,
+                        help_text="The false-hit rate the scope accepts. Changing it in the admin sets both thresholds to the lowest whose 99 % upper confidence bound on the calibration pairs is within it.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.001),
+                            django.core.validators.MaxValueValidator(0.2),
+                        ],
+                    ),
+                ),
+                (
+                    "false_hit_reports_to_pending",
+                    models.PositiveSmallIntegerField(
+                        default=3,
+                        help_text="Agents' 'not helpful' reports on recalls that send a trail back to pending approval.",
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                ("learned_lexical_threshold", models.FloatField(blank=True, editable=False, null=True)),
+                ("learned_embedding_threshold", models.FloatField(blank=True, editable=False, null=True)),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('lookup', models.CharField(editable=False, max_length=16, unique=True)),
-                ('secret_hash', models.CharField(editable=False, max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('scopes', models.ManyToManyField(related_name='api_keys', to='scopes.scope')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(blank=True, max_length=200)),
+                ("lookup", models.CharField(editable=False, max_length=16, unique=True)),
+                ("secret_hash", models.CharField(editable=False, max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("scopes", models.ManyToManyField(related_name="api_keys", to="scopes.scope")),
             ],
             options={
-                'verbose_name': 'API key',
+                "verbose_name": "API key",
             },
         ),
         migrations.CreateModel(
-            name='Section',
+            name="Section",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('section_id', models.CharField(max_length=512)),
-                ('text', models.TextField()),
-                ('hash', models.CharField(max_length=64)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('scope', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='sections', to='scopes.scope')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("section_id", models.CharField(max_length=512)),
+                ("text", models.TextField()),
+                ("hash", models.CharField(max_length=64)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "scope",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sections",
+                        to="scopes.scope",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('scope', 'section_id'), name='section_unique_in_scope')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("scope", "section_id"), name="section_unique_in_scope")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SectionRevision',
+            name="SectionRevision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('section_id', models.CharField(max_length=512)),
-                ('hash', models.CharField(max_length=64)),
-                ('text', models.TextField()),
-                ('replaced_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('scope', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='scopes.scope')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("section_id", models.CharField(max_length=512)),
+                ("hash", models.CharField(max_length=64)),
+                ("text", models.TextField()),
+                ("replaced_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "scope",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="scopes.scope"),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('scope', 'section_id', 'hash'), name='section_revision_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("scope", "section_id", "hash"), name="section_revision_unique")
+                ],
             },
         ),
     ]

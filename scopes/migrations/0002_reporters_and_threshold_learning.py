@@ -13,50 +13,70 @@ def mark_scratch_scopes(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0001_initial'),
+        ("scopes", "0001_initial"),
     ]
 
     operations = [
         migrations.RemoveField(
-            model_name='scope',
-            name='false_hit_reports_to_pending',
+            model_name="scope",
+            name="false_hit_reports_to_pending",
         ),
         migrations.AddField(
-            model_name='scope',
-            name='false_hit_reporters_to_pending',
-            field=models.PositiveSmallIntegerField(default=2, help_text="How many different API keys must report a trail's recalls as not helpful before it goes back to pending approval (an operator can send it back at once from the trail's page).", validators=[django.core.validators.MinValueValidator(2)]),
+            model_name="scope",
+            name="false_hit_reporters_to_pending",
+            field=models.PositiveSmallIntegerField(
+                default=2,
+                help_text="How many different API keys must report a trail's recalls as not helpful before it goes back to pending approval (an operator can send it back at once from the trail's page).",
+                validators=[django.core.validators.MinValueValidator(2)],
+            ),
         ),
         migrations.AddField(
-            model_name='scope',
-            name='labels_since',
+            model_name="scope",
+            name="labels_since",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='scope',
-            name='scratch',
+            model_name="scope",
+            name="scratch",
             field=models.BooleanField(default=False, editable=False),
         ),
         migrations.AddField(
-            model_name='scope',
-            name='threshold_flags',
-            field=models.CharField(blank=True, default='', editable=False, max_length=300),
+            model_name="scope",
+            name="threshold_flags",
+            field=models.CharField(blank=True, default="", editable=False, max_length=300),
         ),
         migrations.AddField(
-            model_name='scope',
-            name='threshold_pinned',
-            field=models.BooleanField(default=False, help_text='Learning off: the configured thresholds are used as they are, whatever the labels say.'),
+            model_name="scope",
+            name="threshold_pinned",
+            field=models.BooleanField(
+                default=False,
+                help_text="Learning off: the configured thresholds are used as they are, whatever the labels say.",
+            ),
         ),
         migrations.AlterField(
-            model_name='scope',
-            name='embedding_threshold',
-            field=models.FloatField(default=0.945, help_text='Cosine similarity a stored question needs to match by embedding (after the look-alike guard).', validators=[django.core.validators.MinValueValidator(0.5), django.core.validators.MaxValueValidator(0.999)]),
+            model_name="scope",
+            name="embedding_threshold",
+            field=models.FloatField(
+                default=0.945,
+                help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
+                validators=[
+                    django.core.validators.MinValueValidator(0.5),
+                    django.core.validators.MaxValueValidator(0.999),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='scope',
-            name='max_false_hit_rate',
-            field=models.FloatField(default=0.02, help_text='The false-hit rate the scope accepts. Changing it sets both thresholds to the lowest whose 95 % upper confidence bound on the calibration pairs is within it.', validators=[django.core.validators.MinValueValidator(0.001), django.core.validators.MaxValueValidator(0.2)]),
+            model_name="scope",
+            name="max_false_hit_rate",
+            field=models.FloatField(
+                default=0.02,
+                help_text="The false-hit rate the scope accepts. Changing it sets both thresholds to the lowest whose 95 % upper confidence bound on the calibration pairs is within it.",
+                validators=[
+                    django.core.validators.MinValueValidator(0.001),
+                    django.core.validators.MaxValueValidator(0.2),
+                ],
+            ),
         ),
         migrations.RunPython(mark_scratch_scopes, migrations.RunPython.noop),
     ]

@@ -6,26 +6,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0002_reporters_and_threshold_learning'),
+        ("scopes", "0002_reporters_and_threshold_learning"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SectionSync',
+            name="SectionSync",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('by', models.CharField(blank=True, max_length=200)),
-                ('source', models.CharField(blank=True, max_length=500)),
-                ('summary', models.JSONField(default=dict)),
-                ('scope', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='section_syncs', to='scopes.scope')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("by", models.CharField(blank=True, max_length=200)),
+                ("source", models.CharField(blank=True, max_length=500)),
+                ("summary", models.JSONField(default=dict)),
+                (
+                    "scope",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="section_syncs", to="scopes.scope"
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'docs release',
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['scope', 'created_at'], name='sectionsync_scope_time')],
+                "verbose_name": "docs release",
+                "ordering": ["-created_at", "-id"],
+                "indexes": [models.Index(fields=["scope", "created_at"], name="sectionsync_scope_time")],
             },
         ),
     ]

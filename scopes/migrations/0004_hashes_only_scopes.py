@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0003_section_syncs'),
+        ("scopes", "0003_section_syncs"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='scope',
-            name='keeps_text',
-            field=models.BooleanField(default=True, help_text="Keep the sections' text. Off: the store keeps section ids and hashes only (for text that may not be copied into ragtrail): sync ids and hashes, and a prefetch names the valid sections and their hashes for the agent to read from its own index. Set when the scope is created."),
+            model_name="scope",
+            name="keeps_text",
+            field=models.BooleanField(
+                default=True,
+                help_text="Keep the sections' text. Off: the store keeps section ids and hashes only (for text that may not be copied into ragtrail): sync ids and hashes, and a prefetch names the valid sections and their hashes for the agent to read from its own index. Set when the scope is created.",
+            ),
         ),
     ]

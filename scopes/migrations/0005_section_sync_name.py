@@ -4,14 +4,13 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0004_hashes_only_scopes'),
+        ("scopes", "0004_hashes_only_scopes"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='sectionsync',
-            options={'ordering': ['-created_at', '-id'], 'verbose_name': 'section sync'},
+            name="sectionsync",
+            options={"ordering": ["-created_at", "-id"], "verbose_name": "section sync"},
         ),
     ]

@@ -6,24 +6,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0005_section_sync_name'),
+        ("scopes", "0005_section_sync_name"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OperatorGrant',
+            name="OperatorGrant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('access', models.PositiveSmallIntegerField(choices=[(1, 'View: pages, exports, replay'), (2, 'Act: approve, reject, send back, purge'), (3, 'Configure: thresholds and settings')], default=1)),
-                ('scope', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='operator_grants', to='scopes.scope')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='scope_grants', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "access",
+                    models.PositiveSmallIntegerField(
+                        choices=[
+                            (1, "View: pages, exports, replay"),
+                            (2, "Act: approve, reject, send back, purge"),
+                            (3, "Configure: thresholds and settings"),
+                        ],
+                        default=1,
+                    ),
+                ),
+                (
+                    "scope",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="operator_grants", to="scopes.scope"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="scope_grants",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': "operator's scope",
-                'constraints': [models.UniqueConstraint(fields=('user', 'scope'), name='operator_grant_once_per_scope')],
+                "verbose_name": "operator's scope",
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "scope"), name="operator_grant_once_per_scope")
+                ],
             },
         ),
     ]

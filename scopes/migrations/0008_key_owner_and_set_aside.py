@@ -4,25 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0007_section_sync_jobs'),
+        ("scopes", "0007_section_sync_jobs"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='owner',
-            field=models.CharField(blank=True, help_text='Who answers for this key (a team, a person).', max_length=200),
+            model_name="apikey",
+            name="owner",
+            field=models.CharField(
+                blank=True, help_text="Who answers for this key (a team, a person).", max_length=200
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='set_aside_at',
+            model_name="apikey",
+            name="set_aside_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='set_aside_by',
+            model_name="apikey",
+            name="set_aside_by",
             field=models.CharField(blank=True, max_length=150),
         ),
     ]

@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0008_key_owner_and_set_aside'),
+        ("scopes", "0008_key_owner_and_set_aside"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='sectionsyncjob',
-            name='attempts',
+            model_name="sectionsyncjob",
+            name="attempts",
             field=models.PositiveSmallIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='sectionsyncjob',
-            name='claimed_at',
+            model_name="sectionsyncjob",
+            name="claimed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='sectionsyncjob',
-            name='claimed_by',
-            field=models.CharField(blank=True, db_default='', default='', max_length=200),
+            model_name="sectionsyncjob",
+            name="claimed_by",
+            field=models.CharField(blank=True, db_default="", default="", max_length=200),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0009_sync_job_claims'),
+        ("scopes", "0009_sync_job_claims"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='section',
-            name='first_stored_at',
+            model_name="section",
+            name="first_stored_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

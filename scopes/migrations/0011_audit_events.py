@@ -4,7 +4,6 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-
 APPEND_ONLY = """
 CREATE FUNCTION scopes_auditevent_append_only() RETURNS trigger AS $$
 BEGIN
@@ -32,28 +31,62 @@ def not_append_only(apps, schema_editor) -> None:
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0010_section_first_stored'),
+        ("scopes", "0010_section_first_stored"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('scope_slug', models.CharField(max_length=50)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('who', models.CharField(blank=True, max_length=150)),
-                ('kind', models.CharField(choices=[('approved', 'Approved'), ('rejected', 'Rejected'), ('sent back', 'Sent Back'), ('reinstated', 'Reinstated'), ('undone', 'Undone'), ('deleted', 'Deleted'), ('released', 'Released'), ('key set aside', 'Key Set Aside'), ('key counted again', 'Key Counted Again'), ('key revoked', 'Key Revoked'), ('access changed', 'Access'), ('threshold', 'Threshold'), ('settings changed', 'Settings'), ('purge', 'Purge'), ('docs sync', 'Docs Sync')], max_length=32)),
-                ('what', models.CharField(blank=True, max_length=500)),
-                ('link', models.CharField(blank=True, max_length=300)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('scope', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='scopes.scope')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("scope_slug", models.CharField(max_length=50)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("who", models.CharField(blank=True, max_length=150)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("sent back", "Sent Back"),
+                            ("reinstated", "Reinstated"),
+                            ("undone", "Undone"),
+                            ("deleted", "Deleted"),
+                            ("released", "Released"),
+                            ("key set aside", "Key Set Aside"),
+                            ("key counted again", "Key Counted Again"),
+                            ("key revoked", "Key Revoked"),
+                            ("access changed", "Access"),
+                            ("threshold", "Threshold"),
+                            ("settings changed", "Settings"),
+                            ("purge", "Purge"),
+                            ("docs sync", "Docs Sync"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("what", models.CharField(blank=True, max_length=500)),
+                ("link", models.CharField(blank=True, max_length=300)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                (
+                    "scope",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="scopes.scope",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
-                'indexes': [models.Index(fields=['scope', 'at'], name='auditevent_scope_time'), models.Index(fields=['scope', 'kind', 'at'], name='auditevent_scope_kind_time'), models.Index(fields=['scope', 'who', 'at'], name='auditevent_scope_who_time')],
+                "ordering": ["-at", "-id"],
+                "indexes": [
+                    models.Index(fields=["scope", "at"], name="auditevent_scope_time"),
+                    models.Index(fields=["scope", "kind", "at"], name="auditevent_scope_kind_time"),
+                    models.Index(fields=["scope", "who", "at"], name="auditevent_scope_who_time"),
+                ],
             },
         ),
         migrations.RunPython(append_only, not_append_only),

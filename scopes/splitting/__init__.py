@@ -17,6 +17,7 @@ source exactly as written. Headings are found by the format's own parser (docuti
 markdown-it-py, Python's HTML parser), never by regular expressions, so a `#` line in a code
 block is no heading. Which files are pages is the project's own rule (see projects.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,16 @@ from scopes.splitting.anchors import mkdocs_unique, numbered_unique
 from scopes.splitting.pages import assemble
 from scopes.splitting.projects import FORMATS, Project, ProjectError, pages, read_project
 
-__all__ = ["FORMATS", "MAX_ID_LENGTH", "SourceSection", "SplitError", "sections_of_page", "split_project", "split_tree",
-           "unreadable_id"]
+__all__ = [
+    "FORMATS",
+    "MAX_ID_LENGTH",
+    "SourceSection",
+    "SplitError",
+    "sections_of_page",
+    "split_project",
+    "split_tree",
+    "unreadable_id",
+]
 
 MAX_ID_LENGTH = 512  # the section store's limit
 INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. include::[ \t]*(?P<target>\S.*?)[ \t]*$")
@@ -124,8 +133,9 @@ def cut_to_size(text: str, max_tokens: int) -> list[str]:
     return parts
 
 
-def sections_of_page(path: str, text: str, fmt: str, domain: rst.SphinxDomain | None = None,
-                     max_tokens: int = MAX_TOKENS) -> list[SourceSection]:
+def sections_of_page(
+    path: str, text: str, fmt: str, domain: rst.SphinxDomain | None = None, max_tokens: int = MAX_TOKENS
+) -> list[SourceSection]:
     """The sections of one page (`path` relative to the synced folder, with `/`)."""
     if fmt == "jsonl":
         return _jsonl_sections(path, text)
@@ -231,16 +241,28 @@ def expand_includes(text: str, file: Path, relative: str, root: Path, depth: int
         body_lines = body.split("\n")
         if "start-line" in options or "end-line" in options:
             try:
-                body_lines = body_lines[int(options.get("start-line") or 0) : int(options["end-line"]) if options.get("end-line") else None]
+                body_lines = body_lines[
+                    int(options.get("start-line") or 0) : int(options["end-line"]) if options.get("end-line") else None
+                ]
             except ValueError:
                 pass
-        nested = expand_includes("\n".join(body_lines), real, relative, root, depth + 1) if "literal" not in options else "\n".join(body_lines)
+        nested = (
+            expand_includes("\n".join(body_lines), real, relative, root, depth + 1)
+            if "literal" not in options
+            else "\n".join(body_lines)
+        )
         out.extend(f"{indent}{line}" if line else line for line in nested.split("\n"))
     return "\n".join(out)
 
 
-def split_project(root: Path, fmt: str = "auto", include: list[str] = (), exclude: list[str] = (),
-                  progress: Callable[[int, int], None] | None = None, max_tokens: int = MAX_TOKENS) -> tuple[Project, list[SourceSection]]:
+def split_project(
+    root: Path,
+    fmt: str = "auto",
+    include: list[str] = (),
+    exclude: list[str] = (),
+    progress: Callable[[int, int], None] | None = None,
+    max_tokens: int = MAX_TOKENS,
+) -> tuple[Project, list[SourceSection]]:
     """The project at `root` (see projects.py) and every section of its pages, in path order.
 
     Raises:
@@ -264,7 +286,9 @@ def split_project(root: Path, fmt: str = "auto", include: list[str] = (), exclud
         for section in sections_of_page(relative, text, page_format, project.domain, max_tokens):
             if section.id in seen:
                 first = seen[section.id]
-                raise SplitError(relative, section.line, f"the id {section.id!r} is also made at {first.path}:{first.line}")
+                raise SplitError(
+                    relative, section.line, f"the id {section.id!r} is also made at {first.path}:{first.line}"
+                )
             seen[section.id] = section
             sections.append(section)
         if progress:
@@ -272,7 +296,8 @@ def split_project(root: Path, fmt: str = "auto", include: list[str] = (), exclud
     return project, sections
 
 
-def split_tree(root: Path, fmt: str = "auto", include: list[str] = (), exclude: list[str] = (),
-               max_tokens: int = MAX_TOKENS) -> list[SourceSection]:
+def split_tree(
+    root: Path, fmt: str = "auto", include: list[str] = (), exclude: list[str] = (), max_tokens: int = MAX_TOKENS
+) -> list[SourceSection]:
     """Every section of a folder (or of one file), in path order: see split_project."""
     return split_project(root, fmt, include, exclude, max_tokens=max_tokens)[1]

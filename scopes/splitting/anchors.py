@@ -5,6 +5,7 @@ reader of the built site sees: docutils' `make_id` for reStructuredText section 
 labels, Sphinx's `_make_id` (case, dots and underscores kept) for object descriptions and
 cross-reference targets, Python-Markdown's `toc` slugify (what MkDocs uses) for Markdown.
 """
+
 from __future__ import annotations
 
 import re

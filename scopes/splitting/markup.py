@@ -1,4 +1,5 @@
 """Markdown headings as MkDocs anchors them, and HTML headings by their ids or text."""
+
 from __future__ import annotations
 
 import html
@@ -38,10 +39,16 @@ def markdown_headings(text: str) -> list[Heading]:
             shown, explicit = _inline_text(inline), None
             attributes = ATTR_LIST.search(shown)
             if attributes:
-                explicit = next((word[1:] for word in attributes.group(1).split() if word.startswith("#") and len(word) > 1), None)
+                explicit = next(
+                    (word[1:] for word in attributes.group(1).split() if word.startswith("#") and len(word) > 1), None
+                )
                 shown = shown[: attributes.start()]
             anchor = explicit or mkdocs_slug(" ".join(shown.split()))
-            found.append(Heading(int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None))
+            found.append(
+                Heading(
+                    int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None
+                )
+            )
     return found
 
 
@@ -73,5 +80,7 @@ def html_headings(text: str) -> list[Heading]:
     parser.feed(text)
     parser.close()
     # A heading's body starts on the line after its closing tag (headings sit on lines of their own).
-    return [Heading(level, title, line - 1, end, anchor or faq_slug(title), anchor is not None)
-            for level, line, title, anchor, end in parser.found]
+    return [
+        Heading(level, title, line - 1, end, anchor or faq_slug(title), anchor is not None)
+        for level, line, title, anchor, end in parser.found
+    ]

@@ -8,6 +8,7 @@ their parent. A section's text is its lines exactly as written, the runs it owns
 blank line; a heading's line itself is not in it, the lines above it that belong to it
 (labels, targets, `.. module::`) are. A heading with no text of its own is no section.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,8 +85,13 @@ def _text(lines: list[str], owned: list[int]) -> str:
     return "\n\n".join(pieces)
 
 
-def assemble(lines: list[str], headings: list[Heading], described: list[Described], fmt: str,
-             unique: Callable[[str, set[str]], str]) -> list[Part]:
+def assemble(
+    lines: list[str],
+    headings: list[Heading],
+    described: list[Described],
+    fmt: str,
+    unique: Callable[[str, set[str]], str],
+) -> list[Part]:
     """The page's parts in reading order (see the module's docstring)."""
     headings = sorted(headings, key=lambda h: h.start)
     starts = [h.above if h.above is not None else h.start for h in headings]

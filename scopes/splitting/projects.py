@@ -11,6 +11,7 @@
 `--include` / `--exclude` globs narrow any of them. A symbolic link that leaves the folder is
 refused: a sync publishes what it reads to every key of the scope.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,14 @@ from pathlib import Path
 
 from scopes.splitting.rst import SphinxDomain
 
-FORMATS = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+FORMATS = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".rst": "rst",
+    ".html": "html",
+    ".htm": "html",
+    ".jsonl": "jsonl",
+}
 MKDOCS_SUFFIXES = (".md", ".markdown", ".mdown", ".mkdn", ".mkd")
 SPHINX_ALWAYS_EXCLUDED = ["**/_sources", ".#*", "**/.#*", "*.lproj/**"]
 SPHINX_TYPES = {"restructuredtext": "rst", "markdown": "markdown"}
@@ -89,6 +97,7 @@ def matches(patterns: list[re.Pattern], relative: str) -> bool:
 
 # --- Sphinx -------------------------------------------------------------------------------
 
+
 def _literal_assignments(source: str, path: str) -> dict[str, object]:
     try:
         tree = ast.parse(source, filename=path)
@@ -116,8 +125,11 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("add_crossref_type", "add_object_type")):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add_crossref_type", "add_object_type")
+            ):
                 continue
             keywords = {k.arg: k.value for k in node.keywords if k.arg}
             first = node.args[0] if node.args else keywords.get("directivename")
@@ -128,7 +140,8 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
             else:
                 parse_node = node.args[4] if len(node.args) > 4 else keywords.get("parse_node")
                 objects[first.value.lower()] = parse_node is not None and not (
-                    isinstance(parse_node, ast.Constant) and parse_node.value is None)
+                    isinstance(parse_node, ast.Constant) and parse_node.value is None
+                )
     return SphinxDomain(frozenset(crossref), objects)
 
 
@@ -150,16 +163,22 @@ def sphinx_project(folder: Path) -> Project:
     exclude += SPHINX_ALWAYS_EXCLUDED
     root_doc = conf.get("root_doc") or conf.get("master_doc") or "index"
     domain = _declared_types(folder, [glob_pattern(p) for p in exclude])
-    notes = [f"Sphinx project (conf.py): pages {', '.join(sorted(formats))}; excluded {', '.join(exclude)}; "
-             f"root document {root_doc}"]
+    notes = [
+        f"Sphinx project (conf.py): pages {', '.join(sorted(formats))}; excluded {', '.join(exclude)}; "
+        f"root document {root_doc}"
+    ]
     if domain.crossref_types or domain.object_types:
-        notes.append("targets and objects the project adds: " + ", ".join(sorted(domain.crossref_types | set(domain.object_types))))
+        notes.append(
+            "targets and objects the project adds: "
+            + ", ".join(sorted(domain.crossref_types | set(domain.object_types)))
+        )
     if not any((folder / f"{root_doc}{ending}").exists() for ending in formats):
         notes.append(f"warning: the root document {root_doc!r} is not in the folder")
     return Project("sphinx", folder, formats, exclude, domain, notes)
 
 
 # --- MkDocs -------------------------------------------------------------------------------
+
 
 def _mkdocs_config(path: Path) -> dict:
     import yaml
@@ -192,14 +211,19 @@ def mkdocs_project(config_path: Path) -> Project:
     home = config_path.parent.resolve()
     if docs != home and home not in docs.parents:
         # The sync reads the folder it was pointed at: docs_dir: ../secret would publish what lies beside it.
-        raise ProjectError(config_path.name, f"docs_dir {config.get('docs_dir')!r} lies outside the project's folder: refused")
+        raise ProjectError(
+            config_path.name, f"docs_dir {config.get('docs_dir')!r} lies outside the project's folder: refused"
+        )
     exclude = ["**/.*", "templates"] + _gitignore_globs(config.get("exclude_docs"))
-    notes = [f"MkDocs project ({config_path.name}): pages {', '.join(MKDOCS_SUFFIXES)} under {docs.name}/; "
-             f"excluded {', '.join(exclude)}"]
+    notes = [
+        f"MkDocs project ({config_path.name}): pages {', '.join(MKDOCS_SUFFIXES)} under {docs.name}/; "
+        f"excluded {', '.join(exclude)}"
+    ]
     return Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
 
 
 # --- any folder ---------------------------------------------------------------------------
+
 
 def read_project(path: Path, fmt: str = "auto") -> Project:
     """The project at `path`: Sphinx, MkDocs, or a plain folder (or one file)."""
@@ -263,13 +287,18 @@ def pages(project: Project, include: list[str] = (), exclude: list[str] = (), si
     if project.kind == "folder":
         kinds = {project.format_of(p) for p in found}
         if len(kinds) > 1:
-            raise ProjectError(str(root), f"mixed formats ({', '.join(sorted(kinds))}): pass --format to choose one, "
-                                          "or --include/--exclude")
+            raise ProjectError(
+                str(root),
+                f"mixed formats ({', '.join(sorted(kinds))}): pass --format to choose one, or --include/--exclude",
+            )
     return found
 
 
 def _inside(link: Path, real_root: Path, relative: str) -> None:
     target = Path(os.path.realpath(link))
     if target != real_root and real_root not in target.parents:
-        raise ProjectError(relative, f"a symbolic link to {target}, outside the synced folder: refused (a sync "
-                                     "publishes what it reads to every key of the scope)")
+        raise ProjectError(
+            relative,
+            f"a symbolic link to {target}, outside the synced folder: refused (a sync "
+            "publishes what it reads to every key of the scope)",
+        )

@@ -9,6 +9,7 @@ name (`.. currentmodule::`, `.. module::`, `:module:` and the enclosing class as
 resolves them); cross-reference targets a project declares (Django's `.. setting::`) as
 `<type>-<name>`; labels as docutils does.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,20 @@ from dataclasses import dataclass, field
 from scopes.splitting.anchors import docutils_id, faq_slug, sphinx_id
 from scopes.splitting.pages import Described, Heading
 
-PYTHON_OBJECTS = {"function", "data", "class", "exception", "method", "classmethod", "staticmethod", "attribute",
-                  "property", "decorator", "decoratormethod", "type"}
+PYTHON_OBJECTS = {
+    "function",
+    "data",
+    "class",
+    "exception",
+    "method",
+    "classmethod",
+    "staticmethod",
+    "attribute",
+    "property",
+    "decorator",
+    "decoratormethod",
+    "type",
+}
 NESTING = {"class", "exception"}
 STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
 LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
@@ -157,7 +170,18 @@ def _sphinx_stand_ins():
     from docutils.parsers.rst import directives, roles
 
     recorded = _directive_class()
-    docutils_builtin = {"class", "include", "raw", "meta", "title", "role", "default-role", "unicode", "replace", "date"}
+    docutils_builtin = {
+        "class",
+        "include",
+        "raw",
+        "meta",
+        "title",
+        "role",
+        "default-role",
+        "unicode",
+        "replace",
+        "date",
+    }
 
     def role_stand_in(name, rawtext, text, lineno, inliner, options=None, content=None):
         return [nodes.literal(rawtext, utils.unescape(_shown(text)))], []
@@ -232,9 +256,14 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
             anchor, explicit = targets[0], True
         else:
             anchor, explicit = docutils_id(shown) or faq_slug(shown) or "section", False
-        headings.append(Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above))
-    described = [Described(d.start, _trimmed_end(lines, d), d.anchor) for d in reading.directives
-                 if d.described and d.has_content and d.anchor]
+        headings.append(
+            Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above)
+        )
+    described = [
+        Described(d.start, _trimmed_end(lines, d), d.anchor)
+        for d in reading.directives
+        if d.described and d.has_content and d.anchor
+    ]
     return sorted(headings, key=lambda h: h.start), described
 
 

@@ -1,4 +1,5 @@
 """Real headless Chromium (Debian's package) driven by Playwright against a live server."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Every operator page at 390 px (a phone) and through axe-core: no page wider than the
 screen, no serious or critical accessibility violation."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -23,7 +24,9 @@ AXE = (Path(__file__).parent / "vendor" / "axe-4.14.1.min.js").read_text(encodin
 def phone(request, browser):
     """A phone (390 px) and a desktop: axe on both, the width check on both."""
     width = request.param
-    context = browser.new_context(viewport={"width": width, "height": 844}, is_mobile=width < 600, has_touch=width < 600)
+    context = browser.new_context(
+        viewport={"width": width, "height": 844}, is_mobile=width < 600, has_touch=width < 600
+    )
     page = context.new_page()
     page.set_default_timeout(15_000)
     yield page
@@ -36,7 +39,8 @@ def problems(page) -> list[str]:
     if width > screen:
         wide = page.evaluate(
             """(screen) => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > screen + 1)
-                 .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.') + ' ' + Math.round(e.getBoundingClientRect().right))""",
+                 .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.')
+                                  + ' ' + Math.round(e.getBoundingClientRect().right))""",
             screen,
         )
         found.append(f"page is {width} px wide on a {screen} px screen: {wide}")
@@ -58,11 +62,18 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
     PurgeRun.request(hospital, "", False, "olga").save()
     log_in(phone, live_server, "/ops/hospital/")
     pages = {
-        "overview": "/ops/hospital/", "trails": "/ops/hospital/trails/", "pending trails": "/ops/hospital/trails/?status=pending",
-        "trail": f"/ops/hospital/trails/{trail.public_id}/", "recalls": "/ops/hospital/recalls/", "replay": "/ops/hospital/replay/",
-        "purge": "/ops/hospital/purge/", "evaluation": "/ops/evaluation/reports/",
-        "one recall": f"/ops/hospital/recalls/{served.recall_id}/", "syncs": "/ops/hospital/syncs/",
-        "what-if": "/ops/hospital/tuning/?threshold=0.9", "audit": "/ops/hospital/audit/",
+        "overview": "/ops/hospital/",
+        "trails": "/ops/hospital/trails/",
+        "pending trails": "/ops/hospital/trails/?status=pending",
+        "trail": f"/ops/hospital/trails/{trail.public_id}/",
+        "recalls": "/ops/hospital/recalls/",
+        "replay": "/ops/hospital/replay/",
+        "purge": "/ops/hospital/purge/",
+        "evaluation": "/ops/evaluation/reports/",
+        "one recall": f"/ops/hospital/recalls/{served.recall_id}/",
+        "syncs": "/ops/hospital/syncs/",
+        "what-if": "/ops/hospital/tuning/?threshold=0.9",
+        "audit": "/ops/hospital/audit/",
     }
     report = {}
     for name, path in pages.items():
@@ -77,7 +88,10 @@ def test_every_operator_page_fits_a_phone_and_passes_axe(phone, live_server, hos
 def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_server, hospital):  # noqa: F811
     log_in(phone, live_server, "/ops/hospital/trails/?status=pending")
     width = phone.viewport_size["width"]
-    assert phone.locator("header .user span").is_visible() and phone.locator("header .user a", has_text="Admin").is_visible()
+    assert (
+        phone.locator("header .user span").is_visible()
+        and phone.locator("header .user a", has_text="Admin").is_visible()
+    )
     rows = phone.locator("#trail-table tbody tr")
     assert rows.count() >= 1
     for index in range(rows.count()):
@@ -86,10 +100,14 @@ def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_serv
             badge = row.locator(cell)
             if badge.count():
                 box = badge.bounding_box()
-                hit = phone.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('[data-status], [data-would]') !== null",
-                                     [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2])
+                hit = phone.evaluate(
+                    "([x, y]) => document.elementFromPoint(x, y).closest('[data-status], [data-would]') !== null",
+                    [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2],
+                )
                 assert hit, f"{cell} of row {index} is covered at {width} px"
-        assert row.locator("button", has_text="Approve").count() == 1  # one Approve a row, reached by scrolling the table
+        assert (
+            row.locator("button", has_text="Approve").count() == 1
+        )  # one Approve a row, reached by scrolling the table
     # The overview's thresholds table scrolls in its own box, never the page.
     phone.goto(f"{live_server.url}/ops/hospital/")
     assert phone.locator("#thresholds .table-wrap table").count() == 1

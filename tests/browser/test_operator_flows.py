@@ -1,5 +1,6 @@
 """An operator's flows in a real browser: log in, open a trail, replay it after an edit,
 approve with one click, purge personal data."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,8 @@ from playwright.sync_api import expect
 
 from scopes.models import Scope, Section
 from tests.conftest import grant
-from trails.models import Trail
 from trails.core.hint import RecordedStep
+from trails.models import Trail
 from trails.serving.record import RecordInput, record
 
 pytestmark = pytest.mark.slow
@@ -24,10 +25,18 @@ SECTIONS = {
 def hospital(transactional_db) -> Scope:
     scope = Scope.objects.create(slug="hospital", name="Hospital", matcher="lexical")
     Section.upsert(scope, SECTIONS)
-    record(scope, RecordInput(
-        query="When can I visit the ICU and where do I park?", cited=["visiting/icu", "parking"], signal="accepted",
-        steps=[RecordedStep("read", {"id": "parking"}, ["parking"]), RecordedStep("read", {"id": "visiting/icu"}, ["visiting/icu"])],
-    ))
+    record(
+        scope,
+        RecordInput(
+            query="When can I visit the ICU and where do I park?",
+            cited=["visiting/icu", "parking"],
+            signal="accepted",
+            steps=[
+                RecordedStep("read", {"id": "parking"}, ["parking"]),
+                RecordedStep("read", {"id": "visiting/icu"}, ["visiting/icu"]),
+            ],
+        ),
+    )
     record(scope, RecordInput(query="Is the car park free for visitors?", cited=["parking"]))
     record(scope, RecordInput(query="Parking question from ana@example.org about car park B", cited=["parking"]))
     grant(User.objects.create_user("olga", password="correct horse", is_staff=True), scope)
@@ -111,7 +120,9 @@ def test_overview_draws_its_charts_from_the_bundled_plotly(page, live_server, ho
     recall(hospital, "How do I renew my passport?")
     roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
     outside = []
-    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None)
+    page.on(
+        "request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None
+    )
     log_in(page, live_server, "/ops/hospital/")
     expect(page.locator("#kpi-recalls")).to_have_text("2")
     # plotly.js comes only when a chart nears the screen (a phone's first screen has none).
@@ -184,7 +195,9 @@ def test_operator_clicks_an_hours_bar_and_lands_on_that_hours_recalls(page, live
     page.wait_for_url("**/ops/hospital/trails/?status=stale&since=**")
 
 
-def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citations_in_view(page, live_server, hospital):
+def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citations_in_view(
+    page, live_server, hospital
+):
     log_in(page, live_server, "/ops/hospital/trails/")
     page.fill("#id_section", "parking")
     page.press("#id_section", "Enter")
@@ -198,7 +211,9 @@ def test_operator_finds_every_trail_citing_a_section_and_approves_with_the_citat
     flagged = page.locator("tr", has_text="ana@example.org")
     expect(flagged.locator(".pii-flag")).to_contain_text("may hold personal data")
     pending.locator("button:has-text('Approve')").click()
-    expect(page.locator("tr", has_text="Is the car park free for visitors?").locator("[data-status]")).to_have_text("active")
+    expect(page.locator("tr", has_text="Is the car park free for visitors?").locator("[data-status]")).to_have_text(
+        "active"
+    )
 
 
 def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_it(page, live_server, hospital):
@@ -225,15 +240,21 @@ def test_operator_walks_an_incident_from_a_recall_id_to_a_rejection_and_undoes_i
     page.click("#undo")
     expect(page.locator("#trail-status")).to_have_text("active")
     expect(page.locator("#replay-now")).to_contain_text("prefetch")
-    expect(page.locator("#trail-history")).to_contain_text("An operator's rejection or send-back undone · Operator · olga: undo")
+    expect(page.locator("#trail-history")).to_contain_text(
+        "An operator's rejection or send-back undone · Operator · olga: undo"
+    )
     # Words in the box search the trails.
     page.fill("#find-box", "car park")
     page.press("#find-box", "Enter")
     page.wait_for_url("**/ops/hospital/trails/?q=car+park")
 
 
-def test_operator_triages_the_pending_queue_with_the_keyboard_and_is_asked_before_approving_a_miss(page, live_server, hospital):
-    Section.upsert(hospital, {"parking": "Car park B is closed; park in car park C."})  # both pending trails would now miss
+def test_operator_triages_the_pending_queue_with_the_keyboard_and_is_asked_before_approving_a_miss(
+    page, live_server, hospital
+):
+    Section.upsert(
+        hospital, {"parking": "Car park B is closed; park in car park C."}
+    )  # both pending trails would now miss
     log_in(page, live_server, "/ops/hospital/trails/?status=pending")
     rows = page.locator("#trail-table tbody tr")
     expect(rows).to_have_count(2)

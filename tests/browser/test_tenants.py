@@ -1,5 +1,6 @@
 """Two tenants in a real browser: each tenant's operator, logged in through the login page,
 walks every operator page, export and admin list of the other tenant and sees nothing of it."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ def operator_of(slug: str) -> str:
 
 
 @pytest.mark.parametrize("mine, theirs", [("python-faq", "acme-support"), ("acme-support", "python-faq")])
-def test_each_tenants_operator_walks_the_other_tenant_in_a_browser_and_sees_nothing(page, live_server, transactional_db,
-                                                                                    tenants, mine, theirs):
+def test_each_tenants_operator_walks_the_other_tenant_in_a_browser_and_sees_nothing(
+    page, live_server, transactional_db, tenants, mine, theirs
+):
     username = operator_of(mine)
     page.goto(f"{live_server.url}/ops/")
     page.fill("#id_username", username)

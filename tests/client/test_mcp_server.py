@@ -1,4 +1,5 @@
 """The MCP server end to end: the SDK's own client, over stdio and streamable HTTP, to a live ragtrail."""
+
 from __future__ import annotations
 
 import socket
@@ -19,8 +20,14 @@ from tests.client.test_python_client import hung  # noqa: F401 -- a fixture: a s
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
 
-TOOLS = {"ragtrail_recall", "ragtrail_record", "ragtrail_feedback", "ragtrail_get_section", "ragtrail_lookup_tool_result",
-         "ragtrail_store_tool_result"}
+TOOLS = {
+    "ragtrail_recall",
+    "ragtrail_record",
+    "ragtrail_feedback",
+    "ragtrail_get_section",
+    "ragtrail_lookup_tool_result",
+    "ragtrail_store_tool_result",
+}
 QUESTION = "What are the ICU visiting hours?"
 
 
@@ -74,27 +81,41 @@ async def walk(client: Client, scope: Scope) -> None:
     assert missed.structured_content["outcome"] == "miss" and "miss" in text_of(missed)
     section = (await client.call_tool("ragtrail_get_section", {"section_id": "visiting/icu"})).structured_content
     # Malformed calls come back as tool errors naming the field, as the REST API names it.
-    malformed = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
-                                                           "steps": [{"args": {"q": "ICU"}}]})
+    malformed = await client.call_tool(
+        "ragtrail_record",
+        {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted", "steps": [{"args": {"q": "ICU"}}]},
+    )
     assert malformed.is_error and "steps.0.tool" in text_of(malformed) and "Field required" in text_of(malformed)
     unsigned = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"]})
     assert unsigned.is_error and "signal" in text_of(unsigned)
     unknown = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["no/such"], "signal": "accepted"})
     assert unknown.is_error and "422" in text_of(unknown) and "cited" in text_of(unknown)
-    recorded = await client.call_tool("ragtrail_record", {"query": QUESTION, "cited": ["visiting/icu"], "signal": "accepted",
-                                                          "hashes": {"visiting/icu": section["hash"]},
-                                                          "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}]})
+    recorded = await client.call_tool(
+        "ragtrail_record",
+        {
+            "query": QUESTION,
+            "cited": ["visiting/icu"],
+            "signal": "accepted",
+            "hashes": {"visiting/icu": section["hash"]},
+            "steps": [{"tool": "search", "args": {"q": "ICU visiting"}, "section_ids": ["visiting/icu"]}],
+        },
+    )
     assert recorded.structured_content["status"] == "active", text_of(recorded)
     for _ in range(2):
         hit = await client.call_tool("ragtrail_recall", {"query": "what are the ICU visiting hours"})
         assert hit.structured_content["outcome"] == "prefetch"
         # The agent reads the section's current text in the tool's text.
         assert VISITING["visiting/icu"] in text_of(hit) and "search" in text_of(hit)
-        verdict = await client.call_tool("ragtrail_feedback", {"recall_id": hit.structured_content["recall_id"], "helpful": False,
-                                                      "reason": "answered the ward"})
+        verdict = await client.call_tool(
+            "ragtrail_feedback",
+            {"recall_id": hit.structured_content["recall_id"], "helpful": False, "reason": "answered the ward"},
+        )
     # One key's reports count once: the trail stays served until another key agrees.
     assert verdict.structured_content["trail_status"] == "active"
-    assert (verdict.structured_content["false_hit_reports"], verdict.structured_content["false_hit_reporters"]) == (2, 1)
+    assert (verdict.structured_content["false_hit_reports"], verdict.structured_content["false_hit_reporters"]) == (
+        2,
+        1,
+    )
     after = await client.call_tool("ragtrail_recall", {"query": "what are the ICU visiting hours"})
     assert after.structured_content["outcome"] == "prefetch"
     # No argument reaches another scope: the schema has no scope, and an argument it lacks is refused, not ignored.
@@ -105,7 +126,17 @@ async def walk(client: Client, scope: Scope) -> None:
 def test_stdio_server_runs_recall_record_recall_and_feedback(live_server, granted):
     scope, key = granted
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--scope", "hospital", "--recall-timeout", "10"],
+        command=sys.executable,
+        args=[
+            "-m",
+            "ragtrail_client.mcp_server",
+            "--base-url",
+            live_server.url,
+            "--scope",
+            "hospital",
+            "--recall-timeout",
+            "10",
+        ],
         env={"RAGTRAIL_API_KEY": key},
     )
 
@@ -125,8 +156,24 @@ def free_port() -> int:
 
 def start_http_server(live_server, *scope_option: str):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "ragtrail_client.mcp_server", "--transport", "http", "--port", str(port),
-                                "--base-url", live_server.url, *scope_option, "--recall-timeout", "10", "--timeout", "10"])
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ragtrail_client.mcp_server",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--base-url",
+            live_server.url,
+            *scope_option,
+            "--recall-timeout",
+            "10",
+            "--timeout",
+            "10",
+        ]
+    )
     for _ in range(100):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -193,15 +240,23 @@ def test_http_server_with_a_wrong_key_serves_nothing(http_server, granted):
 
 def stdio_tools(live_server, key: str) -> dict:
     """The tool list a stdio server started without --scope offers for this key."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--recall-timeout", "10"],
-                                   env={"RAGTRAIL_API_KEY": key})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--recall-timeout", "10"],
+        env={"RAGTRAIL_API_KEY": key},
+    )
     found = {}
 
     async def main():
         async with Client(params) as client:
             found.update({tool.name: tool.input_schema for tool in (await client.list_tools()).tools})
-            found["recall result"] = await client.call_tool("ragtrail_recall", {"query": QUESTION, **(
-                {"scope": "hospital"} if "scope" in found["ragtrail_recall"]["properties"] else {})})
+            found["recall result"] = await client.call_tool(
+                "ragtrail_recall",
+                {
+                    "query": QUESTION,
+                    **({"scope": "hospital"} if "scope" in found["ragtrail_recall"]["properties"] else {}),
+                },
+            )
 
     run_async(main)
     return found
@@ -225,17 +280,33 @@ def test_a_hashes_only_prefetch_tells_the_model_to_read_its_own_index():
     from ragtrail_client.client import Recall
     from ragtrail_client.mcp_server import recall_text
 
-    answer = Recall.from_json({"outcome": "prefetch", "recall_id": "r1", "trail_id": "t1", "matcher": "lexical", "similarity": 0.97,
-                               "matched_query": QUESTION, "sections": [{"id": "visiting/icu", "status": "valid", "text": None,
-                                                                        "hash": "a" * 64, "new_field": 1}],
-                               "steps": [], "hint": None, "tokens": 0, "truncated": False})
+    answer = Recall.from_json(
+        {
+            "outcome": "prefetch",
+            "recall_id": "r1",
+            "trail_id": "t1",
+            "matcher": "lexical",
+            "similarity": 0.97,
+            "matched_query": QUESTION,
+            "sections": [{"id": "visiting/icu", "status": "valid", "text": None, "hash": "a" * 64, "new_field": 1}],
+            "steps": [],
+            "hint": None,
+            "tokens": 0,
+            "truncated": False,
+        }
+    )
     text = recall_text(answer)
     assert "read these sections from your own index" in text and f"visiting/icu (sha256 {'a' * 64})" in text
 
 
-def test_a_stdio_server_with_its_scope_serves_while_ragtrail_hangs_and_every_call_fails_within_a_second_and_a_half(hung):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url", hung, "--scope", "s"],
-                                   env={"RAGTRAIL_API_KEY": "rt_x"})
+def test_a_stdio_server_with_its_scope_serves_while_ragtrail_hangs_and_every_call_fails_within_a_second_and_a_half(
+    hung,
+):
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ragtrail_client.mcp_server", "--base-url", hung, "--scope", "s"],
+        env={"RAGTRAIL_API_KEY": "rt_x"},
+    )
     calls = {
         "ragtrail_recall": {"query": QUESTION},
         "ragtrail_record": {"query": QUESTION, "cited": ["s1"], "signal": "accepted"},
@@ -263,28 +334,44 @@ def test_a_stdio_server_without_scope_refuses_to_start_when_it_cannot_read_the_k
     """Never a free `scope` argument: without --scope the server must know the key's scopes."""
     base_url = hung if server == "hung" else "http://127.0.0.1:9"
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ragtrail_client.mcp_server", "--base-url", base_url, "--wait", "1"],
-                          env={"RAGTRAIL_API_KEY": "rt_x", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0 and "the key's scopes could not be read" in done.stderr and "--scope" in done.stderr, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "ragtrail_client.mcp_server", "--base-url", base_url, "--wait", "1"],
+        env={"RAGTRAIL_API_KEY": "rt_x", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "the key's scopes could not be read" in done.stderr and "--scope" in done.stderr, (
+        done.stderr
+    )
     assert time.perf_counter() - started < 15
 
 
 def test_tool_arguments_are_strict_and_descriptions_dedented():
-    """"no" or 0 is no boolean (a false helpful is a report against a trail), "5" no integer;
+    """ "no" or 0 is no boolean (a false helpful is a report against a trail), "5" no integer;
     neither reaches ragtrail (here: nothing listens, and the refusal names the field)."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "ragtrail_client.mcp_server", "--base-url",
-                                                                 "http://127.0.0.1:9", "--scope", "s"], env={"RAGTRAIL_API_KEY": "rt_x"})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ragtrail_client.mcp_server", "--base-url", "http://127.0.0.1:9", "--scope", "s"],
+        env={"RAGTRAIL_API_KEY": "rt_x"},
+    )
     seen: dict = {}
 
     async def main():
         async with Client(params) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             seen["description"] = tools["ragtrail_recall"].description
-            seen["schema"] = {"input": tools["ragtrail_recall"].input_schema, "output": tools["ragtrail_recall"].output_schema}
+            seen["schema"] = {
+                "input": tools["ragtrail_recall"].input_schema,
+                "output": tools["ragtrail_recall"].output_schema,
+            }
             for value in ("no", 0, "false"):
                 seen[f"helpful={value!r}"] = await client.call_tool(
-                    "ragtrail_feedback", {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": value})
-            seen["token_budget='5'"] = await client.call_tool("ragtrail_recall", {"query": QUESTION, "token_budget": "5"})
+                    "ragtrail_feedback", {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": value}
+                )
+            seen["token_budget='5'"] = await client.call_tool(
+                "ragtrail_recall", {"query": QUESTION, "token_budget": "5"}
+            )
 
     run_async(main)
     assert "\n        " not in seen.pop("description")
@@ -302,7 +389,11 @@ def test_the_tools_examples_name_sections_the_demo_holds():
 
     from ragtrail_client import mcp_server
 
-    demo = {json.loads(line)["id"] for line in (Path(__file__).resolve().parents[2] / "scopes" / "fixtures" / "python-faq"
-                                               / "sections-old.jsonl").read_text().splitlines()}
+    demo = {
+        json.loads(line)["id"]
+        for line in (Path(__file__).resolve().parents[2] / "scopes" / "fixtures" / "python-faq" / "sections-old.jsonl")
+        .read_text()
+        .splitlines()
+    }
     examples = re.findall(r"`([^`\s]+#[^`\s]+)`", inspect.getsource(mcp_server))
     assert examples and set(examples) <= demo, set(examples) - demo

@@ -1,5 +1,6 @@
 """The MCP server through a client this repo did not write: langchain-mcp-adapters on mcp 1.x
 (clients/mcp-outside/, in a venv of its own), over stdio and streamable HTTP."""
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,9 @@ def outside_python() -> Path:
 def drive(outside_python: Path, *args: str) -> dict:
     # The driver's environment carries nothing of ragtrail's venv: it imports only its own packages.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run([str(outside_python), str(DRIVER), *args], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [str(outside_python), str(DRIVER), *args], capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

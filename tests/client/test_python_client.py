@@ -1,4 +1,5 @@
 """The Python client (clients/python) against a live ragtrail server."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core.cache import cache
-
 from ragtrail_client import RagtrailClient, RagtrailError, Step, cached_tool
+
 from scopes.models import ApiKey, Scope
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
@@ -24,15 +25,20 @@ def scope(transactional_db) -> Scope:
 @pytest.fixture
 def client(live_server, scope) -> RagtrailClient:
     _, key = ApiKey.issue([scope], name="client test")
-    return RagtrailClient(live_server.url, api_key=key, scope="hospital", timeout=5, recall_timeout=5, retries=2, backoff=0.01)
+    return RagtrailClient(
+        live_server.url, api_key=key, scope="hospital", timeout=5, recall_timeout=5, retries=2, backoff=0.01
+    )
 
 
 def test_an_agent_recalls_records_and_recalls_again_in_three_lines(client):
     hashes = client.put_sections(VISITING)["hashes"]
     assert client.recall("What are the ICU visiting hours?").outcome == "miss"
     recorded = client.record(
-        "What are the ICU visiting hours?", ["visiting/icu"], hashes={"visiting/icu": hashes["visiting/icu"]},
-        steps=[Step("search", {"query": "ICU visiting"}, ("visiting/icu",))], signal="accepted",
+        "What are the ICU visiting hours?",
+        ["visiting/icu"],
+        hashes={"visiting/icu": hashes["visiting/icu"]},
+        steps=[Step("search", {"query": "ICU visiting"}, ("visiting/icu",))],
+        signal="accepted",
     )
     assert recorded.status == "active" and recorded.created
     again = client.recall("what are the ICU visiting hours")
@@ -110,7 +116,15 @@ def test_api_errors_are_raised_with_the_apis_body(client):
 def test_feedback_from_two_keys_demotes_a_misleading_trail(client, scope, live_server):
     client.put_sections(VISITING)
     client.record("What are the ICU visiting hours?", ["visiting/icu"], signal="accepted")
-    other = RagtrailClient(live_server.url, api_key=ApiKey.issue([scope])[1], scope="hospital", timeout=5, recall_timeout=5, retries=2, backoff=0.01)
+    other = RagtrailClient(
+        live_server.url,
+        api_key=ApiKey.issue([scope])[1],
+        scope="hospital",
+        timeout=5,
+        recall_timeout=5,
+        retries=2,
+        backoff=0.01,
+    )
     for agent, status in ((client, "active"), (client, "active"), (other, "pending")):
         answer = agent.recall("what are the ICU visiting hours")
         verdict = agent.feedback(answer.recall_id, helpful=False, reason="it was about the ward")
@@ -176,8 +190,22 @@ class Flaky(BaseHTTPRequestHandler):
         if len(Flaky.seen) <= Flaky.failures:
             body, status = {"error": {"code": "unavailable", "message": "database unavailable"}}, 503
         else:
-            body, status = {"outcome": "miss", "recall_id": None, "trail_id": None, "matcher": None, "similarity": None,
-                            "matched_query": None, "sections": [], "steps": [], "hint": None, "tokens": 0, "truncated": False}, 200
+            body, status = (
+                {
+                    "outcome": "miss",
+                    "recall_id": None,
+                    "trail_id": None,
+                    "matcher": None,
+                    "similarity": None,
+                    "matched_query": None,
+                    "sections": [],
+                    "steps": [],
+                    "hint": None,
+                    "tokens": 0,
+                    "truncated": False,
+                },
+                200,
+            )
         raw = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -333,9 +361,23 @@ class Counting(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        body = ({"scopes": [{"slug": "only", "name": "Only"}]} if self.path == "/api/v1/scopes" else
-                {"outcome": "miss", "recall_id": None, "trail_id": None, "matcher": None, "similarity": None,
-                 "matched_query": None, "sections": [], "steps": [], "hint": None, "tokens": 0, "truncated": False})
+        body = (
+            {"scopes": [{"slug": "only", "name": "Only"}]}
+            if self.path == "/api/v1/scopes"
+            else {
+                "outcome": "miss",
+                "recall_id": None,
+                "trail_id": None,
+                "matcher": None,
+                "similarity": None,
+                "matched_query": None,
+                "sections": [],
+                "steps": [],
+                "hint": None,
+                "tokens": 0,
+                "truncated": False,
+            }
+        )
         raw = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 """The README's agent quickstart, run as written: its shell block through the same management
 commands, every Python block in order against a live server, and each `# → …` comment checked
 against what the block printed. Editing the quickstart without keeping it true fails here."""
+
 from __future__ import annotations
 
 import contextlib

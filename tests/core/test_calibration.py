@@ -1,9 +1,13 @@
-import math
-
 import pytest
 
 from trails.core.calibration import (
-    Label, LearningLimits, choose_threshold, interval, learned_threshold, lower_bound, upper_bound,
+    Label,
+    LearningLimits,
+    choose_threshold,
+    interval,
+    learned_threshold,
+    lower_bound,
+    upper_bound,
 )
 
 

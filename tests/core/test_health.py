@@ -1,8 +1,18 @@
 """The overview's verdict from plain figures: which signal makes it watch or broken."""
+
 from trails.core.health import in_words, judge
 
-CALM = dict(false_hits_verdict="ok", latency_p95_ms=40.0, budget_ms=500, requests=1000, refused=0,
-            job_ages={"roll_up_task": 120.0}, job_periods={"roll_up_task": 600.0}, rollup_behind=False, flags=[])
+CALM = dict(
+    false_hits_verdict="ok",
+    latency_p95_ms=40.0,
+    budget_ms=500,
+    requests=1000,
+    refused=0,
+    job_ages={"roll_up_task": 120.0},
+    job_periods={"roll_up_task": 600.0},
+    rollup_behind=False,
+    flags=[],
+)
 
 
 def test_a_calm_service_is_ok_and_says_no_because():
@@ -29,8 +39,17 @@ def test_each_signal_turns_the_verdict_and_is_named():
 def test_a_job_never_heard_from_is_watch_and_one_silent_for_three_periods_broken():
     assert judge(**{**CALM, "job_ages": {"roll_up_task": None}}).verdict == "watch"
     silent = judge(**{**CALM, "job_ages": {"roll_up_task": 1801.0}})
-    assert silent.verdict == "broken" and "roll_up_task last succeeded 30 min ago (it runs every 10 min)" in silent.because
+    assert (
+        silent.verdict == "broken" and "roll_up_task last succeeded 30 min ago (it runs every 10 min)" in silent.because
+    )
 
 
 def test_ages_read_in_words():
-    assert [in_words(s) for s in (None, 40, 600, 7200, 86_400, 3 * 86_400)] == ["never", "40 s", "10 min", "2 h", "24 h", "3 days"]
+    assert [in_words(s) for s in (None, 40, 600, 7200, 86_400, 3 * 86_400)] == [
+        "never",
+        "40 s",
+        "10 min",
+        "2 h",
+        "24 h",
+        "3 days",
+    ]

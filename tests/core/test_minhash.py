@@ -66,7 +66,11 @@ def test_signatures_and_band_keys_are_the_same_in_another_process():
     )
     # A different hash seed proves nothing depends on Python's salted hash().
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "12345", "PATH": ""}
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
     ).stdout.splitlines()
     sig = minhash_query(query, P)
     assert out[0] == str(sig.values.tolist())

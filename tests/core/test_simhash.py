@@ -13,7 +13,9 @@ P = SimHashParams(dim=384, bits=512, seed=1)
 
 def test_close_vectors_share_most_bits_and_far_ones_about_half():
     embedder = HashingEmbedder()
-    a, b, c = embedder.embed_many(["visiting hours in the icu", "visiting hours in the icu today", "renew a staff parking permit"])
+    a, b, c = embedder.embed_many(
+        ["visiting hours in the icu", "visiting hours in the icu today", "renew a staff parking permit"]
+    )
     agree_close = np.mean(simhash_bits(a, P) == simhash_bits(b, P))
     agree_far = np.mean(simhash_bits(a, P) == simhash_bits(c, P))
     assert agree_close > 0.8 > agree_far
@@ -29,7 +31,13 @@ def test_simhash_band_keys_are_the_same_in_another_process():
         "v = Embedder().embed('what are the icu visiting hours')\n"
         "print(band_keys(simhash_bits(v, SimHashParams(384, 512, 1)), BandLayout(32, 16), 'ns'))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "99", "PATH": ""}).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "99", "PATH": ""},
+    ).stdout.strip()
     v = HashingEmbedder().embed("what are the icu visiting hours")
     assert out == str(band_keys(simhash_bits(v, P), BandLayout(32, 16), "ns"))
 

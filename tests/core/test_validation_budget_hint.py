@@ -1,22 +1,27 @@
 import pytest
 
+from infra.hashing import section_hash
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text, starting_step
 from trails.core.refusal import says_sources_do_not_answer
-from infra.hashing import section_hash
 from trails.core.validation import Citation, CurrentSection, Outcome, SectionStatus, validate
 
 A, B = section_hash("alpha"), section_hash("beta")
 
 
 def test_all_unchanged_is_prefetch_with_text():
-    v = validate([Citation("a", A), Citation("b", B)], {"a": CurrentSection(A, "alpha"), "b": CurrentSection(B, "beta")})
+    v = validate(
+        [Citation("a", A), Citation("b", B)], {"a": CurrentSection(A, "alpha"), "b": CurrentSection(B, "beta")}
+    )
     assert v.outcome is Outcome.PREFETCH
     assert [s.text for s in v.sections] == ["alpha", "beta"]
 
 
 def test_some_changed_is_hint_and_changed_text_is_never_carried():
-    v = validate([Citation("a", A), Citation("b", B)], {"a": CurrentSection(A, "alpha"), "b": CurrentSection(section_hash("beta2"), "beta2")})
+    v = validate(
+        [Citation("a", A), Citation("b", B)],
+        {"a": CurrentSection(A, "alpha"), "b": CurrentSection(section_hash("beta2"), "beta2")},
+    )
     assert v.outcome is Outcome.HINT
     assert v.with_status(SectionStatus.VALID) == ["a"]
     assert v.with_status(SectionStatus.CHANGED) == ["b"]

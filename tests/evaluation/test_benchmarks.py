@@ -1,4 +1,5 @@
 """The benchmarks' own parts: the scale workload and the comparison with the previous run."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,11 @@ from trails.embedders.hashing import Embedder as HashingEmbedder
 
 def pairs_file(tmp_path, count: int = 60):
     rows = [
-        {"a": f"how do i configure the {w} setting number {i} on linux", "b": f"how can i change the {w} option on linux {i}",
-         "duplicate": i % 3 == 0}
+        {
+            "a": f"how do i configure the {w} setting number {i} on linux",
+            "b": f"how can i change the {w} option on linux {i}",
+            "duplicate": i % 3 == 0,
+        }
         for i, w in enumerate(["proxy", "cache", "timeout", "locale", "font", "printer"] * (count // 6))
     ]
     path = tmp_path / "pairs.jsonl"
@@ -51,17 +55,23 @@ def test_variants_relate_to_their_base_as_same_topic_pairs_do(tmp_path):
     texts, vectors = workload.grow(2_000)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     base = workload.base
-    best = (vectors[len(base):] @ base.T).max(axis=1)  # each variant's nearest stored question
+    best = (vectors[len(base) :] @ base.T).max(axis=1)  # each variant's nearest stored question
     assert best.min() >= workload.pair_cosines.min() - 1e-4
     asked = workload.asked(40)
-    assert {a.kind for a in asked} >= {"stored", "unseen"} and not set(a.text for a in asked if a.kind != "stored") & set(texts)
+    assert {a.kind for a in asked} >= {"stored", "unseen"} and not set(
+        a.text for a in asked if a.kind != "stored"
+    ) & set(texts)
 
 
 def test_the_comparison_flags_what_got_worse_past_the_tolerance():
-    previous = {"http": {"recall lexical (half hits)": {"per_second": 500.0, "p99_ms": 60.0}},
-                "scale": {"largest": {"p50_ms": 2.0}}}
-    current = {"http": {"recall lexical (half hits)": {"per_second": 400.0, "p99_ms": 50.0}},
-               "scale": {"largest": {"p50_ms": 2.1}}}
+    previous = {
+        "http": {"recall lexical (half hits)": {"per_second": 500.0, "p99_ms": 60.0}},
+        "scale": {"largest": {"p50_ms": 2.0}},
+    }
+    current = {
+        "http": {"recall lexical (half hits)": {"per_second": 400.0, "p99_ms": 50.0}},
+        "scale": {"largest": {"p50_ms": 2.1}},
+    }
     lines = {line.split("  ")[1].strip(): line for line in comparison(previous, current)}
     assert "REGRESSION" in lines["HTTP lexical recalls/s"]  # 20 % fewer
     assert "REGRESSION" not in lines["HTTP lexical recall p99 ms"]  # better
@@ -70,8 +80,11 @@ def test_the_comparison_flags_what_got_worse_past_the_tolerance():
 
 def test_the_comparison_watches_the_peer_at_a_million_once_both_runs_measured_it():
     # Figures as they come back from the JSON files: sizes are string keys.
-    peer = lambda p50, p99: {"peer": {"sizes": {"100000": {"ratio_p50": 11.0, "ratio_p99": 5.0},
-                                                "1000000": {"ratio_p50": p50, "ratio_p99": p99}}}}
+    peer = lambda p50, p99: {
+        "peer": {
+            "sizes": {"100000": {"ratio_p50": 11.0, "ratio_p99": 5.0}, "1000000": {"ratio_p50": p50, "ratio_p99": p99}}
+        }
+    }
     lines = {line.split("  ")[1].strip(): line for line in comparison(peer(28.0, 18.0), peer(20.0, 17.0))}
     assert "REGRESSION" in lines["GPTCache get() p50 / recall() p50 at 1M"]  # 29 % less of a lead
     assert "REGRESSION" not in lines["GPTCache get() p99 / recall() p99 at 1M"]
@@ -87,22 +100,34 @@ def test_the_cpu_meter_charges_the_work_done_to_the_process_that_did_it():
     from evaluation.cpu import CpuMeter, process_cpu_seconds
 
     # A stand-in worker that burns about 0.3 s of CPU while the meter runs.
-    worker = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
-                               "while time.process_time() - t < 0.3: pass\nprint(flush=True)\nsys.stdin.readline()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\nprint(flush=True)\nsys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         meter = CpuMeter(lambda: [worker.pid])
         meter.start()
-        worker.stdin.write("go\n"); worker.stdin.flush()
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
         worker.stdout.readline()  # its 0.3 s are spent
         figures = meter.stop(requests=10)
     finally:
-        worker.stdin.write("done\n"); worker.stdin.flush()
+        worker.stdin.write("done\n")
+        worker.stdin.flush()
         worker.wait(10)
     per_request = figures["cpu_ms_per_request"]
     assert 25 <= per_request["workers"] <= 60  # 0.3 s over 10 requests, read in clock ticks
     assert per_request["total"] >= per_request["workers"]
-    assert figures["cpu_ceiling_per_second"] == pytest.approx((os.cpu_count() or 1) * 1000.0 / per_request["total"], rel=0.01)
+    assert figures["cpu_ceiling_per_second"] == pytest.approx(
+        (os.cpu_count() or 1) * 1000.0 / per_request["total"], rel=0.01
+    )
     assert process_cpu_seconds(worker.pid) == 0.0  # gone: nothing to read
 
 
@@ -127,7 +152,9 @@ def test_the_phase_clock_times_recall_by_store_and_leaves_recall_as_it_was(db):
     assert recall_module.read_candidates is original
 
 
-@pytest.mark.parametrize("option, value", [("seconds", 0), ("overload_seconds", -1), ("memory_requests", -5), ("clients", 0)])
+@pytest.mark.parametrize(
+    "option, value", [("seconds", 0), ("overload_seconds", -1), ("memory_requests", -5), ("clients", 0)]
+)
 def test_the_http_benchmark_refuses_impossible_run_lengths_before_filling_anything(option, value):
     from django.core.management import call_command
     from django.core.management.base import CommandError

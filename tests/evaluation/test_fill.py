@@ -1,4 +1,5 @@
 """The vectorised fill writes the rows record would write: a benchmark on it measures the product's store."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +10,12 @@ from django.utils import timezone
 from evaluation.fill import BlockSigner, store_block
 from evaluation.scale import faq_sections_for, store_trails
 from scopes.models import Scope
+from trails.core.banding import scoped_keys
 from trails.core.simhash import _hyperplanes
 from trails.embedders import PrecomputedEmbedder, serving
 from trails.embedders.hashing import Embedder as HashingEmbedder
-from trails.serving.matching import sign, simhash_params
-from trails.core.banding import scoped_keys
 from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
+from trails.serving.matching import sign, simhash_params
 from trails.serving.recall import recall
 
 WORDS = ["proxy", "cache", "timeout", "locale", "font", "printer", "intensive care", "ICU", "C++", "naïve"]
@@ -22,7 +23,10 @@ WORDS = ["proxy", "cache", "timeout", "locale", "font", "printer", "intensive ca
 
 def questions(count: int, seed: int = 5) -> tuple[list[str], np.ndarray]:
     rng = np.random.default_rng(seed)
-    texts = [f"How do I set the {WORDS[i % len(WORDS)]} of machine {i} (not {WORDS[(i * 7) % len(WORDS)]})?" for i in range(count)]
+    texts = [
+        f"How do I set the {WORDS[i % len(WORDS)]} of machine {i} (not {WORDS[(i * 7) % len(WORDS)]})?"
+        for i in range(count)
+    ]
     vectors = rng.standard_normal((count, HashingEmbedder().dim)).astype(np.float32)
     # Some vectors lie on a hyperplane (within rounding): their bit is decided one by one, as record decides it.
     plane = _hyperplanes(simhash_params())[:, 0]
@@ -61,16 +65,38 @@ def rows_of(scope: Scope) -> list[tuple]:
     """Every stored row of the scope's trails, in trail order, without ids and times."""
     rows = []
     for trail in Trail.objects.filter(scope=scope).order_by("id"):
-        rows.append((
-            trail.query, trail.normalised_query, trail.status, trail.signal, trail.reason, trail.lexical_params,
-            bytes(trail.lexical_signature), trail.band_layout, trail.embedding_model, bytes(trail.embedding),
-            trail.expires_at - trail.created_at, trail.hit_count, trail.path_tokens, trail.idempotency_key, trail.partition,
-            list(Step.objects.filter(trail=trail).values_list("position", "tool", "args", "section_ids")),
-            list(Citation.objects.filter(trail=trail).order_by("position").values_list("position", "section_id", "hash")),
-            list(TrailSignal.objects.filter(trail=trail).values_list("signal", "source", "by", "reason")),
-            [(scoped_keys(keys, scope.id), high, low)  # as the question has them: each scope salts its own
-             for keys, high, low in BandKeys.objects.filter(trail=trail).values_list("keys", "sketch_high", "sketch_low")],
-        ))
+        rows.append(
+            (
+                trail.query,
+                trail.normalised_query,
+                trail.status,
+                trail.signal,
+                trail.reason,
+                trail.lexical_params,
+                bytes(trail.lexical_signature),
+                trail.band_layout,
+                trail.embedding_model,
+                bytes(trail.embedding),
+                trail.expires_at - trail.created_at,
+                trail.hit_count,
+                trail.path_tokens,
+                trail.idempotency_key,
+                trail.partition,
+                list(Step.objects.filter(trail=trail).values_list("position", "tool", "args", "section_ids")),
+                list(
+                    Citation.objects.filter(trail=trail)
+                    .order_by("position")
+                    .values_list("position", "section_id", "hash")
+                ),
+                list(TrailSignal.objects.filter(trail=trail).values_list("signal", "source", "by", "reason")),
+                [
+                    (scoped_keys(keys, scope.id), high, low)  # as the question has them: each scope salts its own
+                    for keys, high, low in BandKeys.objects.filter(trail=trail).values_list(
+                        "keys", "sketch_high", "sketch_low"
+                    )
+                ],
+            )
+        )
     return rows
 
 
@@ -80,7 +106,9 @@ def test_the_vectorised_fill_stores_the_rows_record_stores_and_recall_finds_them
     texts, vectors = questions(60)
     current, slow_current = faq_sections_for(embedding_scope), faq_sections_for(slow_scope)
     section_ids = sorted(current)
-    cited = [[section_ids[i % len(section_ids)], section_ids[(i * 3 + 1) % len(section_ids)]] for i in range(len(texts))]
+    cited = [
+        [section_ids[i % len(section_ids)], section_ids[(i * 3 + 1) % len(section_ids)]] for i in range(len(texts))
+    ]
     with serving(PrecomputedEmbedder(HashingEmbedder(), texts, vectors)):
         signer = BlockSigner(embedding_scope)
         ids = store_block(signer, texts, vectors, signer.sign(texts, vectors), cited, current, timezone.now())
@@ -100,8 +128,11 @@ def fill_with_indexes_built_after(scope: Scope) -> tuple[list[str], dict]:
     def indexes() -> set[tuple[str, str]]:
         with connection.cursor() as cursor:
             # A partial index's condition reads back reworded (the same condition): compared up to it.
-            cursor.execute("SELECT indexname, regexp_replace(indexdef, ' WHERE .*', '') FROM pg_indexes "
-                           "WHERE schemaname = 'public' AND tablename = ANY(%s)", [list(TRAIL_TABLES)])
+            cursor.execute(
+                "SELECT indexname, regexp_replace(indexdef, ' WHERE .*', '') FROM pg_indexes "
+                "WHERE schemaname = 'public' AND tablename = ANY(%s)",
+                [list(TRAIL_TABLES)],
+            )
             return set(cursor.fetchall())
 
     before, said = indexes(), []
@@ -111,7 +142,15 @@ def fill_with_indexes_built_after(scope: Scope) -> tuple[list[str], dict]:
         with indexes_built_after(said.append, workers=2, maintenance_work_mem="64MB") as built:
             during = indexes()
             signer = BlockSigner(scope)
-            ids = store_block(signer, texts, vectors, signer.sign(texts, vectors), [[sorted(current)[0]]] * len(texts), current, timezone.now())
+            ids = store_block(
+                signer,
+                texts,
+                vectors,
+                signer.sign(texts, vectors),
+                [[sorted(current)[0]]] * len(texts),
+                current,
+                timezone.now(),
+            )
         # The inverted index of band keys was gone during the fill, the primary keys and unique ones stayed.
         assert "bandkeys_keys_gin" not in {name for name, _ in during}
         assert {name for name, _ in during} >= {name for name, definition in before if "UNIQUE" in definition}
@@ -135,4 +174,6 @@ def test_indexes_built_on_two_connections_at_once_come_back_as_they_were(embeddi
     said, built = fill_with_indexes_built_after(embedding_scope)
     assert "built again on 2 connections" in said[-1]
     # Every dropped index was built (checked in the helper), each timed.
-    assert all(seconds >= 0 for seconds in built["indexes"].values()) and built["seconds"] >= max(built["indexes"].values())
+    assert all(seconds >= 0 for seconds in built["indexes"].values()) and built["seconds"] >= max(
+        built["indexes"].values()
+    )

@@ -1,4 +1,5 @@
 """The evaluation harness on tiny slices: its invariants, and that a report is reproducible."""
+
 from __future__ import annotations
 
 import json
@@ -8,18 +9,24 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.core.management import call_command
 
-from scopes.demo import faq_sections
 from evaluation import workload
 from evaluation.agents import ChatAgent, ScriptedAgent, Tools
 from evaluation.bm25 import BM25
 from evaluation.report import stable
 from evaluation.staleness import faq_questions_once
+from scopes.demo import faq_sections
 
 pytestmark = pytest.mark.slow
 
 
 def test_bm25_ranks_the_section_that_shares_the_rare_words_first():
-    index = BM25({"a": "tuples and lists are sequences", "b": "convert a tuple to a list with list()", "c": "dictionaries map keys"})
+    index = BM25(
+        {
+            "a": "tuples and lists are sequences",
+            "b": "convert a tuple to a list with list()",
+            "c": "dictionaries map keys",
+        }
+    )
     assert [i for i, _ in index.search("how do I convert a tuple to a list")][:1] == ["b"]
     assert index.search("quantum chromodynamics") == []
 
@@ -68,14 +75,37 @@ class FakeChatEndpoint(BaseHTTPRequestHandler):
         messages = body["messages"]
         tool_messages = [m for m in messages if m["role"] == "tool"]
         if not tool_messages:
-            message = {"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "search", "arguments": json.dumps({"query": messages[1]["content"]})}}]}
+            message = {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "1",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": json.dumps({"query": messages[1]["content"]})},
+                    }
+                ],
+            }
         elif len(tool_messages) == 1:
             first = tool_messages[0]["content"].split(":", 1)[0]
-            message = {"role": "assistant", "tool_calls": [{"id": "2", "type": "function", "function": {"name": "read", "arguments": json.dumps({"id": first})}}]}
+            message = {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "2",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": json.dumps({"id": first})},
+                    }
+                ],
+            }
         else:
             first = tool_messages[0]["content"].split(":", 1)[0]
             message = {"role": "assistant", "content": f"It is explained there.\nCITED: {first}, not-a-section"}
-        payload = json.dumps({"choices": [{"message": message}], "usage": {"prompt_tokens": 100 * len(messages), "completion_tokens": 20}}).encode()
+        payload = json.dumps(
+            {
+                "choices": [{"message": message}],
+                "usage": {"prompt_tokens": 100 * len(messages), "completion_tokens": 20},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -108,26 +138,49 @@ def test_the_chat_agent_says_what_it_needs_when_no_endpoint_is_set(monkeypatch):
 
 def test_a_report_is_reproducible_run_to_run_and_opens_without_network(db, tmp_path):
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("\n".join(json.dumps(p) for p in [
-        {"a": "How do I learn Python quickly?", "b": "What is the fastest way to learn Python?", "duplicate": True},
-        {"a": "How do I cook rice?", "b": "How do I cook rice?", "duplicate": True},
-        {"a": "What is the capital of India?", "b": "What is the capital of Pakistan?", "duplicate": False},
-        {"a": "Is 3.11 faster than 3.10?", "b": "Is 3.12 faster than 3.10?", "duplicate": False},
-    ]))
+    pairs.write_text(
+        "\n".join(
+            json.dumps(p)
+            for p in [
+                {
+                    "a": "How do I learn Python quickly?",
+                    "b": "What is the fastest way to learn Python?",
+                    "duplicate": True,
+                },
+                {"a": "How do I cook rice?", "b": "How do I cook rice?", "duplicate": True},
+                {"a": "What is the capital of India?", "b": "What is the capital of Pakistan?", "duplicate": False},
+                {"a": "Is 3.11 faster than 3.10?", "b": "Is 3.12 faster than 3.10?", "duplicate": False},
+            ]
+        )
+    )
     reports = []
     for run in ("one", "two"):
-        call_command("evaluate", out=str(tmp_path / run), pairs=str(pairs), questions_limit=12, matcher="lexical", stdout=open(tmp_path / f"{run}.log", "w"))
+        call_command(
+            "evaluate",
+            out=str(tmp_path / run),
+            pairs=str(pairs),
+            questions_limit=12,
+            matcher="lexical",
+            stdout=open(tmp_path / f"{run}.log", "w"),
+        )
         reports.append(json.loads((tmp_path / run / "report.json").read_text()))
     assert stable(reports[0]) == stable(reports[1])
     report = reports[0]
     assert set(report["experiments"]) == {"matching", "staleness", "calls"}
-    assert report["git_commit"] and set(report["data"]) >= {"pairs.jsonl", "scopes/fixtures/python-faq/sections-old.jsonl"}
+    assert report["git_commit"] and set(report["data"]) >= {
+        "pairs.jsonl",
+        "scopes/fixtures/python-faq/sections-old.jsonl",
+    }
     assert all(arm["ragtrail"]["stale_served"] == 0 for arm in report["experiments"]["staleness"]["results"])
     arms = report["experiments"]["staleness"]["results"]
     # One cited section per trail: the text cache serves every changed one it holds.
     assert all(a["text_cache"]["stale_served"] == a["changed_sections"] for a in arms if a["cited_per_trail"] == 1)
     # Two: every answer with a changed section is stale in the text cache; ragtrail hints or misses instead.
-    assert all(a["text_cache"]["stale_served"] == a["ragtrail"]["hint"] + a["ragtrail"]["miss"] for a in arms if a["cited_per_trail"] == 2)
+    assert all(
+        a["text_cache"]["stale_served"] == a["ragtrail"]["hint"] + a["ragtrail"]["miss"]
+        for a in arms
+        if a["cited_per_trail"] == 2
+    )
     assert sum(a["ragtrail"]["hint"] for a in arms) > 0
     assert report["experiments"]["matching"]["defaults"]["lexical"]["all"]["correct"] >= 1
     html = (tmp_path / "one" / "report.html").read_text()
@@ -157,7 +210,11 @@ def test_the_learning_simulation_runs_every_stream_through_the_product(db, tmp_p
         {"a": "What are the ICU visiting hours?", "b": "What are the general ward visiting hours?", "duplicate": False},
         {"a": "How do I sort a list in Python?", "b": "How to sort a list in Python?", "duplicate": True},
         {"a": "Where can visitors park their cars?", "b": "What is the capital of Peru?", "duplicate": False},
-        {"a": "How do I install Python on Windows?", "b": "How do I install Python on a Windows PC?", "duplicate": True},
+        {
+            "a": "How do I install Python on Windows?",
+            "b": "How do I install Python on a Windows PC?",
+            "duplicate": True,
+        },
         {"a": "Who won the first Congo war?", "b": "Who won the second Congo war?", "duplicate": False},
     ]
     path = tmp_path / "pairs.jsonl"

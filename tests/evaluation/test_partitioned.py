@@ -1,6 +1,7 @@
 """A store whose trails and band keys are hash-partitioned by scope answers recall as the
 store does, and recall's statements reach one partition of each: the scope they name is
 enough to prune (docs/scaling.md)."""
+
 from __future__ import annotations
 
 import json
@@ -70,7 +71,9 @@ def test_the_copy_holds_every_row_split_by_scope(tenants):
             # Each scope's rows lie in one partition.
             cursor.execute(f"SELECT scope_id, count(DISTINCT tableoid) FROM {SCHEMA}.{table} GROUP BY 1")
             assert all(n == 1 for _, n in cursor.fetchall())
-            cursor.execute("SELECT partstrat FROM pg_partitioned_table WHERE partrelid = %s::regclass", [f"{SCHEMA}.{table}"])
+            cursor.execute(
+                "SELECT partstrat FROM pg_partitioned_table WHERE partrelid = %s::regclass", [f"{SCHEMA}.{table}"]
+            )
             assert cursor.fetchone() == ("h",)
     sizes = partitioned_bytes()
     assert set(sizes) == {Trail._meta.db_table, BandKeys._meta.db_table}
@@ -96,7 +99,11 @@ def test_recall_through_the_partitioned_copy_answers_as_the_store_does_and_reads
             assert plain.outcome.value == split.outcome.value == "prefetch"
             assert split.trail.id == plain.trail.id
             assert Trail.objects.get(id=split.trail.id).scope_id == scope.id
-    candidate_reads = [(sql, params) for sql, params in statements if BandKeys._meta.db_table in sql and sql.lstrip().startswith("WITH found")]
+    candidate_reads = [
+        (sql, params)
+        for sql, params in statements
+        if BandKeys._meta.db_table in sql and sql.lstrip().startswith("WITH found")
+    ]
     assert candidate_reads, "recall read candidates through the partitioned copy"
     sql, params = candidate_reads[-1]
     import psycopg
@@ -116,11 +123,16 @@ def test_recall_through_the_partitioned_copy_answers_as_the_store_does_and_reads
 
 
 def test_a_unique_index_of_the_copy_holds_the_scope():
-    assert partitioned_definition(
-        "CREATE UNIQUE INDEX trails_trail_public_id_key ON public.trails_trail USING btree (public_id)", "s"
-    ) == "CREATE UNIQUE INDEX trails_trail_public_id_key ON s.trails_trail USING btree (scope_id, public_id)"
-    partial = ("CREATE UNIQUE INDEX trail_idempotency_key_unique_in_scope ON public.trails_trail USING btree "
-               "(scope_id, idempotency_key) WHERE (idempotency_key IS NOT NULL)")
+    assert (
+        partitioned_definition(
+            "CREATE UNIQUE INDEX trails_trail_public_id_key ON public.trails_trail USING btree (public_id)", "s"
+        )
+        == "CREATE UNIQUE INDEX trails_trail_public_id_key ON s.trails_trail USING btree (scope_id, public_id)"
+    )
+    partial = (
+        "CREATE UNIQUE INDEX trail_idempotency_key_unique_in_scope ON public.trails_trail USING btree "
+        "(scope_id, idempotency_key) WHERE (idempotency_key IS NOT NULL)"
+    )
     assert partitioned_definition(partial, "s") == partial.replace("ON public.", "ON s.")
     gin = "CREATE INDEX bandkeys_keys_gin ON public.trails_bandkeys USING gin (keys) WITH (fastupdate=off)"
     assert partitioned_definition(gin, "s") == gin.replace("ON public.", "ON s.")

@@ -1,8 +1,9 @@
 """The staleness experiment on a slice of the FAQ: ragtrail never serves changed text."""
+
 from __future__ import annotations
 
-from scopes.demo import faq_questions, faq_sections
 from evaluation.staleness import random_edit, staleness
+from scopes.demo import faq_questions, faq_sections
 
 
 def slice_of_faq(n: int = 30):

@@ -13,6 +13,7 @@ A module never imports one of a higher floor, and no modules import each other i
 not even inside a function. Where a lower floor must tell a higher one something, it sends a
 Django signal or calls what the higher one registered at app ready (ragtrail_site.apps).
 """
+
 from __future__ import annotations
 
 import ast
@@ -128,7 +129,9 @@ def test_no_modules_import_each_other_in_a_circle():
 def test_no_module_imports_a_higher_layer():
     upward = sorted(
         f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
-        for module, targets in import_graph().items() for target in targets if layer_of(target) > layer_of(module)
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer_of(target) > layer_of(module)
     )
     assert not upward, "imports that reach up a layer:\n" + "\n".join(upward)
 
@@ -148,9 +151,11 @@ def test_the_scan_sees_imports_inside_functions_and_relative_ones(tmp_path):
 
 
 def _imports_of(package: str, upper: set[str]) -> dict[str, list[str]]:
-    return {module: sorted(t for t in targets if t.split(".")[0] in upper)
-            for module, targets in import_graph().items()
-            if module.split(".")[0] == package and any(t.split(".")[0] in upper for t in targets)}
+    return {
+        module: sorted(t for t in targets if t.split(".")[0] in upper)
+        for module, targets in import_graph().items()
+        if module.split(".")[0] == package and any(t.split(".")[0] in upper for t in targets)
+    }
 
 
 def test_scopes_never_imports_trails():
@@ -169,13 +174,20 @@ def test_the_plumbing_imports_no_app_and_no_wiring():
 
 
 def test_the_core_imports_nothing_but_the_plumbings_pure_hashing():
-    core = {module: sorted(t for t in targets if not t.startswith("trails.core"))
-            for module, targets in import_graph().items() if module.startswith("trails.core")}
-    assert {module: targets for module, targets in core.items() if set(targets) - {"infra.hashing", "infra.tokens"}} == {}
+    core = {
+        module: sorted(t for t in targets if not t.startswith("trails.core"))
+        for module, targets in import_graph().items()
+        if module.startswith("trails.core")
+    }
+    assert {
+        module: targets for module, targets in core.items() if set(targets) - {"infra.hashing", "infra.tokens"}
+    } == {}
 
 
 def test_no_module_is_longer_than_500_lines():
-    long = {module: n for module, path in project_modules(ROOT).items() if (n := len(path.read_text().splitlines())) > 500}
+    long = {
+        module: n for module, path in project_modules(ROOT).items() if (n := len(path.read_text().splitlines())) > 500
+    }
     assert long == {}, f"split these by concept: {long}"
 
 

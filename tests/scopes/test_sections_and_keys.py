@@ -1,4 +1,5 @@
 """The section store API, API keys and the commands scripts use."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -9,14 +10,20 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from infra.hashing import section_hash
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import ApiClient
-from infra.hashing import section_hash
 
 
 def test_upsert_reports_created_updated_unchanged_and_hashes(api, scope):
     first = api.put_sections("hospital", {"a": "alpha", "b": "beta"}).json()
-    assert first == {"created": 2, "updated": 0, "unchanged": 0, "changed_ids": ["a", "b"], "hashes": {"a": section_hash("alpha"), "b": section_hash("beta")}}
+    assert first == {
+        "created": 2,
+        "updated": 0,
+        "unchanged": 0,
+        "changed_ids": ["a", "b"],
+        "hashes": {"a": section_hash("alpha"), "b": section_hash("beta")},
+    }
     second = api.put_sections("hospital", {"a": "alpha", "b": "beta 2", "c": "gamma"}).json()
     assert (second["created"], second["updated"], second["unchanged"], second["changed_ids"]) == (1, 1, 1, ["b", "c"])
 
@@ -50,8 +57,16 @@ def test_bad_section_input_is_refused_and_changes_nothing(api, scope, body, fiel
 
 def test_requests_without_a_valid_key_are_refused(api, scope):
     client = Client()
-    assert client.post("/api/v1/scopes/hospital/recall", {"query": "x"}, content_type="application/json").status_code == 401
-    bad = client.post("/api/v1/scopes/hospital/recall", {"query": "x"}, content_type="application/json", headers={"Authorization": "Bearer rt_nope_nope"})
+    assert (
+        client.post("/api/v1/scopes/hospital/recall", {"query": "x"}, content_type="application/json").status_code
+        == 401
+    )
+    bad = client.post(
+        "/api/v1/scopes/hospital/recall",
+        {"query": "x"},
+        content_type="application/json",
+        headers={"Authorization": "Bearer rt_nope_nope"},
+    )
     assert bad.status_code == 401 and bad.json()["error"]["field"] == "Authorization"
 
 

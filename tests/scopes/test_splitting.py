@@ -1,4 +1,5 @@
 """Documentation folders read as Sphinx and MkDocs read them (no database needed)."""
+
 from __future__ import annotations
 
 import os
@@ -113,18 +114,32 @@ Protect the admin.
 
 @pytest.fixture
 def sphinx(tmp_path):
-    return write(tmp_path / "docs", {
-        "conf.py": SPHINX_CONF, "_ext/djangodocs.py": EXTENSION, "contents.txt": "Contents\n========\n\n.. toctree::\n",
-        "ref/settings.txt": SETTINGS, "ref/models/querysets.txt": QUERYSETS, "howto/checklist.txt": CHECKLIST,
-        "requirements.txt": "Sphinx>=4\n", "_theme/page.html": "<h1>Theme</h1><p>x</p>\n", "README.rst": "Readme\n======\n\nx\n",
-        "_build/html/index.txt": "Built\n=====\n\nx\n",
-    })
+    return write(
+        tmp_path / "docs",
+        {
+            "conf.py": SPHINX_CONF,
+            "_ext/djangodocs.py": EXTENSION,
+            "contents.txt": "Contents\n========\n\n.. toctree::\n",
+            "ref/settings.txt": SETTINGS,
+            "ref/models/querysets.txt": QUERYSETS,
+            "howto/checklist.txt": CHECKLIST,
+            "requirements.txt": "Sphinx>=4\n",
+            "_theme/page.html": "<h1>Theme</h1><p>x</p>\n",
+            "README.rst": "Readme\n======\n\nx\n",
+            "_build/html/index.txt": "Built\n=====\n\nx\n",
+        },
+    )
 
 
 def test_a_sphinx_folder_is_read_as_sphinx_reads_it_with_no_flags(sphinx):
     project, sections = split_project(sphinx)
     assert project.kind == "sphinx"
-    assert {s.path for s in sections} == {"contents.txt", "ref/settings.txt", "ref/models/querysets.txt", "howto/checklist.txt"}
+    assert {s.path for s in sections} == {
+        "contents.txt",
+        "ref/settings.txt",
+        "ref/models/querysets.txt",
+        "howto/checklist.txt",
+    }
     assert "setting" in project.domain.crossref_types and project.domain.object_types == {"django-admin": True}
     ids = {s.id: s.text for s in sections}
     # A target above a heading anchors it as Sphinx does; the settings page keeps its intro.
@@ -143,31 +158,55 @@ def test_every_heading_with_text_is_a_section_and_object_descriptions_are_their_
     assert ids[f"{page}#filter"].startswith(".. method:: filter(*args, **kwargs)\n\nReturns a new")
     assert ids[f"{page}#exclude"] == "Returns a new ``QuerySet`` containing objects that do *not* match."
     # Objects with content of their own, anchored by their full name; nested ones cut out of the class.
-    assert ids[f"{page}#django.db.models.query.QuerySet"] == ".. class:: QuerySet(model=None)\n\n    Usually you chain filters."
+    assert (
+        ids[f"{page}#django.db.models.query.QuerySet"]
+        == ".. class:: QuerySet(model=None)\n\n    Usually you chain filters."
+    )
     assert ids[f"{page}#django.db.models.query.QuerySet.ordered"].endswith("``True`` if the ``QuerySet`` is ordered.")
     assert f"{page}#django.db.models.query.QuerySet.as_manager" in ids
     assert ids[page] == ".. currentmodule:: django.db.models.query\n\nThis document describes the ``QuerySet`` API."
 
 
 def test_a_heading_moved_under_a_new_parent_keeps_its_id_and_text(tmp_path):
-    before = write(tmp_path / "a", {"p.rst": "Page\n====\n\nIntro.\n\nSpelling check\n--------------\n\nRun the checker.\n"})
-    after = write(tmp_path / "b", {"p.rst": "Page\n====\n\nIntro.\n\nQuality\n-------\n\nSeveral checks.\n\n"
-                                             "Spelling check\n~~~~~~~~~~~~~~\n\nRun the checker.\n"})
+    before = write(
+        tmp_path / "a", {"p.rst": "Page\n====\n\nIntro.\n\nSpelling check\n--------------\n\nRun the checker.\n"}
+    )
+    after = write(
+        tmp_path / "b",
+        {
+            "p.rst": "Page\n====\n\nIntro.\n\nQuality\n-------\n\nSeveral checks.\n\n"
+            "Spelling check\n~~~~~~~~~~~~~~\n\nRun the checker.\n"
+        },
+    )
     old, new = {s.id: s.text for s in split_tree(before)}, {s.id: s.text for s in split_tree(after)}
     assert old["p.rst#spelling-check"] == new["p.rst#spelling-check"] == "Run the checker."
     assert new["p.rst#quality"] == "Several checks."
 
 
 def test_a_page_with_two_top_level_headings_keeps_both(tmp_path):
-    folder = write(tmp_path, {"fields.rst": "Field reference\n===============\n\nAll fields.\n\n"
-                                           "Field options\n-------------\n\nOptions.\n\nField API reference\n===================\n\nThe API.\n"})
+    folder = write(
+        tmp_path,
+        {
+            "fields.rst": "Field reference\n===============\n\nAll fields.\n\n"
+            "Field options\n-------------\n\nOptions.\n\nField API reference\n===================\n\nThe API.\n"
+        },
+    )
     assert {s.id: s.text for s in split_tree(folder)} == {
-        "fields.rst#field-reference": "All fields.", "fields.rst#field-options": "Options.", "fields.rst#field-api-reference": "The API."}
+        "fields.rst#field-reference": "All fields.",
+        "fields.rst#field-options": "Options.",
+        "fields.rst#field-api-reference": "The API.",
+    }
 
 
 def test_an_included_file_is_part_of_the_sections_that_include_it(tmp_path):
-    folder = write(tmp_path / "docs", {"conf.py": "", "page.rst": "Page\n====\n\nIntro.\n\nShared\n------\n\n.. include:: _shared/note.inc\n",
-                                       "_shared/note.inc": "Visiting ends at 20:00.\n"})
+    folder = write(
+        tmp_path / "docs",
+        {
+            "conf.py": "",
+            "page.rst": "Page\n====\n\nIntro.\n\nShared\n------\n\n.. include:: _shared/note.inc\n",
+            "_shared/note.inc": "Visiting ends at 20:00.\n",
+        },
+    )
     assert {s.id: s.text for s in split_tree(folder)}["page.rst#shared"] == "Visiting ends at 20:00."
     (folder / "_shared/note.inc").write_text("Visiting ends at 18:00.\n")
     assert {s.id: s.text for s in split_tree(folder)}["page.rst#shared"] == "Visiting ends at 18:00."
@@ -205,14 +244,24 @@ markdown_extensions:
 
 @pytest.mark.parametrize("point_at", ["project", "docs_dir"])
 def test_an_mkdocs_project_is_read_as_mkdocs_reads_it(tmp_path, point_at):
-    root = write(tmp_path / "site", {
-        "mkdocs.yml": MKDOCS, "README.md": "# Not a page\n\nx\n",
-        "pages/index.md": "# Ward\n\nWelcome.\n\n## What's open? {#open}\n\nAll day.\n\n## ICU `hours`\n\n14:00.\n\n## ICU hours\n\nAgain.\n",
-        "pages/drafts/wip.md": "# WIP\n\nx\n", "pages/.hidden.md": "# H\n\nx\n"})
+    root = write(
+        tmp_path / "site",
+        {
+            "mkdocs.yml": MKDOCS,
+            "README.md": "# Not a page\n\nx\n",
+            "pages/index.md": "# Ward\n\nWelcome.\n\n## What's open? {#open}\n\nAll day.\n\n## ICU `hours`\n\n14:00.\n\n## ICU hours\n\nAgain.\n",
+            "pages/drafts/wip.md": "# WIP\n\nx\n",
+            "pages/.hidden.md": "# H\n\nx\n",
+        },
+    )
     project, sections = split_project(root if point_at == "project" else root / "pages")
     assert project.kind == "mkdocs"
-    assert {s.id: s.text for s in sections} == {"index.md": "Welcome.", "index.md#open": "All day.",
-                                                "index.md#icu-hours": "14:00.", "index.md#icu-hours_1": "Again."}
+    assert {s.id: s.text for s in sections} == {
+        "index.md": "Welcome.",
+        "index.md#open": "All day.",
+        "index.md#icu-hours": "14:00.",
+        "index.md#icu-hours_1": "Again.",
+    }
 
 
 def test_a_section_longer_than_a_prefetch_is_cut_at_paragraphs(tmp_path):
@@ -226,8 +275,15 @@ def test_a_section_longer_than_a_prefetch_is_cut_at_paragraphs(tmp_path):
 
 
 def test_include_and_exclude_globs_narrow_a_plain_folder(tmp_path):
-    folder = write(tmp_path, {"a/one.md": "# One\n\nx\n", "a/two.md": "# Two\n\nx\n", "b/three.md": "# Three\n\nx\n",
-                              "theme/page.html": "<h1>T</h1><p>x</p>\n"})
+    folder = write(
+        tmp_path,
+        {
+            "a/one.md": "# One\n\nx\n",
+            "a/two.md": "# Two\n\nx\n",
+            "b/three.md": "# Three\n\nx\n",
+            "theme/page.html": "<h1>T</h1><p>x</p>\n",
+        },
+    )
     with pytest.raises(SplitError, match="mixed formats"):
         split_tree(folder)
     assert {s.path for s in split_tree(folder, exclude=["theme"])} == {"a/one.md", "a/two.md", "b/three.md"}
@@ -239,9 +295,13 @@ def test_a_sync_never_reads_past_the_boundary_it_declares(tmp_path):
     skips), are refused naming the file."""
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / "keys.md").write_text("# Keys\n\nroot password\n")
-    site = write(tmp_path / "site", {"mkdocs.yml": "site_name: Ward\ndocs_dir: ../secret\n", "docs/index.md": "# Ward\n\nx\n"})
+    site = write(
+        tmp_path / "site", {"mkdocs.yml": "site_name: Ward\ndocs_dir: ../secret\n", "docs/index.md": "# Ward\n\nx\n"}
+    )
     with pytest.raises(SplitError, match="docs_dir '../secret' lies outside the project's folder"):
         split_project(site)
-    folder = write(tmp_path / "docs", {"conf.py": "", "page.rst": "Page\n====\n\n.. include:: .env\n", ".env": "SECRET=1\n"})
+    folder = write(
+        tmp_path / "docs", {"conf.py": "", "page.rst": "Page\n====\n\n.. include:: .env\n", ".env": "SECRET=1\n"}
+    )
     with pytest.raises(SplitError, match="a hidden file the sync never reads"):
         split_tree(folder)

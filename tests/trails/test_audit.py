@@ -1,5 +1,6 @@
 """The audit log forgets nothing: every act is an event written with it and never changed;
 the page filters in the database and the CSV holds every row the filters keep."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,16 +45,22 @@ def test_an_operators_act_stays_after_the_trail_is_gone(api, scope, sections, ro
     writes.act(trail, "down", Actor.OPERATOR, by="ann", reason="wrong")
     writes.delete_trails([trail.pk])
     event = AuditEvent.objects.get(scope_id=scope.pk, kind="rejected")
-    assert (event.who, event.detail["trail"], event.detail["status"]) == ("ann", str(trail.public_id), {"before": "active", "after": "rejected"})
+    assert (event.who, event.detail["trail"], event.detail["status"]) == (
+        "ann",
+        str(trail.public_id),
+        {"before": "active", "after": "rejected"},
+    )
     assert "ann" in root.get("/ops/hospital/audit/?kind=rejected").content.decode()
 
 
 def test_a_persons_acts_are_found_among_many_and_the_csv_holds_every_row(scope, root):
-    AuditEvent.objects.bulk_create([AuditEvent(scope_id=scope.pk, scope_slug=scope.slug, who=f"bot-{n % 7}", kind="docs sync")
-                                    for n in range(700)])
+    AuditEvent.objects.bulk_create(
+        [AuditEvent(scope_id=scope.pk, scope_slug=scope.slug, who=f"bot-{n % 7}", kind="docs sync") for n in range(700)]
+    )
     AuditEvent.objects.create(scope_id=scope.pk, scope_slug=scope.slug, who="ann", kind="approved", what="trail x")
-    AuditEvent.objects.bulk_create([AuditEvent(scope_id=scope.pk, scope_slug=scope.slug, who="bob", kind="docs sync")
-                                    for _ in range(600)])
+    AuditEvent.objects.bulk_create(
+        [AuditEvent(scope_id=scope.pk, scope_slug=scope.slug, who="bob", kind="docs sync") for _ in range(600)]
+    )
     page = root.get("/ops/hospital/audit/?who=ann").content.decode()
     assert "trail x" in page
     assert "page 1 of 14" in root.get("/ops/hospital/audit/").content.decode()
@@ -67,7 +74,9 @@ def test_a_threshold_move_and_a_grant_change_are_recorded_with_their_values(scop
     assert event.detail["threshold"]["after"] == scope.lexical_threshold and "Pinned" in event.what
     ann = User.objects.create_user("ann", password="x", is_staff=True)
     grant = OperatorGrant.objects.create(user=ann, scope=scope, access=Access.VIEW)
-    root.post(f"/admin/scopes/operatorgrant/{grant.pk}/change/", {"user": ann.pk, "scope": scope.pk, "access": Access.ACT})
+    root.post(
+        f"/admin/scopes/operatorgrant/{grant.pk}/change/", {"user": ann.pk, "scope": scope.pk, "access": Access.ACT}
+    )
     changed = AuditEvent.objects.get(scope_id=scope.pk, kind="access changed")
     assert changed.detail == {"user": "ann", "access": {"before": "view", "after": "act"}} and changed.who == "root"
 

@@ -1,4 +1,5 @@
 """Every embedder backend keeps one contract; the ONNX one gives the torch model's vectors."""
+
 from __future__ import annotations
 
 import importlib
@@ -18,7 +19,12 @@ from scopes.demo import faq_questions, faq_sections
 from trails.embedders import load_embedder, onnx
 from trails.embedders.sentence_transformer import model_path
 
-TEXTS = ["How do I copy an object in Python?", "What are the ICU visiting hours?", "why is python slow", "How do I copy an object in Python?"]
+TEXTS = [
+    "How do I copy an object in Python?",
+    "What are the ICU visiting hours?",
+    "why is python slow",
+    "How do I copy an object in Python?",
+]
 
 
 class EmbedderContract:
@@ -74,7 +80,10 @@ def test_the_int8_model_names_its_vectors_apart_from_the_float_models():
     """Its vectors are close to the float model's but not the same: a scope's stored vectors
     must never be compared across the two, so the names differ."""
     model = "bundled:all-MiniLM-L6-v2"
-    cheap, exact = load_embedder("trails.embedders.onnx_int8", model).inner, load_embedder("trails.embedders.onnx", model).inner
+    cheap, exact = (
+        load_embedder("trails.embedders.onnx_int8", model).inner,
+        load_embedder("trails.embedders.onnx", model).inner,
+    )
     assert cheap.name == f"{exact.name}-int8" and cheap.dim == exact.dim
     texts = [q["question"] for q in faq_questions()]
     cosines = np.sum(cheap.embed_many(texts) * exact.embed_many(texts), axis=1)
@@ -89,7 +98,11 @@ def test_onnx_gives_the_torch_models_vectors_on_real_questions():
     model = "bundled:all-MiniLM-L6-v2"
     fast = load_embedder("trails.embedders.onnx", model).inner
     torch_model = load_embedder("trails.embedders.sentence_transformer", model).inner
-    texts = [q["question"] for q in faq_questions()] + list(faq_sections("new").values())[:60] + ["  padded   with spaces  ", "ÉCOLE? École!"]
+    texts = (
+        [q["question"] for q in faq_questions()]
+        + list(faq_sections("new").values())[:60]
+        + ["  padded   with spaces  ", "ÉCOLE? École!"]
+    )
     expected = torch_model.embed_many(texts * 2)[: len(texts)]  # over 8 texts: through encode()
     for got in (fast.embed_many(texts), np.stack([fast.embed(t) for t in texts[:100] + texts[-3:]])):
         want = expected if len(got) == len(texts) else np.concatenate([expected[:100], expected[-3:]])
@@ -107,9 +120,15 @@ def test_a_worker_serving_the_onnx_model_never_imports_torch(tmp_path):
         "assert vector.shape == (384,), vector.shape\n"
         "print('torch' in sys.modules, 'transformers' in sys.modules)\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragtrail_site.settings", "RAGTRAIL_EMBEDDER": "trails.embedders.onnx",
-           "RAGTRAIL_MODEL_CACHE": settings.RAGTRAIL_MODEL_CACHE}
-    done = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "ragtrail_site.settings",
+        "RAGTRAIL_EMBEDDER": "trails.embedders.onnx",
+        "RAGTRAIL_MODEL_CACHE": settings.RAGTRAIL_MODEL_CACHE,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
 
@@ -141,7 +160,11 @@ def test_an_export_is_named_by_the_models_content_so_a_changed_model_is_never_se
 def test_a_model_the_graph_cannot_reproduce_is_refused_and_nothing_is_written(tmp_path):
     model = copy_of_the_model(tmp_path)
     pooling = model / "1_Pooling" / "config.json"
-    pooling.write_text(json.dumps(json.loads(pooling.read_text()) | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    pooling.write_text(
+        json.dumps(
+            json.loads(pooling.read_text()) | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}
+        )
+    )
     with pytest.raises(onnx.ExportRefused, match="pools with"):
         onnx.ensure_export(model, tmp_path / "cache")
     assert not any(p.suffix == ".onnx" for p in (tmp_path / "cache").glob("*"))

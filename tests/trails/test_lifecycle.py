@@ -1,5 +1,6 @@
 """The trail lifecycle's declared table holds on every path: who may do what, from which
 state, to which, and what it does to reports; each defect found from outside is a test."""
+
 from __future__ import annotations
 
 import re
@@ -12,11 +13,10 @@ from django.test import Client
 from scopes.models import ApiKey, Scope, Section
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
-from trails.learning.shipped import thresholds_for
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
-from trails.models import ActionRefused, RecallEvent, Trail, TrailReport, TrailSignal, TrailStatus
-from trails.models import writes
+from trails.learning.shipped import thresholds_for
+from trails.models import ActionRefused, RecallEvent, Trail, TrailReport, TrailSignal, TrailStatus, writes
 
 REFUSING = "The documents I found don't cover this."
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,10 +24,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # -- the table walked: every (action, actor, state) triple ------------------------------------
 
+
 def _trail_in(state: State, api, scope) -> Trail:
     """A recorded trail of the ICU question brought to `state` through the real paths."""
     if state is State.PENDING:
-        return Trail.objects.get(public_id=api.record("hospital", query=QUESTION, cited=["visiting/icu"], signal=None).json()["trail_id"])
+        return Trail.objects.get(
+            public_id=api.record("hospital", query=QUESTION, cited=["visiting/icu"], signal=None).json()["trail_id"]
+        )
     if state is State.REJECTED:
         body = api.record("hospital", query=QUESTION, cited=["visiting/icu"], answer=REFUSING).json()
         return Trail.objects.get(public_id=body["trail_id"])
@@ -44,16 +47,30 @@ def _trail_in(state: State, api, scope) -> Trail:
 
 
 def _snapshot(trail: Trail) -> tuple:
-    row = Trail.objects.filter(pk=trail.pk).values_list("status", "held_by", "false_hit_reports", "false_hit_reporters", "expires_at").first()
-    return row, TrailSignal.objects.filter(trail_id=trail.pk).count(), TrailReport.objects.filter(trail_id=trail.pk).count()
+    row = (
+        Trail.objects.filter(pk=trail.pk)
+        .values_list("status", "held_by", "false_hit_reports", "false_hit_reporters", "expires_at")
+        .first()
+    )
+    return (
+        row,
+        TrailSignal.objects.filter(trail_id=trail.pk).count(),
+        TrailReport.objects.filter(trail_id=trail.pk).count(),
+    )
 
 
-TRIPLES = [(action, actor, state) for action in (*table.NAMED_ACTIONS, table.REPORT) for actor in (Actor.AGENT, Actor.OPERATOR)
-           for state in (State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED)]
+TRIPLES = [
+    (action, actor, state)
+    for action in (*table.NAMED_ACTIONS, table.REPORT)
+    for actor in (Actor.AGENT, Actor.OPERATOR)
+    for state in (State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED)
+]
 
 
 @pytest.mark.parametrize("action,actor,state", TRIPLES, ids=[f"{a}-{b.value}-{c.value}" for a, b, c in TRIPLES])
-def test_every_action_by_every_actor_from_every_state_does_what_the_table_says(api, scope, sections, action, actor, state):
+def test_every_action_by_every_actor_from_every_state_does_what_the_table_says(
+    api, scope, sections, action, actor, state
+):
     trail = _trail_in(state, api, scope)
     before = _snapshot(trail)
     by = "key:walker" if actor is Actor.AGENT else "olga"
@@ -85,7 +102,9 @@ def test_every_action_by_every_actor_from_every_state_does_what_the_table_says(a
     assert after.lifecycle_state() is expected
     reports_before = before[0][2]
     if rule.reports is Reports.ANSWER:
-        assert (after.false_hit_reports, after.false_hit_reporters) == (0, 0) and not TrailReport.objects.filter(trail=after).exists()
+        assert (after.false_hit_reports, after.false_hit_reporters) == (0, 0) and not TrailReport.objects.filter(
+            trail=after
+        ).exists()
     elif rule.reports is Reports.COUNT:
         assert after.false_hit_reports == reports_before + 1
     else:
@@ -94,11 +113,17 @@ def test_every_action_by_every_actor_from_every_state_does_what_the_table_says(a
 
 def test_only_the_lifecycle_module_writes_a_trails_status():
     """No status assignment outside trails/models/lifecycle.py and writes.py: every change goes through the table."""
-    pattern = re.compile(r"""(\.status\s*=[^=]|\bstatus\s*=\s*(TrailStatus|["'](active|pending|stale|rejected)["'])|SET\s+status)""")
+    pattern = re.compile(
+        r"""(\.status\s*=[^=]|\bstatus\s*=\s*(TrailStatus|["'](active|pending|stale|rejected)["'])|SET\s+status)"""
+    )
     offenders = []
     for folder in ("trails", "scopes", "evaluation"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path.name in ("lifecycle.py", "writes.py") and path.parent.name == "models" or "migrations" in path.parts:
+            if (
+                path.name in ("lifecycle.py", "writes.py")
+                and path.parent.name == "models"
+                or "migrations" in path.parts
+            ):
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 reads = any(word in line for word in (".filter(", "exclude(", "WHERE", "where_"))
@@ -108,6 +133,7 @@ def test_only_the_lifecycle_module_writes_a_trails_status():
 
 
 # -- the reproductions ---------------------------------------------------------------------------
+
 
 def test_a_reporters_up_vote_does_not_revive_what_two_keys_reports_took_out_of_service(api, scope, sections):
     trail_id = record_icu(api)
@@ -181,13 +207,17 @@ def test_recall_marking_a_trail_stale_writes_its_history(api, scope, sections):
 
 # -- calibrated on every path ---------------------------------------------------------------------
 
+
 def test_the_models_threshold_defaults_are_the_calibrations_for_the_default_bound_and_matcher():
     fields = {f.name: f.default for f in Scope._meta.fields}
     expected = thresholds_for(fields["max_false_hit_rate"], fields["matcher"])
     assert {name: fields[name] for name in expected} == expected
 
 
-@pytest.mark.parametrize("settings_given", [{"matcher": "both"}, {"max_false_hit_rate": 0.05}, {"matcher": "both", "max_false_hit_rate": 0.005}])
+@pytest.mark.parametrize(
+    "settings_given",
+    [{"matcher": "both"}, {"max_false_hit_rate": 0.05}, {"matcher": "both", "max_false_hit_rate": 0.005}],
+)
 def test_a_scope_created_with_a_matcher_or_bound_gets_the_thresholds_an_edit_would_set(db, settings_given):
     created = Scope.objects.create(slug="made", **settings_given)
     edited = Scope.objects.create(slug="edited")
@@ -195,8 +225,14 @@ def test_a_scope_created_with_a_matcher_or_bound_gets_the_thresholds_an_edit_wou
         setattr(edited, name, value)
     edited.save()
     expected = thresholds_for(created.max_false_hit_rate, created.matcher)
-    assert {"lexical_threshold": created.lexical_threshold, "embedding_threshold": created.embedding_threshold} == expected
-    assert (edited.lexical_threshold, edited.embedding_threshold) == (created.lexical_threshold, created.embedding_threshold)
+    assert {
+        "lexical_threshold": created.lexical_threshold,
+        "embedding_threshold": created.embedding_threshold,
+    } == expected
+    assert (edited.lexical_threshold, edited.embedding_threshold) == (
+        created.lexical_threshold,
+        created.embedding_threshold,
+    )
 
 
 def test_thresholds_given_at_creation_stand(db):
@@ -220,6 +256,7 @@ def test_a_scope_added_in_django_admin_with_both_matchers_is_calibrated(db):
 
 # -- one check of what recall gives now; replays ask what was asked ------------------------------
 
+
 def test_the_recall_page_replays_a_recall_in_its_partition(api, scope, sections):
     scope.keep_raw_queries = True
     scope.save()
@@ -238,8 +275,11 @@ def test_a_section_whose_text_no_longer_matches_its_hash_reads_changed_on_every_
     answer = api.recall("hospital", query=QUESTION).json()
     # A row written around the store (raw SQL): the stored hash still says unchanged.
     from django.db import connection
+
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {Section._meta.db_table} SET text = %s WHERE section_id = %s", ["tampered", "visiting/icu"])
+        cursor.execute(
+            f"UPDATE {Section._meta.db_table} SET text = %s WHERE section_id = %s", ["tampered", "visiting/icu"]
+        )
     staff = Client()
     staff.force_login(User.objects.create_superuser("olga", password="x"))
     served = staff.get(f"/ops/hospital/recalls/{answer['recall_id']}/").context["served"]
@@ -261,6 +301,7 @@ def test_undo_is_not_offered_for_what_agents_reports_did(api, scope, sections):
 
 
 # -- one lock order: a docs sync never blocks votes, reports or rejections --------------------
+
 
 @pytest.mark.django_db(transaction=True)
 def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, scope, sections, monkeypatch):
@@ -293,9 +334,13 @@ def test_votes_reports_and_rejections_go_through_while_a_docs_sync_is_open(api, 
 
     def release_docs() -> None:
         try:
-            body = {"sections": [{"id": "visiting/icu", "text": "ICU visiting is 15:00 to 17:00."},
-                                 {"id": "parking", "text": "Visitors park in car park C."},
-                                 {"id": "visiting/ward", "text": "General ward visiting hours are 10:00 to 20:00."}]}
+            body = {
+                "sections": [
+                    {"id": "visiting/icu", "text": "ICU visiting is 15:00 to 17:00."},
+                    {"id": "parking", "text": "Visitors park in car park C."},
+                    {"id": "visiting/ward", "text": "General ward visiting hours are 10:00 to 20:00."},
+                ]
+            }
             answers["sync"] = api.call("post", "/scopes/hospital/section-syncs", body)
         finally:
             connections.close_all()
@@ -334,6 +379,7 @@ def test_django_admin_finds_a_trail_by_its_public_id_and_by_its_primary_key(api,
 
 # -- side paths found from outside: expiry, undo, release, admin delete ----------------------
 
+
 def _operator() -> Client:
     staff = Client()
     staff.force_login(User.objects.create_superuser("olga", password="x"))
@@ -355,7 +401,9 @@ def test_an_expired_trail_is_not_revived_by_an_up_vote_nor_by_recording_its_ques
     other = second_key(scope, "another agent")
     vote = other.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"})
     assert vote.status_code == 409 and "expired" in vote.json()["error"]["message"]
-    again = api.record("hospital", query="What are the ICU visiting hours?", steps=[], cited=["visiting/icu", "parking"])
+    again = api.record(
+        "hospital", query="What are the ICU visiting hours?", steps=[], cited=["visiting/icu", "parking"]
+    )
     assert again.status_code == 201 and again.json()["trail_id"] != trail_id  # recorded anew, not renewed
     assert Trail.objects.get(public_id=trail_id).expires_at == expired_at
     assert api.recall("hospital", query=QUESTION).json()["trail_id"] == again.json()["trail_id"]
@@ -371,7 +419,9 @@ def test_an_operator_cannot_approve_an_expired_trail_but_may_delete_it(api, scop
     assert not Trail.objects.filter(pk=trail.pk).exists()
 
 
-def test_undoing_a_rejection_of_a_trail_reports_held_restores_the_hold_and_keeps_the_reports(api, scope, sections, committed):
+def test_undoing_a_rejection_of_a_trail_reports_held_restores_the_hold_and_keeps_the_reports(
+    api, scope, sections, committed
+):
     trail_id = record_icu(api)
     for key in (api, second_key(scope)):
         feedback(key, recall_id(key), helpful=False)
@@ -407,7 +457,10 @@ def test_an_operator_cannot_post_a_release_for_a_held_trail(api, scope, sections
     response = _operator().post(f"/ops/hospital/trails/{trail_id}/vote/", {"vote": "release"}, follow=True)
     assert "unknown action" in response.content.decode()
     trail = Trail.objects.get(public_id=trail_id)
-    assert trail.lifecycle_state() is State.HELD and not TrailSignal.objects.filter(trail=trail, signal="released").exists()
+    assert (
+        trail.lifecycle_state() is State.HELD
+        and not TrailSignal.objects.filter(trail=trail, signal="released").exists()
+    )
 
 
 def test_django_admin_cannot_delete_an_active_trail_outside_the_lifecycle(api, scope, sections):
@@ -430,7 +483,9 @@ def test_an_agents_key_reads_no_other_keys_nor_operators_names_in_a_trails_reaso
     lookups = list(ApiKey.objects.values_list("lookup", flat=True))
     held = api.call("get", f"/scopes/hospital/trails/{trail_id}").json()
     assert held["reason"] == "reported not helpful by 2 reporters"
-    writes.act(Trail.objects.get(public_id=trail_id), "down", Actor.OPERATOR, by="ann", reason="Jane Roe complained by phone")
+    writes.act(
+        Trail.objects.get(public_id=trail_id), "down", Actor.OPERATOR, by="ann", reason="Jane Roe complained by phone"
+    )
     rejected = api.call("get", f"/scopes/hospital/trails/{trail_id}").content.decode()
     assert "rejected by an operator" in rejected
     assert not any(word in rejected for word in ("ann", "Jane Roe", *lookups))

@@ -4,6 +4,7 @@ Band collisions grow with the store; the candidate read drops those whose sketch
 from the query's and keeps the nearest servable ones. These tests build crowds of
 same-topic trails around a question and check what recall answers, on SQLite and PostgreSQL.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -105,11 +106,15 @@ def test_key_rows_of_the_earlier_layout_become_one_row_a_trail_in_the_migration(
     row = BandKeys.objects.get(trail=trail)
     salt = scope_salt(scope.id)
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TEMPORARY TABLE trails_bandkey (id INTEGER PRIMARY KEY, trail_id BIGINT, scope_id BIGINT, key BIGINT, "
-                       "sketch_high BIGINT, sketch_low BIGINT)")
+        cursor.execute(
+            "CREATE TEMPORARY TABLE trails_bandkey (id INTEGER PRIMARY KEY, trail_id BIGINT, scope_id BIGINT, key BIGINT, "
+            "sketch_high BIGINT, sketch_low BIGINT)"
+        )
         for position, key in enumerate(row.keys):
-            cursor.execute("INSERT INTO trails_bandkey VALUES (%s, %s, %s, %s, %s, %s)",
-                           [position + 1, trail.id, scope.id, key ^ salt, row.sketch_high, row.sketch_low])
+            cursor.execute(
+                "INSERT INTO trails_bandkey VALUES (%s, %s, %s, %s, %s, %s)",
+                [position + 1, trail.id, scope.id, key ^ salt, row.sketch_high, row.sketch_low],
+            )
     BandKeys.objects.filter(trail=trail).delete()
     assert recall(scope, QUESTION, dry_run=True).outcome.value == "miss"
     try:
@@ -139,8 +144,10 @@ def test_a_stored_embedding_lies_in_its_trails_row_not_out_of_line(crowd):
         trails = [store(scope, embedder.at_cosine(f"stored question {i}", 0.9)) for i in range(20)]
         cursor.execute(count)
         assert cursor.fetchone()[0] == before
-        cursor.execute(f"SELECT count(*) FROM {Trail._meta.db_table} WHERE id = ANY(%s) AND length(embedding) = %s",
-                       [[t.id for t in trails], len(encode_vector(np.zeros(embedder.dim)))])
+        cursor.execute(
+            f"SELECT count(*) FROM {Trail._meta.db_table} WHERE id = ANY(%s) AND length(embedding) = %s",
+            [[t.id for t in trails], len(encode_vector(np.zeros(embedder.dim)))],
+        )
         assert cursor.fetchone()[0] == 20  # stored whole, in the compact format
 
 
@@ -150,7 +157,9 @@ def test_a_hit_on_the_nearest_trail_is_served_from_one_read(crowd):
         store(scope, embedder.at_cosine(f"topic question {i}", 0.85 + i * 0.01))
     best = store(scope, embedder.at_cosine("what is the way to reset a password", 0.98))
     statements = []
-    with connection.execute_wrapper(lambda execute, sql, params, many, context: statements.append(sql) or execute(sql, params, many, context)):
+    with connection.execute_wrapper(
+        lambda execute, sql, params, many, context: statements.append(sql) or execute(sql, params, many, context)
+    ):
         result = recall(scope, QUESTION)
     assert result.outcome.value == "prefetch" and result.trail.id == best.id
     assert [s["text"] for s in result.sections] == ["Passwords are reset from the account page."]
@@ -163,7 +172,9 @@ def test_a_hit_on_the_nearest_trail_is_served_from_one_read(crowd):
 def test_when_the_nearest_trail_went_stale_the_next_one_is_served_with_its_own_path(crowd):
     scope, embedder = crowd
     Section.upsert(scope, {"a": "The old password page."})
-    nearest = record(scope, RecordInput(query=embedder.at_cosine("reset a password please", 0.995), cited=["a"], signal="accepted")).trail
+    nearest = record(
+        scope, RecordInput(query=embedder.at_cosine("reset a password please", 0.995), cited=["a"], signal="accepted")
+    ).trail
     other = store(scope, embedder.at_cosine("what is the way to reset a password", 0.96))
     Section.upsert(scope, {"a": "The password page moved."})
     result = recall(scope, QUESTION)

@@ -1,4 +1,5 @@
 """Operator pages: what a staff user sees and can do, and that nobody else gets anything."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.conftest import VISITING
-from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal
-from trails.upkeep.jobs import roll_up
-from trails.models import writes
 from trails.core.lifecycle import Actor
+from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal, writes
+from trails.upkeep.jobs import roll_up
 
 
 def jobs_heard_from(seconds_ago: float = 60.0) -> None:
@@ -39,9 +39,15 @@ def staff(db) -> Client:
 
 @pytest.fixture
 def trails(api, sections) -> dict[str, Trail]:
-    api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"],
-               steps=[{"tool": "search", "args": {"q": "icu visiting"}, "section_ids": ["visiting/icu", "visiting/ward"]},
-                      {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
+    api.record(
+        "hospital",
+        query="When are ICU visiting hours?",
+        cited=["visiting/icu"],
+        steps=[
+            {"tool": "search", "args": {"q": "icu visiting"}, "section_ids": ["visiting/icu", "visiting/ward"]},
+            {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]},
+        ],
+    )
     api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None)
     api.record("hospital", query="Is parking free for visitors? mail bob@example.com", cited=["parking"], signal=None)
     return {t.query.split()[0].lower() + str(i): t for i, t in enumerate(Trail.objects.order_by("id"))}
@@ -51,9 +57,16 @@ def page_urls(scope: str, trail: Trail) -> list[str]:
     run = PurgeRun.request(trail.scope, "", False, "olga")
     run.save()
     return [
-        "/ops/", f"/ops/{scope}/", f"/ops/{scope}/trails/", f"/ops/{scope}/trails/{trail.public_id}/",
-        f"/ops/{scope}/replay/", f"/ops/{scope}/purge/", f"/ops/{scope}/purge/{run.public_id}/", f"/ops/{scope}/recalls/",
-        "/ops/evaluation/reports/", "/ops/evaluation/reports/any/",
+        "/ops/",
+        f"/ops/{scope}/",
+        f"/ops/{scope}/trails/",
+        f"/ops/{scope}/trails/{trail.public_id}/",
+        f"/ops/{scope}/replay/",
+        f"/ops/{scope}/purge/",
+        f"/ops/{scope}/purge/{run.public_id}/",
+        f"/ops/{scope}/recalls/",
+        "/ops/evaluation/reports/",
+        "/ops/evaluation/reports/any/",
     ]
 
 
@@ -77,7 +90,9 @@ def test_signed_in_users_who_are_not_staff_get_403_and_change_nothing(trails, sc
     for url in page_urls("hospital", pending):
         assert client.get(url).status_code == 403, url
     assert client.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}).status_code == 403
-    assert client.post("/ops/hospital/trails/vote/", {"vote": "up", "trail": [str(pending.public_id)]}).status_code == 403
+    assert (
+        client.post("/ops/hospital/trails/vote/", {"vote": "up", "trail": [str(pending.public_id)]}).status_code == 403
+    )
     assert client.post("/ops/hospital/purge/", {"step": "run", "action": "delete"}).status_code == 403
     pending.refresh_from_db()
     assert pending.status == "pending" and Trail.objects.count() == 3 and PurgeRun.objects.get().state == "queued"
@@ -99,13 +114,16 @@ def test_overview_counts_outcomes_from_the_roll_up_and_charts_from_static_plotly
     assert response.status_code == 200
     assert '<div class="value" id="kpi-recalls">2</div>' in html
     assert '<div class="value" id="kpi-hit-rate"><a href="/ops/hospital/recalls/">50.0 %</a></div>' in html
-    assert "1 hits of 2 recalls" in html and "(1)</a> <span class=\"help\">no trail</span>" in html
+    assert "1 hits of 2 recalls" in html and '(1)</a> <span class="help">no trail</span>' in html
     # Tool calls saved: the prefetched trail's two steps.
     assert '<div class="label">Tool calls saved</div><div class="value">2</div>' in html
     # Pending approvals: the two trails recorded without a signal.
     assert '?status=pending">2</a>' in html
-    assert '/static/vendor/plotly-basic-4.1.1.min.js' in html and "cdn" not in html.lower()
-    figures = {c: json.loads(html.split(f'id="chart-{c}-data" type="application/json">')[1].split("</script>")[0]) for c in ("outcomes", "hit-rate", "similarity")}
+    assert "/static/vendor/plotly-basic-4.1.1.min.js" in html and "cdn" not in html.lower()
+    figures = {
+        c: json.loads(html.split(f'id="chart-{c}-data" type="application/json">')[1].split("</script>")[0])
+        for c in ("outcomes", "hit-rate", "similarity")
+    }
     assert sum(sum(trace["y"]) for trace in figures["outcomes"]["data"]) == 2
     assert sum(figures["similarity"]["data"][0]["y"]) == 1
 
@@ -164,10 +182,12 @@ def test_trail_table_pages_through_many_trails(staff, api, scope, sections):
 
 def test_approving_a_pending_trail_with_htmx_returns_its_row_now_active(staff, trails, scope):
     pending = Trail.objects.get(query="Where do visitors park?")
-    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}, headers={"HX-Request": "true"})
+    response = staff.post(
+        f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}, headers={"HX-Request": "true"}
+    )
     row = response.content.decode()
     assert response.status_code == 200 and row.strip().startswith(f'<tr id="trail-{pending.public_id}">')
-    assert 'data-status>active</span>' in row and "Approve" not in row
+    assert "data-status>active</span>" in row and "Approve" not in row
     pending.refresh_from_db()
     assert pending.status == "active" and list(pending.signals.values_list("signal", "source")) == [("up", "operator")]
 
@@ -177,7 +197,10 @@ def test_without_javascript_a_rows_approve_button_posts_the_table_form_and_retur
     pending = Trail.objects.get(query="Where do visitors park?")
     assert f'formaction="/ops/hospital/trails/{pending.public_id}/vote/"' in html
     assert '<input type="hidden" name="next" value="/ops/hospital/trails/?status=pending">' in html
-    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up", "next": "/ops/hospital/trails/?status=pending"})
+    response = staff.post(
+        f"/ops/hospital/trails/{pending.public_id}/vote/",
+        {"vote": "up", "next": "/ops/hospital/trails/?status=pending"},
+    )
     assert response["Location"] == "/ops/hospital/trails/?status=pending"
     pending.refresh_from_db()
     assert pending.status == "active"
@@ -186,13 +209,18 @@ def test_without_javascript_a_rows_approve_button_posts_the_table_form_and_retur
 def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, trails, scope):
     pending = Trail.objects.get(query="Where do visitors park?")
     # A "next" pointing off the site is not followed.
-    response = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "down", "next": "https://evil.example/"})
+    response = staff.post(
+        f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "down", "next": "https://evil.example/"}
+    )
     assert response.status_code == 302 and response["Location"] == f"/ops/hospital/trails/{pending.public_id}/"
     pending.refresh_from_db()
     assert pending.status == "rejected"
     # A refused action comes back to the trail's page saying why (never a bare error page).
     refused = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "up"}, follow=True)
-    assert refused.status_code == 200 and "Nothing was done: a rejected trail cannot be approved" in refused.content.decode()
+    assert (
+        refused.status_code == 200
+        and "Nothing was done: a rejected trail cannot be approved" in refused.content.decode()
+    )
     unknown = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "maybe"}, follow=True)
     assert unknown.status_code == 200 and "Nothing was done: unknown action" in unknown.content.decode()
     pending.refresh_from_db()
@@ -202,13 +230,20 @@ def test_rejecting_without_htmx_redirects_and_a_bad_vote_changes_nothing(staff, 
 def test_bulk_approval_activates_only_the_selected_pending_trails(staff, trails, scope):
     pending = list(Trail.objects.filter(status="pending").order_by("id"))
     active = Trail.objects.get(status="active")
-    response = staff.post("/ops/hospital/trails/vote/?status=pending",
-                          {"vote": "up", "trail": [str(pending[0].public_id), str(active.public_id), "not-a-uuid"]},
-                          headers={"HX-Request": "true"})
+    response = staff.post(
+        "/ops/hospital/trails/vote/?status=pending",
+        {"vote": "up", "trail": [str(pending[0].public_id), str(active.public_id), "not-a-uuid"]},
+        headers={"HX-Request": "true"},
+    )
     # Approval applies to pending and active trails (it refreshes an active one's lifetime).
     assert response.status_code == 200 and "2 trails approved." in response.content.decode()
     assert sorted(Trail.objects.values_list("status", flat=True)) == ["active", "active", "pending"]
-    assert staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"}).content.decode().count("Select the trails to act on first.") == 1
+    assert (
+        staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"})
+        .content.decode()
+        .count("Select the trails to act on first.")
+        == 1
+    )
 
 
 def test_another_scopes_trail_is_not_found_on_this_scopes_pages(staff, trails, scope, other_scope):
@@ -220,7 +255,9 @@ def test_another_scopes_trail_is_not_found_on_this_scopes_pages(staff, trails, s
 
 def test_trail_page_compares_stored_and_current_hashes_and_diffs_a_changed_section(staff, api, trails, scope):
     trail = Trail.objects.get(query="When are ICU visiting hours?")
-    api.put_sections("hospital", {"visiting/icu": "Intensive care visiting hours are 15:00 to 17:00, two visitors at a time."})
+    api.put_sections(
+        "hospital", {"visiting/icu": "Intensive care visiting hours are 15:00 to 17:00, two visitors at a time."}
+    )
     html = staff.get(f"/ops/hospital/trails/{trail.public_id}/").content.decode()
     assert '<span class="badge changed">changed</span>' in html and 'id="check-outcome">miss' in html
     assert '<span class="del">- ' + VISITING["visiting/icu"] + "</span>" in html
@@ -234,9 +271,15 @@ def test_trail_page_compares_stored_and_current_hashes_and_diffs_a_changed_secti
 
 
 def test_replay_shows_hint_after_a_section_edit_and_changes_nothing(staff, api, sections, scope):
-    api.record("hospital", query="When can I visit the ICU and where do I park?", cited=["visiting/icu", "parking"],
-               steps=[{"tool": "read", "args": {"id": "parking"}, "section_ids": ["parking"]},
-                      {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
+    api.record(
+        "hospital",
+        query="When can I visit the ICU and where do I park?",
+        cited=["visiting/icu", "parking"],
+        steps=[
+            {"tool": "read", "args": {"id": "parking"}, "section_ids": ["parking"]},
+            {"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]},
+        ],
+    )
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is closed this week."})
     trail = Trail.objects.get()
     response = staff.post("/ops/hospital/replay/", {"query": "When can I visit the ICU and where do I park?"})
@@ -260,7 +303,7 @@ def test_replay_shows_the_prefetch_text_and_errors_next_to_the_field(staff, api,
 def test_purge_previews_then_redacts_inline_and_writes_the_audit_log(staff, trails, scope):
     response = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "redact", "subject": ""})
     html = response.content.decode()
-    assert '<span data-preview-count>1</span> trail would be redacted' in html and "email" in html
+    assert "<span data-preview-count>1</span> trail would be redacted" in html and "email" in html
     assert "bob@example.com" in Trail.objects.get(query__startswith="Is parking").query
 
     run_id = re.search(r'name="run" value="([0-9a-f-]+)"', html).group(1)
@@ -287,7 +330,9 @@ def test_purge_runs_only_a_previewed_run(staff, trails, scope):
     assert Trail.objects.count() == 3 and not PurgeRun.objects.exists()
 
 
-def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, trails, scope, settings, django_capture_on_commit_callbacks):
+def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(
+    staff, trails, scope, settings, django_capture_on_commit_callbacks
+):
     settings.RAGTRAIL_PURGE_INLINE_LIMIT = 0
     preview = staff.post("/ops/hospital/purge/", {"step": "preview", "action": "delete", "subject": "bob@example.com"})
     run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview.content.decode()).group(1)
@@ -302,7 +347,9 @@ def test_large_purges_go_to_a_worker_and_the_page_polls_their_progress(staff, tr
     PurgeRun.objects.filter(id=run.id).update(state="running", total=3, processed=1)
     fragment = staff.get(f"/ops/hospital/purge/{run.public_id}/").content.decode()
     assert 'aria-valuenow="33"' in fragment and "1 of 3 trails checked" in fragment and "<html" not in fragment
-    PurgeRun.objects.filter(id=run.id).update(total=1, trail_ids=list(Trail.objects.filter(query__contains="bob@").values_list("id", flat=True)))
+    PurgeRun.objects.filter(id=run.id).update(
+        total=1, trail_ids=list(Trail.objects.filter(query__contains="bob@").values_list("id", flat=True))
+    )
 
     from trails.upkeep.purge import run_purge
 
@@ -317,10 +364,16 @@ def test_reports_page_lists_the_reports_in_the_reports_folder(staff, settings, t
     settings.RAGTRAIL_REPORTS_DIR = tmp_path
     assert b"No reports yet" in staff.get("/ops/evaluation/reports/").content
     (tmp_path / "2026-11-30T120000").mkdir()
-    (tmp_path / "2026-11-30T120000" / "report.json").write_text(json.dumps({
-        "git_commit": "abc123", "created_at": "2026-11-30T12:00:00Z", "experiments": ["staleness"],
-        "headline": [["ragtrail stale sections served", "0"]],
-    }))
+    (tmp_path / "2026-11-30T120000" / "report.json").write_text(
+        json.dumps(
+            {
+                "git_commit": "abc123",
+                "created_at": "2026-11-30T12:00:00Z",
+                "experiments": ["staleness"],
+                "headline": [["ragtrail stale sections served", "0"]],
+            }
+        )
+    )
     (tmp_path / "2026-11-30T120000" / "report.html").write_text("<html>the report</html>")
     html = staff.get("/ops/evaluation/reports/").content.decode()
     assert "ragtrail stale sections served" in html and "abc123" in html
@@ -335,7 +388,9 @@ def test_the_recall_log_lists_filters_and_pages_recalls_and_links_to_replay(staf
         api.recall("hospital", query="When are ICU visiting hours?")
     api.recall("hospital", query="Where is the pharmacy?")
     page = staff.get("/ops/hospital/recalls/").content.decode()
-    assert page.count('data-recall="') == 4 and "Where is the pharmacy?" in page and "When are ICU visiting hours?" in page
+    assert (
+        page.count('data-recall="') == 4 and "Where is the pharmacy?" in page and "When are ICU visiting hours?" in page
+    )
     misses = staff.get("/ops/hospital/recalls/?outcome=miss").content.decode()
     assert misses.count('data-recall="') == 1 and "pharmacy" in misses
     close = staff.get("/ops/hospital/recalls/?min_similarity=0.99").content.decode()
@@ -372,7 +427,10 @@ def test_overview_numbers_link_to_the_rows_behind_them(staff, api, trails):
     api.recall("hospital", query="When are ICU visiting hours?")
     roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
     page = staff.get("/ops/hospital/").content.decode()
-    assert 'href="/ops/hospital/recalls/?outcome=miss"' in page and 'href="/ops/hospital/trails/?status=stale&amp;since=' in page
+    assert (
+        'href="/ops/hospital/recalls/?outcome=miss"' in page
+        and 'href="/ops/hospital/trails/?status=stale&amp;since=' in page
+    )
     figure = json.loads(page.split('id="chart-outcomes-data" type="application/json">')[1].split("</script>")[0])
     assert figure["layout"]["meta"]["click"] == "/ops/hospital/recalls/?{customdata}"
     assert figure["data"][0]["customdata"][-1].startswith("outcome=prefetch&since=")
@@ -386,13 +444,18 @@ def test_triage_finds_trails_by_id_and_by_cited_section_and_shows_what_recall_wo
     assert by_id.count('<tr id="trail-') == 1 and f'id="trail-{icu.public_id}"' in by_id
     citing = staff.get("/ops/hospital/trails/?section=parking").content.decode()
     assert citing.count('<tr id="trail-') == 2 and "ICU" not in citing.split('id="trail-table"')[1]
-    assert staff.get("/ops/hospital/trails/?section=visiting").content.decode().count('<tr id="trail-') == 0  # an id is exact
+    assert (
+        staff.get("/ops/hospital/trails/?section=visiting").content.decode().count('<tr id="trail-') == 0
+    )  # an id is exact
     by_prefix = staff.get("/ops/hospital/trails/?section=visiting/*").content.decode()
     assert "ICU" in by_prefix.split('id="trail-table"')[1]
     # What recall would do now, from the cited sections' state.
     assert '<span class="badge prefetch" data-would>prefetch</span>' in by_id
     Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
-    assert '<span class="badge miss" data-would>miss</span>' in staff.get(f"/ops/hospital/trails/?q={icu.public_id}").content.decode()
+    assert (
+        '<span class="badge miss" data-would>miss</span>'
+        in staff.get(f"/ops/hospital/trails/?q={icu.public_id}").content.decode()
+    )
 
 
 def test_pending_rows_show_what_they_cite_and_a_personal_data_flag(staff, trails):
@@ -417,14 +480,22 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     page = staff.get("/ops/hospital/trails/").content.decode()
     assert 'value="delete"' in page and 'value="reinstate"' in page and 'id="select-all"' in page
     both = [str(icu.public_id), str(pending.public_id)]
-    deleted = staff.post("/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}, headers={"HX-Request": "true"}).content.decode()
+    deleted = staff.post(
+        "/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}, headers={"HX-Request": "true"}
+    ).content.decode()
     assert "1 trail deleted. 1 selected trail left as it was: the action does not apply to its status." in deleted
     assert not Trail.objects.filter(pk=icu.pk).exists() and Trail.objects.filter(pk=pending.pk).exists()
     # Undo a rejection, from its row.
-    row = staff.post(f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "reinstate"}, headers={"HX-Request": "true"}).content.decode()
+    row = staff.post(
+        f"/ops/hospital/trails/{pending.public_id}/vote/", {"vote": "reinstate"}, headers={"HX-Request": "true"}
+    ).content.decode()
     assert "pending" in row
     pending.refresh_from_db()
-    assert pending.status == "pending" and pending.signals.last().signal == "reinstate" and pending.signals.last().by == "olga"
+    assert (
+        pending.status == "pending"
+        and pending.signals.last().signal == "reinstate"
+        and pending.signals.last().by == "olga"
+    )
     # Where nothing fits, no bulk bar.
     active_only = staff.get("/ops/hospital/trails/?status=active").content.decode()
     assert 'id="bulk-bar"' not in active_only
@@ -468,7 +539,11 @@ def test_csv_exports_follow_the_filters_and_defuse_formulas(staff, api, scope, t
     api.recall("hospital", query="When are ICU visiting hours?")
     api.recall("hospital", query="Where is the pharmacy?")
     recalls_csv = rows(staff.get("/ops/hospital/recalls/?outcome=miss&format=csv"))
-    assert recalls_csv[0][-1] == "query" and [r[2] for r in recalls_csv[1:]] == ["miss"] and recalls_csv[1][-1] == "Where is the pharmacy?"
+    assert (
+        recalls_csv[0][-1] == "query"
+        and [r[2] for r in recalls_csv[1:]] == ["miss"]
+        and recalls_csv[1][-1] == "Where is the pharmacy?"
+    )
     PurgeRun.request(scope, "", False, "olga").save()
     audit = rows(staff.get("/ops/hospital/purge/?format=csv"))
     assert audit[0][:4] == ["run_id", "created_at", "requested_by", "rule"] and audit[1][2] == "olga"
@@ -478,7 +553,9 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     from django.core.cache import cache
 
     cache.clear()
-    api.call("put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]})
+    api.call(
+        "put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "search", "cacheable": True, "ttl_s": 600}]}
+    )
     api.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "search", "args": {"q": "x"}, "context": {}})
     api.recall("hospital", query="When are ICU visiting hours?")
     api.recall("hospital", query="Where is the pharmacy?")
@@ -489,7 +566,7 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     page = staff.get("/ops/hospital/").content.decode()
     assert '<div class="detail" id="kpi-recalls-before">before: 1 · rolled up to' in page
     assert "1 hits of 1 recalls · before: 0.0 % of 1" in page
-    assert "(1)</a> <span class=\"help\">served in full</span>" in page
+    assert '(1)</a> <span class="help">served in full</span>' in page
     rejected = page.split('id="kpi-voted-down"><a href="')[1].split('"')[0].replace("&amp;", "&")
     assert rejected.startswith("/ops/hospital/trails/?status=rejected&since=") and 'id="rejected-link">1</a>' in page
     # The number and the list it opens count the same trails.
@@ -510,19 +587,34 @@ def test_the_trails_table_counts_at_most_its_cap(staff, trails, monkeypatch):
     assert "1–1 of 1" in staff.get("/ops/hospital/trails/?status=active").content.decode()
 
 
-def test_the_overview_says_when_the_threshold_waits_for_an_operator_and_a_reset_brings_the_configured_one_back(staff, scope):
+def test_the_overview_says_when_the_threshold_waits_for_an_operator_and_a_reset_brings_the_configured_one_back(
+    staff, scope
+):
     from trails.models import ThresholdChange
 
     scope.learned_lexical_threshold, scope.threshold_flags = 0.55, "lexical:ceiling,lexical:reporter:key:abc"
     scope.save()
-    ThresholdChange.objects.create(scope=scope, matcher="lexical", kind="learned", before=0.5, after=0.55,
-                                   evidence={"labels": 60, "false_hits": 60, "reporters": 1, "asked": 80})
+    ThresholdChange.objects.create(
+        scope=scope,
+        matcher="lexical",
+        kind="learned",
+        before=0.5,
+        after=0.55,
+        evidence={"labels": 60, "false_hits": 60, "reporters": 1, "asked": 80},
+    )
     page = staff.get("/ops/hospital/").content.decode()
     assert "Needs an operator." in page and "past its ceiling" in page and "key:abc" in page
-    assert 'id="threshold-in-use-lexical">0.55' in page and "60 false of 60 labels from 1 reporter, 80 questions asked" in page
+    assert (
+        'id="threshold-in-use-lexical">0.55' in page
+        and "60 false of 60 labels from 1 reporter, 80 questions asked" in page
+    )
     response = staff.post("/ops/hospital/thresholds/", {"action": "reset"}, follow=True)
     page = response.content.decode()
-    assert response.status_code == 200 and "Needs an operator." not in page and 'id="threshold-in-use-lexical">0.5<' in page
+    assert (
+        response.status_code == 200
+        and "Needs an operator." not in page
+        and 'id="threshold-in-use-lexical">0.5<' in page
+    )
     reset = ThresholdChange.objects.filter(scope=scope).first()
     assert (reset.kind, reset.by, reset.before, reset.after) == ("reset", "olga", 0.55, 0.5)
     staff.post("/ops/hospital/thresholds/", {"action": "pin"})
@@ -546,7 +638,9 @@ def test_the_find_box_lands_on_a_recall_a_trail_or_a_trail_search(staff, db):
     Section.upsert(scope, {"s": "Visiting hours are 10 to 8."})
     trail = record(scope, RecordInput(query="What are the visiting hours?", cited=["s"], signal="accepted")).trail
     answer = recall(scope, "What are the visiting hours?")
-    assert staff.get(f"/ops/finder/find/?q={answer.recall_id}")["Location"] == f"/ops/finder/recalls/{answer.recall_id}/"
+    assert (
+        staff.get(f"/ops/finder/find/?q={answer.recall_id}")["Location"] == f"/ops/finder/recalls/{answer.recall_id}/"
+    )
     assert staff.get(f"/ops/finder/find/?q={trail.public_id}")["Location"] == f"/ops/finder/trails/{trail.public_id}/"
     assert staff.get("/ops/finder/find/?q=visiting hours")["Location"] == "/ops/finder/trails/?q=visiting+hours"
     page = staff.get(f"/ops/finder/recalls/{answer.recall_id}/")
@@ -587,8 +681,16 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     scope = Scope.objects.create(slug="health", matcher="lexical", max_false_hit_rate=0.02)
     now = timezone.now()
     RecallEvent.objects.bulk_create(
-        RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=0.96, latency_ms=4.0 + i, matcher="lexical",
-                    helpful=i >= 18, feedback_at=now)
+        RecallEvent(
+            scope=scope,
+            created_at=now,
+            outcome="prefetch",
+            similarity=0.96,
+            latency_ms=4.0 + i,
+            matcher="lexical",
+            helpful=i >= 18,
+            feedback_at=now,
+        )
         for i in range(21)
     )
     page = staff.get("/ops/health/").content.decode()
@@ -601,7 +703,10 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     assert "none judged yet" in calm_page and 'id="health-verdict">ok<' in calm_page
 
 
-@pytest.mark.parametrize("reported,judged,page_says,alert", [(1, 10, "watch", 0), (6, 6, "broken", 1), (0, 40, "ok", 0), (3, 40, "watch", 0), (5, 40, "broken", 1)])
+@pytest.mark.parametrize(
+    "reported,judged,page_says,alert",
+    [(1, 10, "watch", 0), (6, 6, "broken", 1), (0, 40, "ok", 0), (3, 40, "watch", 0), (5, 40, "broken", 1)],
+)
 def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, reported, judged, page_says, alert):
     from django.utils import timezone
 
@@ -612,8 +717,16 @@ def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, re
     scope = Scope.objects.create(slug="judged", matcher="lexical", max_false_hit_rate=0.02)
     now = timezone.now()
     RecallEvent.objects.bulk_create(
-        RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=0.96, latency_ms=4.0, matcher="lexical",
-                    helpful=i >= reported, feedback_at=now)
+        RecallEvent(
+            scope=scope,
+            created_at=now,
+            outcome="prefetch",
+            similarity=0.96,
+            latency_ms=4.0,
+            matcher="lexical",
+            helpful=i >= reported,
+            feedback_at=now,
+        )
         for i in range(judged)
     )
     jobs_heard_from()
@@ -625,8 +738,11 @@ def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, re
 def test_a_lost_session_on_an_htmx_action_sends_the_page_to_the_login_and_changes_nothing(client, db, trails):
     trail = next(iter(trails.values()))
     before = trail.status
-    answer = client.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "down"},
-                         headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/ops/hospital/trails/?status=pending"})
+    answer = client.post(
+        f"/ops/hospital/trails/{trail.public_id}/vote/",
+        {"vote": "down"},
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/ops/hospital/trails/?status=pending"},
+    )
     assert answer.status_code == 204 and answer["HX-Redirect"].startswith("/admin/login/?next=/ops/hospital/trails/")
     trail.refresh_from_db()
     assert trail.status == before
@@ -653,7 +769,9 @@ def test_a_rejected_trail_says_it_is_not_served_and_offers_reinstate_and_undo(st
     assert 'id="trail-demote"' in html and 'id="check-outcome">prefetch' in html
 
 
-def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_now(staff, api, trails, scope, other_scope):
+def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_now(
+    staff, api, trails, scope, other_scope
+):
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended this week."})
     html = staff.get("/ops/hospital/syncs/?window=24h").content.decode()
     table = html.split('id="changes"')[1].split("</table>")[0]
@@ -664,12 +782,21 @@ def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_n
     assert other.status_code == 200 and "When are ICU" not in other.content.decode()
 
 
-def test_triage_filters_find_pending_trails_that_would_miss_hold_personal_data_or_were_sent_back(staff, api, scope, sections):
+def test_triage_filters_find_pending_trails_that_would_miss_hold_personal_data_or_were_sent_back(
+    staff, api, scope, sections
+):
     from scopes.models import ApiKey
 
     api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="pending")
-    api.record("hospital", query="When are ICU visiting hours? Ask ann.archer@example.org", cited=["visiting/icu"], signal="pending")
-    served = api.record("hospital", query="Where is car park B?", cited=["parking"], signal="accepted").json()["trail_id"]
+    api.record(
+        "hospital",
+        query="When are ICU visiting hours? Ask ann.archer@example.org",
+        cited=["visiting/icu"],
+        signal="pending",
+    )
+    served = api.record("hospital", query="Where is car park B?", cited=["parking"], signal="accepted").json()[
+        "trail_id"
+    ]
     api.put_sections("hospital", {"visiting/icu": "ICU visiting is suspended."})
     page = lambda flag: staff.get(f"/ops/hospital/trails/?flag={flag}").content.decode()
     assert "Ask ann.archer" in page("would_miss") and "Where do visitors park?" not in page("would_miss")
@@ -693,8 +820,10 @@ def test_a_section_whose_text_no_longer_matches_its_hash_is_judged_changed_as_re
     api.record("hospital", query="Where do visitors park?", cited=["parking"], signal="pending")
     api.record("hospital", query="When are ICU visiting hours?", cited=["visiting/icu"], signal="pending")
     with connection.cursor() as cursor:  # around Section.upsert, as a restore or a hand edit would
-        cursor.execute(f"UPDATE {Section._meta.db_table} SET text = %s WHERE scope_id = %s AND section_id = %s",
-                       ["Parking is free on Sundays.", scope.id, "parking"])
+        cursor.execute(
+            f"UPDATE {Section._meta.db_table} SET text = %s WHERE scope_id = %s AND section_id = %s",
+            ["Parking is free on Sundays.", scope.id, "parking"],
+        )
     would_miss = staff.get("/ops/hospital/trails/?flag=would_miss").content.decode()
     assert "Where do visitors park?" in would_miss and "When are ICU visiting hours?" not in would_miss
     api.record("hospital", query="Is there parking for visitors?", cited=["parking"], signal="accepted")
@@ -724,12 +853,24 @@ def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quot
     scope = Scope.objects.create(slug="tune", matcher="embedding", embedding_threshold=0.945)
     now = timezone.now()
     rows = [(0.95, False), (0.951, True), (0.96, None), (0.99, True)]
-    RecallEvent.objects.bulk_create(RecallEvent(scope=scope, created_at=now, outcome="prefetch", similarity=s, latency_ms=3.0,
-                                                matcher="embedding", helpful=h, feedback_at=now if h is not None else None)
-                                    for s, h in rows)
+    RecallEvent.objects.bulk_create(
+        RecallEvent(
+            scope=scope,
+            created_at=now,
+            outcome="prefetch",
+            similarity=s,
+            latency_ms=3.0,
+            matcher="embedding",
+            helpful=h,
+            feedback_at=now if h is not None else None,
+        )
+        for s, h in rows
+    )
     RecallEvent.objects.create(scope=scope, created_at=now, outcome="miss", latency_ms=3.0, nearest_similarity=0.93)
     raised = staff.get("/ops/tune/tuning/?threshold=0.97").content.decode()
-    assert "Hits that would become misses: <strong>3</strong> (1 of them reported not helpful, 1 judged helpful)" in raised
+    assert (
+        "Hits that would become misses: <strong>3</strong> (1 of them reported not helpful, 1 judged helpful)" in raised
+    )
     assert "false hits at most" in raised.split('id="tuning-calibration"')[1]
     lowered = staff.get("/ops/tune/tuning/?threshold=0.925").content.decode()
     assert "at least <strong>1</strong>" in lowered and "Hits that would become misses: <strong>0</strong>" in lowered
@@ -748,9 +889,19 @@ def test_the_what_if_reads_at_most_the_windows_latest_recalls_and_says_so(staff,
     scope = Scope.objects.create(slug="busy", matcher="embedding", embedding_threshold=0.945)
     now = timezone.now()
     # Three old reported hits and two recent ones: only the latest two are read.
-    RecallEvent.objects.bulk_create(RecallEvent(scope=scope, created_at=now - timedelta(hours=hours), outcome="prefetch",
-                                                similarity=0.95, latency_ms=3.0, matcher="embedding", helpful=False,
-                                                feedback_at=now) for hours in (1, 2, 30, 31, 32))
+    RecallEvent.objects.bulk_create(
+        RecallEvent(
+            scope=scope,
+            created_at=now - timedelta(hours=hours),
+            outcome="prefetch",
+            similarity=0.95,
+            latency_ms=3.0,
+            matcher="embedding",
+            helpful=False,
+            feedback_at=now,
+        )
+        for hours in (1, 2, 30, 31, 32)
+    )
     monkeypatch.setattr(overview, "WHAT_IF_RECALLS", 2)
     html = staff.get("/ops/busy/tuning/?threshold=0.97").content.decode()
     assert "these figures are its latest 2, since" in html
@@ -827,8 +978,11 @@ def test_a_forged_csrf_token_on_an_htmx_action_is_a_403_that_reloads_the_page(tr
     operator.force_login(User.objects.create_user("ivan", password="x", is_staff=True, is_superuser=True))
     trail = next(iter(trails.values()))
     before = Trail.objects.get(pk=trail.pk).status
-    answer = operator.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "down", "csrfmiddlewaretoken": "forged"},
-                           headers={"HX-Request": "true"})
+    answer = operator.post(
+        f"/ops/hospital/trails/{trail.public_id}/vote/",
+        {"vote": "down", "csrfmiddlewaretoken": "forged"},
+        headers={"HX-Request": "true"},
+    )
     assert answer.status_code == 403 and answer["HX-Refresh"] == "true"
     assert Trail.objects.get(pk=trail.pk).status == before
 
@@ -866,7 +1020,9 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
         return page.split('id="health-because">', 1)[1].split("</p>", 1)[0] if 'id="health-because"' in page else "ok"
 
     assert strip() == "ok"
-    RecallEvent.objects.bulk_create([RecallEvent(scope=scope, outcome="miss", latency_ms=1060.0, created_at=now) for _ in range(20)])
+    RecallEvent.objects.bulk_create(
+        [RecallEvent(scope=scope, outcome="miss", latency_ms=1060.0, created_at=now) for _ in range(20)]
+    )
     assert "Broken because:" in strip() and "recall p95 1060 ms, over its 500 ms budget" in strip()
     RecallEvent.objects.all().delete()
 

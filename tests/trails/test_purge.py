@@ -1,10 +1,11 @@
 """Purging personal data: redaction re-signs, erasure by subject, deletion, and crash-safe reruns."""
+
 from __future__ import annotations
 
 import pytest
 
-from trails.upkeep import purge
 from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
+from trails.upkeep import purge
 
 QUERIES = [
     "Where do visitors park?",
@@ -48,7 +49,9 @@ def test_redaction_removes_personal_data_and_the_trail_matches_its_new_text(api,
 
 
 def test_an_erasure_request_deletes_the_subjects_trails_and_keeps_no_copy(stored):
-    run = PurgeRun.objects.create(scope=stored, rule="erasure request", subject="Jane Roe", action="delete", requested_by="op")
+    run = PurgeRun.objects.create(
+        scope=stored, rule="erasure request", subject="Jane Roe", action="delete", requested_by="op"
+    )
     done = purge.run_purge(run.id)
     # Her name also finds her e-mail (jane.roe@…): the words joined by a dot.
     assert done.matched == 2 and len(queries()) == 3

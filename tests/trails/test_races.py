@@ -3,6 +3,7 @@ threads on their own connections. A write names the points where it holds its lo
 (`writes.pause_point`); `Hold` keeps the first thread that reaches one there until the test
 lets it go, while another thread's write runs or waits on a row lock. Each test asserts what
 docs/consistency.md states: no deadlock, no error, a state the lifecycle table allows."""
+
 from __future__ import annotations
 
 import threading
@@ -86,7 +87,9 @@ def wait_for_lock_waiters(count: int = 1) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
             if cursor.fetchone()[0] >= count:
                 return
         time.sleep(0.02)
@@ -104,6 +107,7 @@ def _trail(trail_id: str) -> Trail:
 
 
 # -- the sweep against a renewal -----------------------------------------------------------------
+
 
 def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
@@ -134,6 +138,7 @@ def test_the_sweep_waiting_on_a_renewals_lock_keeps_the_trail_it_renewed(api, sc
 
 # -- an agent's verdict against an operator's delete: one lock order -----------------------------
 
+
 def _stale_trail_with_a_served_recall(api, scope) -> tuple[Trail, str]:
     trail = _trail(record_icu(api))
     served = recall_id(api)
@@ -145,7 +150,9 @@ def _stale_trail_with_a_served_recall(api, scope) -> tuple[Trail, str]:
 
 
 @pytest.mark.parametrize("first", ["operator's delete", "agent's verdict"])
-def test_an_agents_verdict_and_an_operators_delete_of_its_trail_never_deadlock(api, scope, sections, monkeypatch, first):
+def test_an_agents_verdict_and_an_operators_delete_of_its_trail_never_deadlock(
+    api, scope, sections, monkeypatch, first
+):
     trail, served = _stale_trail_with_a_served_recall(api, scope)
     reporter = f"key:{ApiKey.objects.get().lookup}"
     delete = lambda: writes.act(Trail.objects.get(pk=trail.pk), "delete", Actor.OPERATOR, by="olga")  # noqa: E731
@@ -165,7 +172,10 @@ def test_an_agents_verdict_and_an_operators_delete_of_its_trail_never_deadlock(a
 
 # -- a rejection's labels against an agent's verdict on the same recall ---------------------------
 
-def test_a_rejection_and_an_agents_verdict_on_the_same_recall_leave_one_label_and_no_error(api, scope, sections, monkeypatch):
+
+def test_a_rejection_and_an_agents_verdict_on_the_same_recall_leave_one_label_and_no_error(
+    api, scope, sections, monkeypatch
+):
     trail = _trail(record_icu(api))
     served = recall_id(api)
     reporter = f"key:{ApiKey.objects.get().lookup}"
@@ -183,7 +193,8 @@ def test_a_rejection_and_an_agents_verdict_on_the_same_recall_leave_one_label_an
 
 
 def test_a_failing_receiver_after_a_bulk_rejection_neither_fails_the_request_nor_drops_the_other_labels(
-        api, scope, sections, monkeypatch):
+    api, scope, sections, monkeypatch
+):
     from trails.models import trail_status_changed
 
     first = _trail(record_icu(api))
@@ -196,14 +207,20 @@ def test_a_failing_receiver_after_a_bulk_rejection_neither_fails_the_request_nor
 
     trail_status_changed.connect(broken, dispatch_uid="test-broken")
     try:
-        response = operator_client().post("/ops/hospital/trails/vote/", {"vote": "down", "trail": [first.public_id, second.public_id]})
+        response = operator_client().post(
+            "/ops/hospital/trails/vote/", {"vote": "down", "trail": [first.public_id, second.public_id]}
+        )
     finally:
         trail_status_changed.disconnect(dispatch_uid="test-broken")
     assert response.status_code in (200, 302)
-    assert set(MatchLabel.objects.filter(source="rejection").values_list("trail_id", flat=True)) == {first.pk, second.pk}
+    assert set(MatchLabel.objects.filter(source="rejection").values_list("trail_id", flat=True)) == {
+        first.pk,
+        second.pk,
+    }
 
 
 # -- a report in flight when its key is set aside ------------------------------------------------
+
 
 def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
@@ -226,8 +243,10 @@ def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope,
 
 # -- a trail recorded while a matching change commits --------------------------------------------
 
+
 def test_a_trail_recorded_while_a_matching_change_commits_is_signed_as_the_change_left_the_scope(
-        api, scope, sections, monkeypatch):
+    api, scope, sections, monkeypatch
+):
     held = Hold(monkeypatch, "record:signed")
     recording = Run(record_icu, api)
     held.wait()  # signed under the old threshold, not yet saved
@@ -245,7 +264,10 @@ def test_a_trail_recorded_while_a_matching_change_commits_is_signed_as_the_chang
 
 # -- bulk actions lock trails in id order ----------------------------------------------------------
 
-def test_two_bulk_rejections_selecting_the_same_trails_in_opposite_orders_both_finish(api, scope, sections, monkeypatch):
+
+def test_two_bulk_rejections_selecting_the_same_trails_in_opposite_orders_both_finish(
+    api, scope, sections, monkeypatch
+):
     first = _trail(record_icu(api))
     second = _trail(api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"])
     held = Hold(monkeypatch, "down:locked")
@@ -260,6 +282,7 @@ def test_two_bulk_rejections_selecting_the_same_trails_in_opposite_orders_both_f
 
 # -- undo against a report -------------------------------------------------------------------------
 
+
 def test_an_undo_racing_an_agents_report_keeps_the_report(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
     served = recall_id(api)
@@ -267,7 +290,9 @@ def test_an_undo_racing_an_agents_report_keeps_the_report(api, scope, sections, 
     held = Hold(monkeypatch, "undo:locked")
     undo = Run(writes.undo, trail, Actor.OPERATOR, "olga")
     held.wait()
-    report = Run(give_feedback, scope, served, helpful=False, reason="late", reporter=f"key:{ApiKey.objects.get().lookup}")
+    report = Run(
+        give_feedback, scope, served, helpful=False, reason="late", reporter=f"key:{ApiKey.objects.get().lookup}"
+    )
     wait_for_lock_waiters()
     held.release()
     undo.outcome(), report.outcome()
@@ -278,13 +303,18 @@ def test_an_undo_racing_an_agents_report_keeps_the_report(api, scope, sections, 
 
 # -- background sync jobs whose worker died --------------------------------------------------------
 
+
 def _job(scope) -> SectionSyncJob:
-    return SectionSyncJob.objects.create(scope=scope, by="key:test", request={"sections": [{"id": "faq", "text": "Hello."}]})
+    return SectionSyncJob.objects.create(
+        scope=scope, by="key:test", request={"sections": [{"id": "faq", "text": "Hello."}]}
+    )
 
 
 def test_a_sync_job_redelivered_after_its_worker_died_runs_instead_of_saying_running_forever(scope):
     job = _job(scope)
-    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_by="task-1", claimed_at=timezone.now(), attempts=1)
+    SectionSyncJob.objects.filter(pk=job.pk).update(
+        state="running", claimed_by="task-1", claimed_at=timezone.now(), attempts=1
+    )
     assert run_sync_job(job.pk, claimant="another-task").state == "running"  # someone else's live claim stands
     assert run_sync_job(job.pk, claimant="task-1").state == "done"  # the same task, redelivered: acks-late
     assert Section.objects.filter(scope=scope, section_id="faq").exists()
@@ -295,7 +325,9 @@ def test_the_reaper_queues_a_lost_job_again_then_says_it_failed(scope, monkeypat
     monkeypatch.setattr("trails.upkeep.sync.queue_sync_job", sent.append)
     job = _job(scope)
     long_ago = timezone.now() - timedelta(seconds=JOB_DEADLINE_SECONDS + 60)
-    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_by="task-1", claimed_at=long_ago, attempts=1)
+    SectionSyncJob.objects.filter(pk=job.pk).update(
+        state="running", claimed_by="task-1", claimed_at=long_ago, attempts=1
+    )
     assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 1, "failed": 0} and sent == [job.pk]
     assert run_sync_job(job.pk, claimant="task-2").state == "done"  # past its deadline: taken back
     lost = _job(scope)
@@ -338,8 +370,10 @@ def test_background_tasks_retry_on_a_lost_database_connection(scope, monkeypatch
 
 # -- recall's stale marking against an operator's action on the same trail ----------------------
 
+
 def test_recall_marking_a_trail_stale_waits_for_an_operators_rejection_and_then_leaves_it_rejected(
-        api, scope, sections, monkeypatch):
+    api, scope, sections, monkeypatch
+):
     trail = _trail(record_icu(api))
     Section.upsert(scope, {"visiting/icu": "The ICU is closed to visitors.", "parking": "No parking."})
     held = Hold(monkeypatch, "down:locked")
@@ -355,6 +389,7 @@ def test_recall_marking_a_trail_stale_waits_for_an_operators_rejection_and_then_
 
 
 # -- a purge deleting a trail an agent is voting on ------------------------------------------------
+
 
 def test_an_agents_vote_on_a_trail_a_purge_deletes_meanwhile_is_a_409_not_an_error(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))

@@ -1,4 +1,5 @@
 """What recall answers: prefetch, hint and miss after real edits, budgets, isolation, expiry."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -6,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scopes.demo import faq_questions, faq_sections
 from infra.hashing import section_hash
+from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
 from trails.models import RecallEvent, Trail, TrailStatus
 
@@ -46,7 +47,9 @@ def test_recall_returns_hint_when_one_cited_section_changed(api, sections):
     assert body["outcome"] == "hint"
     # The still-valid section comes with its current text and hash; the changed one with neither.
     assert [(s["id"], s["status"], s["text"]) for s in body["sections"]] == [
-        ("visiting/icu", "changed", None), ("parking", "valid", sections["parking"])]
+        ("visiting/icu", "changed", None),
+        ("parking", "valid", sections["parking"]),
+    ]
     assert body["sections"][1]["hash"] == section_hash(sections["parking"]) and body["sections"][0].get("hash") is None
     assert "still valid: parking" in body["hint"] and "visiting/icu" in body["hint"]
     # The first step that returned the changed section is where the path needs redoing.
@@ -153,8 +156,13 @@ def test_a_trail_in_one_scope_is_never_returned_in_another(api, other_api, secti
 
 def test_partition_narrows_matching(api, sections):
     record_icu(api, partition="doc-1")
-    assert api.recall("hospital", query="What are the ICU visiting hours?", partition="doc-1").json()["outcome"] == "prefetch"
-    assert api.recall("hospital", query="What are the ICU visiting hours?", partition="doc-2").json()["outcome"] == "miss"
+    assert (
+        api.recall("hospital", query="What are the ICU visiting hours?", partition="doc-1").json()["outcome"]
+        == "prefetch"
+    )
+    assert (
+        api.recall("hospital", query="What are the ICU visiting hours?", partition="doc-2").json()["outcome"] == "miss"
+    )
     assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "miss"
 
 
@@ -199,7 +207,9 @@ def test_real_faq_edits_give_all_three_outcomes(api):
         for s in body["sections"]:
             if s.get("text") is not None:
                 assert s["text"] == new[s["id"]], "served text must be the current revision's"
-    expected = {q["section_id"]: ("prefetch" if new.get(q["section_id"]) == old[q["section_id"]] else "miss") for q in questions}
+    expected = {
+        q["section_id"]: ("prefetch" if new.get(q["section_id"]) == old[q["section_id"]] else "miss") for q in questions
+    }
     assert outcomes == expected
     # 93 entries kept their text; one of them sits under the repeated question.
     assert sum(o == "prefetch" for o in outcomes.values()) == 92
@@ -208,11 +218,18 @@ def test_real_faq_edits_give_all_three_outcomes(api):
 
 def test_a_section_change_flags_exactly_the_active_trails_that_cite_it(api, sections, committed):
     icu = record_icu(api)  # cites visiting/icu and parking
-    ward = api.record("hospital", query="What are the general ward visiting hours?", cited=["visiting/ward"]).json()["trail_id"]
+    ward = api.record("hospital", query="What are the general ward visiting hours?", cited=["visiting/ward"]).json()[
+        "trail_id"
+    ]
     pending = api.record("hospital", query="Where do visitors park?", cited=["parking"], signal=None).json()["trail_id"]
     with committed():  # the flag is set once the write commits
-        api.put_sections("hospital", {"parking": "Visitors park in car park C.", "visiting/ward": sections["visiting/ward"]})
-    flagged = {t: api.call("get", f"/scopes/hospital/trails/{t}").json()["section_changed_at"] is not None for t in (icu, ward, pending)}
+        api.put_sections(
+            "hospital", {"parking": "Visitors park in car park C.", "visiting/ward": sections["visiting/ward"]}
+        )
+    flagged = {
+        t: api.call("get", f"/scopes/hospital/trails/{t}").json()["section_changed_at"] is not None
+        for t in (icu, ward, pending)
+    }
     assert flagged == {icu: True, ward: False, pending: False}
     # The flag informs operators; what recall serves is still decided on read.
     assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "hint"

@@ -1,9 +1,10 @@
 """Explain a recall (dry run): the candidates read, their similarities and verdicts, and why it missed."""
+
 from __future__ import annotations
 
 from scopes.models import Section
-from trails.models import RecallEvent
 from tests.trails.test_recall import record_icu
+from trails.models import RecallEvent
 
 
 def explain(api, query: str) -> dict:
@@ -17,9 +18,17 @@ def test_an_answer_says_what_matched_and_how_closely(api, sections):
     body = explain(api, "ICU visiting hours")
     why = body["explanation"]
     assert body["outcome"] == "prefetch" and why["matcher"] == "lexical" and why["lexical_threshold"] == 0.5
-    assert why["candidates"][0] == {"trail_id": trail_id, "query": "What are the ICU visiting hours?", "lexical": body["similarity"],
-                                    "embedding": None, "verdict": "answered"}
-    assert why["summary"].startswith('Answered by "What are the ICU visiting hours?" at 0.5') and "2 of 2 cited sections unchanged" in why["summary"]
+    assert why["candidates"][0] == {
+        "trail_id": trail_id,
+        "query": "What are the ICU visiting hours?",
+        "lexical": body["similarity"],
+        "embedding": None,
+        "verdict": "answered",
+    }
+    assert (
+        why["summary"].startswith('Answered by "What are the ICU visiting hours?" at 0.5')
+        and "2 of 2 cited sections unchanged" in why["summary"]
+    )
 
 
 def test_a_look_alike_names_the_guards_rule(api, sections):
@@ -27,7 +36,10 @@ def test_a_look_alike_names_the_guards_rule(api, sections):
     why = explain(api, "What are the ICU visiting hours for children?")["explanation"]
     assert why["candidates"][0]["lexical"] > 0.5
     assert why["candidates"][0]["verdict"] == "refused by the guard: terms differ: children"
-    assert why["summary"] == "1 candidate(s) reached the threshold but the look-alike guard refused them: terms differ: children."
+    assert (
+        why["summary"]
+        == "1 candidate(s) reached the threshold but the look-alike guard refused them: terms differ: children."
+    )
 
 
 def test_a_question_sharing_no_band_says_so(api, sections):

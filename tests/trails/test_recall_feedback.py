@@ -1,4 +1,5 @@
 """Agents' feedback on recalls: a misleading trail goes back to pending, end to end."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,13 +7,12 @@ import pytest
 from scopes.models import ApiKey
 from tests.conftest import ApiClient
 from tests.trails.test_recall import record_icu
-from trails.learning.shipped import REPORTER_SHIFT
 from trails.core.calibration import MIN_LABELS
-from trails.serving.matching import matching_settings
-from trails.models import MatchLabel, RecallEvent, ThresholdChange, Trail, TrailSignal, TrailStatus
-from trails.learning.thresholds import learn_thresholds, pin_thresholds, reset_learning
-from trails.models import writes
 from trails.core.lifecycle import Actor
+from trails.learning.shipped import REPORTER_SHIFT
+from trails.learning.thresholds import learn_thresholds, pin_thresholds, reset_learning
+from trails.models import MatchLabel, RecallEvent, ThresholdChange, Trail, TrailSignal, TrailStatus, writes
+from trails.serving.matching import matching_settings
 
 QUESTION = "what are the ICU visiting hours"
 # Matches the recorded question at a Jaccard of 0.66 (lexical scope).
@@ -39,14 +39,19 @@ def test_one_keys_reports_never_send_an_approved_trail_back_however_many(api, sc
         body = feedback(api, recall_id(api), helpful=False, reason=f"answered the ward, not the ICU ({n})").json()
         assert body["false_hit_reports"] == n and body["false_hit_reporters"] == 1 and body["trail_status"] == "active"
     # The same key's down vote on an approved trail is one more report, not a rejection.
-    assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "active"
+    assert (
+        api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "active"
+    )
     assert api.recall("hospital", query=QUESTION).json()["outcome"] == "prefetch"
 
 
 def test_reports_from_two_keys_send_a_trail_back_to_pending_and_recall_stops_serving_it(api, scope, sections):
     trail_id = record_icu(api)
     other = second_key(scope)
-    assert feedback(api, recall_id(api), helpful=False, reason="answered the ward, not the ICU (1)").json()["trail_status"] == "active"
+    assert (
+        feedback(api, recall_id(api), helpful=False, reason="answered the ward, not the ICU (1)").json()["trail_status"]
+        == "active"
+    )
     body = feedback(other, recall_id(other), helpful=False, reason="answered the ward, not the ICU (2)").json()
     assert body["trail_id"] == trail_id and (body["false_hit_reports"], body["false_hit_reporters"]) == (2, 2)
     assert body["trail_status"] == "pending"
@@ -95,8 +100,15 @@ def test_a_miss_has_nothing_to_judge(api, sections):
     assert RecallEvent.objects.get(public_id=rid).helpful is None
 
 
-@pytest.mark.parametrize("body, field", [({}, "helpful"), ({"helpful": "no"}, "helpful"), ({"helpful": False, "reason": "x" * 501}, "reason"),
-                                         ({"helpful": False, "extra": 1}, "extra")])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "helpful"),
+        ({"helpful": "no"}, "helpful"),
+        ({"helpful": False, "reason": "x" * 501}, "reason"),
+        ({"helpful": False, "extra": 1}, "extra"),
+    ],
+)
 def test_bad_feedback_is_refused_naming_the_field_and_changes_nothing(api, sections, body, field):
     record_icu(api)
     rid = recall_id(api)
@@ -108,7 +120,10 @@ def test_bad_feedback_is_refused_naming_the_field_and_changes_nothing(api, secti
 def test_another_scopes_recall_answers_404_and_is_untouched(api, other_api, sections, other_scope):
     record_icu(api)
     rid = recall_id(api)
-    for response in (feedback(other_api, rid, scope="other", helpful=False), feedback(api, "not-a-uuid", helpful=False)):
+    for response in (
+        feedback(other_api, rid, scope="other", helpful=False),
+        feedback(api, "not-a-uuid", helpful=False),
+    ):
         assert response.status_code == 404
     assert feedback(other_api, rid, scope="hospital", helpful=False).status_code == 404
     assert RecallEvent.objects.get(public_id=rid).helpful is None and Trail.objects.get().false_hit_reports == 0

@@ -4,6 +4,7 @@ A scope that grew after the last ANALYZE (autovacuum off, or a new tenant inside
 table) once got a plan that walked every trail of the scope: 21.9 s for one recall.
 These tests count the rows the plan reads, not its time, so they hold on a noisy box.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scopes.models import Scope, Section
 from evaluation.questions import QuestionMaker
+from scopes.models import Scope, Section
+from trails.core.hint import RecordedStep
+from trails.models import BandKeys, Citation, Step, Trail
 from trails.serving.candidates import candidates as read_candidates
 from trails.serving.matching import sign
-from trails.models import BandKeys, Citation, Step, Trail
-from trails.core.hint import RecordedStep
 from trails.serving.record import RecordInput, TrailRows
 
 TRAILS = 3000
@@ -27,7 +28,11 @@ def rows_read(plan: dict, table: str) -> int:
     """Rows a plan node tree examined in `table` (returned or filtered away), over all loops."""
     total = 0
     if plan.get("Relation Name") == table:
-        per_loop = plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0) + plan.get("Rows Removed by Index Recheck", 0)
+        per_loop = (
+            plan.get("Actual Rows", 0)
+            + plan.get("Rows Removed by Filter", 0)
+            + plan.get("Rows Removed by Index Recheck", 0)
+        )
         total += per_loop * plan.get("Actual Loops", 1)
     for child in plan.get("Plans", []):
         total += rows_read(child, table)
@@ -51,8 +56,15 @@ def grown_scope(db):
     maker = QuestionMaker(seed=3)
     questions = [maker.question() for _ in range(TRAILS)]
     rows = [
-        TrailRows.build(scope, RecordInput(query=query, cited=["s"], steps=[RecordedStep("search", {"q": query}, ["s"])], signal="accepted"),
-                        current, "", now)
+        TrailRows.build(
+            scope,
+            RecordInput(
+                query=query, cited=["s"], steps=[RecordedStep("search", {"q": query}, ["s"])], signal="accepted"
+            ),
+            current,
+            "",
+            now,
+        )
         for query in questions
     ]
     TrailRows.save_all(rows)

@@ -1,13 +1,13 @@
 """Admission: signals, approval, refusal answers, hashes, idempotency, and refused input."""
+
 from __future__ import annotations
 
 import pytest
 
-from scopes.models import Section
 from infra.hashing import section_hash
-from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
-from trails.models import writes
+from scopes.models import Section
 from trails.core.lifecycle import Actor
+from trails.models import BandKeys, Citation, Step, Trail, TrailSignal, writes
 
 QUERY = "What are the ICU visiting hours?"
 
@@ -17,7 +17,12 @@ def counts() -> tuple[int, ...]:
 
 
 def test_accepted_trail_is_active_and_stores_the_current_hashes(api, sections):
-    response = api.record("hospital", query=QUERY, cited=["visiting/icu"], steps=[{"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}])
+    response = api.record(
+        "hospital",
+        query=QUERY,
+        cited=["visiting/icu"],
+        steps=[{"tool": "read", "args": {"id": "visiting/icu"}, "section_ids": ["visiting/icu"]}],
+    )
     assert response.status_code == 201
     body = response.json()
     assert body["status"] == "active" and body["reason"] is None
@@ -27,7 +32,9 @@ def test_accepted_trail_is_active_and_stores_the_current_hashes(api, sections):
 
 
 def test_answers_are_never_stored(api, sections):
-    api.record("hospital", query=QUERY, cited=["visiting/icu"], answer="Visiting is 14:00 to 16:00 (secret-answer-text).")
+    api.record(
+        "hospital", query=QUERY, cited=["visiting/icu"], answer="Visiting is 14:00 to 16:00 (secret-answer-text)."
+    )
     stored = " ".join(str(v) for t in Trail.objects.values() for v in t.values())
     assert "secret-answer-text" not in stored
 
@@ -48,7 +55,10 @@ def test_approving_a_pending_trail_makes_it_servable(api, sections):
 
 def test_a_down_vote_rejects_and_a_rejected_trail_cannot_be_approved(api, sections):
     trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"], signal=None).json()["trail_id"]
-    assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "rejected"
+    assert (
+        api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"]
+        == "rejected"
+    )
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"
     again = api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "up"})
     assert again.status_code == 409 and again.json()["error"]["field"] == "vote"
@@ -57,14 +67,18 @@ def test_a_down_vote_rejects_and_a_rejected_trail_cannot_be_approved(api, sectio
 
 def test_an_agents_down_vote_on_an_approved_trail_is_a_report_not_a_rejection(api, sections):
     trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
-    assert api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "active"
+    assert (
+        api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"}).json()["status"] == "active"
+    )
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
     trail = Trail.objects.get(public_id=trail_id)
     assert (trail.false_hit_reports, trail.false_hit_reporters) == (1, 1)
 
 
 def test_an_answer_saying_the_sources_do_not_cover_it_is_rejected(api, sections):
-    response = api.record("hospital", query=QUERY, cited=["visiting/icu"], answer="The documents I found don't cover this.")
+    response = api.record(
+        "hospital", query=QUERY, cited=["visiting/icu"], answer="The documents I found don't cover this."
+    )
     assert response.status_code == 201
     assert response.json()["status"] == "rejected" and "do not answer" in response.json()["reason"]
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "miss"
@@ -73,17 +87,26 @@ def test_an_answer_saying_the_sources_do_not_cover_it_is_rejected(api, sections)
 
 def test_record_is_refused_with_409_when_the_agent_read_an_older_version(api, sections):
     before = counts()
-    response = api.record("hospital", query=QUERY, cited=["visiting/icu", "parking"], hashes={"visiting/icu": section_hash("an older text"), "parking": section_hash(sections["parking"])})
+    response = api.record(
+        "hospital",
+        query=QUERY,
+        cited=["visiting/icu", "parking"],
+        hashes={"visiting/icu": section_hash("an older text"), "parking": section_hash(sections["parking"])},
+    )
     assert response.status_code == 409
     assert response.json()["error"] == {
-        "code": "section_changed", "field": "hashes", "section_ids": ["visiting/icu"],
+        "code": "section_changed",
+        "field": "hashes",
+        "section_ids": ["visiting/icu"],
         "message": "the agent read a version of these sections that has since changed",
     }
     assert counts() == before
 
 
 def test_matching_hashes_are_accepted(api, sections):
-    response = api.record("hospital", query=QUERY, cited=["visiting/icu"], hashes={"visiting/icu": section_hash(sections["visiting/icu"])})
+    response = api.record(
+        "hospital", query=QUERY, cited=["visiting/icu"], hashes={"visiting/icu": section_hash(sections["visiting/icu"])}
+    )
     assert response.status_code == 201
 
 
@@ -178,7 +201,10 @@ def test_unknown_trail_answers_404(api, other_api, sections):
     assert api.call("get", "/scopes/hospital/trails/not-a-uuid").status_code == 404
     assert api.call("get", "/scopes/hospital/trails/00000000-0000-0000-0000-000000000000").status_code == 404
     # Another scope's key gets the same 404 as for a trail that does not exist.
-    assert other_api.call("get", f"/scopes/hospital/trails/{trail_id}").json() == api.call("get", f"/scopes/nowhere/trails/{trail_id}").json()
+    assert (
+        other_api.call("get", f"/scopes/hospital/trails/{trail_id}").json()
+        == api.call("get", f"/scopes/nowhere/trails/{trail_id}").json()
+    )
 
 
 def test_the_same_question_with_the_same_sections_renews_the_trail_instead_of_a_twin(api, sections):
@@ -189,8 +215,13 @@ def test_the_same_question_with_the_same_sections_renews_the_trail_instead_of_a_
     assert again.json()["status"] == "active" and "renewed" in again.json()["refreshed"]
     assert Trail.objects.filter(query__icontains="park").count() == 1
     # Other sections, another partition, or a section changed since: a trail of its own.
-    assert api.record("hospital", query="Where do visitors park?", cited=["parking", "visiting/ward"]).status_code == 201
-    assert api.record("hospital", query="Where do visitors park?", cited=["parking"], partition="ward b").status_code == 201
+    assert (
+        api.record("hospital", query="Where do visitors park?", cited=["parking", "visiting/ward"]).status_code == 201
+    )
+    assert (
+        api.record("hospital", query="Where do visitors park?", cited=["parking"], partition="ward b").status_code
+        == 201
+    )
     api.put_sections("hospital", {"parking": "Visitors park in car park C."})
     assert api.record("hospital", query="Where do visitors park?", cited=["parking"]).status_code == 201
 

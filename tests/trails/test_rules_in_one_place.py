@@ -1,4 +1,5 @@
 """Each rule about a trail's or a scope's state holds on every path that reaches it."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,10 +9,9 @@ from django.test import Client
 from ragtrail_site.celery import app as celery_app
 from scopes.models import Scope
 from tests.trails.test_record import QUERY
-from trails.learning.shipped import thresholds_for
-from trails.models import ActionRefused, BandKeys, ThresholdChange, Trail, TrailStatus
-from trails.models import writes
 from trails.core.lifecycle import Actor
+from trails.learning.shipped import thresholds_for
+from trails.models import ActionRefused, BandKeys, ThresholdChange, Trail, TrailStatus, writes
 
 REFUSING = "The documents I found don't cover this."
 
@@ -37,7 +37,9 @@ def test_a_trail_rejected_at_record_reinstated_and_approved_is_served(api, secti
     assert answer["outcome"] == "prefetch" and answer["trail_id"] == body["trail_id"]
 
 
-def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reinstated(api, sections, operator, scope, committed):
+def test_a_trail_rejected_after_use_then_re_signed_elsewhere_is_found_once_reinstated(
+    api, sections, operator, scope, committed
+):
     """A rejected trail keeps the band keys of the matching it was signed under; the scope's
     matching changes while it is out of service (re-signing reaches servable trails only).
     Reinstated and approved, it must be found by the matching in use now."""
@@ -95,7 +97,10 @@ def test_a_bound_changed_from_a_shell_sets_the_thresholds_and_drops_what_was_lea
     scope.save()
     scope.refresh_from_db()
     expected = thresholds_for(0.005, "lexical")
-    assert (scope.lexical_threshold, scope.embedding_threshold) == (expected["lexical_threshold"], expected["embedding_threshold"])
+    assert (scope.lexical_threshold, scope.embedding_threshold) == (
+        expected["lexical_threshold"],
+        expected["embedding_threshold"],
+    )
     assert (scope.learned_lexical_threshold, scope.threshold_flags) == (None, "")
     change = ThresholdChange.objects.get(scope=scope, kind="configured")
     assert change.evidence["max_false_hit_rate"] == {"before": 0.02, "after": 0.005}
@@ -110,7 +115,9 @@ def test_a_matching_change_from_a_shell_re_signs_the_trails(api, scope, sections
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
 
 
-def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(api, scope, sections, settings, django_capture_on_commit_callbacks):
+def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(
+    api, scope, sections, settings, django_capture_on_commit_callbacks
+):
     api.record("hospital", query=QUERY, cited=["visiting/icu"])
     before = {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}
     settings.RAGTRAIL_RESIGN_INLINE_LIMIT = 0
@@ -122,7 +129,9 @@ def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(api, s
         with django_capture_on_commit_callbacks(execute=False) as queued:
             scope.save()
         assert scope.resigning == "re-signing queued"
-        assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys} == before  # not yet: the task does it
+        assert {
+            key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys
+        } == before  # not yet: the task does it
         for callback in queued:
             callback()
     finally:

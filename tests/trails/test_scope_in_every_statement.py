@@ -2,6 +2,7 @@
 tables that hold them can be partitioned by scope in PostgreSQL (or distributed by it with
 Citus) with no change to a query: a statement without the scope's id would read every
 partition (or every shard)."""
+
 from __future__ import annotations
 
 import re
@@ -54,9 +55,13 @@ def test_recall_and_record_name_the_scope_in_every_statement_about_its_rows(api,
     scope.save()
     query = "What are the ICU visiting hours?"
     steps = [{"tool": "search", "args": {"q": "icu visiting"}, "section_ids": ["visiting/icu"]}]
-    recorded = statements_of(lambda: api.record("hospital", query=query, cited=["visiting/icu"], steps=steps, signal="accepted"))
+    recorded = statements_of(
+        lambda: api.record("hospital", query=query, cited=["visiting/icu"], steps=steps, signal="accepted")
+    )
     recalled = statements_of(lambda: api.recall("hospital", query=query))
-    again = statements_of(lambda: api.record("hospital", query=query, cited=["visiting/icu"], signal="accepted"))  # the twin path
+    again = statements_of(
+        lambda: api.record("hospital", query=query, cited=["visiting/icu"], signal="accepted")
+    )  # the twin path
     assert api.recall("hospital", query=query).json()["outcome"] == "prefetch"
     assert not unscoped(recorded), "\n\n".join(unscoped(recorded))
     assert not unscoped(recalled), "\n\n".join(unscoped(recalled))

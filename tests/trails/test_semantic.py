@@ -1,4 +1,5 @@
 """Embedding matching with the real bundled model: paraphrases match, look-alikes never do."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,12 @@ def semantic(db):
 
 
 def outcome(api: ApiClient, stored: str, asked: str, **extra) -> dict:
-    assert api.record("help", query=stored, cited=["s1"], **{k: v for k, v in extra.items() if k == "partition"}).status_code == 201
+    assert (
+        api.record(
+            "help", query=stored, cited=["s1"], **{k: v for k, v in extra.items() if k == "partition"}
+        ).status_code
+        == 201
+    )
     return api.recall("help", query=asked, **extra).json()
 
 
@@ -34,7 +40,10 @@ def test_new_scopes_default_to_the_thresholds_calibrated_for_their_bound(semanti
 
     scope, _ = semantic
     assert scope.matcher == "embedding" and scope.max_false_hit_rate == 0.02
-    assert thresholds_for(0.02) == {"lexical_threshold": scope.lexical_threshold, "embedding_threshold": scope.embedding_threshold}
+    assert thresholds_for(0.02) == {
+        "lexical_threshold": scope.lexical_threshold,
+        "embedding_threshold": scope.embedding_threshold,
+    }
 
 
 @pytest.mark.parametrize(
@@ -93,14 +102,22 @@ def test_a_question_without_words_is_refused_naming_the_query_and_logs_nothing(s
 def test_shared_context_belongs_in_the_partition_not_the_query(semantic):
     _, api = semantic
     embedder = get_embedder()
-    titled = embedder.embed_many(["In the Acme 3000 user manual, how do I reset the device?", "In the Acme 3000 user manual, how do I pair the device?"])
+    titled = embedder.embed_many(
+        [
+            "In the Acme 3000 user manual, how do I reset the device?",
+            "In the Acme 3000 user manual, how do I pair the device?",
+        ]
+    )
     plain = embedder.embed_many(["How do I reset the device?", "How do I pair the device?"])
     # The shared title pulls two different questions together...
     assert float(titled[0] @ titled[1]) > float(plain[0] @ plain[1]) + 0.1
     # ...and with the document as the partition they do not match.
     body = outcome(api, "How do I reset the device?", "How do I pair the device?", partition="acme-3000-manual")
     assert body["outcome"] == "miss"
-    assert api.recall("help", query="How do I reset the device?", partition="acme-3000-manual").json()["outcome"] == "prefetch"
+    assert (
+        api.recall("help", query="How do I reset the device?", partition="acme-3000-manual").json()["outcome"]
+        == "prefetch"
+    )
 
 
 def test_both_matchers_report_which_one_decided(semantic):
@@ -151,7 +168,11 @@ def test_an_explained_embedding_miss_gives_cosines_and_the_guards_rule(semantic)
     assert api.record("help", query="How do I convert a string to a number?", cited=["s1"]).status_code == 201
     body = api.recall("help", query="How do I convert a number to a string?", dry_run=True, explain=True).json()
     why = body["explanation"]
-    assert body["outcome"] == "miss" and why["matcher"] == "embedding" and why["embedding_threshold"] == semantic[0].embedding_threshold
+    assert (
+        body["outcome"] == "miss"
+        and why["matcher"] == "embedding"
+        and why["embedding_threshold"] == semantic[0].embedding_threshold
+    )
     nearest = why["candidates"][0]
     # Nearly the same words, so a cosine over the threshold: the guard's order rule refuses it.
     assert nearest["embedding"] >= semantic[0].embedding_threshold and nearest["lexical"] is None

@@ -1,6 +1,7 @@
 """After a flood: revoking the key and setting its reports and labels aside puts things back
 (the trails its reports held serve again, the verdict stops counting its judgements), recorded
 and reversible; the recall log names and filters by key."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,15 +14,21 @@ from tests.conftest import ApiClient, grant
 from trails.models import Trail, TrailReport, TrailSignal
 from trails.models.recalls import judged_counts
 
-QUESTIONS = {"What are the ICU visiting hours?": ["visiting/icu"], "Where do visitors park?": ["parking"],
-             "When is the general ward open to visitors?": ["visiting/ward"]}
+QUESTIONS = {
+    "What are the ICU visiting hours?": ["visiting/icu"],
+    "Where do visitors park?": ["parking"],
+    "When is the general ward open to visitors?": ["visiting/ward"],
+}
 
 
 @pytest.fixture
 def flooded(api, scope, sections, committed):
     for question, cited in QUESTIONS.items():
         assert api.record("hospital", query=question, cited=cited).status_code == 201
-    flood_key, flood_text = ApiKey.issue([scope], name="scraper", )
+    flood_key, flood_text = ApiKey.issue(
+        [scope],
+        name="scraper",
+    )
     honest_key, honest_text = ApiKey.issue([scope], name="support-bot")
     flood, honest = ApiClient(flood_text), ApiClient(honest_text)
 
@@ -44,7 +51,9 @@ def test_setting_a_flooding_keys_reports_aside_puts_the_trails_and_the_verdict_b
     assert icu.status == "pending" and icu.held_by == "reports" and icu.false_hit_reporters == 2
     # The hold counts both keys behind it, not only the honest one whose report tipped it.
     assert set(TrailReport.objects.filter(trail=icu).values_list("reporter", flat=True)) == {
-        f"key:{flood_key.lookup}", f"key:{honest_key.lookup}"}
+        f"key:{flood_key.lookup}",
+        f"key:{honest_key.lookup}",
+    }
     assert judged_counts([scope.pk], timezone.now())[scope.pk] == (4, 4)
 
     with committed():

@@ -1,5 +1,6 @@
 """Keeping a scope's sections in step with its documents (issue 30): the Python FAQ at v3.6.0
 and v3.11.0, turned back into reStructuredText pages, synced old -> new."""
+
 from __future__ import annotations
 
 import collections
@@ -72,7 +73,11 @@ def test_the_rst_pages_split_into_sphinx_anchored_sections_losing_no_line(faq):
         for source in {r["source"] for r in rows}:
             written = (folder / source).read_text().split("\n")
             underline = [len(line) >= 3 and len(set(line)) == 1 and line[0] in "=-~^*" for line in written] + [False]
-            body = [line for n, line in enumerate(written) if n >= 4 and line.strip() and not underline[n] and not underline[n + 1]]
+            body = [
+                line
+                for n, line in enumerate(written)
+                if n >= 4 and line.strip() and not underline[n] and not underline[n + 1]
+            ]
             said = [line for text in by_page[source] for line in text.split("\n") if line.strip()]
             assert sorted(said) == sorted(body)
         same = sum(1 for r in rows if any(s.id == r["id"] and s.text == r["text"] for s in made))
@@ -144,8 +149,12 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 
 def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_heading(tmp_path):
-    write(tmp_path, "guide/visiting.md", "---\ntitle: Visiting\n---\n\nIntro text.\n\n## ICU hours\n\n14:00 to 16:00.\n\n"
-                                         "```sh\n# not a heading\necho hi\n```\n\n## Ward hours\n\n10:00 to 20:00.\n\n## Ward hours\n\nAgain.\n")
+    write(
+        tmp_path,
+        "guide/visiting.md",
+        "---\ntitle: Visiting\n---\n\nIntro text.\n\n## ICU hours\n\n14:00 to 16:00.\n\n"
+        "```sh\n# not a heading\necho hi\n```\n\n## Ward hours\n\n10:00 to 20:00.\n\n## Ward hours\n\nAgain.\n",
+    )
     sections = {s.id: s.text for s in split_tree(tmp_path)}
     assert sections == {
         "guide/visiting.md": "---\ntitle: Visiting\n---\n\nIntro text.",
@@ -156,19 +165,30 @@ def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_head
 
 
 def test_html_headings_by_their_ids_or_text(tmp_path):
-    write(tmp_path, "a.html", "<html><body>\n<h1>Visiting</h1>\n<h2 id=\"icu\">ICU <em>hours</em></h2>\n<p>14:00 to 16:00.</p>\n"
-                              "<h2>Ward hours</h2>\n<pre>\n&lt;h2&gt;not one&lt;/h2&gt;\n</pre>\n</body></html>\n")
+    write(
+        tmp_path,
+        "a.html",
+        '<html><body>\n<h1>Visiting</h1>\n<h2 id="icu">ICU <em>hours</em></h2>\n<p>14:00 to 16:00.</p>\n'
+        "<h2>Ward hours</h2>\n<pre>\n&lt;h2&gt;not one&lt;/h2&gt;\n</pre>\n</body></html>\n",
+    )
     sections = {s.id: s.text for s in split_tree(tmp_path)}
     assert set(sections) == {"a.html#icu", "a.html#ward-hours"} and sections["a.html#icu"] == "<p>14:00 to 16:00.</p>"
 
 
-@pytest.mark.parametrize("files, fmt, message", [
-    ({"a.jsonl": '{"id": "a\\nb", "text": "x"}\n'}, "auto", "a.jsonl:1: the id 'a\\nb' holds the control character"),
-    ({"a.md": "## A\n\ntext\n\n## " + "x" * 600 + "\n\ntext\n"}, "auto", "a.md:5: the id"),
-    ({"a.md": "# A\n\ntext\n", "b.rst": "B\n=\n\ntext\n"}, "auto", "mixed formats (markdown, rst): pass --format"),
-    ({"a.md": b"\xff\xfe not utf-8"}, "auto", "a.md: cannot be read as UTF-8"),
-    ({"s.jsonl": '{"id": "a", "text": "x"}\n{"id": "b"}\n'}, "auto", "s.jsonl:2: each row needs"),
-])
+@pytest.mark.parametrize(
+    "files, fmt, message",
+    [
+        (
+            {"a.jsonl": '{"id": "a\\nb", "text": "x"}\n'},
+            "auto",
+            "a.jsonl:1: the id 'a\\nb' holds the control character",
+        ),
+        ({"a.md": "## A\n\ntext\n\n## " + "x" * 600 + "\n\ntext\n"}, "auto", "a.md:5: the id"),
+        ({"a.md": "# A\n\ntext\n", "b.rst": "B\n=\n\ntext\n"}, "auto", "mixed formats (markdown, rst): pass --format"),
+        ({"a.md": b"\xff\xfe not utf-8"}, "auto", "a.md: cannot be read as UTF-8"),
+        ({"s.jsonl": '{"id": "a", "text": "x"}\n{"id": "b"}\n'}, "auto", "s.jsonl:2: each row needs"),
+    ],
+)
 def test_bad_sources_are_refused_naming_the_file_and_line_and_nothing_is_written(db, tmp_path, files, fmt, message):
     scope = Scope.objects.create(slug="faq", matcher="lexical")
     Section.upsert(scope, {"kept": "untouched"})
@@ -198,15 +218,19 @@ def test_a_failure_inside_the_sync_writes_nothing(faq, monkeypatch):
 
 
 def test_ci_syncs_through_the_api_with_the_same_summary(api, scope, other_api):
-    body = {"sections": [{"id": "visiting/icu", "text": "ICU: 14:00 to 16:00."}, {"id": "parking", "text": "Car park B."}],
-            "source": "docs@abc123"}
+    body = {
+        "sections": [{"id": "visiting/icu", "text": "ICU: 14:00 to 16:00."}, {"id": "parking", "text": "Car park B."}],
+        "source": "docs@abc123",
+    }
     first = api.call("post", "/scopes/hospital/section-syncs", body)
     assert first.status_code == 200 and first.json()["sections"]["added"] == 2
     body["sections"][0]["text"] = "ICU: 15:00 to 17:00."
     preview = api.call("post", "/scopes/hospital/section-syncs", {**body, "dry_run": True, "delete_missing": True})
     assert preview.json()["sections"] == {"added": 0, "changed": 1, "unchanged": 1, "removed": 0, "missing": 0}
     assert Section.objects.get(scope=scope, section_id="visiting/icu").text == "ICU: 14:00 to 16:00."
-    twice = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]})
+    twice = api.call(
+        "post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}
+    )
     assert twice.status_code == 422 and twice.json()["error"]["field"] == "sections"
     hashes_only = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "hash": "0" * 64}]})
     assert hashes_only.status_code == 422 and hashes_only.json()["error"]["field"] == "sections"
@@ -224,25 +248,54 @@ def test_a_hashes_only_scope_keeps_no_text_and_a_prefetch_names_the_sections_and
 
     private = ApiClient(key)
     icu, ward = "ICU visiting: 14:00 to 16:00.", "Ward visiting: 10:00 to 20:00."
-    manifest = {"sections": [{"id": "visiting/icu", "hash": section_hash(icu)}, {"id": "visiting/ward", "hash": section_hash(ward)}]}
+    manifest = {
+        "sections": [
+            {"id": "visiting/icu", "hash": section_hash(icu)},
+            {"id": "visiting/ward", "hash": section_hash(ward)},
+        ]
+    }
     synced = private.call("post", "/scopes/private/section-syncs", manifest)
     assert synced.status_code == 200 and synced.json()["sections"]["added"] == 2
     assert set(Section.objects.filter(scope=scope).values_list("text", flat=True)) == {""}  # no text stored, ever
     refused = private.call("put", "/scopes/private/sections", {"sections": [{"id": "visiting/icu", "text": icu}]})
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "hashes_only"
 
-    recorded = private.call("post", "/scopes/private/trails", {"query": "What are the ICU visiting hours?", "cited": ["visiting/icu"],
-                                                               "hashes": {"visiting/icu": section_hash(icu)}, "signal": "accepted"})
+    recorded = private.call(
+        "post",
+        "/scopes/private/trails",
+        {
+            "query": "What are the ICU visiting hours?",
+            "cited": ["visiting/icu"],
+            "hashes": {"visiting/icu": section_hash(icu)},
+            "signal": "accepted",
+        },
+    )
     assert recorded.status_code == 201, recorded.content
     served = private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()
     assert served["outcome"] == "prefetch"
-    assert served["sections"] == [{"id": "visiting/icu", "status": "valid", "text": None, "tokens": None, "truncated": None,
-                                   "hash": section_hash(icu)}]
+    assert served["sections"] == [
+        {
+            "id": "visiting/icu",
+            "status": "valid",
+            "text": None,
+            "tokens": None,
+            "truncated": None,
+            "hash": section_hash(icu),
+        }
+    ]
     # The source changes: a new manifest, and the trail is no longer served.
-    changed = {"sections": [{"id": "visiting/icu", "hash": section_hash("ICU visiting is suspended.")}, manifest["sections"][1]]}
+    changed = {
+        "sections": [
+            {"id": "visiting/icu", "hash": section_hash("ICU visiting is suspended.")},
+            manifest["sections"][1],
+        ]
+    }
     moved = private.call("post", "/scopes/private/section-syncs", changed).json()
     assert moved["sections"]["changed"] == 1 and moved["trails"]["prefetch → stale"] == 1
-    assert private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()["outcome"] == "miss"
+    assert (
+        private.call("post", "/scopes/private/recall", {"query": "What are the ICU visiting hours?"}).json()["outcome"]
+        == "miss"
+    )
 
 
 def test_a_sync_that_would_remove_most_of_a_scope_is_refused_unless_meant(api, scope, sections, tmp_path):
@@ -259,23 +312,35 @@ def test_a_sync_that_would_remove_most_of_a_scope_is_refused_unless_meant(api, s
     # The command: a dry run that would be refused exits non-zero, and --exit-code tells CI whether anything would change.
     (tmp_path / "other.md").write_text("# Another document\n\nNothing the scope holds.\n")
     with pytest.raises(CommandError, match="would remove 1 of the scope's 1 sections"):
-        call_command("sync_sections", "--scope", "hospital", "--delete-missing", "--dry-run", str(tmp_path), stdout=StringIO())
+        call_command(
+            "sync_sections", "--scope", "hospital", "--delete-missing", "--dry-run", str(tmp_path), stdout=StringIO()
+        )
     with pytest.raises(SystemExit) as changes:
-        call_command("sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO())
+        call_command(
+            "sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO()
+        )
     assert changes.value.code == 2
     call_command("sync_sections", "--scope", "hospital", str(tmp_path), stdout=StringIO())
-    call_command("sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO())  # no change: exit 0
+    call_command(
+        "sync_sections", "--scope", "hospital", "--dry-run", "--exit-code", str(tmp_path), stdout=StringIO()
+    )  # no change: exit 0
 
 
 def test_a_reverted_section_counts_its_trails_coming_back(api, scope, sections):
     api.record("hospital", query="Where do visitors park?", cited=["parking", "visiting/ward"])
-    body = {"sections": [{"id": "visiting/ward", "text": sections["visiting/ward"]},
-                         {"id": "visiting/icu", "text": sections["visiting/icu"]}], "delete_missing": True,
-            "allow_removing_most": True}
+    body = {
+        "sections": [
+            {"id": "visiting/ward", "text": sections["visiting/ward"]},
+            {"id": "visiting/icu", "text": sections["visiting/icu"]},
+        ],
+        "delete_missing": True,
+        "allow_removing_most": True,
+    }
     removed = api.call("post", "/scopes/hospital/section-syncs", body).json()
     assert removed["trails"]["prefetch → hint"] == 1
-    back = api.call("post", "/scopes/hospital/section-syncs", {"sections": [
-        {"id": i, "text": t} for i, t in sections.items()]}).json()
+    back = api.call(
+        "post", "/scopes/hospital/section-syncs", {"sections": [{"id": i, "text": t} for i, t in sections.items()]}
+    ).json()
     assert back["sections"]["added"] == 1 and back["trails"].get("hint → prefetch") == 1
 
 
@@ -286,11 +351,18 @@ def test_docs_ci_sends_a_release_gzipped_with_hashes_for_what_did_not_change(api
 
     api.record("hospital", query="What are the ICU visiting hours?", cited=["visiting/icu"])
     icu = "ICU visiting: 15:00 to 17:00 from Monday."
-    body = {"sections": [{"id": "visiting/icu", "text": icu}] + [
-        {"id": i, "hash": section_hash(t)} for i, t in sections.items() if i != "visiting/icu"], "list_all": True}
+    body = {
+        "sections": [{"id": "visiting/icu", "text": icu}]
+        + [{"id": i, "hash": section_hash(t)} for i, t in sections.items() if i != "visiting/icu"],
+        "list_all": True,
+    }
     packed = gzip.compress(json.dumps(body).encode())
-    answer = api.client.post("/api/v1/scopes/hospital/section-syncs", data=packed, content_type="application/json",
-                             headers={**api.headers, "Content-Encoding": "gzip"})
+    answer = api.client.post(
+        "/api/v1/scopes/hospital/section-syncs",
+        data=packed,
+        content_type="application/json",
+        headers={**api.headers, "Content-Encoding": "gzip"},
+    )
     assert answer.status_code == 200, answer.content
     summary = answer.json()
     assert summary["sections"] == {"added": 0, "changed": 1, "unchanged": 2, "removed": 0, "missing": 0}
@@ -301,46 +373,61 @@ def test_docs_ci_sends_a_release_gzipped_with_hashes_for_what_did_not_change(api
     # Limits are named, for the body as sent and as unpacked; a bomb is stopped at the limit.
     settings.RAGTRAIL_MAX_SYNC_BODY_BYTES = 10_000
     bomb = gzip.compress(json.dumps({"sections": [{"id": "x", "text": "a" * 50_000}]}).encode())
-    refused = api.client.post("/api/v1/scopes/hospital/section-syncs", data=bomb, content_type="application/json",
-                              headers={**api.headers, "Content-Encoding": "gzip"})
+    refused = api.client.post(
+        "/api/v1/scopes/hospital/section-syncs",
+        data=bomb,
+        content_type="application/json",
+        headers={**api.headers, "Content-Encoding": "gzip"},
+    )
     assert refused.status_code == 413 and "10,000 bytes" in refused.json()["error"]["message"]
     assert "RAGTRAIL_MAX_SYNC_BODY_BYTES" in refused.json()["error"]["message"]
     big = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "x", "text": "a" * 20_000}]})
     assert big.status_code == 413 and "(unpacked)" not in big.json()["error"]["message"]
-    brotli = api.client.post("/api/v1/scopes/hospital/section-syncs", data=b"x", content_type="application/json",
-                             headers={**api.headers, "Content-Encoding": "br"})
+    brotli = api.client.post(
+        "/api/v1/scopes/hospital/section-syncs",
+        data=b"x",
+        content_type="application/json",
+        headers={**api.headers, "Content-Encoding": "br"},
+    )
     assert brotli.status_code == 415 and brotli.json()["error"]["field"] == "Content-Encoding"
     assert Section.objects.get(scope=scope, section_id="visiting/icu").text == icu
 
 
 def test_a_section_id_with_a_control_character_is_refused_everywhere(api, scope):
-    for path, body in (("/scopes/hospital/section-syncs", {"sections": [{"id": "a\nb", "text": "x"}]}),
-                       ("/scopes/hospital/sections", {"sections": [{"id": "a\u0007b", "text": "x"}]})):
+    for path, body in (
+        ("/scopes/hospital/section-syncs", {"sections": [{"id": "a\nb", "text": "x"}]}),
+        ("/scopes/hospital/sections", {"sections": [{"id": "a\u0007b", "text": "x"}]}),
+    ):
         method = "post" if path.endswith("syncs") else "put"
         refused = api.call(method, path, body)
         assert refused.status_code == 422 and refused.json()["error"]["field"].startswith("sections"), refused.content
     assert not Section.objects.filter(scope=scope).exists()
 
 
-def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, monkeypatch, other_api, committed, settings):
+def test_a_large_release_runs_as_a_job_with_a_status_url(
+    api, scope, sections, monkeypatch, other_api, committed, settings
+):
     from scopes.models import SectionSyncJob
     from trails import tasks
     from trails.upkeep.sync import run_sync_job
 
     queued = []
     monkeypatch.setattr(tasks.sync_job_task, "delay", lambda job_id: queued.append(job_id))
-    body = {"sections": [{"id": i, "text": t + " (revised)"} for i, t in sections.items()], "background": True,
-            "source": "docs@def456"}
+    body = {
+        "sections": [{"id": i, "text": t + " (revised)"} for i, t in sections.items()],
+        "background": True,
+        "source": "docs@def456",
+    }
     with committed():
         accepted = api.call("post", "/scopes/hospital/section-syncs", body)
     assert accepted.status_code == 202, accepted.content
     job = accepted.json()
     assert job["state"] == "queued" and queued == [SectionSyncJob.objects.get().pk]
     assert Section.objects.get(scope=scope, section_id="parking").text == sections["parking"]  # nothing yet
-    assert other_api.call("get", job["status_url"][len("/api/v1"):]).status_code == 404  # another scope's key
+    assert other_api.call("get", job["status_url"][len("/api/v1") :]).status_code == 404  # another scope's key
     run_sync_job(queued[0])
     run_sync_job(queued[0])  # a second delivery finds it done
-    done = api.call("get", job["status_url"][len("/api/v1"):]).json()
+    done = api.call("get", job["status_url"][len("/api/v1") :]).json()
     assert done["state"] == "done" and done["summary"]["sections"]["changed"] == 3 and done["finished_at"]
     assert Section.objects.get(scope=scope, section_id="parking").text == sections["parking"] + " (revised)"
     assert SectionSyncJob.objects.get().request == {}  # the texts live in the section store only
@@ -352,10 +439,13 @@ def test_a_large_release_runs_as_a_job_with_a_status_url(api, scope, sections, m
     settings.RAGTRAIL_SYNC_INLINE_SECTIONS = 10_000
     # A job that is refused says why, as the API would have.
     with committed():
-        refused = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "parking", "hash": "0" * 64}],
-                                                                      "background": True, "delete_missing": True}).json()
+        refused = api.call(
+            "post",
+            "/scopes/hospital/section-syncs",
+            {"sections": [{"id": "parking", "hash": "0" * 64}], "background": True, "delete_missing": True},
+        ).json()
     run_sync_job(queued[-1])
-    failed = api.call("get", refused["status_url"][len("/api/v1"):]).json()
+    failed = api.call("get", refused["status_url"][len("/api/v1") :]).json()
     assert failed["state"] == "failed" and failed["error"]["field"] == "delete_missing"
 
 
@@ -382,7 +472,9 @@ def test_a_second_sync_of_a_scope_waits_then_answers_409_never_503(api, scope, s
     assert api.call("post", "/scopes/hospital/section-syncs", body).status_code == 200
 
 
-def test_the_syncs_page_names_the_trails_a_release_moved_and_filters_to_cited_sections(api, scope, sections, django_user_model):
+def test_the_syncs_page_names_the_trails_a_release_moved_and_filters_to_cited_sections(
+    api, scope, sections, django_user_model
+):
     from django.test import Client
 
     from tests.conftest import grant
@@ -413,13 +505,23 @@ def test_the_wipe_guard_counts_against_the_scope_before_recent_syncs_not_the_las
     junk = [{"id": f"junk/{n}", "text": f"Junk {n}."} for n in range(10)]
     assert api.call("post", "/scopes/hospital/section-syncs", {"sections": junk}).status_code == 200
     wipe = api.call("post", "/scopes/hospital/section-syncs", {"sections": junk, "delete_missing": True})
-    assert wipe.status_code == 422 and "would remove 3 of the 3 sections the scope held before them" in wipe.json()["error"]["message"]
+    assert (
+        wipe.status_code == 422
+        and "would remove 3 of the 3 sections the scope held before them" in wipe.json()["error"]["message"]
+    )
     assert Section.objects.filter(scope=scope, section_id__startswith="visiting/").count() == 2
     # In steps: one settled section at a time is allowed until more than half are gone.
     keep_two = junk + [{"id": i, "text": sections[i]} for i in ("visiting/icu", "visiting/ward")]
-    assert api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_two, "delete_missing": True}).status_code == 200
+    assert (
+        api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_two, "delete_missing": True}).status_code
+        == 200
+    )
     keep_one = junk + [{"id": "visiting/icu", "text": sections["visiting/icu"]}]
     step = api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_one, "delete_missing": True})
     assert step.status_code == 422 and "would remove 2 of the 3" in step.json()["error"]["message"]
-    meant = api.call("post", "/scopes/hospital/section-syncs", {"sections": keep_one, "delete_missing": True, "allow_removing_most": True})
+    meant = api.call(
+        "post",
+        "/scopes/hospital/section-syncs",
+        {"sections": keep_one, "delete_missing": True, "allow_removing_most": True},
+    )
     assert meant.status_code == 200

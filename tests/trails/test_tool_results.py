@@ -1,4 +1,5 @@
 """The tool-result cache, against whatever cache the settings name (Redis in CI)."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,8 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from tests.conftest import VISITING
 from infra.hashing import section_hash
+from tests.conftest import VISITING
 
 POLICIES = [
     {"tool": "read_file", "cacheable": True, "ttl_s": 600, "ignore_args": ["intention"], "path_args": ["path"]},
@@ -36,7 +37,11 @@ def tools(api, sections):
 
 
 def put(api, tool, args, result="R", context=CONTEXT, **extra):
-    return api.call("put", "/scopes/hospital/tool-results", {"tool": tool, "args": args, "context": context, "result": result, **extra})
+    return api.call(
+        "put",
+        "/scopes/hospital/tool-results",
+        {"tool": tool, "args": args, "context": context, "result": result, **extra},
+    )
 
 
 def read(*section_ids: str) -> dict[str, str]:
@@ -45,11 +50,17 @@ def read(*section_ids: str) -> dict[str, str]:
 
 
 def look(api, tool, args, context=CONTEXT, scope="hospital", **extra):
-    return api.call("post", f"/scopes/{scope}/tool-results/lookup", {"tool": tool, "args": args, "context": context, **extra}).json()
+    return api.call(
+        "post", f"/scopes/{scope}/tool-results/lookup", {"tool": tool, "args": args, "context": context, **extra}
+    ).json()
 
 
 def test_a_stored_result_is_served_with_its_age(tools):
-    assert put(tools, "search", {"q": "visiting hours", "limit": 5}, result={"ids": ["a", "b"]}).json() == {"stored": True, "ttl_s": 600, "reason": None}
+    assert put(tools, "search", {"q": "visiting hours", "limit": 5}, result={"ids": ["a", "b"]}).json() == {
+        "stored": True,
+        "ttl_s": 600,
+        "reason": None,
+    }
     body = look(tools, "search", {"limit": 5, "q": "visiting hours"})
     assert body["hit"] is True and body["result"] == {"ids": ["a", "b"]} and 0 <= body["age_s"] < 5
 
@@ -75,7 +86,9 @@ def test_two_callers_never_share_a_per_caller_result(tools):
 
 
 def test_a_per_caller_tool_without_a_caller_is_refused(tools):
-    response = tools.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "inbox", "args": {}, "context": CONTEXT})
+    response = tools.call(
+        "post", "/scopes/hospital/tool-results/lookup", {"tool": "inbox", "args": {}, "context": CONTEXT}
+    )
     assert response.status_code == 422 and response.json()["error"]["field"] == "caller"
 
 
@@ -99,7 +112,12 @@ def test_entries_expire_after_the_tools_ttl(tools):
 def test_a_write_tool_is_never_cached(tools):
     stored = put(tools, "write_file", {"path": "b.py"}).json()
     assert stored["stored"] is False and "not cacheable" in stored["reason"]
-    assert look(tools, "write_file", {"path": "b.py"}) == {"hit": False, "result": None, "age_s": None, "reason": "the tool's policy says it is not cacheable"}
+    assert look(tools, "write_file", {"path": "b.py"}) == {
+        "hit": False,
+        "result": None,
+        "age_s": None,
+        "reason": "the tool's policy says it is not cacheable",
+    }
 
 
 def test_an_unknown_tool_is_never_cached(tools):
@@ -111,7 +129,12 @@ def test_another_scope_never_sees_a_result(tools, other_api, other_scope):
     other_api.call("put", "/scopes/other/tool-policies", {"policies": POLICIES})
     put(tools, "search", {"q": "x"})
     assert look(other_api, "search", {"q": "x"}, scope="other")["hit"] is False
-    assert other_api.call("post", "/scopes/hospital/tool-results/lookup", {"tool": "search", "args": {}, "context": {}}).status_code == 404
+    assert (
+        other_api.call(
+            "post", "/scopes/hospital/tool-results/lookup", {"tool": "search", "args": {}, "context": {}}
+        ).status_code
+        == 404
+    )
 
 
 def test_an_oversized_result_is_refused_and_not_stored(tools, settings):
@@ -123,7 +146,10 @@ def test_an_oversized_result_is_refused_and_not_stored(tools, settings):
 
 
 def test_a_result_listing_a_changed_section_is_not_served(tools):
-    assert put(tools, "search", {"q": "icu"}, section_ids=["visiting/icu"], hashes=read("visiting/icu")).json()["stored"] is True
+    assert (
+        put(tools, "search", {"q": "icu"}, section_ids=["visiting/icu"], hashes=read("visiting/icu")).json()["stored"]
+        is True
+    )
     assert look(tools, "search", {"q": "icu"})["hit"] is True
     tools.put_sections("hospital", {"visiting/icu": "new hours"})
     body = look(tools, "search", {"q": "icu"})
@@ -150,7 +176,9 @@ def test_every_lookup_is_counted(tools):
 
 def test_policy_changes_take_effect_at_once(tools):
     put(tools, "search", {"q": "x"})
-    tools.call("put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "search", "cacheable": False, "ttl_s": 60}]})
+    tools.call(
+        "put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "search", "cacheable": False, "ttl_s": 60}]}
+    )
     assert look(tools, "search", {"q": "x"})["hit"] is False
     assert tools.call("get", "/scopes/hospital/tool-policies").json()["policies"][0]["cacheable"] is False
 
@@ -207,7 +235,9 @@ def test_every_write_path_of_a_policy_moves_the_scopes_version(db):
     admin.force_login(User.objects.create_superuser("root", password="x"))
     policy = ToolPolicy.objects.get(scope=scope)
     # The admin's bulk "delete selected" action.
-    admin.post("/admin/trails/toolpolicy/", {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
+    admin.post(
+        "/admin/trails/toolpolicy/", {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"}
+    )
     assert not ToolPolicy.objects.exists()
     seen.append(version())
     assert len(set(seen)) == len(seen), seen

@@ -1,4 +1,5 @@
 """The upkeep jobs through a real Celery worker process and a real Redis broker."""
+
 from __future__ import annotations
 
 import os
@@ -28,11 +29,30 @@ def start_worker(broker_env: dict[str, str], conf: dict):
     db = connection.settings_dict
     queue = f"test-{uuid.uuid4().hex[:8]}"  # no stray worker can take these tasks
     env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_")}
-    env.update(broker_env, DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}")
+    env.update(
+        broker_env,
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ragtrail_site", "worker", "--pool", "solo", "-Q", queue,
-         "--without-heartbeat", "--without-mingle", "--without-gossip", "--loglevel", "warning"],
-        env=env, cwd=Path(__file__).resolve().parents[2],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "ragtrail_site",
+            "worker",
+            "--pool",
+            "solo",
+            "-Q",
+            queue,
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "warning",
+        ],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
     )
     saved = {k: celery_app.conf[k] for k in (*conf, "task_always_eager", "task_default_queue")}
     use_conf(conf, task_always_eager=False, task_default_queue=queue)
@@ -96,7 +116,11 @@ def test_a_real_worker_rolls_up_what_a_direct_count_gives(worker, api, sections)
         api.recall("hospital", query=query)
     assert roll_up_task.delay().get(timeout=90) >= 2
     counts = {s.outcome: s.count for s in RecallStat.objects.all()}
-    assert counts == {"prefetch": 2, "miss": 1} == {o: RecallEvent.objects.filter(outcome=o).count() for o in ("prefetch", "miss")}
+    assert (
+        counts
+        == {"prefetch": 2, "miss": 1}
+        == {o: RecallEvent.objects.filter(outcome=o).count() for o in ("prefetch", "miss")}
+    )
 
 
 def test_a_broker_that_is_down_never_breaks_the_api(api, sections, settings):
@@ -129,7 +153,9 @@ def test_a_real_worker_runs_a_purge_and_a_retry_changes_nothing(worker, api, sec
 
     for query in ["Where do visitors park?", "Can jane@example.org visit?"]:
         api.record("hospital", query=query, cited=["parking"])
-    run = PurgeRun.objects.create(scope=Trail.objects.first().scope, rule="built-in", action="redact", requested_by="test")
+    run = PurgeRun.objects.create(
+        scope=Trail.objects.first().scope, rule="built-in", action="redact", requested_by="test"
+    )
     assert purge_task.delay(run.id).get(timeout=90) == 1
     assert purge_task.delay(run.id).get(timeout=90) == 1  # a retried task finds the run done
     assert sorted(Trail.objects.values_list("query", flat=True)) == ["Can [redacted] visit?", "Where do visitors park?"]

@@ -1,4 +1,5 @@
 """LSH banding: band layout from a threshold, and band keys for indexed lookup."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,7 @@ def _integrate(values: np.ndarray, xs: np.ndarray) -> float:
 
 
 @lru_cache(maxsize=256)
-def layout_for_threshold(
-    threshold: float, num_values: int, false_positive_weight: float = 0.5
-) -> BandLayout:
+def layout_for_threshold(threshold: float, num_values: int, false_positive_weight: float = 0.5) -> BandLayout:
     """Chooses bands and rows for a similarity threshold.
 
     Minimises the weighted area of false positives (similarity below the

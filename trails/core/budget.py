@@ -1,10 +1,12 @@
 """Token estimates and the cut of prefetched text to a token budget."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from infra.tokens import TOKEN as _TOKEN, count_tokens  # the budget's unit, shared with the section splitter
+from infra.tokens import TOKEN as _TOKEN  # the budget's unit, shared with the section splitter
+from infra.tokens import count_tokens
 
 
 @dataclass(frozen=True)

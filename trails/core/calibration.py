@@ -11,12 +11,13 @@ rejections) move the threshold only where they show with confidence that the bou
 is broken (up) or holds (down), within a floor and a ceiling, and no single reporter
 moves it more than a bounded step on its own.
 """
+
 from __future__ import annotations
 
 import bisect
 import math
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 
@@ -182,7 +183,9 @@ def threshold_within(
         raise ValueError("the grid of thresholds is empty")
     chosen = None
     for threshold, false_hits in sorted(false_hits_at):
-        chosen = Calibration(threshold, bound, confidence, false_hits, trials, upper_bound(false_hits, trials, confidence))
+        chosen = Calibration(
+            threshold, bound, confidence, false_hits, trials, upper_bound(false_hits, trials, confidence)
+        )
         if chosen.holds:
             return chosen
     return chosen
@@ -239,7 +242,9 @@ class LearnedThreshold:
 
     threshold: float | None  # None: the configured (calibrated) threshold stands
     demanded: float  # what all labels together demand, before the ceiling and the reporter limit
-    flags: tuple[str, ...]  # "ceiling": the labels demand more than the ceiling; "reporter:<id>": one reporter was held back
+    flags: tuple[
+        str, ...
+    ]  # "ceiling": the labels demand more than the ceiling; "reporter:<id>": one reporter was held back
     labels: int
     false_hits: int
     reporters: int
@@ -252,9 +257,15 @@ class LearnedThreshold:
     def evidence(self) -> dict:
         false_hits, judged = self.at_threshold
         return {
-            "labels": self.labels, "false_hits": self.false_hits, "reporters": self.reporters, "asked": self.asked,
-            "at_threshold": {"false_hits": false_hits, "labels": judged}, "demanded": self.demanded,
-            "bound": self.bound, "flags": list(self.flags), "by_reporter": [list(r) for r in self.by_reporter],
+            "labels": self.labels,
+            "false_hits": self.false_hits,
+            "reporters": self.reporters,
+            "asked": self.asked,
+            "at_threshold": {"false_hits": false_hits, "labels": judged},
+            "demanded": self.demanded,
+            "bound": self.bound,
+            "flags": list(self.flags),
+            "by_reporter": [list(r) for r in self.by_reporter],
         }
 
 
@@ -293,8 +304,13 @@ LOWERING_MARGIN = 0.8
 
 
 def demanded_threshold(
-    labels: "Sequence[Label] | _Counts", asked: int, calibrated: float, grid: Sequence[float], bound: float,
-    limits: LearningLimits, current: float | None = None,
+    labels: "Sequence[Label] | _Counts",
+    asked: int,
+    calibrated: float,
+    grid: Sequence[float],
+    bound: float,
+    limits: LearningLimits,
+    current: float | None = None,
 ) -> float:
     """The threshold a set of labels demands: higher where they show with confidence that
     the bound is broken at the calibrated one, lower where they show with confidence that
@@ -342,7 +358,12 @@ def demanded_threshold(
 
 
 def learned_threshold(
-    labels: Sequence[Label], asked: int, calibrated: float, grid: Sequence[float], bound: float, limits: LearningLimits,
+    labels: Sequence[Label],
+    asked: int,
+    calibrated: float,
+    grid: Sequence[float],
+    bound: float,
+    limits: LearningLimits,
     current: float | None = None,
 ) -> LearnedThreshold:
     """A scope's threshold from its own labels, within the limits of trust.
@@ -363,7 +384,9 @@ def learned_threshold(
             by_reporter.setdefault(label.reporter, []).append(label)
     for reporter in sorted(by_reporter):
         # The questions asked stay: a reporter's own recalls still count as asked.
-        without = demanded_threshold(counts.without(_Counts(by_reporter[reporter])), asked, calibrated, grid, bound, limits, current)
+        without = demanded_threshold(
+            counts.without(_Counts(by_reporter[reporter])), asked, calibrated, grid, bound, limits, current
+        )
         if without - limits.reporter_shift > low:
             low, low_by = without - limits.reporter_shift, reporter
         if without + limits.reporter_shift < high:
@@ -382,10 +405,19 @@ def learned_threshold(
         counted = tally.setdefault(label.reporter or "unnamed", [0, 0])
         counted[0] += 1
         counted[1] += int(label.false_hit)
-    by_reporter = tuple((reporter, n, false) for reporter, (n, false) in
-                        sorted(tally.items(), key=lambda item: (-item[1][0], item[0]))[:10])
+    by_reporter = tuple(
+        (reporter, n, false)
+        for reporter, (n, false) in sorted(tally.items(), key=lambda item: (-item[1][0], item[0]))[:10]
+    )
     return LearnedThreshold(
         None if abs(threshold - calibrated) < 1e-9 else threshold,
-        demanded, tuple(flags), len(labels), sum(1 for l in labels if l.false_hit),
-        len({label.reporter for label in labels}), counts.at(threshold), bound, asked, by_reporter,
+        demanded,
+        tuple(flags),
+        len(labels),
+        sum(1 for l in labels if l.false_hit),
+        len({label.reporter for label in labels}),
+        counts.at(threshold),
+        bound,
+        asked,
+        by_reporter,
     )

@@ -3,6 +3,7 @@
 Figures are plain plotly figure dicts (data and layout), rendered by the bundled
 plotly.js; building them as dicts keeps the page fast and the functions testable.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -104,13 +105,22 @@ def outcomes_figure(data: Series, log_url: str | None = None, bucket: timedelta 
     x = [s.isoformat() for s in data.starts]
     figure = {
         "data": [
-            {"type": "bar", "name": o, "x": x, "y": data.counts[o], "marker": {"color": COLOURS[o]},
-             "customdata": [f"outcome={o}&since={_url_time(s)}&until={_url_time(s + bucket)}" for s in data.starts],
-             "hovertemplate": "%{y} " + o + " recalls<br>%{x}<extra></extra>"}
+            {
+                "type": "bar",
+                "name": o,
+                "x": x,
+                "y": data.counts[o],
+                "marker": {"color": COLOURS[o]},
+                "customdata": [f"outcome={o}&since={_url_time(s)}&until={_url_time(s + bucket)}" for s in data.starts],
+                "hovertemplate": "%{y} " + o + " recalls<br>%{x}<extra></extra>",
+            }
             for o in OUTCOMES
         ],
-        "layout": _layout("Recall outcomes (click a bar for its recalls)", barmode="stack",
-                          yaxis={"title": {"text": "recalls"}, "rangemode": "tozero"}),
+        "layout": _layout(
+            "Recall outcomes (click a bar for its recalls)",
+            barmode="stack",
+            yaxis={"title": {"text": "recalls"}, "rangemode": "tozero"},
+        ),
     }
     if log_url:
         figure["layout"]["meta"] = {"click": log_url + "?{customdata}"}
@@ -133,45 +143,79 @@ def hit_rate_figure(data: Series) -> dict:
     hits = [data.counts["prefetch"][i] + data.counts["hint"][i] for i in range(len(data.starts))]
     biggest = max(volumes, default=0) or 1
     return {
-        "data": [{
-            "type": "scatter", "mode": "lines+markers", "name": "hit rate", "connectgaps": False,
-            "x": [s.isoformat() for s in data.starts], "y": rates, "line": {"color": "#2b6cb0"},
-            "customdata": [[h, v] for h, v in zip(hits, volumes)],
-            "hovertemplate": "%{y:.1f} % hits: %{customdata[0]} of %{customdata[1]} recalls<br>%{x}<extra></extra>",
-            "marker": {
-                "size": [6 + 10 * (v / biggest) for v in volumes],
-                "color": ["#a0aec0" if v < LOW_VOLUME else "#2b6cb0" for v in volumes],
-            },
-        }],
-        "layout": _layout(f"Hit rate (prefetch + hint); grey: under {LOW_VOLUME} recalls",
-                          yaxis={"title": {"text": "% of recalls"}, "range": [0, 100]}),
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "hit rate",
+                "connectgaps": False,
+                "x": [s.isoformat() for s in data.starts],
+                "y": rates,
+                "line": {"color": "#2b6cb0"},
+                "customdata": [[h, v] for h, v in zip(hits, volumes)],
+                "hovertemplate": "%{y:.1f} % hits: %{customdata[0]} of %{customdata[1]} recalls<br>%{x}<extra></extra>",
+                "marker": {
+                    "size": [6 + 10 * (v / biggest) for v in volumes],
+                    "color": ["#a0aec0" if v < LOW_VOLUME else "#2b6cb0" for v in volumes],
+                },
+            }
+        ],
+        "layout": _layout(
+            f"Hit rate (prefetch + hint); grey: under {LOW_VOLUME} recalls",
+            yaxis={"title": {"text": "% of recalls"}, "range": [0, 100]},
+        ),
     }
 
 
-def similarity_figure(bins: Sequence[tuple[int, int]], bin_count: int, thresholds: dict[str, float] | None = None) -> dict:
+def similarity_figure(
+    bins: Sequence[tuple[int, int]], bin_count: int, thresholds: dict[str, float] | None = None
+) -> dict:
     """A histogram of hit similarities from (bin, count) pairs; bin i covers [i, i+1) / bin_count.
     Each matcher's threshold in use is drawn as a dashed line."""
     width = 1.0 / bin_count
     lines = dict(thresholds or {})
     low = min([b * width for b, _ in bins] + list(lines.values()) or [0.5])
     shapes = [
-        {"type": "line", "x0": t, "x1": t, "yref": "paper", "y0": 0, "y1": 1, "line": {"color": "#9b2c2c", "dash": "dash", "width": 2}}
+        {
+            "type": "line",
+            "x0": t,
+            "x1": t,
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#9b2c2c", "dash": "dash", "width": 2},
+        }
         for t in lines.values()
     ]
     notes = [
-        {"x": t, "yref": "paper", "y": 1, "text": f"{name} threshold {t}", "showarrow": False, "xanchor": "right", "font": {"size": 11}}
+        {
+            "x": t,
+            "yref": "paper",
+            "y": 1,
+            "text": f"{name} threshold {t}",
+            "showarrow": False,
+            "xanchor": "right",
+            "font": {"size": 11},
+        }
         for name, t in lines.items()
     ]
     return {
-        "data": [{
-            "type": "bar", "name": "hits", "x": [round((b + 0.5) * width, 4) for b, _ in bins],
-            "y": [c for _, c in bins], "width": width * 0.9, "marker": {"color": "#2b6cb0"},
-            "hovertemplate": "%{y} hits at similarity %{x:.3f} (±" + f"{width / 2:.3f}" + ")<extra></extra>",
-        }],
+        "data": [
+            {
+                "type": "bar",
+                "name": "hits",
+                "x": [round((b + 0.5) * width, 4) for b, _ in bins],
+                "y": [c for _, c in bins],
+                "width": width * 0.9,
+                "marker": {"color": "#2b6cb0"},
+                "hovertemplate": "%{y} hits at similarity %{x:.3f} (±" + f"{width / 2:.3f}" + ")<extra></extra>",
+            }
+        ],
         "layout": _layout(
             "Similarity of hits, against the threshold",
             xaxis={"title": {"text": "similarity"}, "range": [max(0.0, low - 0.05), 1.0]},
             yaxis={"title": {"text": "hits"}},
-            shapes=shapes, annotations=notes,
+            shapes=shapes,
+            annotations=notes,
         ),
     }

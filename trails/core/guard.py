@@ -7,6 +7,7 @@ query must name the same numbers, agree on negation, leave no content term of
 either one unaccounted for (after mapping synonyms to one term), and put their
 shared terms in the same order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,9 +32,13 @@ STOPWORDS = frozenset(
     """.split()
 )
 
-NEGATIONS = frozenset("not no never none nobody nothing neither nor without cannot cant dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt".split())
+NEGATIONS = frozenset(
+    "not no never none nobody nothing neither nor without cannot cant dont doesnt didnt isnt arent wasnt werent wont wouldnt shouldnt couldnt".split()
+)
 # "don't" normalises to "don t": the "t" after these stems is the negation.
-_NEGATED_STEMS = frozenset("don doesn didn isn aren wasn weren won wouldn shouldn couldn can haven hasn hadn ain".split())
+_NEGATED_STEMS = frozenset(
+    "don doesn didn isn aren wasn weren won wouldn shouldn couldn can haven hasn hadn ain".split()
+)
 
 
 @dataclass(frozen=True)
@@ -103,20 +108,70 @@ NUMBER_WORDS = frozenset(
 OPPOSITES = frozenset(
     frozenset(pair)
     for pair in (
-        ("minimize", "maximize"), ("minimum", "maximum"), ("min", "max"), ("increase", "decrease"),
-        ("public", "private"), ("north", "south"), ("east", "west"), ("before", "after"), ("buy", "sell"),
-        ("best", "worst"), ("pro", "con"), ("male", "female"), ("men", "women"), ("man", "woman"),
-        ("boy", "girl"), ("old", "new"), ("oldest", "newest"), ("young", "old"), ("high", "low"),
-        ("higher", "lower"), ("highest", "lowest"), ("up", "down"), ("import", "export"), ("input", "output"),
-        ("inside", "outside"), ("internal", "external"), ("upper", "lower"), ("cheap", "expensive"),
-        ("gain", "lose"), ("win", "lose"), ("good", "bad"), ("positive", "negative"), ("start", "stop"),
-        ("begin", "end"), ("open", "close"), ("enable", "disable"), ("add", "remove"), ("encrypt", "decrypt"),
-        ("encode", "decode"), ("compress", "decompress"), ("install", "uninstall"), ("hot", "cold"),
-        ("fast", "slow"), ("faster", "slower"), ("big", "small"), ("bigger", "smaller"), ("large", "small"),
-        ("long", "short"), ("more", "less"), ("most", "least"), ("over", "under"), ("day", "night"),
-        ("husband", "wife"), ("mother", "father"), ("son", "daughter"), ("brother", "sister"),
-        ("teacher", "student"), ("employer", "employee"), ("buyer", "seller"), ("client", "server"),
-        ("read", "write"), ("send", "receive"), ("push", "pull"), ("legal", "illegal"),
+        ("minimize", "maximize"),
+        ("minimum", "maximum"),
+        ("min", "max"),
+        ("increase", "decrease"),
+        ("public", "private"),
+        ("north", "south"),
+        ("east", "west"),
+        ("before", "after"),
+        ("buy", "sell"),
+        ("best", "worst"),
+        ("pro", "con"),
+        ("male", "female"),
+        ("men", "women"),
+        ("man", "woman"),
+        ("boy", "girl"),
+        ("old", "new"),
+        ("oldest", "newest"),
+        ("young", "old"),
+        ("high", "low"),
+        ("higher", "lower"),
+        ("highest", "lowest"),
+        ("up", "down"),
+        ("import", "export"),
+        ("input", "output"),
+        ("inside", "outside"),
+        ("internal", "external"),
+        ("upper", "lower"),
+        ("cheap", "expensive"),
+        ("gain", "lose"),
+        ("win", "lose"),
+        ("good", "bad"),
+        ("positive", "negative"),
+        ("start", "stop"),
+        ("begin", "end"),
+        ("open", "close"),
+        ("enable", "disable"),
+        ("add", "remove"),
+        ("encrypt", "decrypt"),
+        ("encode", "decode"),
+        ("compress", "decompress"),
+        ("install", "uninstall"),
+        ("hot", "cold"),
+        ("fast", "slow"),
+        ("faster", "slower"),
+        ("big", "small"),
+        ("bigger", "smaller"),
+        ("large", "small"),
+        ("long", "short"),
+        ("more", "less"),
+        ("most", "least"),
+        ("over", "under"),
+        ("day", "night"),
+        ("husband", "wife"),
+        ("mother", "father"),
+        ("son", "daughter"),
+        ("brother", "sister"),
+        ("teacher", "student"),
+        ("employer", "employee"),
+        ("buyer", "seller"),
+        ("client", "server"),
+        ("read", "write"),
+        ("send", "receive"),
+        ("push", "pull"),
+        ("legal", "illegal"),
     )
 )
 _OPPOSITE_PREFIXES = ("dis", "un", "in", "im", "il", "ir", "non", "anti", "de")
@@ -168,7 +223,8 @@ def question_terms(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> QuestionTerms
     tokens = words(text)
     numbers = frozenset(t for t in tokens if _is_number(t))
     negated = any(
-        token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS) for i, token in enumerate(tokens)
+        token in NEGATIONS or (token == "t" and i > 0 and tokens[i - 1] in _NEGATED_STEMS)
+        for i, token in enumerate(tokens)
     )
     if not lexicon.canonical:
         # Every recall of a scope without synonyms comes here: no phrase to look up.

@@ -6,6 +6,7 @@ than its budget, a fifth of API requests refused, a job silent for three of its 
 roll-up behind, a flag waiting for an operator. "watch" where something may turn so: reports
 too few to judge, latency near the budget, some requests refused, a job never heard from.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,8 +49,18 @@ def in_words(seconds: float | None) -> str:
     return f"{int(seconds)} s"
 
 
-def judge(*, false_hits_verdict: str, latency_p95_ms: float | None, budget_ms: float, requests: float, refused: float,
-          job_ages: dict[str, float | None], job_periods: dict[str, float], rollup_behind: bool, flags: list[str]) -> Health:
+def judge(
+    *,
+    false_hits_verdict: str,
+    latency_p95_ms: float | None,
+    budget_ms: float,
+    requests: float,
+    refused: float,
+    job_ages: dict[str, float | None],
+    job_periods: dict[str, float],
+    rollup_behind: bool,
+    flags: list[str],
+) -> Health:
     """The verdict from every signal the overview shows, and the findings behind it.
 
     Args:
@@ -65,22 +76,37 @@ def judge(*, false_hits_verdict: str, latency_p95_ms: float | None, budget_ms: f
     elif false_hits_verdict == "watch":
         findings.append(Finding("watch", "false hits", "false-hit reports, too few judged to tell"))
     if latency_p95_ms is not None and latency_p95_ms > budget_ms:
-        findings.append(Finding("broken", "latency", f"recall p95 {latency_p95_ms:.0f} ms, over its {budget_ms:.0f} ms budget"))
+        findings.append(
+            Finding("broken", "latency", f"recall p95 {latency_p95_ms:.0f} ms, over its {budget_ms:.0f} ms budget")
+        )
     elif latency_p95_ms is not None and latency_p95_ms > LATENCY_WATCH * budget_ms:
-        findings.append(Finding("watch", "latency", f"recall p95 {latency_p95_ms:.0f} ms, near its {budget_ms:.0f} ms budget"))
+        findings.append(
+            Finding("watch", "latency", f"recall p95 {latency_p95_ms:.0f} ms, near its {budget_ms:.0f} ms budget")
+        )
     share = refused / requests if requests else 0.0
     if share >= REFUSED_WATCH:
         level = "broken" if share >= REFUSED_BROKEN else "watch"
-        findings.append(Finding(level, "refused requests",
-                                f"{refused:.0f} of {requests:.0f} API requests refused with 503 (service-wide)"))
+        findings.append(
+            Finding(
+                level,
+                "refused requests",
+                f"{refused:.0f} of {requests:.0f} API requests refused with 503 (service-wide)",
+            )
+        )
     for job, age in job_ages.items():
         period = job_periods.get(job)
         if age is None:
             findings.append(Finding("watch", "jobs", f"{job} never heard from: is the worker running?"))
         elif period and age > SILENT_PERIODS * period:
-            findings.append(Finding("broken", "jobs", f"{job} last succeeded {in_words(age)} ago (it runs every {in_words(period)})"))
+            findings.append(
+                Finding(
+                    "broken", "jobs", f"{job} last succeeded {in_words(age)} ago (it runs every {in_words(period)})"
+                )
+            )
     if rollup_behind:
-        findings.append(Finding("broken", "roll-up", "the roll-up is behind: recent recalls are missing from the charts"))
+        findings.append(
+            Finding("broken", "roll-up", "the roll-up is behind: recent recalls are missing from the charts")
+        )
     if flags:
         findings.append(Finding("broken", "flags", f"{len(flags)} flag(s) waiting for an operator"))
     levels = {f.level for f in findings}

@@ -1,4 +1,5 @@
 """The short text an agent receives with a hint."""
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,7 @@ def hint_text(
         A few sentences naming the valid, changed and deleted sections and the
         step to start with.
     """
-    lines = [
-        f'A similar question was answered before ("{matched_query}", similarity {similarity:.2f}).'
-    ]
+    lines = [f'A similar question was answered before ("{matched_query}", similarity {similarity:.2f}).']
     if valid_ids:
         lines.append("These sections are still valid: " + ", ".join(valid_ids) + ".")
     if changed_ids:

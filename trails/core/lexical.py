@@ -1,4 +1,5 @@
 """The lexical matcher's two signatures: one to find candidates, one to score them."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -11,7 +12,11 @@ from .minhash import MinHashParams, MinHashSignature, minhash_of_shingles
 
 
 def lexical_band_keys(
-    text: str, params: MinHashParams, layout: BandLayout, namespace: str = "", lexicon: Lexicon = EMPTY_LEXICON,
+    text: str,
+    params: MinHashParams,
+    layout: BandLayout,
+    namespace: str = "",
+    lexicon: Lexicon = EMPTY_LEXICON,
     terms: QuestionTerms | None = None,
 ) -> list[int]:
     """Band keys of the MinHash of a question's content shingles (see `guard.content_shingles`);

@@ -13,6 +13,7 @@ nothing brings an expired trail back (no vote, no re-record, no undo), only the 
 operator deletes it. An agent's up vote approves a pending trail and never a held one: only
 an operator's approval answers reports.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -110,7 +111,14 @@ class Rule:
 
 A, O, S = Actor.AGENT, Actor.OPERATOR, Actor.SYSTEM
 NEW, PENDING, HELD, ACTIVE, STALE, REJECTED, EXPIRED, DELETED = (
-    State.NEW, State.PENDING, State.HELD, State.ACTIVE, State.STALE, State.REJECTED, State.EXPIRED, State.DELETED,
+    State.NEW,
+    State.PENDING,
+    State.HELD,
+    State.ACTIVE,
+    State.STALE,
+    State.REJECTED,
+    State.EXPIRED,
+    State.DELETED,
 )
 ANY_RECORDED = (PENDING, HELD, ACTIVE, STALE, REJECTED)
 
@@ -123,47 +131,164 @@ RELEASE = "release"
 
 # The table. One row per (action, actor); an action absent for an actor is refused to it.
 RULES: tuple[Rule, ...] = (
-    Rule(RECORD_SIGNALLED, A, (NEW,), ACTIVE, expiry=Expiry.ACTIVE,
-         note="recorded with a positive signal (accepted, user, verifier)"),
-    Rule(RECORD_UNSIGNALLED, A, (NEW,), PENDING, expiry=Expiry.PENDING, reason="no positive signal: waiting for approval",
-         note="recorded without a positive signal"),
-    Rule(RECORD_REFUSED, A, (NEW,), REJECTED, expiry=Expiry.PENDING, reason="{reason}", note="the answer says its sources do not cover the question"),
-    Rule(VOTE_UP, A, (PENDING, ACTIVE), ACTIVE, expiry=Expiry.ACTIVE,
-         note="approves a trail recorded pending, or renews an active one; reports stay counted"),
-    Rule(VOTE_DOWN, A, (PENDING, HELD, STALE, REJECTED), REJECTED, reason="rejected by {who}",
-         labels=Labels.REJECTION, note="final for votes"),
-    Rule(VOTE_DOWN, A, (ACTIVE,), None, reports=Reports.COUNT, taken_as=REPORT,
-         note="on an active trail one key's down vote is that key's report"),
-    Rule(REPORT, A, (ACTIVE,), None, reports=Reports.COUNT,
-         note="'not helpful' on a recall that served it; counted once per key"),
-    Rule(REPORT, A, (ACTIVE,), HELD, reports=Reports.COUNT, expiry=Expiry.PENDING, hold=Hold.REPORTS,
-         reason="reported not helpful by {reporters} reporters",
-         note="the report that brings the scope's number of different reporters"),
-    Rule(REPORT, A, (PENDING, HELD, STALE, REJECTED), None, reports=Reports.COUNT,
-         note="counted; the status stays"),
-    Rule(VOTE_UP, O, (PENDING, HELD, ACTIVE), ACTIVE, reports=Reports.ANSWER, expiry=Expiry.ACTIVE,
-         note="approve: the only way back into service from held"),
+    Rule(
+        RECORD_SIGNALLED,
+        A,
+        (NEW,),
+        ACTIVE,
+        expiry=Expiry.ACTIVE,
+        note="recorded with a positive signal (accepted, user, verifier)",
+    ),
+    Rule(
+        RECORD_UNSIGNALLED,
+        A,
+        (NEW,),
+        PENDING,
+        expiry=Expiry.PENDING,
+        reason="no positive signal: waiting for approval",
+        note="recorded without a positive signal",
+    ),
+    Rule(
+        RECORD_REFUSED,
+        A,
+        (NEW,),
+        REJECTED,
+        expiry=Expiry.PENDING,
+        reason="{reason}",
+        note="the answer says its sources do not cover the question",
+    ),
+    Rule(
+        VOTE_UP,
+        A,
+        (PENDING, ACTIVE),
+        ACTIVE,
+        expiry=Expiry.ACTIVE,
+        note="approves a trail recorded pending, or renews an active one; reports stay counted",
+    ),
+    Rule(
+        VOTE_DOWN,
+        A,
+        (PENDING, HELD, STALE, REJECTED),
+        REJECTED,
+        reason="rejected by {who}",
+        labels=Labels.REJECTION,
+        note="final for votes",
+    ),
+    Rule(
+        VOTE_DOWN,
+        A,
+        (ACTIVE,),
+        None,
+        reports=Reports.COUNT,
+        taken_as=REPORT,
+        note="on an active trail one key's down vote is that key's report",
+    ),
+    Rule(
+        REPORT,
+        A,
+        (ACTIVE,),
+        None,
+        reports=Reports.COUNT,
+        note="'not helpful' on a recall that served it; counted once per key",
+    ),
+    Rule(
+        REPORT,
+        A,
+        (ACTIVE,),
+        HELD,
+        reports=Reports.COUNT,
+        expiry=Expiry.PENDING,
+        hold=Hold.REPORTS,
+        reason="reported not helpful by {reporters} reporters",
+        note="the report that brings the scope's number of different reporters",
+    ),
+    Rule(REPORT, A, (PENDING, HELD, STALE, REJECTED), None, reports=Reports.COUNT, note="counted; the status stays"),
+    Rule(
+        VOTE_UP,
+        O,
+        (PENDING, HELD, ACTIVE),
+        ACTIVE,
+        reports=Reports.ANSWER,
+        expiry=Expiry.ACTIVE,
+        note="approve: the only way back into service from held",
+    ),
     Rule(VOTE_DOWN, O, ANY_RECORDED, REJECTED, reason="rejected by {who}", labels=Labels.REJECTION),
-    Rule(DEMOTE, O, (ACTIVE,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, reason="sent back to pending by {who}",
-         note="send back"),
-    Rule(REINSTATE, O, (REJECTED,), HELD, expiry=Expiry.PENDING, hold=Hold.OPERATOR, labels=Labels.WITHDRAW,
-         reason="rejection reversed by {who}", note="to be approved again by an operator"),
-    Rule(UNDO, O, (REJECTED,), None, labels=Labels.WITHDRAW, restores=True, reason="rejection undone by {who}",
-         note="only the latest change, an operator's rejection: back to the state before it (a hold, its reports and expiry too)"),
-    Rule(UNDO, O, (HELD,), None, restores=True, reason="send-back undone by {who}",
-         note="only the latest change, an operator's send-back: back to active with the expiry it had"),
+    Rule(
+        DEMOTE,
+        O,
+        (ACTIVE,),
+        HELD,
+        expiry=Expiry.PENDING,
+        hold=Hold.OPERATOR,
+        reason="sent back to pending by {who}",
+        note="send back",
+    ),
+    Rule(
+        REINSTATE,
+        O,
+        (REJECTED,),
+        HELD,
+        expiry=Expiry.PENDING,
+        hold=Hold.OPERATOR,
+        labels=Labels.WITHDRAW,
+        reason="rejection reversed by {who}",
+        note="to be approved again by an operator",
+    ),
+    Rule(
+        UNDO,
+        O,
+        (REJECTED,),
+        None,
+        labels=Labels.WITHDRAW,
+        restores=True,
+        reason="rejection undone by {who}",
+        note="only the latest change, an operator's rejection: back to the state before it (a hold, its reports and expiry too)",
+    ),
+    Rule(
+        UNDO,
+        O,
+        (HELD,),
+        None,
+        restores=True,
+        reason="send-back undone by {who}",
+        note="only the latest change, an operator's send-back: back to active with the expiry it had",
+    ),
     Rule(DELETE, O, (STALE, EXPIRED), DELETED, reports=Reports.GONE),
-    Rule(RELEASE, S, (HELD,), ACTIVE, reports=Reports.RECOUNT, expiry=Expiry.ACTIVE,
-         reason="back in service: an operator set aside the reports that held it",
-         note="the recount after an operator set a key's reports aside: only a trail held by reports that no longer has the scope's number of reporters"),
-    Rule(MARK_STALE, S, (ACTIVE,), STALE, reason="every cited section changed",
-         note="recall's read-time check found none of its sections unchanged; never comes back"),
+    Rule(
+        RELEASE,
+        S,
+        (HELD,),
+        ACTIVE,
+        reports=Reports.RECOUNT,
+        expiry=Expiry.ACTIVE,
+        reason="back in service: an operator set aside the reports that held it",
+        note="the recount after an operator set a key's reports aside: only a trail held by reports that no longer "
+        "has the scope's number of reporters",
+    ),
+    Rule(
+        MARK_STALE,
+        S,
+        (ACTIVE,),
+        STALE,
+        reason="every cited section changed",
+        note="recall's read-time check found none of its sections unchanged; never comes back",
+    ),
     Rule(EXPIRE, S, (*ANY_RECORDED, EXPIRED), DELETED, reports=Reports.GONE, note="the sweep, past the trail's expiry"),
 )
 
 # Words for refusals: what the action would be called by whoever tried it.
-VERBS = {VOTE_UP: "approve", VOTE_DOWN: "reject", REINSTATE: "reinstate", DEMOTE: "send back", DELETE: "delete",
-         UNDO: "undo", REPORT: "report", MARK_STALE: "mark stale", EXPIRE: "expire", RELEASE: "release"}
+VERBS = {
+    VOTE_UP: "approve",
+    VOTE_DOWN: "reject",
+    REINSTATE: "reinstate",
+    DEMOTE: "send back",
+    DELETE: "delete",
+    UNDO: "undo",
+    REPORT: "report",
+    MARK_STALE: "mark stale",
+    EXPIRE: "expire",
+    RELEASE: "release",
+}
 # The actions an API caller or operator may name (the others are the system's or record's).
 NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO)
 
@@ -197,8 +322,11 @@ def available_actions(state: State, actor: Actor, moving_only: bool = False) -> 
     """The named actions this actor may take on a trail in this state, in the table's order:
     what pages, Django admin and the API offer (undo needs its history too: Trail.undoable).
     `moving_only` leaves out those that keep the state (renewing an active trail)."""
-    return [action for action in NAMED_ACTIONS
-            if any(r.applies_to(state) and not (moving_only and r.to_state is state) for r in rules_for(action, actor))]
+    return [
+        action
+        for action in NAMED_ACTIONS
+        if any(r.applies_to(state) and not (moving_only and r.to_state is state) for r in rules_for(action, actor))
+    ]
 
 
 def held_by_reporters(reporters: int, reporters_to_hold: int) -> bool:
@@ -240,8 +368,10 @@ def refusal(action: str, actor: Actor, state: State) -> str:
     if state is EXPIRED:
         return f"this trail has expired: it can no longer be {'approved' if action == VOTE_UP else verb + 'ed'}, only deleted"
     if state is HELD and action == VOTE_UP and actor is A:
-        return ("this trail was taken out of service (by agents' reports or an operator): "
-                "only an operator's approval serves it again")
+        return (
+            "this trail was taken out of service (by agents' reports or an operator): "
+            "only an operator's approval serves it again"
+        )
     shown = "pending" if state is HELD else state.value
     if action == REINSTATE:
         return f"only a rejected trail can be reinstated; this one is {shown}"
@@ -258,9 +388,24 @@ def table_rows() -> list[tuple[str, ...]]:
     """The table as text rows: action, actor, from, to, reports, labels, note."""
     rows = []
     for r in RULES:
-        to = "(the state before)" if r.restores else "(unchanged)" if r.to_state is None else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")
-        rows.append((r.action, r.actor.value, ", ".join(s.value for s in r.from_states), to, r.reports.value,
-                     "" if r.labels is Labels.NONE else r.labels.value, r.note))
+        to = (
+            "(the state before)"
+            if r.restores
+            else "(unchanged)"
+            if r.to_state is None
+            else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")
+        )
+        rows.append(
+            (
+                r.action,
+                r.actor.value,
+                ", ".join(s.value for s in r.from_states),
+                to,
+                r.reports.value,
+                "" if r.labels is Labels.NONE else r.labels.value,
+                r.note,
+            )
+        )
     return rows
 
 

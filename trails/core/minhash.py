@@ -1,4 +1,5 @@
 """MinHash signatures of shingle sets, with their parameters carried along."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,9 +78,7 @@ class MinHashSignature:
         """
         values = np.frombuffer(data, dtype="<u4")
         if values.shape[0] != params.num_perm:
-            raise ValueError(
-                f"stored signature has {values.shape[0]} values, parameters say {params.num_perm}"
-            )
+            raise ValueError(f"stored signature has {values.shape[0]} values, parameters say {params.num_perm}")
         return cls(params, values)
 
 

@@ -1,4 +1,5 @@
 """Query normalisation and shingling for lexical matching."""
+
 from __future__ import annotations
 
 import hashlib

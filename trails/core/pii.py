@@ -1,4 +1,5 @@
 """Finding and redacting personal data in stored query text."""
+
 from __future__ import annotations
 
 import re
@@ -62,7 +63,9 @@ class Rule:
     def spans(self, text: str) -> list[tuple[int, int]]:
         if self.folded:
             folded, origin = fold(text)
-            return [(origin[a], origin[b - 1] + 1) for a, b in (m.span() for m in self.pattern.finditer(folded)) if b > a]
+            return [
+                (origin[a], origin[b - 1] + 1) for a, b in (m.span() for m in self.pattern.finditer(folded)) if b > a
+            ]
         found = []
         for match in self.pattern.finditer(text):
             value = match.group(0)
@@ -76,7 +79,12 @@ BUILTIN_RULES: tuple[Rule, ...] = (
     Rule("email", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
     Rule("card number", re.compile(r"\b(?:\d[ -]?){12,18}\d\b"), _luhn_ok),
     Rule("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b"), _iban_ok),
-    Rule("ip address", re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b|\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b")),
+    Rule(
+        "ip address",
+        re.compile(
+            r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b|\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b"
+        ),
+    ),
     Rule("phone number", re.compile(r"(?<![\w])\+?\d[\d ()-]{7,}\d(?![\w])")),
 )
 
@@ -109,7 +117,7 @@ def in_context(text: str, rules: Sequence[Rule], width: int = 30) -> list[str]:
     preview shows, so an operator sees a match is a true one before anything is deleted."""
     shown = []
     for _, a, b in find(text, rules):
-        before, after = text[max(0, a - width):a], text[b:b + width]
+        before, after = text[max(0, a - width) : a], text[b : b + width]
         shown.append(f"{'…' if a > width else ''}{before}[{text[a:b]}]{after}{'…' if b + width < len(text) else ''}")
     return shown
 

@@ -1,4 +1,5 @@
 """Estimates of what a recall spared the agent, for the operators' overview."""
+
 from __future__ import annotations
 
 from typing import Sequence

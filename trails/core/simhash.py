@@ -1,4 +1,5 @@
 """SimHash of embeddings: seeded random hyperplanes, bits cut into bands for indexed lookup."""
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ def _hyperplanes(params: SimHashParams) -> np.ndarray:
     planes = _PLANES.get(params)
     if planes is None:
         # RandomState's normal stream is frozen across numpy versions and machines.
-        planes = _PLANES[params] = np.random.RandomState(params.seed).standard_normal((params.dim, params.bits)).astype(np.float32)
+        planes = _PLANES[params] = (
+            np.random.RandomState(params.seed).standard_normal((params.dim, params.bits)).astype(np.float32)
+        )
     return planes
 
 

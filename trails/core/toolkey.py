@@ -1,4 +1,5 @@
 """Canonical keys for tool-result caching: same call, same key; different call, different key."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """The read-time check: are a trail's cited sections still what they were?"""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -111,4 +112,6 @@ def outcome_once(citations: Sequence[Citation], hashes: Mapping[str, str]) -> Ou
     """What recall will answer for these citations once the store holds these hashes (a
     sync's summary, predicted before it writes): validate's rule on hashes alone. Serving
     never uses it; validate also hashes the text it is about to serve."""
-    return validate(citations, {section_id: CurrentSection(digest, None) for section_id, digest in hashes.items()}).outcome
+    return validate(
+        citations, {section_id: CurrentSection(digest, None) for section_id, digest in hashes.items()}
+    ).outcome

@@ -2,6 +2,7 @@
 
 The model is loaded once per process (`get_embedder`), never per request.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """The embedder contract every backend follows."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -2,6 +2,7 @@
 
 For fast unit tests of banding and storage; it knows nothing of meaning.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -24,7 +25,7 @@ class Embedder(BaseEmbedder):
         matrix = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             tokens = words(text)
-            features = tokens + [f"{w[i:i + 3]}" for w in tokens for i in range(max(1, len(w) - 2))]
+            features = tokens + [f"{w[i : i + 3]}" for w in tokens for i in range(max(1, len(w) - 2))]
             for feature in features:
                 h = stable_hash32(feature)
                 matrix[row, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0

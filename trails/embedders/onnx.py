@@ -10,6 +10,7 @@ a name derived from the model files' content, so a changed model is never served
 export. `manage.py export_model` makes it ahead of time (a deploy step); otherwise the first
 process that needs it makes it, under a file lock so workers starting together make it once.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -138,7 +139,6 @@ def export(model_dir: Path, target: Path) -> None:
 
     import torch
     from sentence_transformers import SentenceTransformer
-
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # a bar of loaded weights on every first run says nothing
@@ -151,7 +151,9 @@ def export(model_dir: Path, target: Path) -> None:
             self.transformer = transformer
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            tokens = self.transformer(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
+            tokens = self.transformer(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )[0]
             mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
             pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
@@ -165,15 +167,25 @@ def export(model_dir: Path, target: Path) -> None:
             # The tracer's notes on shapes: the check below is what tells a faithful export.
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                MeanPooled().eval(), (sample["input_ids"], sample["attention_mask"], sample["token_type_ids"]), str(partial),
-                input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["sentence_embedding"],
-                dynamic_axes={name: {0: "batch", 1: "tokens"} for name in ("input_ids", "attention_mask", "token_type_ids")} | {"sentence_embedding": {0: "batch"}},
-                opset_version=17, dynamo=False,
+                MeanPooled().eval(),
+                (sample["input_ids"], sample["attention_mask"], sample["token_type_ids"]),
+                str(partial),
+                input_names=["input_ids", "attention_mask", "token_type_ids"],
+                output_names=["sentence_embedding"],
+                dynamic_axes={
+                    name: {0: "batch", 1: "tokens"} for name in ("input_ids", "attention_mask", "token_type_ids")
+                }
+                | {"sentence_embedding": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
             )
         session = open_session(partial, 1)
         names = input_names(session)
         expected = model.encode(PROBE_TEXTS, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
-        for got in (run(session, names, tokenizer, PROBE_TEXTS), np.concatenate([run(session, names, tokenizer, [t]) for t in PROBE_TEXTS])):
+        for got in (
+            run(session, names, tokenizer, PROBE_TEXTS),
+            np.concatenate([run(session, names, tokenizer, [t]) for t in PROBE_TEXTS]),
+        ):
             gap = float(np.max(1 - np.sum(unit_rows(got) * unit_rows(expected), axis=1)))
             if not gap <= MAX_COSINE_GAP:
                 raise ExportRefused(f"the export's vectors differ from the model's by {gap:.2e} cosine")
@@ -229,6 +241,6 @@ class Embedder(BaseEmbedder):
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(order), 32):
-            chunk = order[start:start + 32]
+            chunk = order[start : start + 32]
             vectors[chunk] = run(self._session, self._inputs, self._tokenizer, [texts[i] for i in chunk])
         return unit_rows(vectors)

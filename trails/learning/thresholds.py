@@ -11,6 +11,7 @@
 Every move is a ThresholdChange row with its evidence; a demand past the ceiling, or
 one reporter held back, flags the scope for an operator (`Scope.threshold_flags`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,8 @@ from scopes import audit
 from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
 from scopes.models import Scope
-from trails.learning import shipped as calibration
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
+from trails.learning import shipped as calibration
 from trails.models import MatchLabel, RecallEvent, RecallStat, ThresholdChange
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,12 @@ def scope_labels(scope: Scope, matcher: str) -> tuple[list[Label], datetime | No
         rows = rows.exclude(reporter__in=list(set_aside))  # a revoked key's, set aside (scopes/keys.py)
     if scope.labels_since is not None:
         rows = rows.filter(created_at__gte=scope.labels_since)
-    read = list(rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter", "created_at")[:LABELS_READ])
-    return [Label(similarity, false_hit, reporter) for similarity, false_hit, reporter, _ in read], (read[-1][3] if read else None)
+    read = list(
+        rows.order_by("-created_at").values_list("similarity", "false_hit", "reporter", "created_at")[:LABELS_READ]
+    )
+    return [Label(similarity, false_hit, reporter) for similarity, false_hit, reporter, _ in read], (
+        read[-1][3] if read else None
+    )
 
 
 def questions_asked(scope: Scope, since: datetime | None) -> int:
@@ -70,7 +75,9 @@ def questions_asked(scope: Scope, since: datetime | None) -> int:
     last_hour = RecallStat.objects.filter(scope=scope, hour__gte=start).aggregate(last=Max("hour"))["last"]
     if last_hour is None:
         return RecallEvent.objects.filter(scope=scope, created_at__gte=since).count()
-    rolled = RecallStat.objects.filter(scope=scope, hour__gte=start, hour__lt=last_hour).aggregate(n=Sum("count"))["n"] or 0
+    rolled = (
+        RecallStat.objects.filter(scope=scope, hour__gte=start, hour__lt=last_hour).aggregate(n=Sum("count"))["n"] or 0
+    )
     return rolled + RecallEvent.objects.filter(scope=scope, created_at__gte=last_hour).count()
 
 
@@ -79,8 +86,13 @@ def decide(scope: Scope, matcher: str) -> LearnedThreshold:
     configured = getattr(scope, f"{matcher}_threshold")
     labels, oldest = scope_labels(scope, matcher)
     return learned_threshold(
-        labels, questions_asked(scope, oldest), configured, calibration.grid_for(matcher),
-        bound_for(scope), calibration.limits_for(matcher, configured), getattr(scope, f"learned_{matcher}_threshold"),
+        labels,
+        questions_asked(scope, oldest),
+        configured,
+        calibration.grid_for(matcher),
+        bound_for(scope),
+        calibration.limits_for(matcher, configured),
+        getattr(scope, f"learned_{matcher}_threshold"),
     )
 
 
@@ -93,11 +105,15 @@ def describe_flag(flag: str) -> str:
     """An operator's reading of one of Scope.threshold_flags ("embedding:ceiling", "embedding:reporter:key:…")."""
     matcher, _, reason = flag.partition(":")
     if reason == "ceiling":
-        return (f"The {matcher} labels demand a threshold past its ceiling (where fewer than half the paraphrases would "
-                "still match): it is held at the ceiling or below. Look at the reports, then reset or pin.")
+        return (
+            f"The {matcher} labels demand a threshold past its ceiling (where fewer than half the paraphrases would "
+            "still match): it is held at the ceiling or below. Look at the reports, then reset or pin."
+        )
     if reason.startswith("reporter:"):
-        return (f"One reporter ({reason.removeprefix('reporter:')}) would move the {matcher} threshold further than one "
-                "reporter may on its own: it is held within a step of what the others' labels say.")
+        return (
+            f"One reporter ({reason.removeprefix('reporter:')}) would move the {matcher} threshold further than one "
+            "reporter may on its own: it is held within a step of what the others' labels say."
+        )
     return flag
 
 
@@ -124,24 +140,37 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
         for matcher in MATCHERS:
             before, after = getattr(locked, f"learned_{matcher}_threshold"), learned[matcher]
             if before != after:
-                changes.append(ThresholdChange(
-                    scope=locked, matcher=matcher, kind=ThresholdChange.Kind.LEARNED,
-                    before=in_use(locked, matcher), after=after if after is not None else getattr(locked, f"{matcher}_threshold"),
-                    evidence=decisions[matcher].evidence() if matcher in decisions else {}, created_at=at,
-                ))
+                changes.append(
+                    ThresholdChange(
+                        scope=locked,
+                        matcher=matcher,
+                        kind=ThresholdChange.Kind.LEARNED,
+                        before=in_use(locked, matcher),
+                        after=after if after is not None else getattr(locked, f"{matcher}_threshold"),
+                        evidence=decisions[matcher].evidence() if matcher in decisions else {},
+                        created_at=at,
+                    )
+                )
         new_flags = set(flags.split(",")) - set(locked.threshold_flags.split(",")) - {""}
         if new_flags:
             for flag in sorted(new_flags):
                 matcher = flag.split(":", 1)[0]
-                changes.append(ThresholdChange(
-                    scope=locked, matcher=matcher, kind=ThresholdChange.Kind.FLAGGED,
-                    before=in_use(locked, matcher), after=learned[matcher] or getattr(locked, f"{matcher}_threshold"),
-                    evidence={**decisions[matcher].evidence(), "flag": flag.split(":", 1)[1]}, created_at=at,
-                ))
+                changes.append(
+                    ThresholdChange(
+                        scope=locked,
+                        matcher=matcher,
+                        kind=ThresholdChange.Kind.FLAGGED,
+                        before=in_use(locked, matcher),
+                        after=learned[matcher] or getattr(locked, f"{matcher}_threshold"),
+                        evidence={**decisions[matcher].evidence(), "flag": flag.split(":", 1)[1]},
+                        created_at=at,
+                    )
+                )
             logger.warning("scope %s flagged for an operator: %s", locked.slug, ", ".join(sorted(new_flags)))
         if changes or flags != locked.threshold_flags:
             Scope.objects.filter(pk=locked.pk).update(
-                learned_lexical_threshold=learned["lexical"], learned_embedding_threshold=learned["embedding"],
+                learned_lexical_threshold=learned["lexical"],
+                learned_embedding_threshold=learned["embedding"],
                 threshold_flags=flags[:300],
             )
             ThresholdChange.objects.bulk_create(changes)
@@ -156,23 +185,50 @@ def _counted(changes: list, scope: Scope | None = None) -> None:
     for change in changes:
         metrics.THRESHOLD_CHANGES.labels(str(change.kind)).inc()
         if scope is not None:
-            moved = f": {change.before} → {change.after}" if change.before is not None and change.after is not None else ""
-            audit.record([scope], change.by or "the service", AuditEvent.Kind.THRESHOLD, at=change.created_at,
-                         what=f"{change.matcher or 'settings'} · {change.get_kind_display()}{moved}",
-                         detail={"matcher": change.matcher, "cause": change.kind,
-                                 "threshold": {"before": change.before, "after": change.after}})
+            moved = (
+                f": {change.before} → {change.after}" if change.before is not None and change.after is not None else ""
+            )
+            audit.record(
+                [scope],
+                change.by or "the service",
+                AuditEvent.Kind.THRESHOLD,
+                at=change.created_at,
+                what=f"{change.matcher or 'settings'} · {change.get_kind_display()}{moved}",
+                detail={
+                    "matcher": change.matcher,
+                    "cause": change.kind,
+                    "threshold": {"before": change.before, "after": change.after},
+                },
+            )
 
 
 def _operator_move(scope: Scope, kind: str, by: str, now: datetime | None, **fields) -> None:
     with transaction.atomic():
         locked = Scope.objects.select_for_update(no_key=True).get(pk=scope.pk)
         at = now or timezone.now()
-        _counted(ThresholdChange.objects.bulk_create([
-            ThresholdChange(scope=locked, matcher=matcher, kind=kind, before=in_use(locked, matcher),
-                            after=getattr(locked, f"{matcher}_threshold"), by=by[:150], created_at=at)
-            for matcher in used_matchers(locked)
-        ]), locked)
-        values = {"learned_lexical_threshold": None, "learned_embedding_threshold": None, "threshold_flags": "", **fields}
+        _counted(
+            ThresholdChange.objects.bulk_create(
+                [
+                    ThresholdChange(
+                        scope=locked,
+                        matcher=matcher,
+                        kind=kind,
+                        before=in_use(locked, matcher),
+                        after=getattr(locked, f"{matcher}_threshold"),
+                        by=by[:150],
+                        created_at=at,
+                    )
+                    for matcher in used_matchers(locked)
+                ]
+            ),
+            locked,
+        )
+        values = {
+            "learned_lexical_threshold": None,
+            "learned_embedding_threshold": None,
+            "threshold_flags": "",
+            **fields,
+        }
         values = {name: (at if value is _NOW else value) for name, value in values.items()}
         Scope.objects.filter(pk=locked.pk).update(**values)
     for name, value in values.items():
@@ -215,7 +271,9 @@ def accept_learned(scope: Scope, by: str) -> list[str]:
 # -- matching changes, on every path that saves a Scope -------------------------------------
 
 # Fields whose change alters how questions are signed or banded: the trails are re-signed.
-SIGNING_FIELDS = frozenset({"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows"})
+SIGNING_FIELDS = frozenset(
+    {"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows"}
+)
 BOUND_FIELDS = frozenset({"max_false_hit_rate", "matcher"})
 THRESHOLD_FIELDS = frozenset({"embedding_threshold", "lexical_threshold"})
 MATCHING_FIELDS = SIGNING_FIELDS | BOUND_FIELDS
@@ -267,10 +325,17 @@ def after_matching_change(sender, instance: Scope, created: bool, raw: bool = Fa
     metrics.THRESHOLD_CHANGES.labels(ThresholdChange.Kind.CONFIGURED).inc()
     evidence = {name: {"before": before[name], "after": getattr(instance, name)} for name in sorted(changed)}
     ThresholdChange.objects.create(
-        scope=instance, matcher="", kind=ThresholdChange.Kind.CONFIGURED, by=getattr(instance, "_changed_by", "")[:150],
+        scope=instance,
+        matcher="",
+        kind=ThresholdChange.Kind.CONFIGURED,
+        by=getattr(instance, "_changed_by", "")[:150],
         evidence=evidence,
     )
     if not getattr(instance, "_audited", False):  # Django admin writes its own, with every field it changed
-        audit.record([instance], getattr(instance, "_changed_by", "") or "a command or the shell", AuditEvent.Kind.SETTINGS,
-                     what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in evidence.items()),
-                     detail=evidence)
+        audit.record(
+            [instance],
+            getattr(instance, "_changed_by", "") or "a command or the shell",
+            AuditEvent.Kind.SETTINGS,
+            what=", ".join(f"{name}: {v['before']} → {v['after']}" for name, v in evidence.items()),
+            detail=evidence,
+        )

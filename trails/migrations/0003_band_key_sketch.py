@@ -12,42 +12,50 @@ def sketch_stored_embeddings(apps, schema_editor):
     last = 0
     while True:
         batch = list(
-            Trail.objects.filter(id__gt=last, embedding__isnull=False).order_by("id").values_list("id", "embedding_model", "embedding")[:1000]
+            Trail.objects.filter(id__gt=last, embedding__isnull=False)
+            .order_by("id")
+            .values_list("id", "embedding_model", "embedding")[:1000]
         )
         if not batch:
             return
         for trail_id, model, data in batch:
             vector = EmbeddingVector.from_bytes(model, bytes(data)).values
-            high, low = sketch(vector, SimHashParams(dim=vector.shape[0], bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED))
+            high, low = sketch(
+                vector,
+                SimHashParams(
+                    dim=vector.shape[0], bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED
+                ),
+            )
             BandKey.objects.filter(trail_id=trail_id).update(sketch_high=high, sketch_low=low)
         last = batch[-1][0]
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0001_initial'),
-        ('trails', '0002_trail_query_trigram'),
+        ("scopes", "0001_initial"),
+        ("trails", "0002_trail_query_trigram"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='bandkey',
-            name='bandkey_key_scope',
+            model_name="bandkey",
+            name="bandkey_key_scope",
         ),
         migrations.AddField(
-            model_name='bandkey',
-            name='sketch_high',
+            model_name="bandkey",
+            name="sketch_high",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='bandkey',
-            name='sketch_low',
+            model_name="bandkey",
+            name="sketch_low",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.RunPython(sketch_stored_embeddings, migrations.RunPython.noop),
         migrations.AddIndex(
-            model_name='bandkey',
-            index=models.Index(fields=['key', 'scope', 'trail'], include=('sketch_high', 'sketch_low'), name='bandkey_key_scope_sketch'),
+            model_name="bandkey",
+            index=models.Index(
+                fields=["key", "scope", "trail"], include=("sketch_high", "sketch_low"), name="bandkey_key_scope_sketch"
+            ),
         ),
     ]

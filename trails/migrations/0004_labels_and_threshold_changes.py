@@ -4,7 +4,6 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-
 RESEARCHED_PREFIX = "re-searched:"
 
 
@@ -20,11 +19,19 @@ def labels_from_feedback(apps, schema_editor):
     )
     batch = []
     for event_id, scope_id, matcher, similarity, helpful, reason, trail_id, at in judged.iterator():
-        batch.append(MatchLabel(
-            scope_id=scope_id, matcher=matcher or "embedding", similarity=similarity, false_hit=not helpful,
-            source="research" if reason.startswith(RESEARCHED_PREFIX) else "feedback", reporter="legacy",
-            recall_event_id=event_id, trail_id=trail_id, created_at=at,
-        ))
+        batch.append(
+            MatchLabel(
+                scope_id=scope_id,
+                matcher=matcher or "embedding",
+                similarity=similarity,
+                false_hit=not helpful,
+                source="research" if reason.startswith(RESEARCHED_PREFIX) else "feedback",
+                reporter="legacy",
+                recall_event_id=event_id,
+                trail_id=trail_id,
+                created_at=at,
+            )
+        )
         if len(batch) >= 2000:
             MatchLabel.objects.bulk_create(batch)
             batch = []
@@ -33,122 +40,206 @@ def labels_from_feedback(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0002_reporters_and_threshold_learning'),
-        ('trails', '0003_band_key_sketch'),
+        ("scopes", "0002_reporters_and_threshold_learning"),
+        ("trails", "0003_band_key_sketch"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MatchLabel',
+            name="MatchLabel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('matcher', models.CharField(max_length=16)),
-                ('similarity', models.FloatField()),
-                ('false_hit', models.BooleanField()),
-                ('source', models.CharField(choices=[('feedback', "Agent's feedback"), ('research', 'Re-search after a hit'), ('near_miss', 'Path recorded after a near miss'), ('miss', 'Path recorded after a miss with nothing near'), ('rejection', 'Served trail rejected')], max_length=16)),
-                ('reporter', models.CharField(blank=True, max_length=100)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("matcher", models.CharField(max_length=16)),
+                ("similarity", models.FloatField()),
+                ("false_hit", models.BooleanField()),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("feedback", "Agent's feedback"),
+                            ("research", "Re-search after a hit"),
+                            ("near_miss", "Path recorded after a near miss"),
+                            ("miss", "Path recorded after a miss with nothing near"),
+                            ("rejection", "Served trail rejected"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("reporter", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='ThresholdChange',
+            name="ThresholdChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('matcher', models.CharField(blank=True, max_length=16)),
-                ('kind', models.CharField(choices=[('learned', 'Learned from labels'), ('flagged', 'Flagged for an operator'), ('reset', 'Reset by an operator'), ('pinned', 'Pinned by an operator (learning off)'), ('unpinned', 'Unpinned by an operator (learning on)'), ('configured', 'Matching settings changed')], max_length=16)),
-                ('before', models.FloatField(blank=True, null=True)),
-                ('after', models.FloatField(blank=True, null=True)),
-                ('by', models.CharField(blank=True, max_length=150)),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("matcher", models.CharField(blank=True, max_length=16)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("learned", "Learned from labels"),
+                            ("flagged", "Flagged for an operator"),
+                            ("reset", "Reset by an operator"),
+                            ("pinned", "Pinned by an operator (learning off)"),
+                            ("unpinned", "Unpinned by an operator (learning on)"),
+                            ("configured", "Matching settings changed"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("before", models.FloatField(blank=True, null=True)),
+                ("after", models.FloatField(blank=True, null=True)),
+                ("by", models.CharField(blank=True, max_length=150)),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='TrailReport',
+            name="TrailReport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reporter', models.CharField(max_length=100)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("reporter", models.CharField(max_length=100)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.AddField(
-            model_name='recallevent',
-            name='nearest_similarity',
+            model_name="recallevent",
+            name="nearest_similarity",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='recallevent',
-            name='nearest_trail',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='trails.trail'),
+            model_name="recallevent",
+            name="nearest_trail",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="trails.trail",
+            ),
         ),
         migrations.AddField(
-            model_name='trail',
-            name='false_hit_reporters',
+            model_name="trail",
+            name="false_hit_reporters",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AlterField(
-            model_name='trail',
-            name='signal',
-            field=models.CharField(blank=True, choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents')], max_length=16),
+            model_name="trail",
+            name="signal",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='trailsignal',
-            name='signal',
-            field=models.CharField(choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents')], max_length=16),
+            model_name="trailsignal",
+            name="signal",
+            field=models.CharField(
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='recallevent',
-            index=models.Index(condition=models.Q(('nearest_trail__isnull', False)), fields=['nearest_trail'], name='recallevent_nearest'),
+            model_name="recallevent",
+            index=models.Index(
+                condition=models.Q(("nearest_trail__isnull", False)),
+                fields=["nearest_trail"],
+                name="recallevent_nearest",
+            ),
         ),
         migrations.AddField(
-            model_name='matchlabel',
-            name='recall_event',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='trails.recallevent'),
+            model_name="matchlabel",
+            name="recall_event",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="trails.recallevent",
+            ),
         ),
         migrations.AddField(
-            model_name='matchlabel',
-            name='scope',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='scopes.scope'),
+            model_name="matchlabel",
+            name="scope",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="+", to="scopes.scope"
+            ),
         ),
         migrations.AddField(
-            model_name='matchlabel',
-            name='trail',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='trails.trail'),
+            model_name="matchlabel",
+            name="trail",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="trails.trail",
+            ),
         ),
         migrations.AddField(
-            model_name='thresholdchange',
-            name='scope',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='threshold_changes', to='scopes.scope'),
+            model_name="thresholdchange",
+            name="scope",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="threshold_changes", to="scopes.scope"
+            ),
         ),
         migrations.AddField(
-            model_name='trailreport',
-            name='trail',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='trails.trail'),
+            model_name="trailreport",
+            name="trail",
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="trails.trail"),
         ),
         migrations.AddIndex(
-            model_name='matchlabel',
-            index=models.Index(fields=['scope', 'matcher', 'created_at'], name='matchlabel_scope_time'),
+            model_name="matchlabel",
+            index=models.Index(fields=["scope", "matcher", "created_at"], name="matchlabel_scope_time"),
         ),
         migrations.AddIndex(
-            model_name='matchlabel',
-            index=models.Index(condition=models.Q(('trail__isnull', False)), fields=['trail', 'source'], name='matchlabel_trail'),
+            model_name="matchlabel",
+            index=models.Index(
+                condition=models.Q(("trail__isnull", False)), fields=["trail", "source"], name="matchlabel_trail"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='matchlabel',
-            constraint=models.UniqueConstraint(condition=models.Q(('recall_event__isnull', False)), fields=('recall_event',), name='matchlabel_once_per_recall'),
+            model_name="matchlabel",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("recall_event__isnull", False)),
+                fields=("recall_event",),
+                name="matchlabel_once_per_recall",
+            ),
         ),
         migrations.AddIndex(
-            model_name='thresholdchange',
-            index=models.Index(fields=['scope', 'created_at'], name='thresholdchange_scope_time'),
+            model_name="thresholdchange",
+            index=models.Index(fields=["scope", "created_at"], name="thresholdchange_scope_time"),
         ),
         migrations.AddConstraint(
-            model_name='trailreport',
-            constraint=models.UniqueConstraint(fields=('trail', 'reporter'), name='trail_report_once_per_reporter'),
+            model_name="trailreport",
+            constraint=models.UniqueConstraint(fields=("trail", "reporter"), name="trail_report_once_per_reporter"),
         ),
         migrations.RunPython(labels_from_feedback, migrations.RunPython.noop),
     ]

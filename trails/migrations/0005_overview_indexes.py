@@ -4,27 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0004_hashes_only_scopes'),
-        ('trails', '0004_labels_and_threshold_changes'),
+        ("scopes", "0004_hashes_only_scopes"),
+        ("trails", "0004_labels_and_threshold_changes"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='recallevent',
-            name='recallevent_labelled',
+            model_name="recallevent",
+            name="recallevent_labelled",
         ),
         migrations.AddIndex(
-            model_name='recallevent',
-            index=models.Index(condition=models.Q(('feedback_at__isnull', False)), fields=['scope', 'feedback_at'], include=('helpful',), name='recallevent_labelled'),
+            model_name="recallevent",
+            index=models.Index(
+                condition=models.Q(("feedback_at__isnull", False)),
+                fields=["scope", "feedback_at"],
+                include=("helpful",),
+                name="recallevent_labelled",
+            ),
         ),
         migrations.AddIndex(
-            model_name='recallevent',
-            index=models.Index(condition=models.Q(('nearest_similarity__isnull', False)), fields=['scope', 'created_at'], name='recallevent_near_misses'),
+            model_name="recallevent",
+            index=models.Index(
+                condition=models.Q(("nearest_similarity__isnull", False)),
+                fields=["scope", "created_at"],
+                name="recallevent_near_misses",
+            ),
         ),
         migrations.AddIndex(
-            model_name='trailsignal',
-            index=models.Index(condition=models.Q(('signal__in', ['down', 'reported'])), fields=['created_at'], name='trailsignal_complaints'),
+            model_name="trailsignal",
+            index=models.Index(
+                condition=models.Q(("signal__in", ["down", "reported"])),
+                fields=["created_at"],
+                name="trailsignal_complaints",
+            ),
         ),
     ]

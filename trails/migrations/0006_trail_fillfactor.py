@@ -9,6 +9,7 @@ the share). A trail row is about 1.6 kB, so 75 leaves one version's room on a pa
 about five. The setting applies to pages written from now on; VACUUM FULL trails_trail
 rewrites the old ones.
 """
+
 from django.db import migrations
 
 FILLFACTOR = 75

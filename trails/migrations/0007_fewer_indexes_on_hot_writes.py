@@ -12,31 +12,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0004_hashes_only_scopes'),
-        ('trails', '0006_trail_fillfactor'),
+        ("scopes", "0004_hashes_only_scopes"),
+        ("trails", "0006_trail_fillfactor"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='citation',
-            name='scope',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='scopes.scope'),
+            model_name="citation",
+            name="scope",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="+", to="scopes.scope"
+            ),
         ),
         migrations.AlterField(
-            model_name='citation',
-            name='trail',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='citations', to='trails.trail'),
+            model_name="citation",
+            name="trail",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="citations", to="trails.trail"
+            ),
         ),
         migrations.AlterField(
-            model_name='recallevent',
-            name='scope',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='recall_events', to='scopes.scope'),
+            model_name="recallevent",
+            name="scope",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="recall_events",
+                to="scopes.scope",
+            ),
         ),
         migrations.AlterField(
-            model_name='step',
-            name='trail',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='trails.trail'),
+            model_name="step",
+            name="trail",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="steps", to="trails.trail"
+            ),
         ),
     ]

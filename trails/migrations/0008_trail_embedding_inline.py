@@ -10,6 +10,7 @@ longest text out first. The heap grows (two rows a page at fillfactor 75: 4.3 GB
 trails, from 1.3 GB plus 1.7 GB of TOAST), and hit-count updates stayed HOT (710 of 710).
 The settings apply to rows written from now on; VACUUM FULL trails_trail rewrites the old ones.
 """
+
 from django.db import migrations
 
 ROW_TARGET_BYTES = 4080

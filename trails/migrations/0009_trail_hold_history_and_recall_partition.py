@@ -4,35 +4,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('trails', '0008_trail_embedding_inline'),
+        ("trails", "0008_trail_embedding_inline"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='recallevent',
-            name='partition',
-            field=models.CharField(blank=True, db_default='', max_length=200),
+            model_name="recallevent",
+            name="partition",
+            field=models.CharField(blank=True, db_default="", max_length=200),
         ),
         migrations.AddField(
-            model_name='trail',
-            name='held_by',
-            field=models.CharField(blank=True, choices=[('', 'none'), ('reports', 'reports'), ('operator', 'operator')], db_default='', default='', max_length=16),
+            model_name="trail",
+            name="held_by",
+            field=models.CharField(
+                blank=True,
+                choices=[("", "none"), ("reports", "reports"), ("operator", "operator")],
+                db_default="",
+                default="",
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='trail',
-            name='signal',
-            field=models.CharField(blank=True, choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents'), ('stale', 'Marked stale: every cited section changed')], max_length=16),
+            model_name="trail",
+            name="signal",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                    ("stale", "Marked stale: every cited section changed"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='trailsignal',
-            name='signal',
-            field=models.CharField(choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents'), ('stale', 'Marked stale: every cited section changed')], max_length=16),
+            model_name="trailsignal",
+            name="signal",
+            field=models.CharField(
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                    ("stale", "Marked stale: every cited section changed"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='trailsignal',
-            name='source',
-            field=models.CharField(choices=[('record', 'At record time'), ('feedback', 'Feedback'), ('operator', 'Operator'), ('system', 'The service')], max_length=16),
+            model_name="trailsignal",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("record", "At record time"),
+                    ("feedback", "Feedback"),
+                    ("operator", "Operator"),
+                    ("system", "The service"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('trails', '0009_trail_hold_history_and_recall_partition'),
+        ("trails", "0009_trail_hold_history_and_recall_partition"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='recallevent',
-            name='caller',
-            field=models.CharField(blank=True, db_default='', max_length=16),
+            model_name="recallevent",
+            name="caller",
+            field=models.CharField(blank=True, db_default="", max_length=16),
         ),
         migrations.AddField(
-            model_name='recallevent',
-            name='feedback_by',
-            field=models.CharField(blank=True, db_default='', max_length=100),
+            model_name="recallevent",
+            name="feedback_by",
+            field=models.CharField(blank=True, db_default="", max_length=100),
         ),
     ]

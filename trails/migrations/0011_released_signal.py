@@ -4,20 +4,48 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('trails', '0010_recall_caller'),
+        ("trails", "0010_recall_caller"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='trail',
-            name='signal',
-            field=models.CharField(blank=True, choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents'), ('stale', 'Marked stale: every cited section changed'), ('released', 'Back in service: the reports that held it were set aside')], max_length=16),
+            model_name="trail",
+            name="signal",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                    ("stale", "Marked stale: every cited section changed"),
+                    ("released", "Back in service: the reports that held it were set aside"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='trailsignal',
-            name='signal',
-            field=models.CharField(choices=[('accepted', 'Caller accepted the answer'), ('user', 'User thumbs-up'), ('verifier', 'Verifier approved'), ('up', 'Approved'), ('down', 'Rejected'), ('reinstate', 'Rejection reversed by an operator'), ('demote', 'Sent back to pending by an operator'), ('reported', 'Reported not helpful by agents'), ('stale', 'Marked stale: every cited section changed'), ('released', 'Back in service: the reports that held it were set aside')], max_length=16),
+            model_name="trailsignal",
+            name="signal",
+            field=models.CharField(
+                choices=[
+                    ("accepted", "Caller accepted the answer"),
+                    ("user", "User thumbs-up"),
+                    ("verifier", "Verifier approved"),
+                    ("up", "Approved"),
+                    ("down", "Rejected"),
+                    ("reinstate", "Rejection reversed by an operator"),
+                    ("demote", "Sent back to pending by an operator"),
+                    ("reported", "Reported not helpful by agents"),
+                    ("stale", "Marked stale: every cited section changed"),
+                    ("released", "Back in service: the reports that held it were set aside"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('trails', '0011_released_signal'),
+        ("trails", "0011_released_signal"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='purgerun',
-            name='left',
+            model_name="purgerun",
+            name="left",
             field=models.JSONField(blank=True, editable=False, null=True),
         ),
     ]

@@ -3,11 +3,10 @@
 import json
 
 import django.db.models.deletion
-import trails.models.trail
 from django.db import migrations, models
 
+import trails.models.trail
 from infra.migrating import no_statement_timeout
-
 from trails.core.banding import scope_salt
 
 GIN_INDEX = "bandkeys_keys_gin"
@@ -29,13 +28,17 @@ def move_keys(apps, schema_editor):
                     [scope_salt(scope_id), scope_id],
                 )
             return
-        cursor.execute("SELECT trail_id, scope_id, key, sketch_high, sketch_low FROM trails_bandkey ORDER BY trail_id, id")
+        cursor.execute(
+            "SELECT trail_id, scope_id, key, sketch_high, sketch_low FROM trails_bandkey ORDER BY trail_id, id"
+        )
         rows: dict[int, list] = {}
         for trail_id, scope_id, key, high, low in cursor.fetchall():
             rows.setdefault(trail_id, [trail_id, scope_id, [], high, low])[2].append(key ^ scope_salt(scope_id))
         for trail_id, scope_id, keys, high, low in rows.values():
-            cursor.execute("INSERT INTO trails_bandkeys (trail_id, scope_id, keys, sketch_high, sketch_low) VALUES (%s, %s, %s, %s, %s)",
-                           [trail_id, scope_id, json.dumps(keys), high, low])
+            cursor.execute(
+                "INSERT INTO trails_bandkeys (trail_id, scope_id, keys, sketch_high, sketch_low) VALUES (%s, %s, %s, %s, %s)",
+                [trail_id, scope_id, json.dumps(keys), high, low],
+            )
 
 
 def inverted_index(apps, schema_editor):
@@ -58,27 +61,40 @@ def drop_inverted_index(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scopes', '0008_key_owner_and_set_aside'),
-        ('trails', '0012_purge_left'),
+        ("scopes", "0008_key_owner_and_set_aside"),
+        ("trails", "0012_purge_left"),
     ]
 
     operations = [
         migrations.RunPython(no_statement_timeout, no_statement_timeout),
         migrations.CreateModel(
-            name='BandKeys',
+            name="BandKeys",
             fields=[
-                ('trail', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='band_keys', serialize=False, to='trails.trail')),
-                ('keys', trails.models.trail.BandKeyArray()),
-                ('sketch_high', models.BigIntegerField(db_default=0, default=0)),
-                ('sketch_low', models.BigIntegerField(db_default=0, default=0)),
-                ('scope', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='scopes.scope')),
+                (
+                    "trail",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="band_keys",
+                        serialize=False,
+                        to="trails.trail",
+                    ),
+                ),
+                ("keys", trails.models.trail.BandKeyArray()),
+                ("sketch_high", models.BigIntegerField(db_default=0, default=0)),
+                ("sketch_low", models.BigIntegerField(db_default=0, default=0)),
+                (
+                    "scope",
+                    models.ForeignKey(
+                        db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="+", to="scopes.scope"
+                    ),
+                ),
             ],
         ),
         migrations.RunPython(move_keys, migrations.RunPython.noop),
         migrations.RunPython(inverted_index, drop_inverted_index),
         migrations.DeleteModel(
-            name='BandKey',
+            name="BandKey",
         ),
     ]

@@ -3,6 +3,7 @@ of them (1,038 bytes of heap a trail at a million), at 80 it takes 9 (the disk p
 from 3,001 to 2,943 bytes) and still has room for two hit versions: every hit-count update
 stayed HOT (708 of 708 at a million trails, benchmark_scale). PostgreSQL only; pages written
 from now on (VACUUM FULL trails_trail rewrites the old ones)."""
+
 from django.db import migrations
 
 

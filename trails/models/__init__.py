@@ -15,27 +15,79 @@ A module lower in that list never imports a higher one; `writes` sits on top, so
 every row a write drags along directly. What a write sets off in the upper apps (learning,
 re-signing) it tells them after the commit (`trail_status_changed`).
 """
+
+from trails.models import writes
+from trails.models.learning import MatchLabel, ThresholdChange
 from trails.models.lifecycle import (
-    DISPLAY_STATUSES, EXPIRED, POSITIVE_SIGNALS, ActionRefused, Signal, TrailReport, TrailSignal, TrailStatus,
-    expiring, is_agent, mark_stale, mark_stale_statements, trail_status_changed,
+    DISPLAY_STATUSES,
+    EXPIRED,
+    POSITIVE_SIGNALS,
+    ActionRefused,
+    Signal,
+    TrailReport,
+    TrailSignal,
+    TrailStatus,
+    expiring,
+    is_agent,
+    mark_stale,
+    mark_stale_statements,
+    trail_status_changed,
 )
+from trails.models.purge import PiiPattern, PurgeRun
+from trails.models.recalls import (
+    SIMILARITY_BINS,
+    RecallEvent,
+    RecallOutcome,
+    RecallStat,
+    SimilarityStat,
+    write_recall_effects,
+)
+from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.trail import (
-    BandKeys, Citation, Step, Trail, TrailQuerySet, delete_rows, flag_trails_citing,
+    BandKeys,
+    Citation,
+    Step,
+    Trail,
+    TrailQuerySet,
+    delete_rows,
+    flag_trails_citing,
     validations_now,
 )
-from trails.models.recalls import (
-    SIMILARITY_BINS, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, write_recall_effects,
-)
-from trails.models.learning import MatchLabel, ThresholdChange
-from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
-from trails.models.purge import PiiPattern, PurgeRun
-from trails.models import writes
 
 __all__ = [
-    "DISPLAY_STATUSES", "EXPIRED", "POSITIVE_SIGNALS", "ActionRefused", "Signal", "TrailReport", "TrailSignal",
-    "TrailStatus", "expiring", "is_agent", "mark_stale", "mark_stale_statements", "trail_status_changed",
-    "BandKeys", "Citation", "Step", "Trail", "TrailQuerySet", "delete_rows", "flag_trails_citing", "validations_now",
-    "SIMILARITY_BINS", "RecallEvent", "RecallOutcome", "RecallStat", "SimilarityStat", "write_recall_effects",
-    "MatchLabel", "ThresholdChange", "ToolPolicy", "ToolPolicyQuerySet", "bump_tool_policy_version",
-    "PiiPattern", "PurgeRun", "writes",
+    "DISPLAY_STATUSES",
+    "EXPIRED",
+    "POSITIVE_SIGNALS",
+    "ActionRefused",
+    "Signal",
+    "TrailReport",
+    "TrailSignal",
+    "TrailStatus",
+    "expiring",
+    "is_agent",
+    "mark_stale",
+    "mark_stale_statements",
+    "trail_status_changed",
+    "BandKeys",
+    "Citation",
+    "Step",
+    "Trail",
+    "TrailQuerySet",
+    "delete_rows",
+    "flag_trails_citing",
+    "validations_now",
+    "SIMILARITY_BINS",
+    "RecallEvent",
+    "RecallOutcome",
+    "RecallStat",
+    "SimilarityStat",
+    "write_recall_effects",
+    "MatchLabel",
+    "ThresholdChange",
+    "ToolPolicy",
+    "ToolPolicyQuerySet",
+    "bump_tool_policy_version",
+    "PiiPattern",
+    "PurgeRun",
+    "writes",
 ]

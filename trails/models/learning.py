@@ -1,4 +1,5 @@
 """What the learned thresholds are computed from (judged matches) and every move they make."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -32,7 +33,9 @@ class MatchLabel(models.Model):
     false_hit = models.BooleanField()
     source = models.CharField(max_length=16, choices=Source.choices)
     reporter = models.CharField(max_length=100, blank=True)
-    recall_event = models.ForeignKey("RecallEvent", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
+    recall_event = models.ForeignKey(
+        "RecallEvent", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     trail = models.ForeignKey(Trail, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -43,7 +46,9 @@ class MatchLabel(models.Model):
         ]
         constraints = [
             # One label per recall: feedback, a re-search and a rejection do not count one recall twice.
-            models.UniqueConstraint(fields=["recall_event"], condition=Q(recall_event__isnull=False), name="matchlabel_once_per_recall"),
+            models.UniqueConstraint(
+                fields=["recall_event"], condition=Q(recall_event__isnull=False), name="matchlabel_once_per_recall"
+            ),
         ]
 
 

@@ -4,6 +4,7 @@ recall's stale marking is `mark_stale_statements` (batched with the recall's own
 Every other write of a status, a report, a label a status change makes or a deletion is
 trails.models.writes, which also states the lock order.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from scopes.models import Scope
 from trails.core import lifecycle as table
-from trails.core.lifecycle import Actor, Expiry, Hold, Reports, Rule, State, state_of, status_of
+from trails.core.lifecycle import Actor, Expiry, Hold, Rule, State, state_of, status_of
 
 ActionRefused = table.Refused
 
@@ -46,9 +47,16 @@ class Signal(models.TextChoices):
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
 # The history row each status-changing rule writes.
-HISTORY_SIGNAL = {table.VOTE_UP: Signal.UP, table.VOTE_DOWN: Signal.DOWN, table.REINSTATE: Signal.REINSTATE,
-                  table.DEMOTE: Signal.DEMOTE, table.REPORT: Signal.REPORTED, table.MARK_STALE: Signal.STALE,
-                  table.RELEASE: Signal.RELEASED, table.UNDO: Signal.UNDONE}
+HISTORY_SIGNAL = {
+    table.VOTE_UP: Signal.UP,
+    table.VOTE_DOWN: Signal.DOWN,
+    table.REINSTATE: Signal.REINSTATE,
+    table.DEMOTE: Signal.DEMOTE,
+    table.REPORT: Signal.REPORTED,
+    table.MARK_STALE: Signal.STALE,
+    table.RELEASE: Signal.RELEASED,
+    table.UNDO: Signal.UNDONE,
+}
 
 # What an operator sees a trail as: its status, except that an active trail past its
 # expiry shows as expired (the sweep deletes it; recall never serves it meanwhile).
@@ -83,12 +91,22 @@ class Lifecycle:
     def start(cls, scope: Scope, *, signalled: bool, refused_reason: str = "", now: datetime, **fields):
         """A new trail (unsaved) in the state the table gives a record: rejected where
         admission refused the answer, active with a positive signal, else pending."""
-        action = table.RECORD_REFUSED if refused_reason else table.RECORD_SIGNALLED if signalled else table.RECORD_UNSIGNALLED
+        action = (
+            table.RECORD_REFUSED
+            if refused_reason
+            else table.RECORD_SIGNALLED
+            if signalled
+            else table.RECORD_UNSIGNALLED
+        )
         rule = table.decide(action, Actor.AGENT, State.NEW)
         return cls(
-            scope=scope, status=status_of(rule.to_state).value, held_by=rule.hold.value,
+            scope=scope,
+            status=status_of(rule.to_state).value,
+            held_by=rule.hold.value,
             reason=rule.reason.format(reason=refused_reason),
-            expires_at=scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=now), created_at=now, **fields,
+            expires_at=scope.expiry_for(active=rule.expiry is Expiry.ACTIVE, now=now),
+            created_at=now,
+            **fields,
         )
 
     def lifecycle_state(self, now: datetime | None = None) -> State:
@@ -114,22 +132,32 @@ class Lifecycle:
         state to go back to), or None: only the latest change, and only an operator's
         rejection or send-back (what agents' reports did is answered by an approval)."""
         history = list(TrailSignal.objects.filter(trail_id=self.pk).order_by("-created_at", "-id")[:2])
-        if not history or history[0].source != TrailSignal.Source.OPERATOR or history[0].signal not in (Signal.DOWN, Signal.DEMOTE):
+        if (
+            not history
+            or history[0].source != TrailSignal.Source.OPERATOR
+            or history[0].signal not in (Signal.DOWN, Signal.DEMOTE)
+        ):
             return None
         last = history[0]
         if not last.before:
             # Written before the history kept the state it changed: the nearest reading of it.
             earlier = history[1:]
-            approved = last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS)
-            last.before = {"status": TrailStatus.ACTIVE.value if approved else TrailStatus.PENDING.value,
-                           "held_by": Hold.REPORTS.value if earlier and earlier[0].signal == Signal.REPORTED else "",
-                           "expires_at": self.expires_at.isoformat()}
+            approved = (
+                last.signal == Signal.DEMOTE or bool(earlier) and earlier[0].signal in (Signal.UP, *POSITIVE_SIGNALS)
+            )
+            last.before = {
+                "status": TrailStatus.ACTIVE.value if approved else TrailStatus.PENDING.value,
+                "held_by": Hold.REPORTS.value if earlier and earlier[0].signal == Signal.REPORTED else "",
+                "expires_at": self.expires_at.isoformat(),
+            }
             if last.before["held_by"]:
                 last.before["status"] = TrailStatus.PENDING.value
         return last
 
 
-def mark_stale_statements(trail_table: str, scope_id: int, ids: Sequence[int], now_db, by: str = "recall") -> list[tuple[str, list]]:
+def mark_stale_statements(
+    trail_table: str, scope_id: int, ids: Sequence[int], now_db, by: str = "recall"
+) -> list[tuple[str, list]]:
     """The statements that mark these trails of a scope stale (the table's stale-marking
     rule: active trails only) and write a history row for each trail they marked; run in the
     caller's transaction (recall sends them with its event in one round trip)."""
@@ -138,12 +166,25 @@ def mark_stale_statements(trail_table: str, scope_id: int, ids: Sequence[int], n
     marks = ", ".join(["%s"] * len(ids))
     signal_table, q = TrailSignal._meta.db_table, connection.ops.quote_name
     return [
-        (f"UPDATE {trail_table} SET status = %s, held_by = '', stale_at = %s, reason = %s "
-         f"WHERE scope_id = %s AND id IN ({marks}) AND status IN ({', '.join(['%s'] * len(statuses(rule.from_states)))})",
-         [status_of(rule.to_state).value, now_db, rule.reason, scope_id, *ids, *statuses(rule.from_states)]),
-        (f"INSERT INTO {signal_table} (trail_id, scope_id, {q('signal')}, {q('source')}, {q('by')}, {q('reason')}, created_at) "
-         f"SELECT id, scope_id, %s, %s, %s, '', %s FROM {trail_table} WHERE scope_id = %s AND id IN ({marks}) AND status = %s AND stale_at = %s",
-         [Signal.STALE.value, TrailSignal.Source.SYSTEM.value, by, now_db, scope_id, *ids, status_of(rule.to_state).value, now_db]),
+        (
+            f"UPDATE {trail_table} SET status = %s, held_by = '', stale_at = %s, reason = %s "
+            f"WHERE scope_id = %s AND id IN ({marks}) AND status IN ({', '.join(['%s'] * len(statuses(rule.from_states)))})",
+            [status_of(rule.to_state).value, now_db, rule.reason, scope_id, *ids, *statuses(rule.from_states)],
+        ),
+        (
+            f"INSERT INTO {signal_table} (trail_id, scope_id, {q('signal')}, {q('source')}, {q('by')}, {q('reason')}, created_at) "
+            f"SELECT id, scope_id, %s, %s, %s, '', %s FROM {trail_table} WHERE scope_id = %s AND id IN ({marks}) AND status = %s AND stale_at = %s",
+            [
+                Signal.STALE.value,
+                TrailSignal.Source.SYSTEM.value,
+                by,
+                now_db,
+                scope_id,
+                *ids,
+                status_of(rule.to_state).value,
+                now_db,
+            ],
+        ),
     ]
 
 
@@ -153,7 +194,9 @@ def mark_stale(scope_id: int, trail_ids: Sequence[int], now: datetime, by: str =
         return
     trail_table = TrailSignal._meta.get_field("trail").related_model._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
-        for sql, params in mark_stale_statements(trail_table, scope_id, trail_ids, models.DateTimeField().get_db_prep_value(now, connection), by):
+        for sql, params in mark_stale_statements(
+            trail_table, scope_id, trail_ids, models.DateTimeField().get_db_prep_value(now, connection), by
+        ):
             cursor.execute(sql, params)
 
 
@@ -205,4 +248,8 @@ class TrailSignal(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         # The overview counts a window's down-votes and reports: a few rows among every trail's record signal.
-        indexes = [models.Index(fields=["created_at"], name="trailsignal_complaints", condition=Q(signal__in=["down", "reported"]))]
+        indexes = [
+            models.Index(
+                fields=["created_at"], name="trailsignal_complaints", condition=Q(signal__in=["down", "reported"])
+            )
+        ]

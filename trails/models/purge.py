@@ -1,4 +1,5 @@
 """Purging personal data: a scope's own patterns, and each purge run with its audit."""
+
 from __future__ import annotations
 
 import uuid
@@ -56,7 +57,9 @@ class PurgeRun(models.Model):
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="purge_runs")
-    rule = models.CharField(max_length=200, help_text="What was looked for: built-in rules, scope patterns, or an erasure subject.")
+    rule = models.CharField(
+        max_length=200, help_text="What was looked for: built-in rules, scope patterns, or an erasure subject."
+    )
     subject = models.TextField(blank=True)
     action = models.CharField(max_length=16, choices=Action.choices)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
@@ -79,7 +82,11 @@ class PurgeRun(models.Model):
 
     def finish(self) -> None:
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
-        left = "nothing left" if not self.left else "still matching: " + ", ".join(f"{n} {kind}" for kind, n in self.left.items())
+        left = (
+            "nothing left"
+            if not self.left
+            else "still matching: " + ", ".join(f"{n} {kind}" for kind, n in self.left.items())
+        )
         with transaction.atomic():
             self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left"])
             self.audit(f"done: {self.matched} of {self.processed} trails {self.get_action_display().lower()}ed; {left}")
@@ -94,10 +101,20 @@ class PurgeRun(models.Model):
 
     def audit(self, what: str) -> None:
         """The run in its scope's audit log (never its subject)."""
-        audit.record([self.scope], self.requested_by, AuditEvent.Kind.PURGE, what=f"{self.rule} · {what}",
-                     link=f"/ops/{self.scope.slug}/purge/?run={self.public_id}",
-                     detail={"run": str(self.public_id), "action": self.action, "matched": self.matched,
-                             "processed": self.processed, "left": self.left})
+        audit.record(
+            [self.scope],
+            self.requested_by,
+            AuditEvent.Kind.PURGE,
+            what=f"{self.rule} · {what}",
+            link=f"/ops/{self.scope.slug}/purge/?run={self.public_id}",
+            detail={
+                "run": str(self.public_id),
+                "action": self.action,
+                "matched": self.matched,
+                "processed": self.processed,
+                "left": self.left,
+            },
+        )
 
     @classmethod
     def request(cls, scope: Scope, subject: str, delete: bool, requested_by: str) -> "PurgeRun":

@@ -1,4 +1,5 @@
 """Recall events and their hourly roll-ups (what the charts read)."""
+
 from __future__ import annotations
 
 import uuid
@@ -67,12 +68,22 @@ class RecallEvent(models.Model):
             models.Index(fields=["scope", "outcome", "created_at"], name="recallevent_scope_outcome_time"),
             models.Index(fields=["scope", "research_key"], name="recallevent_research", condition=~Q(research_key="")),
             # Deleting a trail unlinks the misses it was nearest to; most events have none.
-            models.Index(fields=["nearest_trail"], name="recallevent_nearest", condition=Q(nearest_trail__isnull=False)),
+            models.Index(
+                fields=["nearest_trail"], name="recallevent_nearest", condition=Q(nearest_trail__isnull=False)
+            ),
             # The scope's labelled recalls, which its learned threshold is computed from.
-            models.Index(fields=["scope", "feedback_at"], name="recallevent_labelled", condition=Q(feedback_at__isnull=False),
-                         include=["helpful"]),
+            models.Index(
+                fields=["scope", "feedback_at"],
+                name="recallevent_labelled",
+                condition=Q(feedback_at__isnull=False),
+                include=["helpful"],
+            ),
             # The what-if page's near misses: only recalls with a session carry one.
-            models.Index(fields=["scope", "created_at"], name="recallevent_near_misses", condition=Q(nearest_similarity__isnull=False)),
+            models.Index(
+                fields=["scope", "created_at"],
+                name="recallevent_near_misses",
+                condition=Q(nearest_similarity__isnull=False),
+            ),
         ]
 
 
@@ -92,7 +103,9 @@ def judged_counts(scope_ids: Sequence[int] | None, now: datetime) -> dict[int, t
         rows = rows.exclude(feedback_by__in=list(set_aside))  # a flood's key, revoked and set aside
     if scope_ids is not None:
         rows = rows.filter(scope_id__in=list(scope_ids))
-    counted = rows.values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))).order_by()
+    counted = (
+        rows.values("scope_id").annotate(judged=Count("id"), reported=Count("id", filter=Q(helpful=False))).order_by()
+    )
     return {row["scope_id"]: (row["reported"], row["judged"]) for row in counted}
 
 
@@ -100,8 +113,11 @@ def latency_percentiles(scope: Scope, since: datetime, limit: int = 5_000) -> di
     """p50 / p95 / p99 of recall latency (ms) over the window's latest `limit` recalls, read
     newest first on the (scope, created_at) index: a percentile over a month of a million
     events cost the overview 220 ms of its 300 (benchmark_overview)."""
-    values = sorted(RecallEvent.objects.filter(scope=scope, created_at__gte=since).order_by("-created_at")
-                    .values_list("latency_ms", flat=True)[:limit])
+    values = sorted(
+        RecallEvent.objects.filter(scope=scope, created_at__gte=since)
+        .order_by("-created_at")
+        .values_list("latency_ms", flat=True)[:limit]
+    )
     if not values:
         return None
     pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
@@ -111,12 +127,17 @@ def latency_percentiles(scope: Scope, since: datetime, limit: int = 5_000) -> di
 def latest_recalls_since(scope: Scope, since: datetime, limit: int) -> datetime:
     """Where the window's latest `limit` recalls begin (`since` when it holds fewer): a page
     that reads every event of a month of a million recalls cannot answer within its budget."""
-    cut = (RecallEvent.objects.filter(scope=scope, created_at__gte=since).order_by("-created_at")
-           .values_list("created_at", flat=True)[limit - 1:limit])
+    cut = (
+        RecallEvent.objects.filter(scope=scope, created_at__gte=since)
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)[limit - 1 : limit]
+    )
     return max([since, *cut])
 
 
-def similarity_evidence(scope: Scope, since: datetime, current: float, picked: float | None) -> tuple[dict[float, dict[str, int]], dict[str, int]]:
+def similarity_evidence(
+    scope: Scope, since: datetime, current: float, picked: float | None
+) -> tuple[dict[float, dict[str, int]], dict[str, int]]:
     """The what-if page's evidence in one pass over the window's recalls: judged hits by
     similarity (0.01 bins from 0.85, where thresholds live) and, for a picked threshold, the
     hits it would lose and the sessions' near misses it would serve. Four queries over a
@@ -128,16 +149,29 @@ def similarity_evidence(scope: Scope, since: datetime, current: float, picked: f
         lost = hit & Q(similarity__lt=picked)
         counted |= {"hits_lost": lost, "helpful_lost": lost & Q(helpful=True), "reported_lost": lost & Q(helpful=False)}
     if picked is not None and picked < current:
-        counted["near_misses_gained"] = Q(outcome=Outcome.MISS, nearest_similarity__gte=picked, nearest_similarity__lt=current)
-    rows = (RecallEvent.objects.filter(scope=scope, created_at__gte=since)
-            .annotate(bin=Case(When(hit & Q(similarity__gte=0.85), then=Floor(F("similarity") * 100)), output_field=models.FloatField()))
-            .values("bin").annotate(**{name: Count("id", filter=condition) for name, condition in counted.items()}))
+        counted["near_misses_gained"] = Q(
+            outcome=Outcome.MISS, nearest_similarity__gte=picked, nearest_similarity__lt=current
+        )
+    rows = (
+        RecallEvent.objects.filter(scope=scope, created_at__gte=since)
+        .annotate(
+            bin=Case(
+                When(hit & Q(similarity__gte=0.85), then=Floor(F("similarity") * 100)), output_field=models.FloatField()
+            )
+        )
+        .values("bin")
+        .annotate(**{name: Count("id", filter=condition) for name, condition in counted.items()})
+    )
     by_bin, totals = {}, dict.fromkeys(("hits_lost", "helpful_lost", "reported_lost", "near_misses_gained"), 0)
     for row in rows:
         for name in totals:
             totals[name] += row.get(name, 0)
         if row["bin"] is not None:
-            by_bin[round(row["bin"] / 100, 2)] = {"hits": row["hits"], "helpful": row["helpful_hits"], "not_helpful": row["reported_hits"]}
+            by_bin[round(row["bin"] / 100, 2)] = {
+                "hits": row["hits"],
+                "helpful": row["helpful_hits"],
+                "not_helpful": row["reported_hits"],
+            }
     return by_bin, totals
 
 
@@ -176,18 +210,38 @@ def write_recall_effects(
     if stale_ids:
         statements += mark_stale_statements(trail, scope.id, stale_ids, _prep(Trail, "stale_at", now))
     if hit and trail_id is not None:
-        statements.append((
-            f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE scope_id = %s AND id = %s",
-            [_prep(Trail, "last_hit_at", now), scope.id, trail_id],
-        ))
-    statements.append((
-        f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-        "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [_prep(RecallEvent, "public_id", public_id), scope.id, _prep(RecallEvent, "created_at", now), outcome,
-         similarity, latency_ms, trail_id, matcher or "", len(stale_ids), calls_saved, tokens_saved, query, partition, research_key,
-         nearest_trail_id, nearest_similarity, caller[:16]],
-    ))
+        statements.append(
+            (
+                f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE scope_id = %s AND id = %s",
+                [_prep(Trail, "last_hit_at", now), scope.id, trail_id],
+            )
+        )
+    statements.append(
+        (
+            f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
+            "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                _prep(RecallEvent, "public_id", public_id),
+                scope.id,
+                _prep(RecallEvent, "created_at", now),
+                outcome,
+                similarity,
+                latency_ms,
+                trail_id,
+                matcher or "",
+                len(stale_ids),
+                calls_saved,
+                tokens_saved,
+                query,
+                partition,
+                research_key,
+                nearest_trail_id,
+                nearest_similarity,
+                caller[:16],
+            ],
+        )
+    )
     if connection.vendor == "postgresql":
         # One round trip: psycopg's client-side binding (Django's default) sends the
         # statements as one query string, which PostgreSQL runs as one transaction.
@@ -204,7 +258,6 @@ def write_recall_effects(
             for sql, params in statements:
                 cursor.execute(sql, params)
     return public_id
-
 
 
 class RecallStat(models.Model):
@@ -232,7 +285,9 @@ class RecallStat(models.Model):
         rows = (
             cls.objects.filter(scope=scope, hour__gte=start)
             .values_list("hour", "outcome")
-            .annotate(models.Sum("count"), models.Sum("stale_marked"), models.Sum("calls_saved"), models.Sum("tokens_saved"))
+            .annotate(
+                models.Sum("count"), models.Sum("stale_marked"), models.Sum("calls_saved"), models.Sum("tokens_saved")
+            )
             .order_by()
         )
         return [HourCounts(*row) for row in rows]
@@ -256,7 +311,12 @@ class SimilarityStat(models.Model):
     @classmethod
     def histogram(cls, scope: Scope, start: datetime) -> list[tuple[int, int]]:
         """(bin, hits) of the scope from `start` on, by bin."""
-        rows = cls.objects.filter(scope=scope, hour__gte=start).values_list("bin").annotate(models.Sum("count")).order_by("bin")
+        rows = (
+            cls.objects.filter(scope=scope, hour__gte=start)
+            .values_list("bin")
+            .annotate(models.Sum("count"))
+            .order_by("bin")
+        )
         return list(rows)
 
 

@@ -1,4 +1,5 @@
 """Tool policies: which tools' results are cached, for how long, keyed on which arguments."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -53,7 +54,9 @@ class ToolPolicy(models.Model):
     tool = models.CharField(max_length=200)
     cacheable = models.BooleanField(default=False)
     ttl_s = models.PositiveIntegerField(default=300, help_text="Staleness budget in seconds (1 to 30 days).")
-    ignore_args = models.JSONField(default=list, blank=True, help_text="Arguments left out of the key, e.g. a free-text reason.")
+    ignore_args = models.JSONField(
+        default=list, blank=True, help_text="Arguments left out of the key, e.g. a free-text reason."
+    )
     path_args = models.JSONField(default=list, blank=True, help_text="Arguments holding paths, normalised in the key.")
     per_caller = models.BooleanField(default=False, help_text="Key results by the caller's identity.")
 
@@ -77,7 +80,10 @@ class ToolPolicy(models.Model):
 
     def as_rule(self) -> toolkey.ToolPolicy:
         return toolkey.ToolPolicy(
-            self.tool, self.cacheable, self.ttl_s, frozenset(self.ignore_args), frozenset(self.path_args), self.per_caller
+            self.tool,
+            self.cacheable,
+            self.ttl_s,
+            frozenset(self.ignore_args),
+            frozenset(self.path_args),
+            self.per_caller,
         )
-
-

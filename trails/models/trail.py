@@ -1,6 +1,7 @@
 """A trail (a recorded path to an answer) and its parts: steps, citations, band keys; the
 flagging of trails whose sections changed. Its lifecycle (status, history, reports) is
 trails.models.lifecycle."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,10 @@ from django.utils import timezone
 from scopes.models import Scope, Section, sections_changed
 from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
+from trails.core.lifecycle import Hold
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import Validation, as_read, as_stored, validate
-from trails.core.lifecycle import Hold
-from trails.models.lifecycle import EXPIRED, ActionRefused, Lifecycle, Signal, TrailReport, TrailSignal, TrailStatus
+from trails.models.lifecycle import EXPIRED, Lifecycle, Signal, TrailStatus
 
 
 def delete_rows(rows: models.QuerySet) -> int:
@@ -39,7 +40,6 @@ def delete_rows(rows: models.QuerySet) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {meta.db_table} WHERE {meta.pk.column} {match}", params)
         return cursor.rowcount
-
 
 
 class TrailQuerySet(models.QuerySet):
@@ -81,8 +81,9 @@ class Trail(Lifecycle, models.Model):
     status = models.CharField(max_length=16, choices=TrailStatus.choices)
     # Why a pending trail is held out of service (agents' reports, an operator), blank
     # while it waits for its first approval: an agent's up vote approves only the latter.
-    held_by = models.CharField(max_length=16, choices=[(h.value, h.name.lower()) for h in Hold], blank=True,
-                               default="", db_default="")
+    held_by = models.CharField(
+        max_length=16, choices=[(h.value, h.name.lower()) for h in Hold], blank=True, default="", db_default=""
+    )
     signal = models.CharField(max_length=16, choices=Signal.choices, blank=True)
     reason = models.CharField(max_length=200, blank=True)
     lexical_params = models.CharField(max_length=40)
@@ -130,7 +131,10 @@ class Trail(Lifecycle, models.Model):
         return f"{self.public_id} {self.query[:60]}"
 
     def core_citations(self) -> list[CoreCitation]:
-        return [CoreCitation(c.section_id, c.hash) for c in self.citations.filter(scope_id=self.scope_id).order_by("position")]
+        return [
+            CoreCitation(c.section_id, c.hash)
+            for c in self.citations.filter(scope_id=self.scope_id).order_by("position")
+        ]
 
     def recorded_steps(self) -> list[RecordedStep]:
         rows = Step.objects.filter(trail_id=self.id).values_list("tool", "args", "section_ids")
@@ -160,8 +164,11 @@ def validations_now(scope: Scope, trail_ids: Iterable[int] | models.QuerySet) ->
     # A queryset goes in as a subquery: thousands of ids as parameters cost more to bind
     # than the read itself.
     wanted = trail_ids if isinstance(trail_ids, models.QuerySet) else list(trail_ids)
-    for trail_id, section_id, digest in (Citation.objects.filter(trail_id__in=wanted).order_by("trail_id", "position")
-                                         .values_list("trail_id", "section_id", "hash")):
+    for trail_id, section_id, digest in (
+        Citation.objects.filter(trail_id__in=wanted)
+        .order_by("trail_id", "position")
+        .values_list("trail_id", "section_id", "hash")
+    ):
         recorded.setdefault(trail_id, []).append(CoreCitation(section_id, digest))
     rows = Section.objects.filter(scope=scope, section_id__in={c.section_id for cs in recorded.values() for c in cs})
     columns = ("section_id", "hash", "text") if scope.keeps_text else ("section_id", "hash")
@@ -192,7 +199,9 @@ def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) 
 
 
 @receiver(sections_changed, dispatch_uid="trails.flag_trails_citing")
-def _flag_trails_citing_changed_sections(sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs) -> None:
+def _flag_trails_citing_changed_sections(
+    sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs
+) -> None:
     # Every write of the section store (API, admin, demo, evaluation, shell) sends this. The
     # flag is for operators (recall validates on read), so it is set once the write commits,
     # in a short transaction of its own: a docs sync never holds trails' rows for its length,
@@ -204,7 +213,9 @@ def _flag_trails_citing_changed_sections(sender, scope: Scope, section_ids: Sequ
 class Step(models.Model):
     """One tool call on a trail's path."""
 
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="steps", db_index=False)  # step_position_unique leads with it
+    trail = models.ForeignKey(
+        Trail, on_delete=models.CASCADE, related_name="steps", db_index=False
+    )  # step_position_unique leads with it
     # The trail's scope, repeated: the key a partitioned or distributed table is found by.
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
     position = models.PositiveSmallIntegerField()
@@ -220,7 +231,9 @@ class Step(models.Model):
 class Citation(models.Model):
     """A section the answer cited, and its hash when the trail was recorded."""
 
-    trail = models.ForeignKey(Trail, on_delete=models.CASCADE, related_name="citations", db_index=False)  # citation_position_unique leads with it
+    trail = models.ForeignKey(
+        Trail, on_delete=models.CASCADE, related_name="citations", db_index=False
+    )  # citation_position_unique leads with it
     # The scope is repeated here so "which trails cite this section" is one index read
     # (citation_scope_section, which also serves the scope alone).
     scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -288,11 +301,16 @@ class BandKeys(models.Model):
         columns = "trail_id, scope_id, keys, sketch_high, sketch_low"
         with connection.cursor() as cursor:
             for start in range(0, len(rows), 500):
-                chunk = rows[start:start + 500]
+                chunk = rows[start : start + 500]
                 values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
-                cursor.execute(f"INSERT INTO {cls._meta.db_table} ({columns}) VALUES {values}",
-                               [v for trail, scope, keys, high, low in chunk
-                                for v in (trail, scope, field.get_db_prep_value(keys, connection), high, low)])
+                cursor.execute(
+                    f"INSERT INTO {cls._meta.db_table} ({columns}) VALUES {values}",
+                    [
+                        v
+                        for trail, scope, keys, high, low in chunk
+                        for v in (trail, scope, field.get_db_prep_value(keys, connection), high, low)
+                    ],
+                )
 
     @classmethod
     def trail_ids_with_key(cls, scope: Scope, key: int) -> models.expressions.RawSQL:
@@ -300,8 +318,10 @@ class BandKeys(models.Model):
         stored = scoped_keys([key], scope.id)[0]
         table = cls._meta.db_table
         if connection.vendor == "postgresql":
-            return models.expressions.RawSQL(f"SELECT trail_id FROM {table} WHERE scope_id = %s AND keys @> ARRAY[%s]::bigint[]",
-                                             [scope.id, stored])
+            return models.expressions.RawSQL(
+                f"SELECT trail_id FROM {table} WHERE scope_id = %s AND keys @> ARRAY[%s]::bigint[]", [scope.id, stored]
+            )
         return models.expressions.RawSQL(
             f"SELECT trail_id FROM {table} WHERE scope_id = %s AND EXISTS (SELECT 1 FROM json_each(keys) WHERE value = %s)",
-            [scope.id, stored])
+            [scope.id, stored],
+        )

@@ -19,6 +19,7 @@ Lock order (docs/consistency.md; tests/trails/test_races.py holds each claim):
 What a write sets off beyond these rows (threshold learning, re-signing a trail back from
 rejection) runs after the commit, in named hooks that log a failure and run the rest.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,16 @@ from scopes.keys import set_aside_reporters
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
 from trails.models.learning import MatchLabel
-from trails.models.lifecycle import (HISTORY_SIGNAL, ActionRefused, Signal, TrailReport, TrailSignal, expired, expiring,
-                                     trail_status_changed)
+from trails.models.lifecycle import (
+    HISTORY_SIGNAL,
+    ActionRefused,
+    Signal,
+    TrailReport,
+    TrailSignal,
+    expired,
+    expiring,
+    trail_status_changed,
+)
 from trails.models.recalls import RecallEvent, RecallOutcome
 from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
 
@@ -46,9 +55,15 @@ logger = logging.getLogger(__name__)
 # Who a trail's reason says acted: a role, never a name (the history keeps who and why).
 ROLES = {Actor.AGENT: "an agent's key", Actor.OPERATOR: "an operator", Actor.SYSTEM: "the service"}
 # What the audit log calls each status change an operator (or a set-aside, for a release) makes.
-AUDITED = {table.VOTE_UP: AuditEvent.Kind.APPROVED, table.VOTE_DOWN: AuditEvent.Kind.REJECTED,
-           table.DEMOTE: AuditEvent.Kind.SENT_BACK, table.REINSTATE: AuditEvent.Kind.REINSTATED,
-           table.UNDO: AuditEvent.Kind.UNDONE, table.DELETE: AuditEvent.Kind.DELETED, table.RELEASE: AuditEvent.Kind.RELEASED}
+AUDITED = {
+    table.VOTE_UP: AuditEvent.Kind.APPROVED,
+    table.VOTE_DOWN: AuditEvent.Kind.REJECTED,
+    table.DEMOTE: AuditEvent.Kind.SENT_BACK,
+    table.REINSTATE: AuditEvent.Kind.REINSTATED,
+    table.UNDO: AuditEvent.Kind.UNDONE,
+    table.DELETE: AuditEvent.Kind.DELETED,
+    table.RELEASE: AuditEvent.Kind.RELEASED,
+}
 # The most recalls one rejection labels: the recalls of one popular trail are not
 # independent evidence about the scope's threshold.
 REJECTION_LABELS = 20
@@ -62,8 +77,12 @@ def pause_point(name: str) -> None:
 
 def _lock(trail_id: int, scope_id: int) -> Trail | None:
     """The trail's row, locked for this transaction (None: it is gone)."""
-    return (Trail.objects.select_for_update(of=("self",)).select_related("scope")
-            .filter(pk=trail_id, scope_id=scope_id).first())
+    return (
+        Trail.objects.select_for_update(of=("self",))
+        .select_related("scope")
+        .filter(pk=trail_id, scope_id=scope_id)
+        .first()
+    )
 
 
 def _locked_or_refused(trail: Trail) -> Trail:
@@ -99,7 +118,9 @@ def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "",
     _apply(trail, action, actor, by, reason, now)
 
 
-def report(trail: Trail, reporter: str, reason: str = "", now: datetime | None = None, actor: Actor = Actor.AGENT) -> bool:
+def report(
+    trail: Trail, reporter: str, reason: str = "", now: datetime | None = None, actor: Actor = Actor.AGENT
+) -> bool:
     """Counts an agent's "not helpful" on a recall that served this trail.
 
     Reports count per reporter (API key): once the scope's number of different reporters
@@ -121,8 +142,13 @@ def _apply(trail: Trail, action: str, actor: Actor, by: str, reason: str, now: d
         before = locked.lifecycle_state(at)
 
         def decide(name: str) -> Rule:
-            return table.decide(name, actor, before, reporters_after=locked.false_hit_reporters,
-                                reporters_to_hold=locked.scope.false_hit_reporters_to_pending)
+            return table.decide(
+                name,
+                actor,
+                before,
+                reporters_after=locked.false_hit_reporters,
+                reporters_to_hold=locked.scope.false_hit_reporters_to_pending,
+            )
 
         try:
             rule = decide(action)
@@ -154,7 +180,9 @@ def _before(locked: Trail) -> dict:
     return {"status": locked.status, "held_by": locked.held_by, "expires_at": locked.expires_at.isoformat()}
 
 
-def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, before: State, restore: dict | None = None) -> None:
+def _write(
+    locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, before: State, restore: dict | None = None
+) -> None:
     """Writes what a rule does to a locked trail: status, hold, reports, expiry, labels, history."""
     fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
     if rule.to_state is State.DELETED:
@@ -182,22 +210,47 @@ def _write(locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, bef
         fields.append("expires_at")
     if fields:
         # By id and scope (the key a partitioned table is found by), not save()'s id alone.
-        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(**{f: getattr(locked, f) for f in dict.fromkeys(fields)})
+        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
+            **{f: getattr(locked, f) for f in dict.fromkeys(fields)}
+        )
     labels_changed = False
     if rule.labels is Labels.REJECTION and before is not State.REJECTED:
         labels_changed = _label_rejection(locked, by, at) > 0
-    elif rule.labels is Labels.WITHDRAW and before is State.REJECTED and (restore is None or restore["status"] != "rejected"):
-        labels_changed = MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
+    elif (
+        rule.labels is Labels.WITHDRAW
+        and before is State.REJECTED
+        and (restore is None or restore["status"] != "rejected")
+    ):
+        labels_changed = (
+            MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
+        )
     if rule.to_state is None and restore is None:
         return  # a report counted, the status unchanged: TrailReport holds who
-    source = TrailSignal.Source.FEEDBACK if rule.actor is Actor.AGENT else (
-        TrailSignal.Source.SYSTEM if rule.actor is Actor.SYSTEM else TrailSignal.Source.OPERATOR)
-    TrailSignal.objects.create(trail=locked, scope_id=locked.scope_id, signal=HISTORY_SIGNAL[rule.action], source=source,
-                               by=by[:150], reason=reason[:500], created_at=at,
-                               before=prior if rule.actor is Actor.OPERATOR else None)
+    source = (
+        TrailSignal.Source.FEEDBACK
+        if rule.actor is Actor.AGENT
+        else (TrailSignal.Source.SYSTEM if rule.actor is Actor.SYSTEM else TrailSignal.Source.OPERATOR)
+    )
+    TrailSignal.objects.create(
+        trail=locked,
+        scope_id=locked.scope_id,
+        signal=HISTORY_SIGNAL[rule.action],
+        source=source,
+        by=by[:150],
+        reason=reason[:500],
+        created_at=at,
+        before=prior if rule.actor is Actor.OPERATOR else None,
+    )
     _audit(locked, rule, by, at, before, locked.status)
-    _after_commit(locked, rule.action, status_of(before).value if status_of(before) else prior["status"], locked.status,
-                  by, at, labels_changed)
+    _after_commit(
+        locked,
+        rule.action,
+        status_of(before).value if status_of(before) else prior["status"],
+        locked.status,
+        by,
+        at,
+        labels_changed,
+    )
 
 
 def _audit(locked: Trail, rule: Rule, by: str, at: datetime, before: State, after: str) -> None:
@@ -205,24 +258,43 @@ def _audit(locked: Trail, rule: Rule, by: str, at: datetime, before: State, afte
     the act's own transaction. Agents' votes and reports are not an operator's acts."""
     if rule.actor is Actor.AGENT or rule.action not in AUDITED:
         return
-    audit.record([locked.scope], by, AUDITED[rule.action], what=f"trail {locked.public_id}: {before.value} → {after}",
-                 link=f"/ops/{locked.scope.slug}/trails/{locked.public_id}/", at=at,
-                 detail={"trail": str(locked.public_id), "status": {"before": before.value, "after": after}})
+    audit.record(
+        [locked.scope],
+        by,
+        AUDITED[rule.action],
+        what=f"trail {locked.public_id}: {before.value} → {after}",
+        link=f"/ops/{locked.scope.slug}/trails/{locked.public_id}/",
+        at=at,
+        detail={"trail": str(locked.public_id), "status": {"before": before.value, "after": after}},
+    )
 
 
 def _label_rejection(locked: Trail, by: str, at: datetime) -> int:
     """Labels the recent recalls that served a rejected trail (those no agent judged) as
     false hits, by whoever rejected it. Returns how many labels were made."""
     reporter = by if by.startswith("key:") else f"operator:{by or 'unknown'}"
-    served = (RecallEvent.objects.filter(trail_id=locked.pk, helpful__isnull=True, similarity__isnull=False)
-              .exclude(outcome=RecallOutcome.MISS).order_by("-created_at")
-              .values_list("id", "similarity", "matcher")[:REJECTION_LABELS])
-    return insert_labels([
-        MatchLabel(scope_id=locked.scope_id, matcher=matcher, similarity=similarity, false_hit=True,
-                   source=MatchLabel.Source.REJECTION, reporter=reporter[:100], recall_event_id=event_id,
-                   trail_id=locked.pk, created_at=at)
-        for event_id, similarity, matcher in served
-    ])
+    served = (
+        RecallEvent.objects.filter(trail_id=locked.pk, helpful__isnull=True, similarity__isnull=False)
+        .exclude(outcome=RecallOutcome.MISS)
+        .order_by("-created_at")
+        .values_list("id", "similarity", "matcher")[:REJECTION_LABELS]
+    )
+    return insert_labels(
+        [
+            MatchLabel(
+                scope_id=locked.scope_id,
+                matcher=matcher,
+                similarity=similarity,
+                false_hit=True,
+                source=MatchLabel.Source.REJECTION,
+                reporter=reporter[:100],
+                recall_event_id=event_id,
+                trail_id=locked.pk,
+                created_at=at,
+            )
+            for event_id, similarity, matcher in served
+        ]
+    )
 
 
 def insert_labels(labels: Sequence[MatchLabel]) -> int:
@@ -239,21 +311,33 @@ def insert_labels(labels: Sequence[MatchLabel]) -> int:
     rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(labels))
     params = [f.get_db_prep_save(f.pre_save(label, True), connection) for label in labels for f in fields]
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {MatchLabel._meta.db_table} ({', '.join(q(f.column) for f in fields)}) "
-                       f"VALUES {rows} ON CONFLICT DO NOTHING", params)
+        cursor.execute(
+            f"INSERT INTO {MatchLabel._meta.db_table} ({', '.join(q(f.column) for f in fields)}) "
+            f"VALUES {rows} ON CONFLICT DO NOTHING",
+            params,
+        )
         return cursor.rowcount
 
 
-def _after_commit(trail: Trail, action: str, before: str, after: str, by: str, at: datetime, labels_changed: bool) -> None:
+def _after_commit(
+    trail: Trail, action: str, before: str, after: str, by: str, at: datetime, labels_changed: bool
+) -> None:
     """Tells the upper modules (learning, re-signing) once the change has committed: each
     receiver runs outside every lock taken here; one that fails is logged and the others run."""
 
     def tell_trail_status_changed() -> None:
         for receiver, result in trail_status_changed.send_robust(
-                Trail, trail=trail, action=action, before=before, after=after, by=by, at=at, labels_changed=labels_changed):
+            Trail, trail=trail, action=action, before=before, after=after, by=by, at=at, labels_changed=labels_changed
+        ):
             if isinstance(result, Exception):
-                logger.error("after trail %s %s: %s failed: %r", trail.pk, action, getattr(receiver, "__qualname__", receiver),
-                             result, exc_info=result)
+                logger.error(
+                    "after trail %s %s: %s failed: %r",
+                    trail.pk,
+                    action,
+                    getattr(receiver, "__qualname__", receiver),
+                    result,
+                    exc_info=result,
+                )
 
     transaction.on_commit(tell_trail_status_changed, robust=True)
 
@@ -300,10 +384,15 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
         at = now or timezone.now()
         reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
         locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
-        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(false_hit_reporters=reporters, false_hit_reports=reporters)
+        Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
+            false_hit_reporters=reporters, false_hit_reports=reporters
+        )
         state = locked.lifecycle_state(at)
-        released = (state is State.HELD and locked.held_by == table.Hold.REPORTS.value
-                    and not table.held_by_reporters(reporters, locked.scope.false_hit_reporters_to_pending))
+        released = (
+            state is State.HELD
+            and locked.held_by == table.Hold.REPORTS.value
+            and not table.held_by_reporters(reporters, locked.scope.false_hit_reporters_to_pending)
+        )
         if released:
             _write(locked, table.decide(table.RELEASE, Actor.SYSTEM, state), by=by, reason="", at=at, before=state)
     _copy_state(trail, locked)
@@ -366,7 +455,11 @@ def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
     """
     deleted, after_id = 0, 0
     while True:
-        ids = list(expiring(Trail.objects.filter(id__gt=after_id), now).order_by("id").values_list("id", flat=True)[:batch_size])
+        ids = list(
+            expiring(Trail.objects.filter(id__gt=after_id), now)
+            .order_by("id")
+            .values_list("id", flat=True)[:batch_size]
+        )
         if not ids:
             return deleted
         pause_point("sweep:read")
@@ -374,8 +467,9 @@ def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
         after_id = ids[-1]
 
 
-def judge_recall(event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str,
-                 now: datetime) -> tuple[RecallEvent | None, bool, bool]:
+def judge_recall(
+    event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str, now: datetime
+) -> tuple[RecallEvent | None, bool, bool]:
     """An agent's verdict on one recall, in the lock order: the trail it served first, then
     the recall's event (re-read under its lock), then its label and, where not helpful, the
     report against the trail. Call inside a transaction.
@@ -396,12 +490,32 @@ def judge_recall(event_id: int, trail_id: int | None, scope_id: int, helpful: bo
         raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
     if event.helpful is not None:
         raise Conflict("conflict", "this recall already has feedback", field="recall_id")
-    event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = helpful, reason[:500], now, reporter[:100]
+    event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = (
+        helpful,
+        reason[:500],
+        now,
+        reporter[:100],
+    )
     event.save(update_fields=["helpful", "feedback_reason", "feedback_at", "feedback_by"])
-    labelled = event.similarity is not None and insert_labels([MatchLabel(
-        scope_id=scope_id, matcher=event.matcher, similarity=event.similarity, false_hit=not helpful,
-        source=MatchLabel.Source.FEEDBACK, reporter=reporter[:100], recall_event_id=event.pk,
-        trail_id=event.trail_id, created_at=now)]) > 0
+    labelled = (
+        event.similarity is not None
+        and insert_labels(
+            [
+                MatchLabel(
+                    scope_id=scope_id,
+                    matcher=event.matcher,
+                    similarity=event.similarity,
+                    false_hit=not helpful,
+                    source=MatchLabel.Source.FEEDBACK,
+                    reporter=reporter[:100],
+                    recall_event_id=event.pk,
+                    trail_id=event.trail_id,
+                    created_at=now,
+                )
+            ]
+        )
+        > 0
+    )
     # The event's trail as it is now: a trail deleted while this waited left it unlinked.
     reported = not helpful and trail is not None and event.trail_id == trail.pk
     if reported:

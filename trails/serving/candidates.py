@@ -8,6 +8,7 @@ query it replaces, and tests/trails/test_recall_plan.py checks its PostgreSQL pl
 
 The three row kinds share one UNION ALL; each is decoded into its own named row type.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,7 +83,9 @@ TRAIL, CITATION, STEP = 0, 1, 2
 def decode(row: tuple) -> TrailRow | CitationRow | StepRow:
     kind, trail_id, position, c1, c2, c3, c4, c5, b1, b2 = row
     if kind == TRAIL:
-        return TrailRow(trail_id, c1, c2, c3, c4, c5, bytes(b1) if b1 is not None else b"", bytes(b2) if b2 is not None else None)
+        return TrailRow(
+            trail_id, c1, c2, c3, c4, c5, bytes(b1) if b1 is not None else b"", bytes(b2) if b2 is not None else None
+        )
     if kind == CITATION:
         return CitationRow(trail_id, position, c1, c2, c3, c5)
     return StepRow(trail_id, position, c1, c2, c3)
@@ -126,7 +129,10 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     # servability filter fetched is the one decoded, not looked up again by key.
     columns = trail_columns(with_lexical=scope.uses_lexical)
     high, low = lookup.sketch
-    lexical_keys, embedding_keys = scoped_keys(lookup.lexical_keys, scope.id), scoped_keys(lookup.embedding_keys, scope.id)
+    lexical_keys, embedding_keys = (
+        scoped_keys(lookup.lexical_keys, scope.id),
+        scoped_keys(lookup.embedding_keys, scope.id),
+    )
     # Only where the embedding part is the whole read: a trail found both ways would come
     # twice out of the UNION were one part to carry a distance.
     nearest_paths = not with_paths and bool(embedding_keys) and not lexical_keys and lookup.path_distance >= 0
@@ -145,8 +151,10 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         # as its elements are near unique), and always takes the index; given all keys at once,
         # with statistics, it guessed 12 % and read the whole table.
         def sharing(columns_read: str) -> str:
-            return (f"unnest(CAST(%s AS BIGINT[])) k(key) CROSS JOIN LATERAL (SELECT {columns_read} FROM {bands} "
-                    "WHERE scope_id = %s AND keys @> ARRAY[k.key] OFFSET 0) b")
+            return (
+                f"unnest(CAST(%s AS BIGINT[])) k(key) CROSS JOIN LATERAL (SELECT {columns_read} FROM {bands} "
+                "WHERE scope_id = %s AND keys @> ARRAY[k.key] OFFSET 0) b"
+            )
 
         if lexical_keys:
             parts.append(
@@ -166,7 +174,18 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
                 f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
             )
-            params += [high, low, embedding_keys, scope.id, high, low, lookup.max_distance, scope.id, *servable, lookup.nearest]
+            params += [
+                high,
+                low,
+                embedding_keys,
+                scope.id,
+                high,
+                low,
+                lookup.max_distance,
+                scope.id,
+                *servable,
+                lookup.nearest,
+            ]
     else:
         # SQLite has no inverted index: the scope's key rows are read through the scope
         # index and their keys unpacked (a laptop's store). CROSS JOIN keeps its planner
@@ -190,11 +209,27 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
                 f"AND {distance} <= %s AND t.id = b.trail_id AND {where_servable} "
                 f"ORDER BY {distance}, t.id DESC LIMIT %s)"
             )
-            params += [*([high, low] if nearest_paths else []), scope.id, *embedding_keys, high, low, lookup.max_distance, *servable,
-                       high, low, lookup.nearest]
+            params += [
+                *([high, low] if nearest_paths else []),
+                scope.id,
+                *embedding_keys,
+                high,
+                low,
+                lookup.max_distance,
+                *servable,
+                high,
+                low,
+                lookup.nearest,
+            ]
     # UNION (not ALL): a trail found both ways is read once.
-    return _read(" UNION ".join(parts), params, scope.id, with_trails=True, with_paths=with_paths,
-                 nearest_path_within=lookup.path_distance if nearest_paths else None)
+    return _read(
+        " UNION ".join(parts),
+        params,
+        scope.id,
+        with_trails=True,
+        with_paths=with_paths,
+        nearest_path_within=lookup.path_distance if nearest_paths else None,
+    )
 
 
 def trail_columns(with_lexical: bool) -> str:
@@ -215,11 +250,25 @@ def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
     ids = [c.id for c in found]
     match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
     sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.scope_id = %s AND t.id {match}"
-    _read(sql, [scope.id, ids] if postgres else [scope.id, *ids], scope.id, with_trails=False, with_paths=True, into={c.id: c for c in found})
+    _read(
+        sql,
+        [scope.id, ids] if postgres else [scope.id, *ids],
+        scope.id,
+        with_trails=False,
+        with_paths=True,
+        into={c.id: c for c in found},
+    )
 
 
-def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths: bool,
-          into: dict[int, Candidate] | None = None, nearest_path_within: int | None = None) -> list[Candidate]:
+def _read(
+    found: str,
+    params: list,
+    scope_id: int,
+    with_trails: bool,
+    with_paths: bool,
+    into: dict[int, Candidate] | None = None,
+    nearest_path_within: int | None = None,
+) -> list[Candidate]:
     """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
     each table by the scope's id as well as the trail's. With `nearest_path_within` (bits;
     `found` then has a `distance` column), only the path of the nearest found trail, if it
@@ -229,7 +278,11 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
     nearest_only = nearest_path_within is not None
 
     # The nearest as the read ranks them (distance, then the newer trail).
-    pathed = "(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f" if nearest_only else "found f"
+    pathed = (
+        "(SELECT id FROM found WHERE distance <= %s ORDER BY distance, id DESC LIMIT 1) f"
+        if nearest_only
+        else "found f"
+    )
 
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
@@ -276,8 +329,14 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             if nearest_only:
                 distances[row.trail_id] = raw[2]
             result[row.trail_id] = Candidate(
-                row.trail_id, uuid.UUID(row.public_id), row.query, row.lexical_params, row.lexical_signature,
-                row.embedding_model or "", row.embedding, path_tokens=int(row.path_tokens or 0),
+                row.trail_id,
+                uuid.UUID(row.public_id),
+                row.query,
+                row.lexical_params,
+                row.lexical_signature,
+                row.embedding_model or "",
+                row.embedding,
+                path_tokens=int(row.path_tokens or 0),
             )
         elif isinstance(row, CitationRow):
             candidate = result[row.trail_id]
@@ -285,7 +344,9 @@ def _read(found: str, params: list, scope_id: int, with_trails: bool, with_paths
             if row.current_hash is not None:
                 candidate.current[row.section_id] = CurrentSection(row.current_hash, row.current_text)
         else:
-            result[row.trail_id].steps.append(RecordedStep(row.tool, json.loads(row.args_json), tuple(json.loads(row.section_ids_json))))
+            result[row.trail_id].steps.append(
+                RecordedStep(row.tool, json.loads(row.args_json), tuple(json.loads(row.section_ids_json)))
+            )
     if with_paths:
         for candidate in result.values():
             candidate.has_paths = True

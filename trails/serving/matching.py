@@ -3,6 +3,7 @@
 The same functions serve record (what to store), recall (what to look up and
 which candidate wins) and the reindex job.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,7 +20,13 @@ from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
 from trails.core.normalise import words
 from trails.core.simhash import (
-    EmbeddingVector, SimHashParams, bit_agreement, cosine_many, simhash_bits, sketch, sketch_distance_limit,
+    EmbeddingVector,
+    SimHashParams,
+    bit_agreement,
+    cosine_many,
+    simhash_bits,
+    sketch,
+    sketch_distance_limit,
 )
 from trails.embedders import get_embedder
 from trails.serving.candidates import Candidate, Lookup
@@ -52,16 +59,31 @@ class MatchingSettings:
 def matching_settings(scope: Scope) -> MatchingSettings:
     """The scope's matching settings (computed once per distinct set of field values)."""
     return _matching_settings(
-        scope.lexical_threshold, scope.band_count, scope.band_rows, scope.embedding_threshold, scope.synonyms,
-        scope.learned_lexical_threshold, scope.learned_embedding_threshold,
-        settings.RAGTRAIL_MINHASH_PERMUTATIONS, settings.RAGTRAIL_MINHASH_SEED, settings.RAGTRAIL_SIMHASH_BITS,
+        scope.lexical_threshold,
+        scope.band_count,
+        scope.band_rows,
+        scope.embedding_threshold,
+        scope.synonyms,
+        scope.learned_lexical_threshold,
+        scope.learned_embedding_threshold,
+        settings.RAGTRAIL_MINHASH_PERMUTATIONS,
+        settings.RAGTRAIL_MINHASH_SEED,
+        settings.RAGTRAIL_SIMHASH_BITS,
     )
 
 
 @lru_cache(maxsize=1024)
 def _matching_settings(
-    lexical_threshold: float, band_count: int | None, band_rows: int | None, embedding_threshold: float, synonyms: str,
-    learned_lexical: float | None, learned_embedding: float | None, permutations: int, seed: int, simhash_bits_count: int,
+    lexical_threshold: float,
+    band_count: int | None,
+    band_rows: int | None,
+    embedding_threshold: float,
+    synonyms: str,
+    learned_lexical: float | None,
+    learned_embedding: float | None,
+    permutations: int,
+    seed: int,
+    simhash_bits_count: int,
 ) -> MatchingSettings:
     minhash = MinHashParams(permutations, seed)
     if band_count and band_rows:
@@ -78,14 +100,22 @@ def _matching_settings(
     # margin, so the configured layout still finds its candidates).
     embedding_in_use = learned_embedding if learned_embedding is not None else embedding_threshold
     return MatchingSettings(
-        minhash, lexical_layout, embedding_layout, lexicon, learned_lexical if learned_lexical is not None else lexical_threshold,
-        embedding_in_use, sketch_distance_limit(embedding_in_use), sketch_distance_limit(embedding_in_use, miss=0.1),
+        minhash,
+        lexical_layout,
+        embedding_layout,
+        lexicon,
+        learned_lexical if learned_lexical is not None else lexical_threshold,
+        embedding_in_use,
+        sketch_distance_limit(embedding_in_use),
+        sketch_distance_limit(embedding_in_use, miss=0.1),
     )
 
 
 def simhash_params() -> SimHashParams:
     """SimHash hyperplanes for the embedder in use (its dimension is read from the loaded model)."""
-    return SimHashParams(dim=get_embedder().dim, bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED)
+    return SimHashParams(
+        dim=get_embedder().dim, bits=settings.RAGTRAIL_SIMHASH_BITS, seed=settings.RAGTRAIL_SIMHASH_SEED
+    )
 
 
 @dataclass(frozen=True)
@@ -115,7 +145,9 @@ class QuestionSignature:
         """What the candidate read looks for: the band keys, and how near an embedding collision must be."""
         matching = matching_settings(scope)
         return Lookup(
-            self.lexical_keys, self.embedding_keys, self.sketch,
+            self.lexical_keys,
+            self.embedding_keys,
+            self.sketch,
             matching.embedding_sketch_limit if self.embedding_keys else 0,
             path_distance=matching.embedding_path_limit if self.embedding_keys else -1,
         )
@@ -152,14 +184,21 @@ def sign(scope: Scope, text: str, partition: str, lexical_signature: bool = True
     embedder = get_embedder()
     embedding = EmbeddingVector(embedder.name, embedder.embed(text))
     return QuestionSignature(
-        text, lexical, embedding, tuple(keys), tuple(embedding_keys(scope, embedding, partition)),
-        sketch(embedding.values, simhash_params()), plain_terms=terms,
+        text,
+        lexical,
+        embedding,
+        tuple(keys),
+        tuple(embedding_keys(scope, embedding, partition)),
+        sketch(embedding.values, simhash_params()),
+        plain_terms=terms,
     )
 
 
 def embedding_keys(scope: Scope, embedding: EmbeddingVector, partition: str) -> list[int]:
     bits = simhash_bits(embedding.values, simhash_params())
-    return band_keys(bits, matching_settings(scope).embedding_layout, namespace=embedding_namespace(partition, embedding.model))
+    return band_keys(
+        bits, matching_settings(scope).embedding_layout, namespace=embedding_namespace(partition, embedding.model)
+    )
 
 
 @dataclass(frozen=True)
@@ -194,8 +233,12 @@ class Verdict:
 
 
 def score_candidates(
-    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], guard: bool = True,
-    verdicts: list[Verdict] | None = None, limit: int | None = None,
+    scope: Scope,
+    question: QuestionSignature,
+    candidates: Sequence[Candidate],
+    guard: bool = True,
+    verdicts: list[Verdict] | None = None,
+    limit: int | None = None,
 ) -> list[Match]:
     """Scores candidates with the scope's matchers; returns those that pass, best first
     (equal scores: the newest trail first), or only the best `limit` of them.
@@ -209,18 +252,23 @@ def score_candidates(
     """
     count = len(candidates)
     jaccards = (
-        jaccard_many(question.lexical, [c.lexical_signature for c in candidates], [c.lexical_params for c in candidates])
+        jaccard_many(
+            question.lexical, [c.lexical_signature for c in candidates], [c.lexical_params for c in candidates]
+        )
         if scope.uses_lexical
         else np.zeros(count)
     )
     cosines = np.full(count, -1.0)
     comparable = [
-        i for i, c in enumerate(candidates)
+        i
+        for i, c in enumerate(candidates)
         if question.embedding and c.embedding is not None and c.embedding_model == question.embedding.model
     ]
     if comparable and scope.uses_embedding:
         cosines[comparable] = cosine_many(
-            question.embedding, [candidates[i].embedding for i in comparable], [candidates[i].embedding_model for i in comparable]
+            question.embedding,
+            [candidates[i].embedding for i in comparable],
+            [candidates[i].embedding_model for i in comparable],
         )
     matching = matching_settings(scope)
     query_terms: QuestionTerms | None = None  # only once a candidate reaches a threshold
@@ -234,7 +282,8 @@ def score_candidates(
             query_terms = question.guard_terms(matching.lexicon)
         terms = question_terms(candidate.query, matching.lexicon) if guard else None
         for matcher, passes, score, unshared in (
-            ("embedding", embedding_passes[i], cosines[i], None), ("lexical", lexical_passes[i], jaccards[i], 0)
+            ("embedding", embedding_passes[i], cosines[i], None),
+            ("lexical", lexical_passes[i], jaccards[i], 0),
         ):
             if not passes:
                 continue
@@ -256,8 +305,15 @@ def score_candidates(
         # rank above anything left. A match never ranks above its highest score, so these
         # are the best `limit` that judging every candidate would give.
         bounds = sorted(
-            ((max(s for s, p in ((cosines[i], embedding_passes[i]), (jaccards[i], lexical_passes[i])) if p), candidates[i].id), i)
-            for i in range(count) if lexical_passes[i] or embedding_passes[i]
+            (
+                (
+                    max(s for s, p in ((cosines[i], embedding_passes[i]), (jaccards[i], lexical_passes[i])) if p),
+                    candidates[i].id,
+                ),
+                i,
+            )
+            for i in range(count)
+            if lexical_passes[i] or embedding_passes[i]
         )
         for highest, i in reversed(bounds):
             if len(matches) >= limit and rank(matches[limit - 1]) >= highest:
@@ -268,17 +324,20 @@ def score_candidates(
                 matches.sort(key=rank, reverse=True)
         return matches[:limit]
     for i, candidate in enumerate(candidates):
-        match, refusals = (judged(i) if lexical_passes[i] or embedding_passes[i] else (None, []))
+        match, refusals = judged(i) if lexical_passes[i] or embedding_passes[i] else (None, [])
         if match is not None:
             matches.append(match)
         if verdicts is not None:
-            verdicts.append(Verdict(
-                candidate,
-                round(float(jaccards[i]), 4) if scope.uses_lexical else None,
-                # Uncompared candidates keep the -1.0 the array starts with.
-                round(float(cosines[i]), 4) if scope.uses_embedding and cosines[i] > -1.0 else None,
-                match is not None, "; ".join(refusals),
-            ))
+            verdicts.append(
+                Verdict(
+                    candidate,
+                    round(float(jaccards[i]), 4) if scope.uses_lexical else None,
+                    # Uncompared candidates keep the -1.0 the array starts with.
+                    round(float(cosines[i]), 4) if scope.uses_embedding and cosines[i] > -1.0 else None,
+                    match is not None,
+                    "; ".join(refusals),
+                )
+            )
     matches.sort(key=rank, reverse=True)
     return matches[:limit] if limit is not None else matches
 
@@ -287,7 +346,9 @@ def score_candidates(
 NEAREST_JUDGED = 3
 
 
-def nearest_allowed(scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], floor: float) -> Match | None:
+def nearest_allowed(
+    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], floor: float
+) -> Match | None:
     """A miss's nearest candidate by embedding at or above `floor` that the guard allows:
     what a lower threshold would have served. None where there is none, or the scope
     does not match by embedding."""
@@ -296,7 +357,9 @@ def nearest_allowed(scope: Scope, question: QuestionSignature, candidates: Seque
     comparable = [c for c in candidates if c.embedding is not None and c.embedding_model == question.embedding.model]
     if not comparable:
         return None
-    cosines = cosine_many(question.embedding, [c.embedding for c in comparable], [c.embedding_model for c in comparable])
+    cosines = cosine_many(
+        question.embedding, [c.embedding for c in comparable], [c.embedding_model for c in comparable]
+    )
     lexicon = matching_settings(scope).lexicon
     query_terms = question.guard_terms(lexicon)
     for i in np.argsort(-cosines, kind="stable")[:NEAREST_JUDGED]:

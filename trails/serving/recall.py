@@ -1,4 +1,5 @@
 """The recall pipeline: candidates by band keys, guard, validation on read, answer, event."""
+
 from __future__ import annotations
 
 import time
@@ -11,16 +12,24 @@ from django.utils import timezone
 from infra import metrics
 from infra.errors import Invalid
 from scopes.models import Scope
-from trails.learning.shipped import floor_for
-from trails.serving.candidates import Candidate, add_paths
-from trails.serving.candidates import candidates as read_candidates
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, as_stored, validate
 from trails.learning.feedback import research_key
-from trails.serving.matching import Match, QuestionSignature, Verdict, matching_settings, nearest_allowed, score_candidates, sign
+from trails.learning.shipped import floor_for
 from trails.models import write_recall_effects
+from trails.serving.candidates import Candidate, add_paths
+from trails.serving.candidates import candidates as read_candidates
+from trails.serving.matching import (
+    Match,
+    QuestionSignature,
+    Verdict,
+    matching_settings,
+    nearest_allowed,
+    score_candidates,
+    sign,
+)
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
@@ -126,7 +135,11 @@ def recall(
         break
     else:
         if stale:
-            result.trail, result.similarity, result.matcher = stale[0], round(candidates[0].similarity, 4), candidates[0].matcher
+            result.trail, result.similarity, result.matcher = (
+                stale[0],
+                round(candidates[0].similarity, 4),
+                candidates[0].matcher,
+            )
             result.matched_query = stale[0].query
 
     if verdicts is not None:
@@ -177,14 +190,22 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
     )
     if validation.outcome is Outcome.PREFETCH and all(s.text is None for s in validation.sections):
         # A hashes-only scope: the valid sections and their hashes, for the agent's own index.
-        result.sections = [{"id": s.section_id, "status": SectionStatus.VALID.value, "hash": match.trail.current[s.section_id].hash}
-                           for s in validation.sections]
+        result.sections = [
+            {"id": s.section_id, "status": SectionStatus.VALID.value, "hash": match.trail.current[s.section_id].hash}
+            for s in validation.sections
+        ]
         result.calls_saved = savings.calls_saved(validation.outcome, steps, [])
     elif validation.outcome is Outcome.PREFETCH:
         cut = cut_to_budget([(s.section_id, s.text or "") for s in validation.sections], budget)
         result.sections = [
-            {"id": part.section_id, "status": SectionStatus.VALID.value, "text": part.text, "tokens": part.tokens,
-             "truncated": part.truncated, "hash": match.trail.current[part.section_id].hash}
+            {
+                "id": part.section_id,
+                "status": SectionStatus.VALID.value,
+                "text": part.text,
+                "tokens": part.tokens,
+                "truncated": part.truncated,
+                "hash": match.trail.current[part.section_id].hash,
+            }
             for part in cut.parts
         ]
         result.tokens, result.truncated = cut.tokens, cut.truncated
@@ -199,17 +220,23 @@ def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
             validation.with_status(SectionStatus.DELETED),
             steps,
         )
-        result.sections, result.tokens, result.truncated = _hint_sections(match, validation, budget, count_tokens(result.hint))
+        result.sections, result.tokens, result.truncated = _hint_sections(
+            match, validation, budget, count_tokens(result.hint)
+        )
         invalid = [s.section_id for s in validation.sections if s.status is not SectionStatus.VALID]
         result.calls_saved = savings.calls_saved(validation.outcome, steps, invalid)
     return result
 
 
-def _hint_sections(match: Match, validation: Validation, budget: int, hint_tokens: int) -> tuple[list[dict[str, Any]], int, bool]:
+def _hint_sections(
+    match: Match, validation: Validation, budget: int, hint_tokens: int
+) -> tuple[list[dict[str, Any]], int, bool]:
     """A hint's sections: each cited id and its state; the still-valid ones with their hash and,
     within what the budget leaves after the hint's words, their current text (so the agent
     need not read and hash them again). A changed or deleted section carries neither."""
-    valid = [(s.section_id, s.text) for s in validation.sections if s.status is SectionStatus.VALID and s.text is not None]
+    valid = [
+        (s.section_id, s.text) for s in validation.sections if s.status is SectionStatus.VALID and s.text is not None
+    ]
     cut = cut_to_budget(valid, max(0, budget - hint_tokens))
     served = {part.section_id: part for part in cut.parts if part.text}
     sections = []
@@ -228,7 +255,9 @@ def _hint_sections(match: Match, validation: Validation, budget: int, hint_token
 EXPLAINED_CANDIDATES = 10
 
 
-def explanation(scope: Scope, result: RecallResult, verdicts: list[Verdict], stale: list[Candidate], read: int) -> dict[str, Any]:
+def explanation(
+    scope: Scope, result: RecallResult, verdicts: list[Verdict], stale: list[Candidate], read: int
+) -> dict[str, Any]:
     """Why a recall answered as it did, for an operator: the candidates read (nearest
     first) with their similarities and verdicts, the thresholds, and a summary."""
     matching = matching_settings(scope)
@@ -243,27 +272,46 @@ def explanation(scope: Scope, result: RecallResult, verdicts: list[Verdict], sta
             outcome = "answered"
         else:
             outcome = v.outcome
-        rows.append({"trail_id": str(v.trail.public_id), "query": v.trail.query, "lexical": v.lexical,
-                     "embedding": v.embedding, "verdict": outcome})
+        rows.append(
+            {
+                "trail_id": str(v.trail.public_id),
+                "query": v.trail.query,
+                "lexical": v.lexical,
+                "embedding": v.embedding,
+                "verdict": outcome,
+            }
+        )
     thresholds = {
         "lexical_threshold": matching.lexical_threshold if scope.uses_lexical else None,
         "embedding_threshold": matching.embedding_threshold if scope.uses_embedding else None,
     }
     if result.outcome is not Outcome.MISS:
         unchanged = sum(1 for s in result.sections if s["status"] == SectionStatus.VALID.value)
-        summary = (f'Answered by "{result.matched_query}" at {result.similarity} ({result.matcher}); '
-                   f"{unchanged} of {len(result.sections)} cited sections unchanged.")
+        summary = (
+            f'Answered by "{result.matched_query}" at {result.similarity} ({result.matcher}); '
+            f"{unchanged} of {len(result.sections)} cited sections unchanged."
+        )
     elif not verdicts:
-        summary = ("No stored question shares a band key with this one, so none was similar enough to be compared "
-                   "(band keys are drawn a little under the threshold).")
+        summary = (
+            "No stored question shares a band key with this one, so none was similar enough to be compared "
+            "(band keys are drawn a little under the threshold)."
+        )
     elif stale:
-        summary = (f"{len(stale)} matching trail(s) were stale: every section they cite changed. "
-                   "A real recall marks them stale; they never come back.")
+        summary = (
+            f"{len(stale)} matching trail(s) were stale: every section they cite changed. "
+            "A real recall marks them stale; they never come back."
+        )
     elif refused := [v for v in ordered if v.refusal and not v.passed]:
         summary = f"{len(refused)} candidate(s) reached the threshold but the look-alike guard refused them: {refused[0].refusal}."
     else:
         best = ordered[0]
-        by = "embedding" if best.embedding is not None and (best.lexical is None or best.embedding >= best.lexical) else "lexical"
-        summary = (f"None of the {read} candidate(s) compared reached the threshold: the nearest scored "
-                   f"{best.nearest} by {by} (threshold {thresholds[by + '_threshold']}).")
+        by = (
+            "embedding"
+            if best.embedding is not None and (best.lexical is None or best.embedding >= best.lexical)
+            else "lexical"
+        )
+        summary = (
+            f"None of the {read} candidate(s) compared reached the threshold: the nearest scored "
+            f"{best.nearest} by {by} (threshold {thresholds[by + '_threshold']})."
+        )
     return {"matcher": scope.matcher, **thresholds, "candidates_read": read, "candidates": rows, "summary": summary}

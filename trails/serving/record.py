@@ -1,4 +1,5 @@
 """Admission of a trail: validate, check the signal and the answer, sign, index."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,13 +16,23 @@ from scopes.models import Scope, Section
 from trails.core.banding import scoped_keys
 from trails.core.budget import count_tokens
 from trails.core.hint import RecordedStep
+from trails.core.lifecycle import Actor
 from trails.core.normalise import normalise_query
 from trails.core.refusal import says_sources_do_not_answer
-from trails.core.lifecycle import Actor
 from trails.learning.feedback import learn_from_research
 from trails.learning.thresholds import SIGNING_FIELDS
+from trails.models import (
+    POSITIVE_SIGNALS,
+    ActionRefused,
+    BandKeys,
+    Citation,
+    Step,
+    Trail,
+    TrailSignal,
+    TrailStatus,
+    writes,
+)
 from trails.serving.matching import QuestionSignature, matching_settings, sign
-from trails.models import POSITIVE_SIGNALS, ActionRefused, BandKeys, Citation, Step, Trail, TrailSignal, TrailStatus, writes
 
 
 @dataclass(frozen=True)
@@ -89,19 +100,26 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
     current = Section.objects.current(scope, cited)
     missing = [section_id for section_id in cited if section_id not in current]
     if missing:
-        raise Invalid("unknown_section", "cited sections are not in the scope's section store", field="cited", section_ids=missing
+        raise Invalid(
+            "unknown_section", "cited sections are not in the scope's section store", field="cited", section_ids=missing
         )
     not_cited = [section_id for section_id in request.hashes if section_id not in current]
     if not_cited:
         raise Invalid("invalid", "hashes name sections that are not cited", field="hashes", section_ids=not_cited)
     changed = [section_id for section_id, sent in request.hashes.items() if current[section_id].hash != sent]
     if changed:
-        raise Conflict("section_changed", "the agent read a version of these sections that has since changed",
-            field="hashes", section_ids=changed,
+        raise Conflict(
+            "section_changed",
+            "the agent read a version of these sections that has since changed",
+            field="hashes",
+            section_ids=changed,
         )
 
-    refused = "the answer says its sources do not answer the question" if (
-        request.answer is not None and says_sources_do_not_answer(request.answer)) else ""
+    refused = (
+        "the answer says its sources do not answer the question"
+        if (request.answer is not None and says_sources_do_not_answer(request.answer))
+        else ""
+    )
     question = sign(scope, request.query, request.partition)
     if not refused:
         twin = _twin(scope, request, question, [(section_id, current[section_id].hash) for section_id in cited])
@@ -180,7 +198,11 @@ class TrailRows:
                 for i, section_id in enumerate(cited)
             ],
             question=None if trail.status == TrailStatus.REJECTED else question,
-            signals=[TrailSignal(trail=trail, scope=scope, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now)]
+            signals=[
+                TrailSignal(
+                    trail=trail, scope=scope, signal=request.signal, source=TrailSignal.Source.RECORD, created_at=now
+                )
+            ]
             if request.signal
             else [],
         )
@@ -214,8 +236,10 @@ def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:
     if connection.vendor == "postgresql":
         q = connection.ops.quote_name
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {', '.join(q(f) for f in fields)} FROM {Scope._meta.db_table} WHERE id = %s FOR SHARE",
-                           [scope.pk])
+            cursor.execute(
+                f"SELECT {', '.join(q(f) for f in fields)} FROM {Scope._meta.db_table} WHERE id = %s FOR SHARE",
+                [scope.pk],
+            )
             committed = dict(zip(fields, cursor.fetchone()))
     else:  # SQLite: one writer at a time, so the row read now is the one this write commits beside
         committed = Scope.objects.filter(pk=scope.pk).values(*fields).first()
@@ -270,7 +294,9 @@ def path_tokens(scope: Scope, steps: list[RecordedStep], current: dict[str, Sect
     return sum(tokens.get(section_id, 0) for step in steps for section_id in step.section_ids)
 
 
-def _twin(scope: Scope, request: RecordInput, question: QuestionSignature, cited: list[tuple[str, str]]) -> Trail | None:
+def _twin(
+    scope: Scope, request: RecordInput, question: QuestionSignature, cited: list[tuple[str, str]]
+) -> Trail | None:
     """A trail of the scope asking this very question (normalised, same partition) and citing
     the same sections at the same hashes, found through its first band key (an identical
     question has identical keys), never by reading the scope's trails. Stale trails are no
@@ -279,9 +305,17 @@ def _twin(scope: Scope, request: RecordInput, question: QuestionSignature, cited
         return None
     same_key = BandKeys.trail_ids_with_key(scope, question.keys[0])
     # An expired trail is no twin either: nothing brings it back, so the path is recorded anew.
-    alike = (Trail.objects.filter(id__in=same_key, scope=scope, partition=request.partition, normalised_query=normalise_query(request.query),
-                                  expires_at__gt=timezone.now())
-             .exclude(status=TrailStatus.STALE).order_by("-id")[:8])
+    alike = (
+        Trail.objects.filter(
+            id__in=same_key,
+            scope=scope,
+            partition=request.partition,
+            normalised_query=normalise_query(request.query),
+            expires_at__gt=timezone.now(),
+        )
+        .exclude(status=TrailStatus.STALE)
+        .order_by("-id")[:8]
+    )
     for trail in alike:
         if [(c.section_id, c.recorded_hash) for c in trail.core_citations()] == cited:
             return trail
@@ -305,6 +339,7 @@ def _refresh(twin: Trail, request: RecordInput, now: datetime) -> RecordResult:
 def _earlier_result(scope: Scope, idempotency_key: str, fingerprint: str) -> Trail | None:
     earlier = Trail.objects.filter(scope=scope, idempotency_key=idempotency_key).first()
     if earlier is not None and earlier.request_fingerprint != fingerprint:
-        raise Conflict("idempotency_key_reused", "this idempotency key was used for a different trail", field="idempotency_key"
+        raise Conflict(
+            "idempotency_key_reused", "this idempotency key was used for a different trail", field="idempotency_key"
         )
     return earlier

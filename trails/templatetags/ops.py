@@ -1,8 +1,8 @@
 """Small filters of the operator pages."""
+
 from __future__ import annotations
 
 import re
-
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
@@ -37,7 +37,12 @@ def age(value: datetime | None) -> str:
     if value is None:
         return "never"
     moment = value.astimezone(dt_timezone.utc)
-    return format_html('<time datetime="{}" title="{} UTC">{}</time>', moment.isoformat(), moment.strftime("%Y-%m-%d %H:%M:%S"), age_text(value))
+    return format_html(
+        '<time datetime="{}" title="{} UTC">{}</time>',
+        moment.isoformat(),
+        moment.strftime("%Y-%m-%d %H:%M:%S"),
+        age_text(value),
+    )
 
 
 def age_text(value: datetime | None) -> str:

@@ -1,4 +1,5 @@
 """Upkeep jobs: idempotent functions, each with a management command and a Celery task."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -8,12 +9,22 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
-from trails.learning.shipped import limits_for
 from trails.core.calibration import FLAG_KINDS, false_hit_verdict
-from trails.models.recalls import judged_counts
-from trails.models import SIMILARITY_BINS, Citation, MatchLabel, RecallEvent, RecallOutcome, RecallStat, SimilarityStat, delete_rows, writes
-from trails.upkeep.purge import forget_unconfirmed_previews
+from trails.learning.shipped import limits_for
 from trails.learning.thresholds import in_use, used_matchers
+from trails.models import (
+    SIMILARITY_BINS,
+    Citation,
+    MatchLabel,
+    RecallEvent,
+    RecallOutcome,
+    RecallStat,
+    SimilarityStat,
+    delete_rows,
+    writes,
+)
+from trails.models.recalls import judged_counts
+from trails.upkeep.purge import forget_unconfirmed_previews
 
 
 def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
@@ -35,7 +46,9 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
         cutoff = now - timedelta(days=scope.event_retention_days)
         while True:
             ids = list(
-                RecallEvent.objects.filter(scope=scope, created_at__lt=cutoff).order_by("id").values_list("id", flat=True)[:batch_size]
+                RecallEvent.objects.filter(scope=scope, created_at__lt=cutoff)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
             )
             if not ids:
                 break
@@ -44,7 +57,9 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
                 MatchLabel.objects.filter(recall_event_id__in=ids).update(recall_event=None)
                 deleted["events"] += delete_rows(RecallEvent.objects.filter(id__in=ids))
     # Old section texts are kept only to show operators what a cited section said.
-    cited = Citation.objects.filter(scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash"))
+    cited = Citation.objects.filter(
+        scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash")
+    )
     deleted["revisions"], _ = SectionRevision.objects.filter(~Exists(cited)).delete()
     deleted["purge_runs"] = forget_unconfirmed_previews(now)
     return deleted
@@ -68,14 +83,23 @@ def roll_up(start: datetime, end: datetime) -> int:
         .annotate(bucket=TruncHour("created_at"))
         .values("scope_id", "bucket", "outcome", "matcher")
         .annotate(
-            n=Count("id"), similarity=Sum("similarity"), stale=Sum("stale_marked"),
-            calls=Sum("calls_saved"), tokens=Sum("tokens_saved"),
+            n=Count("id"),
+            similarity=Sum("similarity"),
+            stale=Sum("stale_marked"),
+            calls=Sum("calls_saved"),
+            tokens=Sum("tokens_saved"),
         )
     )
     buckets = [
         RecallStat(
-            scope_id=r["scope_id"], hour=r["bucket"], outcome=r["outcome"], matcher=r["matcher"], count=r["n"],
-            similarity_sum=r["similarity"] or 0.0, stale_marked=r["stale"] or 0, calls_saved=r["calls"] or 0,
+            scope_id=r["scope_id"],
+            hour=r["bucket"],
+            outcome=r["outcome"],
+            matcher=r["matcher"],
+            count=r["n"],
+            similarity_sum=r["similarity"] or 0.0,
+            stale_marked=r["stale"] or 0,
+            calls_saved=r["calls"] or 0,
             tokens_saved=r["tokens"] or 0,
         )
         for r in rows
@@ -108,15 +132,24 @@ def scopes_needing_a_look(now: datetime) -> dict[str, int]:
     whose learned threshold sits at its ceiling, and scopes flagged for an operator, by the
     flag's kind (every flag the overview shows has its alert)."""
     bounds = dict(Scope.objects.values_list("id", "max_false_hit_rate"))
-    over = sum(1 for scope_id, (reported, judged) in judged_counts(None, now).items()
-               if false_hit_verdict(reported, judged, bounds.get(scope_id, 1.0)).verdict == "over")
+    over = sum(
+        1
+        for scope_id, (reported, judged) in judged_counts(None, now).items()
+        if false_hit_verdict(reported, judged, bounds.get(scope_id, 1.0)).verdict == "over"
+    )
     at_ceiling = 0
-    for scope in Scope.objects.filter(scratch=False).filter(Q(learned_lexical_threshold__isnull=False) | Q(learned_embedding_threshold__isnull=False)):
-        if any(in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling
-               for matcher in used_matchers(scope)):
+    for scope in Scope.objects.filter(scratch=False).filter(
+        Q(learned_lexical_threshold__isnull=False) | Q(learned_embedding_threshold__isnull=False)
+    ):
+        if any(
+            in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling
+            for matcher in used_matchers(scope)
+        ):
             at_ceiling += 1
     flagged = dict.fromkeys(FLAG_KINDS, 0)
-    for flags in Scope.objects.filter(scratch=False).exclude(threshold_flags="").values_list("threshold_flags", flat=True):
+    for flags in (
+        Scope.objects.filter(scratch=False).exclude(threshold_flags="").values_list("threshold_flags", flat=True)
+    ):
         for kind in {flag.split(":")[1] for flag in flags.split(",") if flag.count(":") >= 1} & set(FLAG_KINDS):
             flagged[kind] += 1
     return {"over_false_hit_bound": over, "threshold_at_ceiling": at_ceiling, "flagged": flagged}

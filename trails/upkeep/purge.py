@@ -10,6 +10,7 @@ Every purge also drops the scope's cached tool results, whose contents are opaqu
 
 Resumable, and the same end state when rerun.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -18,10 +19,10 @@ from typing import Any, Iterable
 from django.db import transaction
 from django.db.models import Prefetch
 
+from scopes.models import SectionSync
 from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from scopes.models import SectionSync
 from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
 from trails.upkeep.reindex import resign
 
@@ -73,11 +74,14 @@ def _redact_json(value: Any, rules: list[pii.Rule]) -> Any:
 
 
 def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: int = 0, limit: int | None = None):
-    trails = Trail.objects.filter(scope_id=scope_id).order_by("id").only(
-        "id", "public_id", "scope_id", "query", "partition", "idempotency_key"
-    ).prefetch_related(
-        Prefetch("steps", queryset=Step.objects.order_by("position")),
-        Prefetch("citations", queryset=Citation.objects.only("id", "trail_id", "section_id")),
+    trails = (
+        Trail.objects.filter(scope_id=scope_id)
+        .order_by("id")
+        .only("id", "public_id", "scope_id", "query", "partition", "idempotency_key")
+        .prefetch_related(
+            Prefetch("steps", queryset=Step.objects.order_by("position")),
+            Prefetch("citations", queryset=Citation.objects.only("id", "trail_id", "section_id")),
+        )
     )
     if ids is not None:
         trails = trails.filter(id__in=list(ids))
@@ -207,9 +211,24 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
 def other_records(scope_id: int):
     return (
         ("recall queries", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""), "query"),
-        ("recall partitions", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""), "partition"),
-        ("feedback reasons", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""), "feedback_reason"),
-        ("trail history reasons", TrailSignal, TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""), "reason"),
+        (
+            "recall partitions",
+            RecallEvent,
+            RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""),
+            "partition",
+        ),
+        (
+            "feedback reasons",
+            RecallEvent,
+            RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""),
+            "feedback_reason",
+        ),
+        (
+            "trail history reasons",
+            TrailSignal,
+            TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""),
+            "reason",
+        ),
         # Free text an operator or a sync wrote: a trail's reason (written by older versions
         # with names in it) and what a docs sync said it read ("branch jane-roe-fixes").
         ("trail reasons", Trail, Trail.objects.filter(scope_id=scope_id).exclude(reason=""), "reason"),

@@ -1,4 +1,5 @@
 """Re-signing a scope's trails after its matcher, threshold, lexicon or embedding model changed."""
+
 from __future__ import annotations
 
 import logging
@@ -11,10 +12,10 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from scopes.models import Scope
-from trails.serving.matching import sign
-from trails.models import BandKeys, Trail, TrailStatus, trail_status_changed
-from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
 from trails.learning.thresholds import SIGNING_FIELDS
+from trails.models import BandKeys, Trail, TrailStatus, trail_status_changed
+from trails.serving.matching import sign
+from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bo
             # By name: trails.tasks imports this module.
             current_app.tasks["trails.tasks.reindex_scope_task"].delay(scope_id)
         except Exception as problem:  # the broker is away: re-sign here rather than leave trails unfindable
-            logger.error("re-signing scope %s could not be queued (%s): re-signing inline", scope_id, type(problem).__name__)
+            logger.error(
+                "re-signing scope %s could not be queued (%s): re-signing inline", scope_id, type(problem).__name__
+            )
             reindex_scope(Scope.objects.get(pk=scope_id))
 
     transaction.on_commit(queue)

@@ -9,11 +9,12 @@ writes nothing. The whole sync is one transaction under the scope's sync lock, s
 of one scope never interleave and a failure writes nothing; it locks no trail (the citing
 trails are flagged for operators once it commits), so votes and reports go on beside it.
 """
+
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
-import logging
 from datetime import datetime, timedelta
 
 from celery import current_app
@@ -22,15 +23,14 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from infra.errors import Conflict, Invalid, Refused
+from infra.hashing import section_hash
 from scopes import audit
 from scopes.audit import AuditEvent
-from infra.hashing import section_hash
 from scopes.models import Scope, Section, SectionSync, SectionSyncJob
 from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
-from trails.models import Citation, Trail, TrailStatus
-from trails.models import writes
+from trails.models import Citation, Trail, TrailStatus, writes
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +74,24 @@ class SyncSummary:
         lists = [self.added, self.changed, self.removed, self.missing, *self.moved.values()]
         return {
             "dry_run": self.dry_run,
-            "sections": {"added": len(self.added), "changed": len(self.changed), "unchanged": self.unchanged,
-                         "removed": len(self.removed), "missing": len(self.missing)},
+            "sections": {
+                "added": len(self.added),
+                "changed": len(self.changed),
+                "unchanged": self.unchanged,
+                "removed": len(self.removed),
+                "missing": len(self.missing),
+            },
             # The usual moves always listed; any other (a section put back: hint → prefetch) as well.
-            "trails": {**dict.fromkeys(("prefetch → hint", "prefetch → stale", "hint → stale", "unaffected"), 0), **self.trails},
-            "ids": {"added": cut(self.added), "changed": cut(self.changed), "removed": cut(self.removed),
-                    "missing": cut(self.missing)},
+            "trails": {
+                **dict.fromkeys(("prefetch → hint", "prefetch → stale", "hint → stale", "unaffected"), 0),
+                **self.trails,
+            },
+            "ids": {
+                "added": cut(self.added),
+                "changed": cut(self.changed),
+                "removed": cut(self.removed),
+                "missing": cut(self.missing),
+            },
             "moved_trails": {move: cut(ids) for move, ids in sorted(self.moved.items())},
             "ids_complete": complete or all(len(ids) <= SAMPLE_IDS for ids in lists),
             "sync_id": self.sync_id,
@@ -90,17 +102,20 @@ class SyncSummary:
         summary = self.as_json()
         sections, trails = summary["sections"], summary["trails"]
         head = "would sync" if self.dry_run else "synced"
-        text = [f"{head}: {sections['added']} added, {sections['changed']} changed, {sections['unchanged']} unchanged, "
-                f"{sections['removed']} removed" + (f", {sections['missing']} in the store only (kept: no --delete-missing)"
-                                                     if sections["missing"] else ""),
-                "served trails citing them: " + ", ".join(f"{n} {move}" for move, n in trails.items())]
+        text = [
+            f"{head}: {sections['added']} added, {sections['changed']} changed, {sections['unchanged']} unchanged, "
+            f"{sections['removed']} removed"
+            + (f", {sections['missing']} in the store only (kept: no --delete-missing)" if sections["missing"] else ""),
+            "served trails citing them: " + ", ".join(f"{n} {move}" for move, n in trails.items()),
+        ]
         if self.refusal:
             text.append(f"refused: {self.refusal}")
         return text
 
 
-def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched: set[str],
-           now: datetime) -> tuple[Counter, dict[str, list[str]]]:
+def _moves(
+    scope: Scope, before: dict[str, str], after: dict[str, str], touched: set[str], now: datetime
+) -> tuple[Counter, dict[str, list[str]]]:
     """How the scope's served trails citing `touched` sections move, judged as recall judges,
     and which trails (public ids) make each move."""
     moves: Counter = Counter()
@@ -108,11 +123,16 @@ def _moves(scope: Scope, before: dict[str, str], after: dict[str, str], touched:
     if not touched:
         return moves, moved
     citing = Citation.objects.filter(scope=scope, section_id__in=list(touched)).values_list("trail_id", flat=True)
-    served = dict(Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now)
-                  .values_list("id", "public_id"))
+    served = dict(
+        Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now).values_list(
+            "id", "public_id"
+        )
+    )
     cited: dict[int, list[CoreCitation]] = {}
     for trail_id, section_id, recorded in (
-        Citation.objects.filter(trail_id__in=served).order_by("trail_id", "position").values_list("trail_id", "section_id", "hash")
+        Citation.objects.filter(trail_id__in=served)
+        .order_by("trail_id", "position")
+        .values_list("trail_id", "section_id", "hash")
     ):
         cited.setdefault(trail_id, []).append(CoreCitation(section_id, recorded))
     for trail_id, citations in cited.items():
@@ -150,16 +170,28 @@ def one_sync_at_a_time(scope: Scope, wait: float | None = None) -> None:
                 if cursor.fetchone()[0]:
                     return
                 if time.monotonic() >= deadline:
-                    raise Conflict("sync_running", "another sync of this scope is running; nothing was changed: "
-                                                   "send this one again when it ends", field="sections")
+                    raise Conflict(
+                        "sync_running",
+                        "another sync of this scope is running; nothing was changed: send this one again when it ends",
+                        field="sections",
+                    )
                 time.sleep(0.05)
     else:
         Scope.objects.select_for_update().filter(pk=scope.pk).first()  # SQLite: one writer at a time anyway
 
 
-def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing: bool = False, dry_run: bool = False,
-                  by: str = "", source: str = "", now: datetime | None = None, allow_removing_most: bool = False,
-                  wait: float | None = None) -> SyncSummary:
+def sync_sections(
+    scope: Scope,
+    sections: list[SourceSection],
+    *,
+    delete_missing: bool = False,
+    dry_run: bool = False,
+    by: str = "",
+    source: str = "",
+    now: datetime | None = None,
+    allow_removing_most: bool = False,
+    wait: float | None = None,
+) -> SyncSummary:
     """Makes the scope's store hold the source's sections (see the module's docstring).
 
     A sync that would remove more than half of a scope's sections (a wrong folder, a wrong
@@ -206,14 +238,19 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         to_write = summary.added + summary.changed
         unwritable = [section_id for section_id in to_write if section_id not in texts] if scope.keeps_text else []
         if unwritable and not dry_run:
-            raise Invalid("invalid", f"{len(unwritable)} sections came as hashes only, and this scope keeps the sections' "
-                                     f"text: send their text (first: {unwritable[0]!r})", field="sections")
+            raise Invalid(
+                "invalid",
+                f"{len(unwritable)} sections came as hashes only, and this scope keeps the sections' "
+                f"text: send their text (first: {unwritable[0]!r})",
+                field="sections",
+            )
         after = {**current, **{k: incoming[k] for k in to_write}}
         for section_id in summary.removed:
             after.pop(section_id, None)
         # Added ids too: a section put back (a release reverted) brings trails back from hint.
-        summary.trails, summary.moved = _moves(scope, current, after,
-                                               set(summary.changed) | set(summary.removed) | set(summary.added), now)
+        summary.trails, summary.moved = _moves(
+            scope, current, after, set(summary.changed) | set(summary.removed) | set(summary.added), now
+        )
         if dry_run:
             return summary
         if to_write and scope.keeps_text:
@@ -224,12 +261,23 @@ def sync_sections(scope: Scope, sections: list[SourceSection], *, delete_missing
         if summary.removed:
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
         if to_write or summary.removed:
-            made = SectionSync.objects.create(scope=scope, created_at=now, by=by[:200], source=source[:500],
-                                              summary={**summary.as_json(), "guard": {"removed_settled": summary.removed_settled}})
+            made = SectionSync.objects.create(
+                scope=scope,
+                created_at=now,
+                by=by[:200],
+                source=source[:500],
+                summary={**summary.as_json(), "guard": {"removed_settled": summary.removed_settled}},
+            )
             counts = summary.as_json()["sections"]
-            audit.record([scope], by, AuditEvent.Kind.DOCS_SYNC, at=now, link=f"/ops/{scope.slug}/syncs/",
-                         what=f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed",
-                         detail={"sync": made.pk, "sections": counts})
+            audit.record(
+                [scope],
+                by,
+                AuditEvent.Kind.DOCS_SYNC,
+                at=now,
+                link=f"/ops/{scope.slug}/syncs/",
+                what=f"{counts['changed']} changed, {counts['added']} added, {counts['removed']} removed",
+                detail={"sync": made.pk, "sections": counts},
+            )
             summary.sync_id = made.pk
     return summary
 
@@ -247,16 +295,23 @@ def _wipe_refusal(scope: Scope, summary: SyncSummary, current: dict[str, str], n
     if len(summary.removed) > MOST_REMOVED * len(current):
         return f"this sync would remove {len(summary.removed):,} of the scope's {len(current):,} sections: {ask}"
     since = now - GUARD_WINDOW
-    settled_now = set(Section.objects.filter(scope=scope).filter(Q(first_stored_at__isnull=True) | Q(first_stored_at__lt=since))
-                      .values_list("section_id", flat=True))
+    settled_now = set(
+        Section.objects.filter(scope=scope)
+        .filter(Q(first_stored_at__isnull=True) | Q(first_stored_at__lt=since))
+        .values_list("section_id", flat=True)
+    )
     summary.removed_settled = len(settled_now.intersection(summary.removed))
-    earlier = sum(int(sync.summary.get("guard", {}).get("removed_settled", 0))
-                  for sync in SectionSync.objects.filter(scope=scope, created_at__gte=since).only("summary"))
+    earlier = sum(
+        int(sync.summary.get("guard", {}).get("removed_settled", 0))
+        for sync in SectionSync.objects.filter(scope=scope, created_at__gte=since).only("summary")
+    )
     held_before = len(settled_now) + earlier
     removing = earlier + summary.removed_settled
     if summary.removed_settled and removing > MOST_REMOVED * held_before:
-        return (f"with the syncs of the last {GUARD_WINDOW.total_seconds() / 3600:.0f} hours this would remove {removing:,} of "
-                f"the {held_before:,} sections the scope held before them: {ask}")
+        return (
+            f"with the syncs of the last {GUARD_WINDOW.total_seconds() / 3600:.0f} hours this would remove {removing:,} of "
+            f"the {held_before:,} sections the scope held before them: {ask}"
+        )
     return ""
 
 
@@ -288,10 +343,12 @@ def _claim(job_id: int, claimant: str, now: datetime) -> int | None:
     past its deadline. Returns the run's attempt number, or None where someone else has it."""
     lost = Q(state=SectionSyncJob.State.RUNNING, claimed_at__lt=now - timedelta(seconds=JOB_DEADLINE_SECONDS))
     mine = Q(state=SectionSyncJob.State.RUNNING, claimed_by=claimant) if claimant else Q(pk__in=[])
-    claimable = SectionSyncJob.objects.filter(Q(state=SectionSyncJob.State.QUEUED) | mine | lost, pk=job_id,
-                                               attempts__lt=JOB_ATTEMPTS)
-    if not claimable.update(state=SectionSyncJob.State.RUNNING, claimed_at=now, claimed_by=claimant[:200],
-                            attempts=F("attempts") + 1):
+    claimable = SectionSyncJob.objects.filter(
+        Q(state=SectionSyncJob.State.QUEUED) | mine | lost, pk=job_id, attempts__lt=JOB_ATTEMPTS
+    )
+    if not claimable.update(
+        state=SectionSyncJob.State.RUNNING, claimed_at=now, claimed_by=claimant[:200], attempts=F("attempts") + 1
+    ):
         return None
     return SectionSyncJob.objects.filter(pk=job_id).values_list("attempts", flat=True).first()
 
@@ -309,24 +366,35 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
     writes.pause_point("sync-job:claimed")
     asked = job.request
     try:
-        summary = sync_sections(job.scope, source_sections(asked.get("sections", [])),
-                                delete_missing=asked.get("delete_missing", False), dry_run=asked.get("dry_run", False),
-                                by=job.by, source=asked.get("source", ""), allow_removing_most=asked.get("allow_removing_most", False),
-                                wait=JOB_WAIT_SECONDS)
+        summary = sync_sections(
+            job.scope,
+            source_sections(asked.get("sections", [])),
+            delete_missing=asked.get("delete_missing", False),
+            dry_run=asked.get("dry_run", False),
+            by=job.by,
+            source=asked.get("source", ""),
+            allow_removing_most=asked.get("allow_removing_most", False),
+            wait=JOB_WAIT_SECONDS,
+        )
     except (OperationalError, InterfaceError):
         raise  # the database is away: the task retries, and its claim lets the retry in
     except Refused as refused:
-        job.state, job.error = SectionSyncJob.State.FAILED, {"code": refused.code, "message": refused.message,
-                                                              "field": refused.field}
+        job.state, job.error = (
+            SectionSyncJob.State.FAILED,
+            {"code": refused.code, "message": refused.message, "field": refused.field},
+        )
     except Exception as problem:  # recorded, never lost: the job says it failed and why
-        job.state, job.error = SectionSyncJob.State.FAILED, {"code": "failed", "message": f"{type(problem).__name__}: {problem}",
-                                                              "field": None}
+        job.state, job.error = (
+            SectionSyncJob.State.FAILED,
+            {"code": "failed", "message": f"{type(problem).__name__}: {problem}", "field": None},
+        )
     else:
         job.state, job.summary = SectionSyncJob.State.DONE, summary.as_json(complete=asked.get("list_all", False))
     job.request, job.finished_at = {}, timezone.now()
     # Only while this run holds the claim: a run taken back as lost does not overwrite the one after it.
     SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
-        state=job.state, summary=job.summary, error=job.error, request=job.request, finished_at=job.finished_at)
+        state=job.state, summary=job.summary, error=job.error, request=job.request, finished_at=job.finished_at
+    )
     job.refresh_from_db()
     return job
 
@@ -342,11 +410,21 @@ def reap_lost_sync_jobs(now: datetime) -> dict[str, int]:
     cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
     lost = SectionSyncJob.objects.filter(state=SectionSyncJob.State.RUNNING, claimed_at__lt=cutoff)
     failed = lost.filter(attempts__gte=JOB_ATTEMPTS).update(
-        state=SectionSyncJob.State.FAILED, finished_at=now, request={},
-        error={"code": "worker_lost", "message": f"no run finished within {JOB_DEADLINE_SECONDS:.0f} s in {JOB_ATTEMPTS} attempts "
-               "(the workers running it stopped); nothing after the last committed step was changed", "field": None})
-    waiting = list(SectionSyncJob.objects.filter(Q(state=SectionSyncJob.State.QUEUED, created_at__lt=cutoff)
-                                                 | Q(pk__in=lost.values("pk"))).values_list("pk", flat=True))
+        state=SectionSyncJob.State.FAILED,
+        finished_at=now,
+        request={},
+        error={
+            "code": "worker_lost",
+            "message": f"no run finished within {JOB_DEADLINE_SECONDS:.0f} s in {JOB_ATTEMPTS} attempts "
+            "(the workers running it stopped); nothing after the last committed step was changed",
+            "field": None,
+        },
+    )
+    waiting = list(
+        SectionSyncJob.objects.filter(
+            Q(state=SectionSyncJob.State.QUEUED, created_at__lt=cutoff) | Q(pk__in=lost.values("pk"))
+        ).values_list("pk", flat=True)
+    )
     for job_id in waiting:
         queue_sync_job(job_id)
     return {"requeued": len(waiting), "failed": failed}

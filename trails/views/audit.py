@@ -3,6 +3,7 @@ with the act, never changed): approvals, rejections, send-backs, reinstatements,
 deletions, releases, keys set aside, counted again and revoked, access changed, threshold
 moves with their values, settings changed, purges and docs syncs. Filtered in the database by
 kind, person and time, a page at a time; the CSV holds every row the filters keep."""
+
 from __future__ import annotations
 
 import uuid
@@ -43,7 +44,9 @@ def events(scope, kind: str = "", who: str = "", since=None, until=None):
 def _with_trail_queries(scope, rows: list[AuditEvent]) -> list[AuditEvent]:
     """Each trail event shows the trail's question, where the trail is still there (one read)."""
     ids = {row.detail.get("trail") for row in rows if row.detail.get("trail")}
-    queries = dict(Trail.objects.filter(scope=scope, public_id__in=ids).values_list("public_id", "query")) if ids else {}
+    queries = (
+        dict(Trail.objects.filter(scope=scope, public_id__in=ids).values_list("public_id", "query")) if ids else {}
+    )
     for row in rows:
         found = queries.get(_uuid(row.detail.get("trail")))
         row.trail_query = found[:100] if found else ""
@@ -68,11 +71,23 @@ def audit(request: HttpRequest, scope_slug: str) -> HttpResponse:
         filters = {"kind": data["kind"], "who": data["who"].strip(), "since": data["since"], "until": data["until"]}
     rows = events(scope, **filters)
     if wants_csv(request):
-        return csv_response(f"{scope.slug}-audit.csv", ["time_utc", "who", "kind", "what", "link"],
-                            ([e.at.isoformat(), e.who, e.kind, e.what, e.link] for e in rows.iterator(chunk_size=2000)))
+        return csv_response(
+            f"{scope.slug}-audit.csv",
+            ["time_utc", "who", "kind", "what", "link"],
+            ([e.at.isoformat(), e.who, e.kind, e.what, e.link] for e in rows.iterator(chunk_size=2000)),
+        )
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return scope_page(request, "trails/audit/audit.html", scope, {
-        "form": form, "rows": _with_trail_queries(scope, list(page.object_list)), "page": page,
-        "filters": query.urlencode(), "tab": "audit"})
+    return scope_page(
+        request,
+        "trails/audit/audit.html",
+        scope,
+        {
+            "form": form,
+            "rows": _with_trail_queries(scope, list(page.object_list)),
+            "page": page,
+            "filters": query.urlencode(),
+            "tab": "audit",
+        },
+    )

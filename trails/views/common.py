@@ -1,4 +1,5 @@
 """What every operator page shares: the staff check, the scope in the URL and the last one looked at, CSV exports."""
+
 from __future__ import annotations
 
 import csv
@@ -11,9 +12,9 @@ from typing import Iterable
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.utils.functional import SimpleLazyObject
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.functional import SimpleLazyObject
 
 from scopes.access import Access, access_to, granted_scopes, may
 from scopes.models import Scope
@@ -102,15 +103,21 @@ def operator_scopes(request: HttpRequest):
     return granted_scopes(request.user)
 
 
-def scope_page(request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200) -> HttpResponse:
+def scope_page(
+    request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200
+) -> HttpResponse:
     if scope is not None and scope.pk:
         request.session[LAST_SCOPE] = scope.slug  # /ops/ opens it next time
-    context = {"scope": scope, "scopes": operator_scopes(request).only("slug", "name"),
-               # What the page offers (the views check again): actions need act, settings configure.
-               "can_act": scope is not None and may(request.user, scope, Access.ACT),
-               "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE),
-               # Read only by a page that shows a key (the keys_named filter).
-               "key_names": SimpleLazyObject(lambda: key_names(scope)) if scope is not None and scope.pk else {}, **context}
+    context = {
+        "scope": scope,
+        "scopes": operator_scopes(request).only("slug", "name"),
+        # What the page offers (the views check again): actions need act, settings configure.
+        "can_act": scope is not None and may(request.user, scope, Access.ACT),
+        "can_configure": scope is not None and may(request.user, scope, Access.CONFIGURE),
+        # Read only by a page that shows a key (the keys_named filter).
+        "key_names": SimpleLazyObject(lambda: key_names(scope)) if scope is not None and scope.pk else {},
+        **context,
+    }
     return render(request, template, context, status=status)
 
 
@@ -124,7 +131,6 @@ def last_scope(request: HttpRequest) -> Scope | None:
         latest = Trail.objects.filter(scope__in=scopes).order_by("-id").values_list("scope_id", flat=True).first()
         scope = scopes.filter(pk=latest).first() if latest else scopes.first()
     return scope
-
 
 
 def uuids(values: list[str]) -> list[str]:
@@ -162,5 +168,9 @@ def key_names(scope) -> dict[str, str]:
     """The scope's API keys by lookup, named as an operator knows them ("name (owner)")."""
     from scopes.models import ApiKey
 
-    return {lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
-            for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list("lookup", "name", "owner", "revoked_at")}
+    return {
+        lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
+        for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list(
+            "lookup", "name", "owner", "revoked_at"
+        )
+    }

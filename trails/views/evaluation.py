@@ -1,4 +1,5 @@
 """The evaluation reports the benchmarks write."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,11 @@ from trails.views.common import last_scope, scope_page, staff_required
 
 def _report_folders() -> list:
     root = settings.RAGTRAIL_REPORTS_DIR
-    return sorted((p.parent for p in root.glob("*/report.json")), key=lambda p: p.name, reverse=True) if root.is_dir() else []
+    return (
+        sorted((p.parent for p in root.glob("*/report.json")), key=lambda p: p.name, reverse=True)
+        if root.is_dir()
+        else []
+    )
 
 
 @staff_required
@@ -25,14 +30,25 @@ def reports(request: HttpRequest) -> HttpResponse:
         except (OSError, ValueError):
             entries.append({"name": folder.name, "broken": True})
             continue
-        entries.append({
-            "name": folder.name, "report": report, "has_html": (folder / "report.html").is_file(),
-            "headline": report.get("headline", []),
-        })
+        entries.append(
+            {
+                "name": folder.name,
+                "report": report,
+                "has_html": (folder / "report.html").is_file(),
+                "headline": report.get("headline", []),
+            }
+        )
     # The Evaluation page keeps the operator's scope in the navigation.
-    return scope_page(request, "trails/evaluation/reports.html", last_scope(request), {
-        "entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports",
-    })
+    return scope_page(
+        request,
+        "trails/evaluation/reports.html",
+        last_scope(request),
+        {
+            "entries": entries,
+            "root": settings.RAGTRAIL_REPORTS_DIR,
+            "tab": "reports",
+        },
+    )
 
 
 @staff_required

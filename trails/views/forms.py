@@ -1,4 +1,5 @@
 """Forms of the operator pages; their errors are shown next to the field."""
+
 from __future__ import annotations
 
 from django import forms
@@ -10,8 +11,13 @@ SORT_CHOICES = [("age", "Newest first"), ("last_hit", "Last hit"), ("hits", "Mos
 
 
 # Triage of the pending queue: what approving would serve, personal data, sent back by reports.
-FLAG_CHOICES = [("", "Any"), ("would_miss", "Pending: would miss once approved"), ("would_hint", "Pending: would hint once approved"),
-                ("pii", "Pending: may hold personal data"), ("reported", "Sent back by agents' reports")]
+FLAG_CHOICES = [
+    ("", "Any"),
+    ("would_miss", "Pending: would miss once approved"),
+    ("would_hint", "Pending: would hint once approved"),
+    ("pii", "Pending: may hold personal data"),
+    ("reported", "Sent back by agents' reports"),
+]
 
 
 class TrailFilterForm(forms.Form):
@@ -24,7 +30,12 @@ class TrailFilterForm(forms.Form):
 
 
 OUTCOME_CHOICES = [("", "Any outcome"), ("prefetch", "Prefetch"), ("hint", "Hint"), ("miss", "Miss")]
-FEEDBACK_CHOICES = [("", "Any feedback"), ("not_helpful", "Not helpful"), ("helpful", "Helpful"), ("none", "No feedback")]
+FEEDBACK_CHOICES = [
+    ("", "Any feedback"),
+    ("not_helpful", "Not helpful"),
+    ("helpful", "Helpful"),
+    ("none", "No feedback"),
+]
 
 
 class RecallLogFilterForm(forms.Form):
@@ -41,24 +52,37 @@ class RecallLogFilterForm(forms.Form):
 
     def __init__(self, *args, keys: dict[str, str] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["key"].choices = [("", "any"), *sorted(((lookup, name) for lookup, name in (keys or {}).items()),
-                                                            key=lambda choice: choice[1].lower())]
+        self.fields["key"].choices = [
+            ("", "any"),
+            *sorted(((lookup, name) for lookup, name in (keys or {}).items()), key=lambda choice: choice[1].lower()),
+        ]
 
 
 class ReplayForm(forms.Form):
-    query = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), help_text="The question as an agent would ask it.")
-    partition = forms.CharField(max_length=200, required=False, help_text="Only trails recorded with this partition match.")
-    token_budget = forms.IntegerField(min_value=1, max_value=1_000_000, required=False, help_text="Defaults to the scope's budget.")
+    query = forms.CharField(
+        max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), help_text="The question as an agent would ask it."
+    )
+    partition = forms.CharField(
+        max_length=200, required=False, help_text="Only trails recorded with this partition match."
+    )
+    token_budget = forms.IntegerField(
+        min_value=1, max_value=1_000_000, required=False, help_text="Defaults to the scope's budget."
+    )
 
 
 class PurgeForm(forms.Form):
     subject = forms.CharField(
-        max_length=2000, required=False, label="Erasure subject", widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
+        required=False,
+        label="Erasure subject",
+        widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Every identifier of the person, one per line: name, e-mail, customer id. A name also matches its "
         "words joined by a dot, underscore or hyphen (jane.roe). Leave empty to look for e-mails, phone, card and "
         "IBAN numbers, IP addresses and the scope's own patterns.",
     )
-    action = forms.ChoiceField(choices=PurgeRun.Action.choices, initial=PurgeRun.Action.REDACT, widget=forms.RadioSelect)
+    action = forms.ChoiceField(
+        choices=PurgeRun.Action.choices, initial=PurgeRun.Action.REDACT, widget=forms.RadioSelect
+    )
 
     def clean_subject(self) -> str:
         from trails.core.pii import identifiers

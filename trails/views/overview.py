@@ -1,4 +1,5 @@
 """The overview of a scope (charts, KPIs) and its threshold control."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -14,26 +15,47 @@ from django.views.decorators.http import require_GET, require_POST
 
 from infra import metrics
 from infra.errors import Refused
+from scopes.access import Access
 from scopes.models import Scope, SectionSync
 from trails import tool_results
 from trails.core import charts
-from trails.learning import shipped as calibration
-from trails.learning import thresholds
 from trails.core.calibration import false_hit_verdict
 from trails.core.health import in_words
 from trails.core.health import judge as judge_health
+from trails.learning import shipped as calibration
+from trails.learning import thresholds
+from trails.models import (
+    SIMILARITY_BINS,
+    RecallEvent,
+    RecallStat,
+    Signal,
+    SimilarityStat,
+    ThresholdChange,
+    Trail,
+    TrailStatus,
+)
+from trails.models.recalls import (
+    FALSE_HIT_WINDOW,
+    judged_counts,
+    latency_percentiles,
+    latest_recalls_since,
+    similarity_evidence,
+)
 from trails.serving.matching import matching_settings
-from trails.models import SIMILARITY_BINS, RecallEvent, RecallStat, Signal, SimilarityStat, ThresholdChange, Trail, TrailSignal, TrailStatus
-from trails.models.recalls import FALSE_HIT_WINDOW, judged_counts, latency_percentiles, latest_recalls_since, similarity_evidence
-from scopes.access import Access
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
 # The jobs whose heartbeat the overview shows, and how often beat runs each (settings).
-JOB_PERIODS = {entry["task"]: float(entry["schedule"]) for entry in settings.CELERY_BEAT_SCHEDULE.values()
-               if entry["task"] in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")}
-WINDOWS = {"24h": (timedelta(hours=24), timedelta(hours=1)), "7d": (timedelta(days=7), timedelta(hours=6)), "30d": (timedelta(days=30), timedelta(days=1))}
-
+JOB_PERIODS = {
+    entry["task"]: float(entry["schedule"])
+    for entry in settings.CELERY_BEAT_SCHEDULE.values()
+    if entry["task"] in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")
+}
+WINDOWS = {
+    "24h": (timedelta(hours=24), timedelta(hours=1)),
+    "7d": (timedelta(days=7), timedelta(hours=6)),
+    "30d": (timedelta(days=30), timedelta(days=1)),
+}
 
 
 @staff_required
@@ -64,14 +86,19 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     data = charts.series(current_rows, start, end, bucket)
     matching = matching_settings(scope)
     drawn_thresholds = {
-        name: value for name, value, used in (
-            ("embedding", matching.embedding_threshold, scope.uses_embedding), ("lexical", matching.lexical_threshold, scope.uses_lexical)
-        ) if used
+        name: value
+        for name, value, used in (
+            ("embedding", matching.embedding_threshold, scope.uses_embedding),
+            ("lexical", matching.lexical_threshold, scope.uses_lexical),
+        )
+        if used
     }
     figures = {
         "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[scope.slug]), bucket),
         "hit-rate": charts.hit_rate_figure(data),
-        "similarity": charts.similarity_figure(SimilarityStat.histogram(scope, start), SIMILARITY_BINS, drawn_thresholds),
+        "similarity": charts.similarity_figure(
+            SimilarityStat.histogram(scope, start), SIMILARITY_BINS, drawn_thresholds
+        ),
     }
     totals = charts.totals(current_rows)
     # The window before, for comparison (the same roll-up rows, read once).
@@ -83,7 +110,9 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     in_scope, cut = Trail.objects.filter(scope=scope), start.replace(microsecond=0)  # the link's `since`, to the second
     voted_down = {
         "down": in_scope.filter(status=TrailStatus.REJECTED).since(TrailStatus.REJECTED, "", cut).count(),
-        "reported": in_scope.filter(status=TrailStatus.PENDING, signals__signal=Signal.REPORTED).since("", "reported", cut).count(),
+        "reported": in_scope.filter(status=TrailStatus.PENDING, signals__signal=Signal.REPORTED)
+        .since("", "reported", cut)
+        .count(),
         "stale": in_scope.filter(status=TrailStatus.STALE).since(TrailStatus.STALE, "", cut).count(),
     }
     try:
@@ -98,45 +127,60 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "latency": latency_percentiles(scope, start),
         "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
         # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
-        "rollup_behind": last_hour is not None and RecallEvent.objects.filter(scope=scope, created_at__gte=last_hour + timedelta(hours=1),
-                                                                             created_at__lt=now - timedelta(minutes=30)).exists(),
+        "rollup_behind": last_hour is not None
+        and RecallEvent.objects.filter(
+            scope=scope, created_at__gte=last_hour + timedelta(hours=1), created_at__lt=now - timedelta(minutes=30)
+        ).exists(),
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "service": metrics.service_totals(),
-        "jobs": {name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None) for name, at in metrics.last_successes(
-            list(JOB_PERIODS)).items()},
+        "jobs": {
+            name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None)
+            for name, at in metrics.last_successes(list(JOB_PERIODS)).items()
+        },
     }
     # ok / watch / broken, and which signal made it so: red only when something needs a person.
     judged_health = judge_health(
-        false_hits_verdict=false_hits.verdict, latency_p95_ms=(health["latency"] or {}).get("p95"),
-        budget_ms=settings.RAGTRAIL_RECALL_BUDGET_MS, requests=health["service"]["requests"], refused=health["service"]["shed"],
-        job_ages=health["jobs"], job_periods={name.rsplit(".", 1)[-1]: period for name, period in JOB_PERIODS.items()},
-        rollup_behind=health["rollup_behind"], flags=health["flags"],
+        false_hits_verdict=false_hits.verdict,
+        latency_p95_ms=(health["latency"] or {}).get("p95"),
+        budget_ms=settings.RAGTRAIL_RECALL_BUDGET_MS,
+        requests=health["service"]["requests"],
+        refused=health["service"]["shed"],
+        job_ages=health["jobs"],
+        job_periods={name.rsplit(".", 1)[-1]: period for name, period in JOB_PERIODS.items()},
+        rollup_behind=health["rollup_behind"],
+        flags=health["flags"],
     )
     health["verdict"], health["because"] = judged_health.verdict, judged_health.because
     health["job_ages"] = {name: in_words(age) for name, age in health["jobs"].items()}
-    return scope_page(request, "trails/overview/overview.html", scope, {
-        "health": health,
-        "window_start": start,
-        "judged": judged["judged"],
-        "false_hit_reports": judged["reported"],
-        "voted_down": voted_down["down"],
-        "reported_to_pending": voted_down["reported"],
-        "stale_now": voted_down["stale"], "since_cut": cut,
-        "rolled_up_to": last_hour + timedelta(hours=1) if last_hour else None,
-        "previous": previous,
-        "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
-        "tool_error": tool_error,
-        "window": window,
-        "windows": list(WINDOWS),
-        "totals": totals,
-        **{f"{outcome}_share": totals.share(outcome) for outcome in charts.OUTCOMES},
-        "pending": Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, expires_at__gt=now).count(),
-        "last_hour": RecallStat.last_hour(scope),
-        "figures": figures,
-        "tab": "overview",
-        "syncs": list(SectionSync.objects.filter(scope=scope)[:5]),
-        **threshold_context(scope),
-    })
+    return scope_page(
+        request,
+        "trails/overview/overview.html",
+        scope,
+        {
+            "health": health,
+            "window_start": start,
+            "judged": judged["judged"],
+            "false_hit_reports": judged["reported"],
+            "voted_down": voted_down["down"],
+            "reported_to_pending": voted_down["reported"],
+            "stale_now": voted_down["stale"],
+            "since_cut": cut,
+            "rolled_up_to": last_hour + timedelta(hours=1) if last_hour else None,
+            "previous": previous,
+            "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
+            "tool_error": tool_error,
+            "window": window,
+            "windows": list(WINDOWS),
+            "totals": totals,
+            **{f"{outcome}_share": totals.share(outcome) for outcome in charts.OUTCOMES},
+            "pending": Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, expires_at__gt=now).count(),
+            "last_hour": RecallStat.last_hour(scope),
+            "figures": figures,
+            "tab": "overview",
+            "syncs": list(SectionSync.objects.filter(scope=scope)[:5]),
+            **threshold_context(scope),
+        },
+    )
 
 
 def threshold_context(scope: Scope) -> dict:
@@ -144,8 +188,12 @@ def threshold_context(scope: Scope) -> dict:
     does), and the latest moves with their evidence."""
     return {
         "thresholds_in_use": [
-            {"matcher": matcher, "configured": getattr(scope, f"{matcher}_threshold"), "in_use": thresholds.in_use(scope, matcher),
-             "ceiling": calibration.limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling}
+            {
+                "matcher": matcher,
+                "configured": getattr(scope, f"{matcher}_threshold"),
+                "in_use": thresholds.in_use(scope, matcher),
+                "ceiling": calibration.limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling,
+            }
             for matcher in thresholds.used_matchers(scope)
         ],
         "threshold_flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
@@ -162,11 +210,17 @@ def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
     action, by = request.POST.get("action"), request.user.get_username()
     if action == "reset":
         thresholds.reset_learning(scope, by=by)
-        messages.info(request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside.")
+        messages.info(
+            request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside."
+        )
     elif action == "accept":
         accepted = thresholds.accept_learned(scope, by=by)
-        messages.info(request, f"Learned {', '.join(accepted)} threshold made the configured one." if accepted
-                      else "Nothing learned to accept: the configured thresholds are in use.")
+        messages.info(
+            request,
+            f"Learned {', '.join(accepted)} threshold made the configured one."
+            if accepted
+            else "Nothing learned to accept: the configured thresholds are in use.",
+        )
     elif action == "set":
         matcher = request.POST.get("matcher", "")
         try:
@@ -174,22 +228,31 @@ def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
         except ValueError:
             value = -1.0
         if matcher not in thresholds.used_matchers(scope) or not 0.0 < value <= 1.0:
-            messages.error(request, "The threshold must be a number above 0 and at most 1, for a matcher the scope uses; nothing changed.")
+            messages.error(
+                request,
+                "The threshold must be a number above 0 and at most 1, for a matcher the scope uses; nothing changed.",
+            )
             return redirect(reverse("ops:tuning", args=[scope_slug]))
         setattr(scope, f"{matcher}_threshold", round(value, 4))
         scope._changed_by = by
         scope.save()  # recorded, learning restarted against it, trails re-signed (thresholds.py)
         if request.POST.get("pin") and not scope.threshold_pinned:
             thresholds.pin_thresholds(scope, by=by, pinned=True)
-        messages.info(request, f"The {matcher} threshold is now {round(value, 4)}" + (", pinned." if request.POST.get("pin") else "."))
+        messages.info(
+            request,
+            f"The {matcher} threshold is now {round(value, 4)}" + (", pinned." if request.POST.get("pin") else "."),
+        )
     elif action in ("pin", "unpin"):
         thresholds.pin_thresholds(scope, by=by, pinned=action == "pin")
-        messages.info(request, "Configured thresholds pinned: labels no longer move them." if action == "pin"
-                      else "Learning on again, from labels given from now on.")
+        messages.info(
+            request,
+            "Configured thresholds pinned: labels no longer move them."
+            if action == "pin"
+            else "Learning on again, from labels given from now on.",
+        )
     else:
         return HttpResponse("action must be set, reset, accept, pin or unpin", status=400)
     return redirect(reverse("ops:overview", args=[scope_slug]) + "#thresholds")
-
 
 
 @staff_required
@@ -209,15 +272,37 @@ def tuning(request: HttpRequest, scope_slug: str) -> HttpResponse:
     # At most the window's latest 100,000 recalls: 30 days of a million took 512 ms (benchmark_overview).
     window_start, since = since, latest_recalls_since(scope, since, WHAT_IF_RECALLS)
     by_bin, counts = similarity_evidence(scope, since, current, picked)
-    what_if = None if picked is None else {"threshold": picked, **counts, "calibration": calibration.at_threshold(matcher, picked)}
-    return scope_page(request, "trails/overview/tuning.html", scope, {
-        "window": window, "windows": list(WINDOWS), "matcher": matcher, "cut_since": since if since > window_start else None,
-        "what_if_recalls": WHAT_IF_RECALLS, "current": current, "picked": picked, "what_if": what_if,
-        "at_current": calibration.at_threshold(matcher, current), "bins": sorted(by_bin.items(), reverse=True),
-        "false_hits": false_hit_verdict(*judged_counts([scope.pk], timezone.now()).get(scope.pk, (0, 0)), scope.max_false_hit_rate),
-        "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
-        "near_misses": list(RecallEvent.objects.filter(scope=scope, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False)
-                            .order_by("-nearest_similarity")
-                            .values_list("nearest_similarity", flat=True)[:50]),
-        "tab": "overview",
-    })
+    what_if = (
+        None
+        if picked is None
+        else {"threshold": picked, **counts, "calibration": calibration.at_threshold(matcher, picked)}
+    )
+    return scope_page(
+        request,
+        "trails/overview/tuning.html",
+        scope,
+        {
+            "window": window,
+            "windows": list(WINDOWS),
+            "matcher": matcher,
+            "cut_since": since if since > window_start else None,
+            "what_if_recalls": WHAT_IF_RECALLS,
+            "current": current,
+            "picked": picked,
+            "what_if": what_if,
+            "at_current": calibration.at_threshold(matcher, current),
+            "bins": sorted(by_bin.items(), reverse=True),
+            "false_hits": false_hit_verdict(
+                *judged_counts([scope.pk], timezone.now()).get(scope.pk, (0, 0)), scope.max_false_hit_rate
+            ),
+            "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
+            "near_misses": list(
+                RecallEvent.objects.filter(
+                    scope=scope, created_at__gte=since, outcome="miss", nearest_similarity__isnull=False
+                )
+                .order_by("-nearest_similarity")
+                .values_list("nearest_similarity", flat=True)[:50]
+            ),
+            "tab": "overview",
+        },
+    )

@@ -1,25 +1,25 @@
 """Purging personal data: preview, confirm, progress, the audit log."""
+
 from __future__ import annotations
 
 import logging
 
 from django.conf import settings
-from django.db import transaction
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from trails.views.forms import PurgeForm
-from trails.models import PurgeRun
-from trails.upkeep.purge import preview as preview_purge
-from trails.upkeep.purge import preview_records
-from trails.core.pii import identifiers
-from trails.upkeep.purge import run_purge
-from trails.tasks import purge_task
 from scopes.access import Access, granted_scopes
+from trails.core.pii import identifiers
+from trails.models import PurgeRun
+from trails.tasks import purge_task
+from trails.upkeep.purge import preview as preview_purge
+from trails.upkeep.purge import preview_records, run_purge
 from trails.views.common import CSV_ROW_LIMIT, csv_response, scope_or_404, scope_page, staff_required, uuids, wants_csv
+from trails.views.forms import PurgeForm
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +33,18 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     scope = scope_or_404(request, scope_slug, Access.ACT if request.method == "POST" else Access.VIEW)
     if request.method == "GET" and wants_csv(request):
         # The audit log: who purged what rule when, never the purged text.
-        runs = PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED).values_list(
-            "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
-        )[:CSV_ROW_LIMIT]
-        return csv_response(f"{scope.slug}-purge-audit.csv", ["run_id", "created_at", "requested_by", "rule", "action", "state",
-                                                              "checked", "matched", "finished_at"], runs.iterator())
+        runs = (
+            PurgeRun.objects.filter(scope=scope)
+            .exclude(state=PurgeRun.State.PREVIEWED)
+            .values_list(
+                "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
+            )[:CSV_ROW_LIMIT]
+        )
+        return csv_response(
+            f"{scope.slug}-purge-audit.csv",
+            ["run_id", "created_at", "requested_by", "rule", "action", "state", "checked", "matched", "finished_at"],
+            runs.iterator(),
+        )
     form = PurgeForm(request.POST or None)
     preview, status, problem = None, 200, ""
     if request.method == "POST" and request.POST.get("step") == "run":
@@ -46,27 +53,53 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
         ).first()
         if run is not None:
             return _start_purge(request, run)
-        form, status, problem = PurgeForm(), 422, "Preview the purge first; only a previewed purge runs (or it already ran)."
+        form, status, problem = (
+            PurgeForm(),
+            422,
+            "Preview the purge first; only a previewed purge runs (or it already ran).",
+        )
     elif request.method == "POST":
         if not form.is_valid():
             status = 422
         else:
             data = form.cleaned_data
-            run = PurgeRun.request(scope, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username())
+            run = PurgeRun.request(
+                scope, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username()
+            )
             run.state = PurgeRun.State.PREVIEWED
             count, shown = preview_purge(run)
             run.save()
             records = preview_records(run)
-            preview = {"count": count, "shown": shown, "run": run, "records": records, "any": any(records.values()),
-                       "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted",
-                       "elsewhere": _elsewhere(request, scope, run) if run.subject else None,
-                       "subject_line": "; ".join(identifiers(run.subject))}
+            preview = {
+                "count": count,
+                "shown": shown,
+                "run": run,
+                "records": records,
+                "any": any(records.values()),
+                "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted",
+                "elsewhere": _elsewhere(request, scope, run) if run.subject else None,
+                "subject_line": "; ".join(identifiers(run.subject)),
+            }
     runs = list(PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED)[:50])
     shown_id = request.GET.get("run")
-    return scope_page(request, "trails/purge/purge.html", scope, {
-        "form": form, "preview": preview, "runs": runs, "tab": "purge", "problem": problem,
-        "watched": [r for r in runs if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id],
-    }, status)
+    return scope_page(
+        request,
+        "trails/purge/purge.html",
+        scope,
+        {
+            "form": form,
+            "preview": preview,
+            "runs": runs,
+            "tab": "purge",
+            "problem": problem,
+            "watched": [
+                r
+                for r in runs
+                if r.state not in (PurgeRun.State.DONE, PurgeRun.State.FAILED) or str(r.public_id) == shown_id
+            ],
+        },
+        status,
+    )
 
 
 def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[tuple[object, int]]:
@@ -98,7 +131,10 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
         except Exception as problem:  # the broker is away: say so, never leave it queued
             logger.error("purge %s could not be queued: %s", run.public_id, problem)
             run.fail(f"could not be queued: the job broker did not answer ({type(problem).__name__})")
-            messages.error(request, "The purge could not be queued: the job broker is not answering. Nothing was purged; preview it again to retry.")
+            messages.error(
+                request,
+                "The purge could not be queued: the job broker is not answering. Nothing was purged; preview it again to retry.",
+            )
     return redirect(reverse("ops:purge", args=[run.scope.slug]) + f"?run={run.public_id}")
 
 
@@ -107,4 +143,3 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
 def purge_progress(request: HttpRequest, scope_slug: str, run_id) -> HttpResponse:
     run = get_object_or_404(PurgeRun, scope=scope_or_404(request, scope_slug), public_id=run_id)
     return render(request, "trails/purge/purge.html#progress", {"run": run, "scope": run.scope})
-

@@ -1,4 +1,5 @@
 """The recall log and Replay (a dry-run recall with its explanation)."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,21 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from infra.errors import Refused
 from scopes.models import Section
-from trails.views.forms import RecallLogFilterForm, ReplayForm
 from trails.core.validation import SectionStatus
 from trails.models import RecallEvent, Trail, validations_now
-from trails.serving.recall import recall
 from trails.schemas import recall_json
-from trails.views.common import CSV_ROW_LIMIT, csv_response, key_names, scope_or_404, scope_page, staff_required, uuids, wants_csv
+from trails.serving.recall import recall
+from trails.views.common import (
+    CSV_ROW_LIMIT,
+    csv_response,
+    key_names,
+    scope_or_404,
+    scope_page,
+    staff_required,
+    uuids,
+    wants_csv,
+)
+from trails.views.forms import RecallLogFilterForm, ReplayForm
 
 
 @staff_required
@@ -34,7 +44,11 @@ def replay(request: HttpRequest, scope_slug: str) -> HttpResponse:
             data = {"query": source.query, "partition": source.partition}
     elif request.method == "GET" and request.GET.get("recall"):
         # From the recall log: the event's id in the URL, its kept query read here.
-        event = RecallEvent.objects.filter(scope=scope, public_id__in=uuids([request.GET["recall"]])).exclude(query="").first()
+        event = (
+            RecallEvent.objects.filter(scope=scope, public_id__in=uuids([request.GET["recall"]]))
+            .exclude(query="")
+            .first()
+        )
         if event is not None:
             data = {"query": event.query, "partition": event.partition}
     form = ReplayForm(data)
@@ -42,7 +56,9 @@ def replay(request: HttpRequest, scope_slug: str) -> HttpResponse:
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         try:
-            answer = recall(scope, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True)
+            answer = recall(
+                scope, data["query"], data["partition"] or "", data["token_budget"], dry_run=True, explain=True
+            )
         except Refused as refused:
             form.add_error(refused.field or None, refused.message)
             status = 422
@@ -50,11 +66,17 @@ def replay(request: HttpRequest, scope_slug: str) -> HttpResponse:
             trail = Trail.objects.filter(id=answer.trail.id).first() if answer.trail else None
             # What the agent would receive: the explanation is the operator's.
             sent = {k: v for k, v in recall_json(answer).items() if k != "explanation"}
-            result = {"answer": answer, "trail": trail, "why": answer.explanation,
-                      "json": json.dumps(sent, indent=2, ensure_ascii=False)}
+            result = {
+                "answer": answer,
+                "trail": trail,
+                "why": answer.explanation,
+                "json": json.dumps(sent, indent=2, ensure_ascii=False),
+            }
     elif form.is_bound:
         status = 422
-    return scope_page(request, "trails/recalls/replay.html", scope, {"form": form, "result": result, "tab": "replay"}, status)
+    return scope_page(
+        request, "trails/recalls/replay.html", scope, {"form": form, "result": result, "tab": "replay"}, status
+    )
 
 
 RECALLS_PER_PAGE = 50
@@ -67,9 +89,24 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
     scope = scope_or_404(request, scope_slug)
     keys = key_names(scope)
     form = RecallLogFilterForm(request.GET or None, keys=keys)
-    events = RecallEvent.objects.filter(scope=scope).select_related("trail").only(
-        "id", "public_id", "created_at", "outcome", "similarity", "matcher", "latency_ms", "query", "helpful",
-        "feedback_reason", "trail__public_id", "trail__query", "caller",
+    events = (
+        RecallEvent.objects.filter(scope=scope)
+        .select_related("trail")
+        .only(
+            "id",
+            "public_id",
+            "created_at",
+            "outcome",
+            "similarity",
+            "matcher",
+            "latency_ms",
+            "query",
+            "helpful",
+            "feedback_reason",
+            "trail__public_id",
+            "trail__query",
+            "caller",
+        )
     )
     if form.is_bound and form.is_valid():
         f = form.cleaned_data
@@ -92,13 +129,33 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
         if f["before"]:
             events = events.filter(id__lt=f["before"])
     if wants_csv(request):
-        fields = ["public_id", "created_at", "outcome", "similarity", "matcher", "trail__public_id", "latency_ms", "helpful",
-                  "feedback_reason", "caller"]
+        fields = [
+            "public_id",
+            "created_at",
+            "outcome",
+            "similarity",
+            "matcher",
+            "trail__public_id",
+            "latency_ms",
+            "helpful",
+            "feedback_reason",
+            "caller",
+        ]
         if scope.keep_raw_queries:
             fields.append("query")
         rows = events.order_by("-created_at", "-id").values_list(*fields)[:CSV_ROW_LIMIT]
-        header = ["recall_id", "time_utc", "outcome", "similarity", "matcher", "trail_id", "latency_ms", "helpful",
-                  "feedback_reason", "key"]
+        header = [
+            "recall_id",
+            "time_utc",
+            "outcome",
+            "similarity",
+            "matcher",
+            "trail_id",
+            "latency_ms",
+            "helpful",
+            "feedback_reason",
+            "key",
+        ]
         named = ((*row[:9], keys.get(row[9], row[9]), *row[10:]) for row in rows.iterator())
         return csv_response(f"{scope.slug}-recalls.csv", header + (["query"] if scope.keep_raw_queries else []), named)
     rows = list(events.order_by("-created_at", "-id")[: RECALLS_PER_PAGE + 1])
@@ -110,12 +167,19 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
         older = query.urlencode()
     for event in rows:
         event.key_name = keys.get(event.caller, event.caller)
-    return scope_page(request, "trails/recalls/recall_log.html", scope, {
-        "form": form, "events": rows, "older": older, "tab": "recalls", "keeps_queries": scope.keep_raw_queries,
-        "key_names": keys,  # read above for the filter and the column
-    })
-
-
+    return scope_page(
+        request,
+        "trails/recalls/recall_log.html",
+        scope,
+        {
+            "form": form,
+            "events": rows,
+            "older": older,
+            "tab": "recalls",
+            "keeps_queries": scope.keep_raw_queries,
+            "key_names": keys,  # read above for the filter and the column
+        },
+    )
 
 
 @staff_required
@@ -151,16 +215,32 @@ def recall_detail(request: HttpRequest, scope_slug: str, recall_id) -> HttpRespo
         checked = validations_now(scope, [trail.id]).get(trail.id)
         for citation, check in zip(citations, checked.sections if checked else []):
             now = current.get(citation.section_id)
-            served.append({"section_id": citation.section_id, "then": citation.hash, "now": now.hash if now else None,
-                           "same": check.status is SectionStatus.VALID})
+            served.append(
+                {
+                    "section_id": citation.section_id,
+                    "then": citation.hash,
+                    "now": now.hash if now else None,
+                    "same": check.status is SectionStatus.VALID,
+                }
+            )
     if event.query:
         # The question is kept (keep_raw_queries): what recall would answer it now, in the
         # partition it was asked in, and why.
         replayed = recall(scope, event.query, event.partition, None, dry_run=True, explain=True)
         why = replayed.explanation
-    return scope_page(request, "trails/recalls/recall_detail.html", scope, {
-        "event": event, "trail": trail, "served": served, "why": why, "replayed": replayed,
-        "history": trail.signals.all()[:20] if trail is not None else [], "tab": "recalls",
-        "undoable": trail is not None and trail.undoable() is not None,
-        "actions": trail.available_actions() if trail is not None else [],
-    })
+    return scope_page(
+        request,
+        "trails/recalls/recall_detail.html",
+        scope,
+        {
+            "event": event,
+            "trail": trail,
+            "served": served,
+            "why": why,
+            "replayed": replayed,
+            "history": trail.signals.all()[:20] if trail is not None else [],
+            "tab": "recalls",
+            "undoable": trail is not None and trail.undoable() is not None,
+            "actions": trail.available_actions() if trail is not None else [],
+        },
+    )

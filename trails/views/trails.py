@@ -1,4 +1,5 @@
 """The trails table and triage (filters, bulk votes), and one trail's page."""
+
 from __future__ import annotations
 
 import difflib
@@ -17,13 +18,22 @@ from django.views.decorators.http import require_GET, require_POST
 
 from scopes.access import Access, may
 from scopes.models import Scope, Section, SectionRevision
-from trails.core.validation import SectionStatus, validate
-from trails.views.forms import TrailFilterForm
 from trails.core.lifecycle import Actor
+from trails.core.validation import SectionStatus, validate
 from trails.models import ActionRefused, Citation, Signal, Trail, TrailReport, TrailStatus, validations_now, writes
 from trails.upkeep.purge import findings as purge_findings
 from trails.upkeep.purge import scope_rules, trails_to_check
-from trails.views.common import CSV_ROW_LIMIT, csv_response, what_recall_gives, scope_or_404, scope_page, staff_required, uuids, wants_csv
+from trails.views.common import (
+    CSV_ROW_LIMIT,
+    csv_response,
+    scope_or_404,
+    scope_page,
+    staff_required,
+    uuids,
+    wants_csv,
+    what_recall_gives,
+)
+from trails.views.forms import TrailFilterForm
 
 TRAILS_PER_PAGE = 25
 
@@ -41,16 +51,30 @@ class CappedPaginator(Paginator):
     @property
     def capped(self) -> bool:
         return self.count > self.CAP
-SORTS = {"last_hit": F("last_hit_at").desc(nulls_last=True), "hits": F("hit_count").desc(), "age": F("created_at").desc()}
 
 
+SORTS = {
+    "last_hit": F("last_hit_at").desc(nulls_last=True),
+    "hits": F("hit_count").desc(),
+    "age": F("created_at").desc(),
+}
 
 
 def _filtered_trails(scope: Scope, form: TrailFilterForm):
     now = timezone.now()
     trails = Trail.objects.filter(scope=scope).only(
-        "public_id", "query", "normalised_query", "status", "hit_count", "last_hit_at", "created_at", "expires_at",
-        "section_changed_at", "stale_at", "reason", "held_by"
+        "public_id",
+        "query",
+        "normalised_query",
+        "status",
+        "hit_count",
+        "last_hit_at",
+        "created_at",
+        "expires_at",
+        "section_changed_at",
+        "stale_at",
+        "reason",
+        "held_by",
     )
     status = form.cleaned_data.get("status") if form.is_valid() else ""
     if status:
@@ -66,8 +90,11 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
         # ending in * is an id prefix ("faq/programming.rst*": every section of a page), which
         # the index serves only under a C collation: slower on a huge scope, so asked for.
         wanted = section.strip()
-        cited = (Citation.objects.filter(scope=scope, section_id__startswith=wanted[:-1]) if wanted.endswith("*")
-                 else Citation.objects.filter(scope=scope, section_id=wanted))
+        cited = (
+            Citation.objects.filter(scope=scope, section_id__startswith=wanted[:-1])
+            if wanted.endswith("*")
+            else Citation.objects.filter(scope=scope, section_id=wanted)
+        )
         # The citing ids are read first (the citations index), at most what the table counts:
         # as a subquery, a fresh table's statistics led PostgreSQL to a plan past the
         # statement timeout at 100,000 trails (benchmark_overview).
@@ -91,7 +118,11 @@ TRIAGE_LIMIT = 5_000
 def _pending_flagged(scope: Scope, flag: str) -> list[int]:
     """Ids of the newest pending trails that would miss / hint once approved, or may hold
     personal data: the same judgement the rows show, over the whole queue, in three reads."""
-    newest = Trail.objects.filter(scope=scope, status=TrailStatus.PENDING).order_by("-id").values_list("id", flat=True)[:TRIAGE_LIMIT]
+    newest = (
+        Trail.objects.filter(scope=scope, status=TrailStatus.PENDING)
+        .order_by("-id")
+        .values_list("id", flat=True)[:TRIAGE_LIMIT]
+    )
     if flag == "pii":
         rules = scope_rules(scope.id)
         return [t.id for t in trails_to_check(scope.id, list(newest)) if purge_findings(t, rules)[0]]
@@ -107,9 +138,15 @@ def _trail_table(request: HttpRequest, scope: Scope, form: TrailFilterForm, noti
     query = request.GET.copy()
     query.pop("page", None)
     statuses = {t.status for t in page}
-    return {"page": page, "form": form, "filters": query.urlencode(), "notice": notice,
-            "has_pending": TrailStatus.PENDING in statuses, "has_stale": TrailStatus.STALE in statuses,
-            "has_rejected": TrailStatus.REJECTED in statuses}
+    return {
+        "page": page,
+        "form": form,
+        "filters": query.urlencode(),
+        "notice": notice,
+        "has_pending": TrailStatus.PENDING in statuses,
+        "has_stale": TrailStatus.STALE in statuses,
+        "has_rejected": TrailStatus.REJECTED in statuses,
+    }
 
 
 def _triage(scope: Scope, trails: list[Trail]) -> None:
@@ -126,8 +163,11 @@ def _triage(scope: Scope, trails: list[Trail]) -> None:
         # Near-duplicates in the queue: other pending trails asking the same question (after
         # normalisation), so they can be judged together.
         asked = {by_id[t].normalised_query for t in pending}
-        alike = dict(Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, normalised_query__in=asked)
-                     .values_list("normalised_query").annotate(n=Count("id")))
+        alike = dict(
+            Trail.objects.filter(scope=scope, status=TrailStatus.PENDING, normalised_query__in=asked)
+            .values_list("normalised_query")
+            .annotate(n=Count("id"))
+        )
         for trail_id in pending:
             by_id[trail_id].alike = alike.get(by_id[trail_id].normalised_query, 1) - 1
         rules = scope_rules(scope.id)
@@ -145,11 +185,18 @@ def trail_list(request: HttpRequest, scope_slug: str) -> HttpResponse:
         rows = _filtered_trails(scope, form).values_list(
             "public_id", "status", "query", "hit_count", "last_hit_at", "created_at", "expires_at", "section_changed_at"
         )[:CSV_ROW_LIMIT]
-        return csv_response(f"{scope.slug}-trails.csv", ["trail_id", "status", "query", "hits", "last_hit_at", "created_at",
-                                                         "expires_at", "section_changed_at"], rows.iterator())
+        return csv_response(
+            f"{scope.slug}-trails.csv",
+            ["trail_id", "status", "query", "hits", "last_hit_at", "created_at", "expires_at", "section_changed_at"],
+            rows.iterator(),
+        )
     context = _trail_table(request, scope, form)
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, "can_act": may(request.user, scope, Access.ACT), **context})
+        return render(
+            request,
+            "trails/trails/trail_list.html#table",
+            {"scope": scope, "can_act": may(request.user, scope, Access.ACT), **context},
+        )
     return scope_page(request, "trails/trails/trail_list.html", scope, {**context, "tab": "trails"})
 
 
@@ -182,30 +229,41 @@ def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpRespons
     for citation, checked in zip(citations, validation.sections):
         section = current.get(citation.section_id)
         old = old_texts.get((citation.section_id, citation.hash))
-        rows.append({
-            "section_id": citation.section_id,
-            "stored_hash": citation.hash,
-            "current_hash": section.hash if section else None,
-            "status": checked.status.value,
-            "text": section.text if section else "",
-            "diff": _line_diff(old, section.text if section else "") if checked.status is not SectionStatus.VALID and old is not None else None,
-            "old_missing": checked.status is not SectionStatus.VALID and old is None,
-        })
-    return scope_page(request, "trails/trails/trail_detail.html", trail.scope, {
-        "trail": trail,
-        "steps": [(step, json.dumps(step.args, ensure_ascii=False)) for step in trail.steps.all()],
-        "citations": rows,
-        "outcome": validation.outcome.value,
-        "signals": trail.signals.all(),
-        "undoable": trail.undoable() is not None,
-        "actions": trail.available_actions(Actor.OPERATOR),
-        "reporters": list(TrailReport.objects.filter(trail_id=trail.pk).order_by("created_at").values_list("reporter", flat=True)),
-        # The recalls this trail answered, newest first, and how closely they matched.
-        "recalls": trail.recall_events.order_by("-created_at", "-id").only(
-            "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
-        )[:20],
-        "tab": "trails",
-    })
+        rows.append(
+            {
+                "section_id": citation.section_id,
+                "stored_hash": citation.hash,
+                "current_hash": section.hash if section else None,
+                "status": checked.status.value,
+                "text": section.text if section else "",
+                "diff": _line_diff(old, section.text if section else "")
+                if checked.status is not SectionStatus.VALID and old is not None
+                else None,
+                "old_missing": checked.status is not SectionStatus.VALID and old is None,
+            }
+        )
+    return scope_page(
+        request,
+        "trails/trails/trail_detail.html",
+        trail.scope,
+        {
+            "trail": trail,
+            "steps": [(step, json.dumps(step.args, ensure_ascii=False)) for step in trail.steps.all()],
+            "citations": rows,
+            "outcome": validation.outcome.value,
+            "signals": trail.signals.all(),
+            "undoable": trail.undoable() is not None,
+            "actions": trail.available_actions(Actor.OPERATOR),
+            "reporters": list(
+                TrailReport.objects.filter(trail_id=trail.pk).order_by("created_at").values_list("reporter", flat=True)
+            ),
+            # The recalls this trail answered, newest first, and how closely they matched.
+            "recalls": trail.recall_events.order_by("-created_at", "-id").only(
+                "public_id", "created_at", "outcome", "similarity", "matcher", "helpful", "trail_id"
+            )[:20],
+            "tab": "trails",
+        },
+    )
 
 
 @staff_required
@@ -218,16 +276,24 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
         if action == "undo":
             messages.info(request, writes.undo(trail, Actor.OPERATOR, by=request.user.get_username()))
         else:
-            writes.act(trail, action, Actor.OPERATOR, by=request.user.get_username(),
-                       reason=request.POST.get("reason", "").strip()[:500])
+            writes.act(
+                trail,
+                action,
+                Actor.OPERATOR,
+                by=request.user.get_username(),
+                reason=request.POST.get("reason", "").strip()[:500],
+            )
     except ActionRefused as problem:
         error = str(problem)
     if trail.status == "deleted":
         return redirect(reverse("ops:trails", args=[scope_slug]))
     if request.htmx:
         _triage(trail.scope, [trail])
-        return render(request, "trails/trails/trail_list.html#row", {"scope": trail.scope, "trail": trail, "row_error": error,
-                                                                  "can_act": True})  # the vote was allowed: the operator may act
+        return render(
+            request,
+            "trails/trails/trail_list.html#row",
+            {"scope": trail.scope, "trail": trail, "row_error": error, "can_act": True},
+        )  # the vote was allowed: the operator may act
     if error:
         # Said on the page the operator comes back to, never as a bare error page.
         messages.error(request, f"Nothing was done: {error}.")
@@ -246,22 +312,36 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
     action = request.POST.get("vote")
     ids = uuids(request.POST.getlist("trail"))
     form = TrailFilterForm(request.GET)
-    done = {Signal.UP: "approved", Signal.DOWN: "rejected", Signal.REINSTATE: "reinstated (pending again)",
-            Signal.DEMOTE: "sent back to pending", "delete": "deleted"}
+    done = {
+        Signal.UP: "approved",
+        Signal.DOWN: "rejected",
+        Signal.REINSTATE: "reinstated (pending again)",
+        Signal.DEMOTE: "sent back to pending",
+        "delete": "deleted",
+    }
     if action not in done:
         notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."
     else:
-        changed, _ = writes.act_on_many(Trail.objects.filter(scope=scope, public_id__in=ids), action, Actor.OPERATOR,
-                                        by=request.user.get_username())
+        changed, _ = writes.act_on_many(
+            Trail.objects.filter(scope=scope, public_id__in=ids), action, Actor.OPERATOR, by=request.user.get_username()
+        )
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
             f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "
-            f"the action does not apply to {'their' if skipped != 1 else 'its'} status." if skipped else ""
+            f"the action does not apply to {'their' if skipped != 1 else 'its'} status."
+            if skipped
+            else ""
         )
     if request.htmx:
-        return render(request, "trails/trails/trail_list.html#table", {"scope": scope, "can_act": True,  # bulk votes need act
-                                                                        **_trail_table(request, scope, form, notice)})
+        return render(
+            request,
+            "trails/trails/trail_list.html#table",
+            {
+                "scope": scope,
+                "can_act": True,  # bulk votes need act
+                **_trail_table(request, scope, form, notice),
+            },
+        )
     return redirect(reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""))
-

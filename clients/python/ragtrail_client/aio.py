@@ -5,6 +5,7 @@ retries and errors as the synchronous client does (`Calls`), and holds each call
 deadline by cancelling it there: a recall ends within `recall_timeout` whatever the server
 or the network does.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,13 @@ class AsyncRagtrailClient(Calls):
         error: RagtrailError | None = None
         for attempt in range(self._attempts(call)):
             try:
-                response = await self.http.request(call.method, self.base_url + call.path(scope), content=data,
-                                                   headers=headers, timeout=httpx.Timeout(None))
+                response = await self.http.request(
+                    call.method,
+                    self.base_url + call.path(scope),
+                    content=data,
+                    headers=headers,
+                    timeout=httpx.Timeout(None),
+                )
                 outcome = self._answered(call, response, response.content, attempt, _monotonic_deadline(deadline))
             except httpx.HTTPError as problem:
                 outcome = self._failed(call, problem, attempt, _monotonic_deadline(deadline), budget)

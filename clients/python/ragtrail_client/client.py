@@ -13,6 +13,7 @@ followed (it would carry the key elsewhere, and a POST would lose its body): cod
 The calls are written once (`Calls`): each builds a `Call`, which the synchronous client
 here and the asynchronous one (`aio.py`) send the same way, deciding retries alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,9 @@ class RagtrailError(Exception):
 class SectionResult:
     id: str
     status: str  # "valid", "changed" or "deleted"
-    text: str | None = None  # a valid section's current text (on a hint where it fits the budget); None where the scope keeps hashes only
+    text: str | None = (
+        None  # a valid section's current text (on a hint where it fits the budget); None where the scope keeps hashes only
+    )
     tokens: int | None = None
     truncated: bool | None = None
     hash: str | None = None  # a valid section's SHA-256 of its UTF-8 text, now and when recorded
@@ -101,12 +104,22 @@ class Recall:
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Recall":
         return cls(
-            outcome=body["outcome"], recall_id=body.get("recall_id"), trail_id=body.get("trail_id"),
-            matcher=body.get("matcher"), similarity=body.get("similarity"), matched_query=body.get("matched_query"),
+            outcome=body["outcome"],
+            recall_id=body.get("recall_id"),
+            trail_id=body.get("trail_id"),
+            matcher=body.get("matcher"),
+            similarity=body.get("similarity"),
+            matched_query=body.get("matched_query"),
             # Fields a newer server adds are left out, so an older client keeps working.
-            sections=tuple(SectionResult(**{k: v for k, v in s.items() if k in SECTION_FIELDS}) for s in body.get("sections", [])),
-            steps=tuple(Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in body.get("steps", [])),
-            hint=body.get("hint"), tokens=body.get("tokens", 0), truncated=body.get("truncated", False),
+            sections=tuple(
+                SectionResult(**{k: v for k, v in s.items() if k in SECTION_FIELDS}) for s in body.get("sections", [])
+            ),
+            steps=tuple(
+                Step(s["tool"], s.get("args", {}), tuple(s.get("section_ids", []))) for s in body.get("steps", [])
+            ),
+            hint=body.get("hint"),
+            tokens=body.get("tokens", 0),
+            truncated=body.get("truncated", False),
             explanation=body.get("explanation"),
         )
 
@@ -155,9 +168,19 @@ class Call(Generic[T]):
     """One API call as the clients send it: where, what, whether it may be repeated, and how
     its answer (status, JSON body) becomes the typed result."""
 
-    def __init__(self, method: str, parts: Sequence[str], body: Any = None, *, scope: str | None = None,
-                 scoped: bool = True, safe: bool, recall: bool = False, query: Mapping[str, Any] | None = None,
-                 parse: Callable[[int, Any], T] = lambda status, body: body) -> None:
+    def __init__(
+        self,
+        method: str,
+        parts: Sequence[str],
+        body: Any = None,
+        *,
+        scope: str | None = None,
+        scoped: bool = True,
+        safe: bool,
+        recall: bool = False,
+        query: Mapping[str, Any] | None = None,
+        parse: Callable[[int, Any], T] = lambda status, body: body,
+    ) -> None:
         self.method, self.parts, self.body, self.scope, self.scoped = method, tuple(parts), body, scope, scoped
         self.safe, self.recall, self.query, self.parse = safe, recall, query, parse
 
@@ -170,7 +193,9 @@ class Call(Generic[T]):
 class Attempt:
     """What one attempt came to: a result, an error to raise, or a wait before the next."""
 
-    def __init__(self, result: Any = None, error: RagtrailError | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self, result: Any = None, error: RagtrailError | None = None, retry_after: float | None = None
+    ) -> None:
         self.result, self.error, self.retry_after = result, error, retry_after
 
 
@@ -193,8 +218,18 @@ class Calls:
         http: an httpx client to share (its pool), else the client makes its own.
     """
 
-    def __init__(self, base_url: str, api_key: str, scope: str | None = None, *, timeout: float = CALL_DEADLINE,
-                 recall_timeout: float = RECALL_DEADLINE, retries: int = 3, backoff: float = 0.2, http: Any = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        scope: str | None = None,
+        *,
+        timeout: float = CALL_DEADLINE,
+        recall_timeout: float = RECALL_DEADLINE,
+        retries: int = 3,
+        backoff: float = 0.2,
+        http: Any = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.scope = scope
@@ -231,8 +266,16 @@ class Calls:
         return self._send(Call("DELETE", ("sections", section_id), scope=scope, safe=True, parse=lambda _, __: None))
 
     # --- recall, record, feedback ----------------------------------------------------
-    def recall(self, query: str, *, partition: str = "", token_budget: int | None = None, dry_run: bool = False,
-               session: str | None = None, scope: str | None = None) -> Recall:
+    def recall(
+        self,
+        query: str,
+        *,
+        partition: str = "",
+        token_budget: int | None = None,
+        dry_run: bool = False,
+        session: str | None = None,
+        scope: str | None = None,
+    ) -> Recall:
         """The path recorded for the most similar question, checked against the sections now.
 
         `session` (the agent run's id, also given to `record`) lets ragtrail learn from a
@@ -245,23 +288,52 @@ class Calls:
         if session is not None:
             body["session"] = session
         # A repeated recall may count one more hit; it never changes what is served.
-        return self._send(Call("POST", ("recall",), body, scope=scope, safe=True, recall=True,
-                               parse=lambda _, answer: Recall.from_json(answer)))
+        return self._send(
+            Call(
+                "POST",
+                ("recall",),
+                body,
+                scope=scope,
+                safe=True,
+                recall=True,
+                parse=lambda _, answer: Recall.from_json(answer),
+            )
+        )
 
-    def explain(self, query: str, *, partition: str = "", token_budget: int | None = None,
-                scope: str | None = None) -> Recall:
+    def explain(
+        self, query: str, *, partition: str = "", token_budget: int | None = None, scope: str | None = None
+    ) -> Recall:
         """What recall would answer, without counting it, and why (`Recall.explanation`):
         every candidate read, its similarity against the threshold and the verdict. The
         first thing to look at when a question you expected to hit misses."""
         body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": True, "explain": True}
         if token_budget is not None:
             body["token_budget"] = token_budget
-        return self._send(Call("POST", ("recall",), body, scope=scope, safe=True, recall=True,
-                               parse=lambda _, answer: Recall.from_json(answer)))
+        return self._send(
+            Call(
+                "POST",
+                ("recall",),
+                body,
+                scope=scope,
+                safe=True,
+                recall=True,
+                parse=lambda _, answer: Recall.from_json(answer),
+            )
+        )
 
-    def record(self, query: str, cited: Sequence[str], *, signal: str, steps: Iterable[Step | Mapping[str, Any]] = (),
-               hashes: Mapping[str, str] | None = None, partition: str = "",
-               idempotency_key: str | None = None, session: str | None = None, scope: str | None = None) -> Recorded:
+    def record(
+        self,
+        query: str,
+        cited: Sequence[str],
+        *,
+        signal: str,
+        steps: Iterable[Step | Mapping[str, Any]] = (),
+        hashes: Mapping[str, str] | None = None,
+        partition: str = "",
+        idempotency_key: str | None = None,
+        session: str | None = None,
+        scope: str | None = None,
+    ) -> Recorded:
         """Records the path to an answer (never the answer itself).
 
         `signal` must be stated, since it decides whether the path is served: "accepted"
@@ -277,25 +349,50 @@ class Calls:
         if signal not in SIGNALS:
             raise ValueError(f"signal must be one of {', '.join(SIGNALS)}, not {signal!r}")
         body: dict[str, Any] = {
-            "query": query, "partition": partition, "cited": list(cited),
+            "query": query,
+            "partition": partition,
+            "cited": list(cited),
             "steps": [s.as_json() if isinstance(s, Step) else dict(s) for s in steps],
-            "hashes": dict(hashes or {}), "idempotency_key": idempotency_key or uuid.uuid4().hex,
+            "hashes": dict(hashes or {}),
+            "idempotency_key": idempotency_key or uuid.uuid4().hex,
         }
         if signal != "pending":
             body["signal"] = signal
         if session is not None:
             body["session"] = session
-        return self._send(Call("POST", ("trails",), body, scope=scope, safe=True, parse=lambda status, answer: Recorded(
-            answer["trail_id"], answer["status"], answer.get("reason"), created=status == 201, refreshed=answer.get("refreshed"))))
+        return self._send(
+            Call(
+                "POST",
+                ("trails",),
+                body,
+                scope=scope,
+                safe=True,
+                parse=lambda status, answer: Recorded(
+                    answer["trail_id"],
+                    answer["status"],
+                    answer.get("reason"),
+                    created=status == 201,
+                    refreshed=answer.get("refreshed"),
+                ),
+            )
+        )
 
     def feedback(self, recall_id: str, helpful: bool, reason: str = "", *, scope: str | None = None) -> RecallFeedback:
         """The agent's verdict on what a recall served; "not helpful" reports a false hit."""
         body = {"helpful": helpful, "reason": reason}
-        return self._send(Call("POST", ("recalls", recall_id, "feedback"), body, scope=scope, safe=False,
-                               parse=lambda _, answer: RecallFeedback(**answer)))
+        return self._send(
+            Call(
+                "POST",
+                ("recalls", recall_id, "feedback"),
+                body,
+                scope=scope,
+                safe=False,
+                parse=lambda _, answer: RecallFeedback(**answer),
+            )
+        )
 
     def vote(self, trail_id: str, vote: str, *, scope: str | None = None) -> dict[str, Any]:
-        """"up" approves a pending trail, "down" rejects it."""
+        """ "up" approves a pending trail, "down" rejects it."""
         return self._send(Call("POST", ("trails", trail_id, "feedback"), {"vote": vote}, scope=scope, safe=False))
 
     def get_trail(self, trail_id: str, *, scope: str | None = None) -> dict[str, Any]:
@@ -303,28 +400,58 @@ class Calls:
 
     # --- tool results ----------------------------------------------------------------
     def get_tool_policies(self, *, scope: str | None = None) -> list[dict[str, Any]]:
-        return self._send(Call("GET", ("tool-policies",), scope=scope, safe=True, parse=lambda _, body: body["policies"]))
+        return self._send(
+            Call("GET", ("tool-policies",), scope=scope, safe=True, parse=lambda _, body: body["policies"])
+        )
 
-    def put_tool_policies(self, policies: Sequence[Mapping[str, Any]], *, scope: str | None = None) -> list[dict[str, Any]]:
+    def put_tool_policies(
+        self, policies: Sequence[Mapping[str, Any]], *, scope: str | None = None
+    ) -> list[dict[str, Any]]:
         """Replaces the scope's tool policies (which tools' results may be cached, how long)."""
         body = {"policies": [dict(p) for p in policies]}
-        return self._send(Call("PUT", ("tool-policies",), body, scope=scope, safe=True, parse=lambda _, body: body["policies"]))
+        return self._send(
+            Call("PUT", ("tool-policies",), body, scope=scope, safe=True, parse=lambda _, body: body["policies"])
+        )
 
-    def lookup_tool_result(self, tool: str, args: Mapping[str, Any], *, context: Mapping[str, Any] | None = None,
-                           caller: str | None = None, scope: str | None = None) -> ToolLookup:
+    def lookup_tool_result(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        *,
+        context: Mapping[str, Any] | None = None,
+        caller: str | None = None,
+        scope: str | None = None,
+    ) -> ToolLookup:
         body = self._tool_body(tool, args, context, caller)
-        return self._send(Call("POST", ("tool-results", "lookup"), body, scope=scope, safe=True,
-                               parse=lambda _, answer: ToolLookup(**answer)))
+        return self._send(
+            Call(
+                "POST",
+                ("tool-results", "lookup"),
+                body,
+                scope=scope,
+                safe=True,
+                parse=lambda _, answer: ToolLookup(**answer),
+            )
+        )
 
-    def store_tool_result(self, tool: str, args: Mapping[str, Any], result: Any, *,
-                          context: Mapping[str, Any] | None = None, caller: str | None = None,
-                          sections: Mapping[str, str] | None = None, scope: str | None = None) -> ToolStored:
+    def store_tool_result(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        result: Any,
+        *,
+        context: Mapping[str, Any] | None = None,
+        caller: str | None = None,
+        sections: Mapping[str, str] | None = None,
+        scope: str | None = None,
+    ) -> ToolStored:
         """Stores a tool's result; `sections` maps the ids of sections it read to their hashes,
         so the result is never served after one of them changes."""
         body = self._tool_body(tool, args, context, caller)
         body.update(result=result, section_ids=list(sections or {}), hashes=dict(sections or {}))
-        return self._send(Call("PUT", ("tool-results",), body, scope=scope, safe=True,
-                               parse=lambda _, answer: ToolStored(**answer)))
+        return self._send(
+            Call("PUT", ("tool-results",), body, scope=scope, safe=True, parse=lambda _, answer: ToolStored(**answer))
+        )
 
     def tool_result_stats(self, *, scope: str | None = None) -> dict[str, dict[str, int]]:
         """Lookups per tool in the last hour: {"tool": {"hit": n, "miss": n, "stale": n, "refused": n}}."""
@@ -350,8 +477,10 @@ class Calls:
     def _only_scope(self, _: int, body: Any) -> str:
         granted = [s["slug"] for s in body["scopes"]]
         if len(granted) != 1:
-            raise ValueError("no scope: pass scope= to the call or to the client "
-                             f"(this key is granted {len(granted)} scopes: {', '.join(granted) or 'none'})")
+            raise ValueError(
+                "no scope: pass scope= to the call or to the client "
+                f"(this key is granted {len(granted)} scopes: {', '.join(granted) or 'none'})"
+            )
         self.scope = granted[0]  # the key's only scope is unambiguous; asked once
         return self.scope
 
@@ -361,9 +490,20 @@ class Calls:
     def _answered(self, call: Call, response: httpx.Response, raw: bytes, attempt: int, deadline: float) -> Attempt:
         if 300 <= response.status_code < 400:
             where = response.headers.get("location", "elsewhere")
-            return Attempt(error=RagtrailError(response.status_code, {"error": {"code": "redirect", "message": (
-                f"{self.base_url} redirects to {where} (not followed: it would send the key and lose a POST's body); "
-                "set base_url to the address that answers, with https:// where the server is behind TLS")}}))
+            return Attempt(
+                error=RagtrailError(
+                    response.status_code,
+                    {
+                        "error": {
+                            "code": "redirect",
+                            "message": (
+                                f"{self.base_url} redirects to {where} (not followed: it would send the key and lose a POST's body); "
+                                "set base_url to the address that answers, with https:// where the server is behind TLS"
+                            ),
+                        }
+                    },
+                )
+            )
         if response.status_code >= 400:
             error = RagtrailError(response.status_code, _json_or_none(raw))
             if response.status_code in RETRYABLE_STATUSES and attempt < self._attempts(call) - 1:
@@ -375,7 +515,9 @@ class Calls:
         return Attempt(result=call.parse(response.status_code, body))
 
     def _failed(self, call: Call, problem: Exception, attempt: int, deadline: float, budget: float) -> Attempt:
-        late = RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
+        late = RagtrailError(
+            0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}}
+        )
         if isinstance(problem, (httpx.TimeoutException, TimeoutError)):
             if call.recall:
                 return Attempt(error=late)  # a hung server: the agent searches now rather than wait for a second try
@@ -383,24 +525,39 @@ class Calls:
             return Attempt(error=late, retry_after=delay)
         tls = _tls_failure(problem)
         if tls is not None:
-            return Attempt(error=RagtrailError(0, {"error": {"code": "tls", "message": (
-                f"the TLS handshake with {self.base_url} failed ({tls}): is the server speaking plain HTTP to an "
-                "https:// address, or is its certificate not trusted here?")}}))
+            return Attempt(
+                error=RagtrailError(
+                    0,
+                    {
+                        "error": {
+                            "code": "tls",
+                            "message": (
+                                f"the TLS handshake with {self.base_url} failed ({tls}): is the server speaking plain HTTP to an "
+                                "https:// address, or is its certificate not trusted here?"
+                            ),
+                        }
+                    },
+                )
+            )
         if isinstance(problem, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
-            return Attempt(error=RagtrailError(0, {"error": {"code": "bad_url", "message": f"{self.base_url}: {problem}"}}))
+            return Attempt(
+                error=RagtrailError(0, {"error": {"code": "bad_url", "message": f"{self.base_url}: {problem}"}})
+            )
         error = RagtrailError(0, None, f"could not reach {self.base_url}: {problem or type(problem).__name__}")
         delay = self._delay(attempt, None, deadline) if attempt < self._attempts(call) - 1 else None
         return Attempt(error=error, retry_after=delay)
 
     def _delay(self, attempt: int, retry_after: str | None, deadline: float) -> float | None:
         """The wait before the next attempt; None where that would pass the deadline."""
-        delay = self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(float(retry_after), 30.0))
         return None if time.monotonic() + delay >= deadline else delay
 
     def _deadline_error(self, budget: float) -> RagtrailError:
-        return RagtrailError(0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}})
+        return RagtrailError(
+            0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}}
+        )
 
 
 class RagtrailClient(Calls):
@@ -439,8 +596,13 @@ class RagtrailClient(Calls):
             if left <= 0:
                 break
             try:
-                with self.http.stream(call.method, self.base_url + call.path(scope), content=data, headers=headers,
-                                      timeout=httpx.Timeout(left)) as response:
+                with self.http.stream(
+                    call.method,
+                    self.base_url + call.path(scope),
+                    content=data,
+                    headers=headers,
+                    timeout=httpx.Timeout(left),
+                ) as response:
                     raw = _read_by(response.iter_bytes(), deadline)
                 outcome = self._answered(call, response, raw, attempt, deadline)
             except (httpx.HTTPError, TimeoutError) as problem:
@@ -472,7 +634,11 @@ def _tls_failure(problem: BaseException) -> BaseException | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     text = str(problem)
-    return problem if isinstance(problem, httpx.ConnectError) and ("SSL" in text or "TLS" in text or "certificate" in text) else None
+    return (
+        problem
+        if isinstance(problem, httpx.ConnectError) and ("SSL" in text or "TLS" in text or "certificate" in text)
+        else None
+    )
 
 
 def _json_or_none(raw: bytes) -> Any:

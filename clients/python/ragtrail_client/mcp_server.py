@@ -20,13 +20,13 @@ Tool names start with `ragtrail_`, so an agent can mount this server beside othe
     ragtrail-mcp --base-url http://127.0.0.1:8000 --scope hospital              # stdio
     ragtrail-mcp --base-url http://127.0.0.1:8000 --transport http --port 8765  # HTTP, /mcp
 """
+
 from __future__ import annotations
 
 import argparse
 import inspect
 import json
 import os
-import sys
 import time
 import typing
 from collections import OrderedDict
@@ -58,10 +58,14 @@ class StepInput(BaseModel):
     """One tool call on the way to the answer."""
 
     model_config = ConfigDict(extra="forbid")
-    tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the tool you called, e.g. `search_docs`.")]
+    tool: Annotated[
+        str, Field(min_length=1, max_length=200, description="The name of the tool you called, e.g. `search_docs`.")
+    ]
     args: Annotated[dict[str, Any], Field(description="The arguments you called it with, as a JSON object.")] = {}
-    section_ids: Annotated[list[SectionId], Field(
-        max_length=100, description="Ids of the sections this call returned or opened (may be empty).")] = []
+    section_ids: Annotated[
+        list[SectionId],
+        Field(max_length=100, description="Ids of the sections this call returned or opened (may be empty)."),
+    ] = []
 
 
 Signal = Literal["accepted", "user", "verifier", "pending"]
@@ -77,30 +81,43 @@ SIGNAL_MEANING = (
 def recall_text(answer: Recall) -> str:
     """A recall written for an agent to read."""
     if answer.outcome == "miss":
-        return (f"ragtrail: miss (recall {answer.recall_id}). No recorded path for this question is valid now; "
-                "search as usual, then call ragtrail_record with the steps you took and the sections your answer cites.")
+        return (
+            f"ragtrail: miss (recall {answer.recall_id}). No recorded path for this question is valid now; "
+            "search as usual, then call ragtrail_record with the steps you took and the sections your answer cites."
+        )
     steps = "\n".join(
-        f"{n}. {step.tool} {json.dumps(step.args, ensure_ascii=False)}" + (f" -> {', '.join(step.section_ids)}" if step.section_ids else "")
+        f"{n}. {step.tool} {json.dumps(step.args, ensure_ascii=False)}"
+        + (f" -> {', '.join(step.section_ids)}" if step.section_ids else "")
         for n, step in enumerate(answer.steps, 1)
     )
-    header = (f"ragtrail: {answer.outcome} (recall {answer.recall_id}); a similar question was answered before: "
-              f"\"{answer.matched_query}\" (similarity {answer.similarity:.2f}, {answer.matcher}).")
+    header = (
+        f"ragtrail: {answer.outcome} (recall {answer.recall_id}); a similar question was answered before: "
+        f'"{answer.matched_query}" (similarity {answer.similarity:.2f}, {answer.matcher}).'
+    )
     if answer.outcome == "hint":
-        still = "\n\n".join(f"## {section.id} (unchanged)\n{section.text}" + (" [cut to the token budget]" if section.truncated else "")
-                             for section in answer.sections if section.status == "valid" and section.text)
-        return f"{header}\n{answer.hint}\n\nThe path taken then:\n{steps}" + (f"\n\nThe sections still valid, as they read now:\n\n{still}" if still else "")
+        still = "\n\n".join(
+            f"## {section.id} (unchanged)\n{section.text}" + (" [cut to the token budget]" if section.truncated else "")
+            for section in answer.sections
+            if section.status == "valid" and section.text
+        )
+        return f"{header}\n{answer.hint}\n\nThe path taken then:\n{steps}" + (
+            f"\n\nThe sections still valid, as they read now:\n\n{still}" if still else ""
+        )
     if answer.sections and all(section.text is None for section in answer.sections):
         # A scope that keeps hashes only: the agent reads the sections from its own index.
         listed = "\n".join(f"- {section.id} (sha256 {section.hash})" for section in answer.sections)
-        return (f"{header}\nEvery cited section is unchanged since. This scope keeps no section text: read these "
-                f"sections from your own index (their SHA-256 is what your copy must hash to), and answer from them.\n"
-                f"{listed}" + (f"\n\nThe path taken then:\n{steps}" if steps else ""))
+        return (
+            f"{header}\nEvery cited section is unchanged since. This scope keeps no section text: read these "
+            f"sections from your own index (their SHA-256 is what your copy must hash to), and answer from them.\n"
+            f"{listed}" + (f"\n\nThe path taken then:\n{steps}" if steps else "")
+        )
     sections = "\n\n".join(
         f"## {section.id}\n{section.text}" + (" [cut to the token budget]" if section.truncated else "")
         for section in answer.sections
     )
-    return (f"{header}\nEvery cited section is unchanged since; answer from them.\n\n{sections}"
-            + (f"\n\nThe path taken then:\n{steps}" if steps else ""))
+    return f"{header}\nEvery cited section is unchanged since; answer from them.\n\n{sections}" + (
+        f"\n\nThe path taken then:\n{steps}" if steps else ""
+    )
 
 
 def invalid_arguments(error: ValidationError) -> str:
@@ -109,8 +126,11 @@ def invalid_arguments(error: ValidationError) -> str:
     for problem in error.errors():
         field = ".".join(str(part) for part in problem.get("loc", ())) or "arguments"
         problems.append(f"{field}: {problem.get('msg', 'invalid')}")
-    return f"422 invalid: {problems[0]}" + (f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else "") + (
-        f" (field: {problems[0].split(':')[0]})")
+    return (
+        f"422 invalid: {problems[0]}"
+        + (f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else "")
+        + (f" (field: {problems[0].split(':')[0]})")
+    )
 
 
 class RagtrailMCPServer(MCPServer):
@@ -122,13 +142,17 @@ class RagtrailMCPServer(MCPServer):
         schema = self._tool_input_schema(name) or {}
         unknown = sorted(set(arguments or {}) - set(schema.get("properties", {})))
         if schema and unknown:
-            raise ToolError(f"Error executing tool {name}: 422 invalid: {unknown[0]}: this tool takes no such argument "
-                            f"(it takes {', '.join(schema.get('properties', {})) or 'none'}) (field: {unknown[0]})")
+            raise ToolError(
+                f"Error executing tool {name}: 422 invalid: {unknown[0]}: this tool takes no such argument "
+                f"(it takes {', '.join(schema.get('properties', {})) or 'none'}) (field: {unknown[0]})"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
-                raise ToolError(f"Error executing tool {name}: {invalid_arguments(error.__cause__)}") from error.__cause__
+                raise ToolError(
+                    f"Error executing tool {name}: {invalid_arguments(error.__cause__)}"
+                ) from error.__cause__
             raise
 
 
@@ -140,7 +164,9 @@ def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
     parameters = [p.replace(annotation=hints[p.name]) for p in signature.parameters.values() if p.name != "scope"]
     annotations = {k: v for k, v in hints.items() if k != "scope"}
     if fixed is None and choice:
-        scope_type = Annotated[Literal[choice], Field(description="The scope (tenant and document set) to use: one your key is granted.")]
+        scope_type = Annotated[
+            Literal[choice], Field(description="The scope (tenant and document set) to use: one your key is granted.")
+        ]
         parameters.append(inspect.Parameter("scope", inspect.Parameter.KEYWORD_ONLY, annotation=scope_type))
         annotations["scope"] = scope_type
 
@@ -150,14 +176,22 @@ def _scoped(fn, choice: tuple[str, ...] | None, fixed: str | None):
 
     # The description a model reads: the docstring without its source indentation.
     tool.__name__, tool.__doc__ = fn.__name__, inspect.cleandoc(fn.__doc__ or "")
-    tool.__signature__ = signature.replace(parameters=sorted(parameters, key=lambda p: p.kind),
-                                           return_annotation=hints.get("return", inspect.Signature.empty))
+    tool.__signature__ = signature.replace(
+        parameters=sorted(parameters, key=lambda p: p.kind),
+        return_annotation=hints.get("return", inspect.Signature.empty),
+    )
     tool.__annotations__ = annotations
     return tool
 
 
-def build_server(base_url: str, api_key: str | None = None, scope: str | None = None, timeout: float = CALL_DEADLINE,
-                 scope_choice: tuple[str, ...] | None = None, recall_timeout: float = RECALL_DEADLINE) -> MCPServer:
+def build_server(
+    base_url: str,
+    api_key: str | None = None,
+    scope: str | None = None,
+    timeout: float = CALL_DEADLINE,
+    scope_choice: tuple[str, ...] | None = None,
+    recall_timeout: float = RECALL_DEADLINE,
+) -> MCPServer:
     """The MCP server for one ragtrail site; `api_key` is for stdio (HTTP callers bring their own).
 
     `scope` fixes the scope of every tool; `scope_choice` offers these scopes as the only
@@ -175,9 +209,12 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         if authorization.lower().startswith("bearer "):
             key = authorization[7:].strip()
         if not key:
-            raise ToolError("no ragtrail API key: set RAGTRAIL_API_KEY (stdio) or send Authorization: Bearer rt_... (HTTP)")
-        client = clients.pop(key, None) or AsyncRagtrailClient(base_url, key, scope, timeout=timeout,
-                                                                recall_timeout=recall_timeout, http=pool)
+            raise ToolError(
+                "no ragtrail API key: set RAGTRAIL_API_KEY (stdio) or send Authorization: Bearer rt_... (HTTP)"
+            )
+        client = clients.pop(key, None) or AsyncRagtrailClient(
+            base_url, key, scope, timeout=timeout, recall_timeout=recall_timeout, http=pool
+        )
         clients[key] = client
         while len(clients) > 256:
             clients.popitem(last=False)
@@ -189,22 +226,54 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
             return await getattr(client, method)(*args, **kwargs)
         except RagtrailError as error:
             if error.status == 0 and error.code in ("deadline", "unreachable"):
-                raise ToolError(f"ragtrail is not reachable at {base_url} ({error.message}); go on without it") from None
+                raise ToolError(
+                    f"ragtrail is not reachable at {base_url} ({error.message}); go on without it"
+                ) from None
             raise ToolError(str(error)) from None
         except ValueError as error:
             raise ToolError(f"{error}; this server offers no scope argument: start it with --scope") from None
 
     def tool(fn, read_only: bool):
-        server.tool(name=f"ragtrail_{fn.__name__}", annotations=ToolAnnotations(
-            read_only_hint=read_only, destructive_hint=False, idempotent_hint=read_only, open_world_hint=False,
-        ))(_scoped(fn, scope_choice, scope))
+        server.tool(
+            name=f"ragtrail_{fn.__name__}",
+            annotations=ToolAnnotations(
+                read_only_hint=read_only,
+                destructive_hint=False,
+                idempotent_hint=read_only,
+                open_world_hint=False,
+            ),
+        )(_scoped(fn, scope_choice, scope))
 
     async def recall(
         ctx: Context,
-        query: Annotated[str, Field(min_length=1, max_length=2000, description="The user's question, as you would search for it.")],
-        partition: Annotated[str, Field(max_length=200, description="A sub-division of the scope (a product version, a language); empty for none. Recall only matches paths recorded under the same partition.")] = "",
-        token_budget: Annotated[Optional[Annotated[int, Strict()]], Field(ge=0, le=200_000, description="The most tokens of section text to return on a prefetch; omit for the scope's default.")] = None,
-        session: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Your run's id. Pass the same one to ragtrail_record: if you then search again and cite other sections, ragtrail learns this recall was wrong.")] = None,
+        query: Annotated[
+            str, Field(min_length=1, max_length=2000, description="The user's question, as you would search for it.")
+        ],
+        partition: Annotated[
+            str,
+            Field(
+                max_length=200,
+                description="A sub-division of the scope (a product version, a language); empty for none. "
+                "Recall only matches paths recorded under the same partition.",
+            ),
+        ] = "",
+        token_budget: Annotated[
+            Optional[Annotated[int, Strict()]],
+            Field(
+                ge=0,
+                le=200_000,
+                description="The most tokens of section text to return on a prefetch; omit for the scope's default.",
+            ),
+        ] = None,
+        session: Annotated[
+            Optional[str],
+            Field(
+                min_length=1,
+                max_length=200,
+                description="Your run's id. Pass the same one to ragtrail_record: if you then search again and cite "
+                "other sections, ragtrail learns this recall was wrong.",
+            ),
+        ] = None,
         scope: Optional[str] = None,
     ) -> CallToolResult:
         """Call this first, before searching. Finds the path recorded for the most similar earlier
@@ -212,52 +281,106 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
         Answers `prefetch` (every cited section unchanged: their current text is returned, answer
         from it), `hint` (some changed: which are still valid and where to start) or `miss`
         (search as usual). Never returns an earlier answer, only sections and steps."""
-        answer: Recall = await call(ctx, "recall", query, partition=partition, token_budget=token_budget,
-                                    session=session, scope=scope)
+        answer: Recall = await call(
+            ctx, "recall", query, partition=partition, token_budget=token_budget, session=session, scope=scope
+        )
         structured = {
-            "outcome": answer.outcome, "recall_id": answer.recall_id, "trail_id": answer.trail_id,
-            "similarity": answer.similarity, "matched_query": answer.matched_query, "hint": answer.hint,
+            "outcome": answer.outcome,
+            "recall_id": answer.recall_id,
+            "trail_id": answer.trail_id,
+            "similarity": answer.similarity,
+            "matched_query": answer.matched_query,
+            "hint": answer.hint,
             "sections": [{"id": s.id, "status": s.status, "text": s.text, "hash": s.hash} for s in answer.sections],
-            "steps": [s.as_json() for s in answer.steps], "tokens": answer.tokens, "truncated": answer.truncated,
+            "steps": [s.as_json() for s in answer.steps],
+            "tokens": answer.tokens,
+            "truncated": answer.truncated,
         }
-        return CallToolResult(content=[TextContent(type="text", text=recall_text(answer))], structured_content=structured)
+        return CallToolResult(
+            content=[TextContent(type="text", text=recall_text(answer))], structured_content=structured
+        )
 
     async def record(
         ctx: Context,
-        query: Annotated[str, Field(min_length=1, max_length=2000, description="The question you answered, as the user asked it.")],
-        cited: Annotated[list[SectionId], Field(min_length=1, max_length=100, description="Ids of the sections your answer cites (as returned by your search or by ragtrail_get_section).")],
+        query: Annotated[
+            str, Field(min_length=1, max_length=2000, description="The question you answered, as the user asked it.")
+        ],
+        cited: Annotated[
+            list[SectionId],
+            Field(
+                min_length=1,
+                max_length=100,
+                description="Ids of the sections your answer cites (as returned by your search or by ragtrail_get_section).",
+            ),
+        ],
         signal: Annotated[Signal, Field(description=SIGNAL_MEANING)],
-        hashes: Annotated[dict[SectionId, Sha256], Field(description="For each cited section, the `hash` ragtrail_get_section or a prefetch gave you for the text you read (SHA-256 of its UTF-8 text). If a section changed since you read it, the record is refused, so a stale path is never kept. May be empty.")] = {},
-        steps: Annotated[list[StepInput], Field(max_length=50, description="The tool calls you made to find the answer, in order.")] = [],
-        partition: Annotated[str, Field(max_length=200, description="The partition you recalled in; empty for none.")] = "",
-        session: Annotated[Optional[str], Field(min_length=1, max_length=200, description="The same run id you passed to ragtrail_recall.")] = None,
+        hashes: Annotated[
+            dict[SectionId, Sha256],
+            Field(
+                description="For each cited section, the `hash` ragtrail_get_section or a prefetch gave you for the "
+                "text you read (SHA-256 of its UTF-8 text). If a section changed since you read it, the record is "
+                "refused, so a stale path is never kept. May be empty."
+            ),
+        ] = {},
+        steps: Annotated[
+            list[StepInput], Field(max_length=50, description="The tool calls you made to find the answer, in order.")
+        ] = [],
+        partition: Annotated[
+            str, Field(max_length=200, description="The partition you recalled in; empty for none.")
+        ] = "",
+        session: Annotated[
+            Optional[str],
+            Field(min_length=1, max_length=200, description="The same run id you passed to ragtrail_recall."),
+        ] = None,
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """Call this after an answer, to keep the path to it: the question, the tool steps and the
         cited section ids with their hashes. Never the answer itself. `signal` says who approved
         the answer; only an approved path is served later (`pending` waits for an operator)."""
         parsed = [Step(s.tool, s.args, tuple(s.section_ids)) for s in steps]
-        recorded = await call(ctx, "record", query, cited, steps=parsed, hashes=hashes, signal=signal,
-                              partition=partition, session=session, scope=scope)
+        recorded = await call(
+            ctx,
+            "record",
+            query,
+            cited,
+            steps=parsed,
+            hashes=hashes,
+            signal=signal,
+            partition=partition,
+            session=session,
+            scope=scope,
+        )
         return {"trail_id": recorded.trail_id, "status": recorded.status, "reason": recorded.reason}
 
     async def feedback(
         ctx: Context,
-        recall_id: Annotated[str, Field(min_length=1, max_length=100, description="The recall id ragtrail_recall gave you.")],
+        recall_id: Annotated[
+            str, Field(min_length=1, max_length=100, description="The recall id ragtrail_recall gave you.")
+        ],
         # Strict: "no", 0 or "false" are refused, not read as false (each false is a report against a trail).
-        helpful: Annotated[bool, Strict(), Field(description="false if what the recall served did not answer the question (a false hit).")],
+        helpful: Annotated[
+            bool,
+            Strict(),
+            Field(description="false if what the recall served did not answer the question (a false hit)."),
+        ],
         reason: Annotated[str, Field(max_length=500, description="Why, in a few words (shown to operators).")] = "",
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """Say whether what a recall served helped. helpful=false reports a false hit: reports
         from enough different keys send the path back to an operator for approval."""
         verdict = await call(ctx, "feedback", recall_id, helpful, reason, scope=scope)
-        return {"recall_id": verdict.recall_id, "trail_status": verdict.trail_status,
-                "false_hit_reports": verdict.false_hit_reports, "false_hit_reporters": verdict.false_hit_reporters}
+        return {
+            "recall_id": verdict.recall_id,
+            "trail_status": verdict.trail_status,
+            "false_hit_reports": verdict.false_hit_reports,
+            "false_hit_reporters": verdict.false_hit_reporters,
+        }
 
     async def get_section(
         ctx: Context,
-        section_id: Annotated[SectionId, Field(description="The section's id, e.g. `Doc/faq/general.rst#what-is-python`.")],
+        section_id: Annotated[
+            SectionId, Field(description="The section's id, e.g. `Doc/faq/general.rst#what-is-python`.")
+        ],
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """A section's current text and hash (the hash is what ragtrail_record wants)."""
@@ -265,10 +388,19 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
 
     async def lookup_tool_result(
         ctx: Context,
-        tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the read-only tool you are about to call.")],
+        tool: Annotated[
+            str,
+            Field(min_length=1, max_length=200, description="The name of the read-only tool you are about to call."),
+        ],
         args: Annotated[dict[str, Any], Field(description="The arguments you would call it with.")],
-        context: Annotated[dict[str, Any], Field(description="Anything else its result depends on (a user's locale, an index version).")] = {},
-        caller: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Whose call this is, for tools cached per caller.")] = None,
+        context: Annotated[
+            dict[str, Any],
+            Field(description="Anything else its result depends on (a user's locale, an index version)."),
+        ] = {},
+        caller: Annotated[
+            Optional[str],
+            Field(min_length=1, max_length=200, description="Whose call this is, for tools cached per caller."),
+        ] = None,
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """Before calling a read-only tool: a stored result of the same call, where the scope's
@@ -278,22 +410,49 @@ def build_server(base_url: str, api_key: str | None = None, scope: str | None = 
 
     async def store_tool_result(
         ctx: Context,
-        tool: Annotated[str, Field(min_length=1, max_length=200, description="The name of the read-only tool you called.")],
+        tool: Annotated[
+            str, Field(min_length=1, max_length=200, description="The name of the read-only tool you called.")
+        ],
         args: Annotated[dict[str, Any], Field(description="The arguments you called it with.")],
         result: Annotated[Any, Field(description="What it returned (any JSON).")],
-        context: Annotated[dict[str, Any], Field(description="The same context as for ragtrail_lookup_tool_result.")] = {},
-        caller: Annotated[Optional[str], Field(min_length=1, max_length=200, description="Whose call this was, for tools cached per caller.")] = None,
-        sections: Annotated[dict[SectionId, Sha256], Field(description="Ids of the sections the result was read from, each with the hash you read, so it is never served after one changes.")] = {},
+        context: Annotated[
+            dict[str, Any], Field(description="The same context as for ragtrail_lookup_tool_result.")
+        ] = {},
+        caller: Annotated[
+            Optional[str],
+            Field(min_length=1, max_length=200, description="Whose call this was, for tools cached per caller."),
+        ] = None,
+        sections: Annotated[
+            dict[SectionId, Sha256],
+            Field(
+                description="Ids of the sections the result was read from, each with the hash you read, so it is never served after one changes."
+            ),
+        ] = {},
         scope: Optional[str] = None,
     ) -> dict[str, Any]:
         """After calling a read-only tool: store its result for the same call later (where the
         scope's policy caches that tool)."""
-        stored = await call(ctx, "store_tool_result", tool, args, result, context=context, caller=caller,
-                            sections=sections or None, scope=scope)
+        stored = await call(
+            ctx,
+            "store_tool_result",
+            tool,
+            args,
+            result,
+            context=context,
+            caller=caller,
+            sections=sections or None,
+            scope=scope,
+        )
         return {"stored": stored.stored, "ttl_s": stored.ttl_s, "reason": stored.reason}
 
-    for fn, read_only in ((recall, False), (record, False), (feedback, False), (get_section, True),
-                          (lookup_tool_result, True), (store_tool_result, False)):
+    for fn, read_only in (
+        (recall, False),
+        (record, False),
+        (feedback, False),
+        (get_section, True),
+        (lookup_tool_result, True),
+        (store_tool_result, False),
+    ):
         tool(fn, read_only)
     for registered in server._tool_manager.list_tools():
         # Advertised as enforced: an argument a tool does not take is refused (call_tool), not ignored.
@@ -308,11 +467,24 @@ RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "outcome": {"enum": ["prefetch", "hint", "miss"]},
-        "recall_id": _TEXT_OR_NULL, "trail_id": _TEXT_OR_NULL, "matched_query": _TEXT_OR_NULL, "hint": _TEXT_OR_NULL,
+        "recall_id": _TEXT_OR_NULL,
+        "trail_id": _TEXT_OR_NULL,
+        "matched_query": _TEXT_OR_NULL,
+        "hint": _TEXT_OR_NULL,
         "similarity": {"type": ["number", "null"]},
-        "sections": {"type": "array", "items": {"type": "object", "required": ["id", "status"], "properties": {
-            "id": {"type": "string"}, "status": {"enum": ["valid", "changed", "deleted"]},
-            "text": _TEXT_OR_NULL, "hash": _TEXT_OR_NULL}}},
+        "sections": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "status"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "status": {"enum": ["valid", "changed", "deleted"]},
+                    "text": _TEXT_OR_NULL,
+                    "hash": _TEXT_OR_NULL,
+                },
+            },
+        },
         "steps": {"type": "array", "items": {"type": "object", "required": ["tool", "args", "section_ids"]}},
         "tokens": {"type": "integer"},
         "truncated": {"type": "boolean"},
@@ -332,15 +504,24 @@ class RequireBearer:
         if scope["type"] == "http":
             headers = dict(scope.get("headers") or [])
             if not headers.get(b"authorization", b"").lower().startswith(b"bearer "):
-                body = json.dumps({"error": {"code": "unauthorized", "message": "send Authorization: Bearer rt_..."}}).encode()
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                body = json.dumps(
+                    {"error": {"code": "unauthorized", "message": "send Authorization: Bearer rt_..."}}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
 
 
-def http_app(base_url: str, scope: str | None = None, timeout: float = CALL_DEADLINE, recall_timeout: float = RECALL_DEADLINE):
+def http_app(
+    base_url: str, scope: str | None = None, timeout: float = CALL_DEADLINE, recall_timeout: float = RECALL_DEADLINE
+):
     """The streamable HTTP app (at /mcp), each request authenticated by its own bearer key."""
     server = build_server(base_url, None, scope, timeout, recall_timeout=recall_timeout)
     return RequireBearer(server.streamable_http_app(stateless_http=True, json_response=True))
@@ -367,16 +548,24 @@ def granted_scopes(base_url: str, api_key: str, wait: float) -> tuple[str, ...]:
                 break
             except RagtrailError as error:
                 if error.status != 0 or error.code not in ("deadline", "unreachable") or time.monotonic() >= give_up:
-                    raise CannotStart(f"the key's scopes could not be read from {base_url} ({error}); start it once "
-                                      "ragtrail answers, or with --scope") from None
+                    raise CannotStart(
+                        f"the key's scopes could not be read from {base_url} ({error}); start it once "
+                        "ragtrail answers, or with --scope"
+                    ) from None
                 time.sleep(min(0.5, max(0.0, give_up - time.monotonic())))
     if not granted:
         raise CannotStart("the key is granted no scope")
     return granted
 
 
-def stdio_server(base_url: str, api_key: str | None, scope: str | None, timeout: float = CALL_DEADLINE,
-                 recall_timeout: float = RECALL_DEADLINE, wait: float = 5.0) -> MCPServer:
+def stdio_server(
+    base_url: str,
+    api_key: str | None,
+    scope: str | None,
+    timeout: float = CALL_DEADLINE,
+    recall_timeout: float = RECALL_DEADLINE,
+    wait: float = 5.0,
+) -> MCPServer:
     """The stdio server for one key: its scope fixed by --scope, or by the key where the key
     is granted one; a key granted several offers exactly those. Without --scope it starts
     only once it knows the key's scopes (the API answered within `wait` seconds)."""
@@ -399,24 +588,44 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--timeout", type=float, default=CALL_DEADLINE, help="each call's overall deadline, retries included (s)")
-    parser.add_argument("--recall-timeout", type=float, default=RECALL_DEADLINE,
-                        help="recall's overall deadline (s): past it the model searches as it would without ragtrail")
-    parser.add_argument("--wait", type=float, default=5.0,
-                        help="stdio without --scope: how long to wait for the API to say the key's scopes before refusing to start (s)")
+    parser.add_argument(
+        "--timeout", type=float, default=CALL_DEADLINE, help="each call's overall deadline, retries included (s)"
+    )
+    parser.add_argument(
+        "--recall-timeout",
+        type=float,
+        default=RECALL_DEADLINE,
+        help="recall's overall deadline (s): past it the model searches as it would without ragtrail",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        help="stdio without --scope: how long to wait for the API to say the key's scopes before refusing to start (s)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     options = argument_parser().parse_args(argv)
     if options.transport == "stdio":
-        stdio_server(options.base_url, os.environ.get("RAGTRAIL_API_KEY"), options.scope, options.timeout,
-                     options.recall_timeout, options.wait).run("stdio")
+        stdio_server(
+            options.base_url,
+            os.environ.get("RAGTRAIL_API_KEY"),
+            options.scope,
+            options.timeout,
+            options.recall_timeout,
+            options.wait,
+        ).run("stdio")
         return
     import uvicorn
 
-    uvicorn.run(http_app(options.base_url, options.scope, options.timeout, options.recall_timeout), host=options.host,
-                port=options.port, log_level="warning")
+    uvicorn.run(
+        http_app(options.base_url, options.scope, options.timeout, options.recall_timeout),
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

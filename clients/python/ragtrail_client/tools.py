@@ -1,4 +1,5 @@
 """`cached_tool`: an agent's read-only tool, looked up in ragtrail before it is called."""
+
 from __future__ import annotations
 
 import functools
@@ -56,16 +57,21 @@ def cached_tool(
                     return found.result
                 if not warned and found.reason and ("no policy" in found.reason or "not cacheable" in found.reason):
                     warned.append(True)
-                    warnings.warn(f"ragtrail does not cache tool {tool!r}: {found.reason}. Set a policy with "
-                                  "RagtrailClient.put_tool_policies([{'tool': ..., 'cacheable': True, 'ttl_s': ...}]).",
-                                  UncachedToolWarning, stacklevel=2)
+                    warnings.warn(
+                        f"ragtrail does not cache tool {tool!r}: {found.reason}. Set a policy with "
+                        "RagtrailClient.put_tool_policies([{'tool': ..., 'cacheable': True, 'ttl_s': ...}]).",
+                        UncachedToolWarning,
+                        stacklevel=2,
+                    )
             except RagtrailError as error:
                 if 0 < error.status < 500:
                     raise
             result = fn(*args, **kwargs)
             read = sections(result) if sections else None
             try:
-                client.store_tool_result(tool, arguments, result, context=context, caller=caller, sections=read, scope=scope)
+                client.store_tool_result(
+                    tool, arguments, result, context=context, caller=caller, sections=read, scope=scope
+                )
             except RagtrailError as error:
                 if 0 < error.status < 500:
                     raise

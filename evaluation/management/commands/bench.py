@@ -1,4 +1,5 @@
 """`make bench`: the scale and HTTP benchmarks in one run, compared with the previous run."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ WATCHED = [
     ("HTTP embedding recall p99 ms (distinct)", ("http", "recall embedding (distinct questions)", "p99_ms"), False),
     ("HTTP embedding recalls/s (half repeats)", ("http", "recall embedding (half repeats)", "per_second"), True),
     ("HTTP records/s", ("http", "record", "per_second"), True),
-    ("HTTP lexical recall CPU ms (all processes)", ("http", "recall lexical (half hits)", "cpu_ms_per_request", "total"), False),
-    ("HTTP embedding recall CPU ms (distinct)", ("http", "recall embedding (distinct questions)", "cpu_ms_per_request", "total"), False),
+    (
+        "HTTP lexical recall CPU ms (all processes)",
+        ("http", "recall lexical (half hits)", "cpu_ms_per_request", "total"),
+        False,
+    ),
+    (
+        "HTTP embedding recall CPU ms (distinct)",
+        ("http", "recall embedding (distinct questions)", "cpu_ms_per_request", "total"),
+        False,
+    ),
     ("overload: slowest answer ms", ("http", "overload", "max_ms"), False),
     ("overload without a proxy: answered p99 ms", ("http", "overload without a proxy", "p99_ms"), False),
     ("overload without a proxy: 503 p99 ms", ("http", "overload without a proxy", "shed_p99_ms"), False),
@@ -64,34 +73,54 @@ class Command(BaseCommand):
     help = "Runs benchmark_scale, benchmark_http and benchmark_peer, writes bench-out/bench-<time>.json and compares with the previous run."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes of the scale benchmark")
+        parser.add_argument(
+            "--sizes", type=int, nargs="+", default=[10_000, 100_000], help="store sizes of the scale benchmark"
+        )
         parser.add_argument("--seconds", type=float, default=20.0, help="length of each HTTP throughput run")
         parser.add_argument("--memory-requests", type=int, default=100_000)
         # 1M adds ~20 minutes here: the ragtrail fill (7 min), GPTCache's import (4) and its ~180 ms scans (6).
-        parser.add_argument("--peer-sizes", type=int, nargs="+", default=[100_000], help="store sizes of the GPTCache comparison")
+        parser.add_argument(
+            "--peer-sizes", type=int, nargs="+", default=[100_000], help="store sizes of the GPTCache comparison"
+        )
         parser.add_argument("--out", type=Path, default=Path(settings.BASE_DIR) / "bench-out")
 
     def handle(self, *args, sizes, seconds, memory_requests, peer_sizes, out: Path, **options) -> None:
         out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        scale_file, http_file, peer_file = out / f"scale-{stamp}.json", out / f"http-{stamp}.json", out / f"peer-{stamp}.json"
+        scale_file, http_file, peer_file = (
+            out / f"scale-{stamp}.json",
+            out / f"http-{stamp}.json",
+            out / f"peer-{stamp}.json",
+        )
         self.stdout.write("== embedding recall as one scope grows (in-process, PostgreSQL) ==")
         call_command("benchmark_scale", sizes=sizes, json_path=scale_file, stdout=self.stdout)
         self.stdout.write("\n== HTTP: gunicorn on PostgreSQL, load generator included ==")
-        call_command("benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout)
-        self.stdout.write(f"\n== against GPTCache 0.1.44 at {', '.join(f'{n:,}' for n in peer_sizes)} questions, embedding excluded on both sides ==")
+        call_command(
+            "benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout
+        )
+        self.stdout.write(
+            f"\n== against GPTCache 0.1.44 at {', '.join(f'{n:,}' for n in peer_sizes)} questions, embedding excluded on both sides =="
+        )
         call_command("benchmark_peer", sizes=peer_sizes, json_path=peer_file, stdout=self.stdout)
         scale = json.loads(scale_file.read_text())
         scale["largest"] = scale["sizes"][str(max(sizes))]
         http = json.loads(http_file.read_text())
         http["memory"]["largest_growth_mb"] = max(http["memory"]["growth_mb"].values(), default=0.0)
         http["memory"]["largest_rss_ratio"] = max(http["memory"]["rss_ratio"].values(), default=0.0)
-        current = {"when": stamp, "sizes": sizes, "scale": scale, "http": http, "peer": json.loads(peer_file.read_text())}
+        current = {
+            "when": stamp,
+            "sizes": sizes,
+            "scale": scale,
+            "http": http,
+            "peer": json.loads(peer_file.read_text()),
+        }
         latest = out / "bench-latest.json"
         self.stdout.write("")
         if latest.exists():
             previous = json.loads(latest.read_text())
-            self.stdout.write(f"== against the previous run ({previous.get('when', '?')}, sizes {previous.get('sizes')}) ==")
+            self.stdout.write(
+                f"== against the previous run ({previous.get('when', '?')}, sizes {previous.get('sizes')}) =="
+            )
             self.stdout.write("\n".join(comparison(previous, current)) or "  nothing comparable")
         else:
             self.stdout.write("== no previous run in bench-out/ to compare with ==")

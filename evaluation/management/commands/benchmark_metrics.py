@@ -1,6 +1,7 @@
 """What the Prometheus metrics cost a recall: CPU per request through the whole Django stack
 (middleware, ninja, recall, the event write), with the metrics live and with every metric
 replaced by a no-op, alternating in one run."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ import uuid
 from django.core.management.base import BaseCommand
 from django.test import Client
 
+from evaluation.bulk import drop_scope
 from infra import metrics
 from scopes.models import ApiKey, Scope, Section
-from evaluation.bulk import drop_scope
 from trails.serving.record import RecordInput, record
 
 
@@ -43,7 +44,12 @@ class Command(BaseCommand):
         try:
             Section.upsert(scope, {f"s{i}": f"Section {i} says something about topic {i}." for i in range(50)})
             for i in range(50):
-                record(scope, RecordInput(query=f"What does section {i} say about topic {i}?", cited=[f"s{i}"], signal="accepted"))
+                record(
+                    scope,
+                    RecordInput(
+                        query=f"What does section {i} say about topic {i}?", cited=[f"s{i}"], signal="accepted"
+                    ),
+                )
             _, key = ApiKey.issue([scope])
             client = Client(headers={"Authorization": f"Bearer {key}"})
             url = f"/api/v1/scopes/{scope.slug}/recall"
@@ -67,8 +73,10 @@ class Command(BaseCommand):
                     for name, metric in live.items():
                         setattr(metrics, name, metric)
             a, b = statistics.median(with_metrics), statistics.median(without)
-            self.stdout.write(f"CPU per recall request, median of {rounds} alternating rounds of {requests}: "
-                              f"metrics live {a:.3f} ms, no-op {b:.3f} ms; ratio {a / b:.3f} (+{a - b:.3f} ms)")
+            self.stdout.write(
+                f"CPU per recall request, median of {rounds} alternating rounds of {requests}: "
+                f"metrics live {a:.3f} ms, no-op {b:.3f} ms; ratio {a / b:.3f} (+{a - b:.3f} ms)"
+            )
         finally:
             for name, metric in live.items():
                 setattr(metrics, name, metric)

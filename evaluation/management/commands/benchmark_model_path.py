@@ -7,6 +7,7 @@ a scope would get — each model's embedding threshold fitted on the fit split t
 which neither fit saw, with 95 % Clopper-Pearson intervals. The cheaper path is good enough
 when both of its validation rates lie inside the float model's intervals.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -53,21 +54,36 @@ class Command(BaseCommand):
             figures["models"][name] = {"ms_per_question_p50": round(statistics.median(spent[name]), 3)}
         speedup = statistics.median(spent["float32"]) / statistics.median(spent["int8"])
         figures["speedup_p50"] = round(speedup, 2)
-        self.stdout.write(f"one question, median of {len(asked)} alternating: float32 {statistics.median(spent['float32']):.2f} ms, "
-                          f"int8 {statistics.median(spent['int8']):.2f} ms: int8 {speedup:.2f}x faster")
+        self.stdout.write(
+            f"one question, median of {len(asked)} alternating: float32 {statistics.median(spent['float32']):.2f} ms, "
+            f"int8 {statistics.median(spent['int8']):.2f} ms: int8 {speedup:.2f}x faster"
+        )
 
         for name, model in models.items():
             started = time.perf_counter()
             with serving(PrecomputedEmbedder(model, texts)):
                 fitted = matching.fit_thresholds(data)["matchers"]["embedding"]
                 point = matching.defaults(data, "embedding", embedding_threshold=fitted["threshold"])
-            figures["models"][name].update({"threshold": fitted["threshold"], "fit_false_upper": fitted["false_upper"],
-                                            "validation": point["validation"], "fit": point["fit"]})
-            self.stdout.write(f"{name}: threshold {fitted['threshold']} fitted on the fit split ({time.perf_counter() - started:.0f} s); "
-                              f"validation split: {interval_row(point['validation'])}")
+            figures["models"][name].update(
+                {
+                    "threshold": fitted["threshold"],
+                    "fit_false_upper": fitted["false_upper"],
+                    "validation": point["validation"],
+                    "fit": point["fit"],
+                }
+            )
+            self.stdout.write(
+                f"{name}: threshold {fitted['threshold']} fitted on the fit split ({time.perf_counter() - started:.0f} s); "
+                f"validation split: {interval_row(point['validation'])}"
+            )
         base, cheap = figures["models"]["float32"]["validation"], figures["models"]["int8"]["validation"]
-        inside = {rate: base[f"{rate}_ci"][0] <= cheap[f"{rate}_rate"] <= base[f"{rate}_ci"][1] for rate in ("correct", "false")}
+        inside = {
+            rate: base[f"{rate}_ci"][0] <= cheap[f"{rate}_rate"] <= base[f"{rate}_ci"][1]
+            for rate in ("correct", "false")
+        }
         figures["int8_inside_float32_intervals"] = inside
-        self.stdout.write(f"int8's validation rates inside float32's 95 % intervals: correct hits {inside['correct']}, "
-                          f"false hits {inside['false']}; speed {speedup:.2f}x")
+        self.stdout.write(
+            f"int8's validation rates inside float32's 95 % intervals: correct hits {inside['correct']}, "
+            f"false hits {inside['false']}; speed {speedup:.2f}x"
+        )
         save_figures(json_path, figures)

@@ -1,4 +1,5 @@
 """manage.py benchmark_page: docs/benchmarks.md's table of targets from docs/benchmark-results.json."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand

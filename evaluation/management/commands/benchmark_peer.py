@@ -6,6 +6,7 @@ database with validation and the event write; the peer's is GPTCache 0.1.44's ow
 (SQLite + FAISS) in its own process and venv. The asked questions go in blocks, alternating
 between the two, so a slow minute of this machine weighs on both alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,8 @@ import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from evaluation import results
+from evaluation.bulk import drop_scope
 from evaluation.scale import (
     ScaleWorkload,
     database_label,
@@ -27,12 +30,10 @@ from evaluation.scale import (
     store_citing_two,
     vacuum_analyze,
 )
-from evaluation import results
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.serving.matching import matching_settings
-from evaluation.bulk import drop_scope
 from trails.serving.recall import recall
 
 PEER = Path(__file__).resolve().parents[2] / "peer"
@@ -45,25 +46,39 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
         parser.add_argument("--recalls", type=int, default=2000, help="questions timed on each side at each size")
         parser.add_argument("--blocks", type=int, default=20, help="alternations between the two sides")
-        parser.add_argument("--peer-python", type=Path, default=Path(settings.BASE_DIR) / ".venv-peer" / "bin" / "python",
-                            help="a Python with evaluation/peer/requirements.txt installed (make .venv-peer)")
+        parser.add_argument(
+            "--peer-python",
+            type=Path,
+            default=Path(settings.BASE_DIR) / ".venv-peer" / "bin" / "python",
+            help="a Python with evaluation/peer/requirements.txt installed (make .venv-peer)",
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
-        parser.add_argument("--record", action="store_true", help="keep each size's figure in docs/benchmark-results.json (peer-100k, peer-1m, ...)")
+        parser.add_argument(
+            "--record",
+            action="store_true",
+            help="keep each size's figure in docs/benchmark-results.json (peer-100k, peer-1m, ...)",
+        )
 
-    def handle(self, *args, sizes, recalls, blocks, peer_python: Path, seed, json_path, record: bool = False, **options) -> None:
+    def handle(
+        self, *args, sizes, recalls, blocks, peer_python: Path, seed, json_path, record: bool = False, **options
+    ) -> None:
         if not peer_python.exists():
             raise CommandError(f"{peer_python} not found: make .venv-peer (GPTCache in its own venv)")
         embedder = get_embedder()
         workload = ScaleWorkload(embedder, seed)
         warm = 100
         asked = workload.asked(recalls + warm)
-        scope = Scope.objects.create(scratch=True, slug=f"bench-peer-{uuid.uuid4().hex[:8]}", name="peer benchmark", matcher="embedding")
+        scope = Scope.objects.create(
+            scratch=True, slug=f"bench-peer-{uuid.uuid4().hex[:8]}", name="peer benchmark", matcher="embedding"
+        )
         threshold = matching_settings(scope).embedding_threshold
         database = database_label()
-        self.stdout.write(f"database: {database}; embedding threshold {threshold} (GPTCache: the same cosine); "
-                          f"{recalls} questions a side at each size in {blocks} alternating blocks, after {warm} to warm up; "
-                          "embedding excluded on both sides")
+        self.stdout.write(
+            f"database: {database}; embedding threshold {threshold} (GPTCache: the same cosine); "
+            f"{recalls} questions a side at each size in {blocks} alternating blocks, after {warm} to warm up; "
+            "embedding excluded on both sides"
+        )
         figures: dict = {"threshold": threshold, "recalls": recalls, "database": database, "sizes": {}}
         try:
             current = faq_sections_for(scope)
@@ -74,7 +89,9 @@ class Command(BaseCommand):
                 vacuum_analyze()
                 fill = time.perf_counter() - started
                 texts, vectors = workload.first(size)  # GPTCache is built anew with all of them
-                figures["sizes"][size] = self._measure(scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill)
+                figures["sizes"][size] = self._measure(
+                    scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill
+                )
         finally:
             drop_scope(scope)
         if record:
@@ -86,13 +103,16 @@ class Command(BaseCommand):
         label = results.SIZE_LABELS.get(size, str(size))
         ours, theirs = row["ragtrail"], row["gptcache"]
         results.record(
-            f"peer-{label}", say=self.stdout.write, target=f"recall() >= 10x faster than GPTCache 0.1.44's get() at {size:,} questions, p50 and p99",
+            f"peer-{label}",
+            say=self.stdout.write,
+            target=f"recall() >= 10x faster than GPTCache 0.1.44's get() at {size:,} questions, p50 and p99",
             command=f"`benchmark_peer --sizes {size} --record` ({blocks} alternating blocks, {recalls:,} questions a side; "
-                    "embedding excluded on both sides; validation and the event write included)",
+            "embedding excluded on both sides; validation and the event write included)",
             measured=f"{database}: p50 {ours['p50_ms']:.2f} against {theirs['p50_ms']:.2f} ms, **{row['ratio_p50']}x**; "
-                     f"p99 {ours['p99_ms']:.2f} against {theirs['p99_ms']:.2f} ms, **{row['ratio_p99']}x** "
-                     f"(hits {ours['hits']} / {theirs['hits']}; fill {ours['fill_s']:,.0f} s / GPTCache's import {theirs['fill_s']:,.0f} s)",
-            met=row["ratio_p50"] >= 10 and row["ratio_p99"] >= 10)
+            f"p99 {ours['p99_ms']:.2f} against {theirs['p99_ms']:.2f} ms, **{row['ratio_p99']}x** "
+            f"(hits {ours['hits']} / {theirs['hits']}; fill {ours['fill_s']:,.0f} s / GPTCache's import {theirs['fill_s']:,.0f} s)",
+            met=row["ratio_p50"] >= 10 and row["ratio_p99"] >= 10,
+        )
 
     def _measure(self, scope, texts, vectors, asked, warm, blocks, threshold, peer_python, fill) -> dict:
         with tempfile.TemporaryDirectory(prefix="ragtrail-peer-") as folder:
@@ -101,8 +121,13 @@ class Command(BaseCommand):
             np.save(folder / "stored.npy", np.asarray(vectors, dtype=np.float32))
             (folder / "asked.json").write_text(json.dumps([a.text for a in asked]))
             np.save(folder / "asked.npy", np.stack([a.vector for a in asked]).astype(np.float32))
-            peer = subprocess.Popen([str(peer_python), str(PEER / "gptcache_peer.py"), str(folder), str(threshold)],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            peer = subprocess.Popen(
+                [str(peer_python), str(PEER / "gptcache_peer.py"), str(folder), str(threshold)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
             try:
                 ready = json.loads(peer.stdout.readline() or "{}")
                 if "ready" not in ready:
@@ -116,7 +141,9 @@ class Command(BaseCommand):
                 ours: list[float] = []
                 theirs: list[float] = []
                 hits = {"ragtrail": 0, "gptcache": 0}
-                embedder = PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))
+                embedder = PrecomputedEmbedder(
+                    get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked])
+                )
                 with serving(embedder):
                     for question in asked[:warm]:
                         recall(scope, question.text)
@@ -124,7 +151,7 @@ class Command(BaseCommand):
                     edges = np.linspace(warm, len(asked), blocks + 1).astype(int)
                     for block, (start, end) in enumerate(zip(edges[:-1], edges[1:])):
                         # Alternate which side goes first, so neither always follows the other's work.
-                        for side in (("ragtrail", "gptcache") if block % 2 == 0 else ("gptcache", "ragtrail")):
+                        for side in ("ragtrail", "gptcache") if block % 2 == 0 else ("gptcache", "ragtrail"):
                             if side == "gptcache":
                                 timings, found = peer_block(int(start), int(end))
                                 theirs += timings
@@ -139,10 +166,18 @@ class Command(BaseCommand):
                 peer.stdin.close()
                 peer.wait(60)
         row = {
-            "ragtrail": {"p50_ms": round(statistics.median(ours), 3), "p99_ms": round(percentile(ours, 0.99), 3),
-                         "hits": hits["ragtrail"], "fill_s": round(fill, 1)},
-            "gptcache": {"p50_ms": round(statistics.median(theirs), 3), "p99_ms": round(percentile(theirs, 0.99), 3),
-                         "hits": hits["gptcache"], "fill_s": ready["fill_s"]},
+            "ragtrail": {
+                "p50_ms": round(statistics.median(ours), 3),
+                "p99_ms": round(percentile(ours, 0.99), 3),
+                "hits": hits["ragtrail"],
+                "fill_s": round(fill, 1),
+            },
+            "gptcache": {
+                "p50_ms": round(statistics.median(theirs), 3),
+                "p99_ms": round(percentile(theirs, 0.99), 3),
+                "hits": hits["gptcache"],
+                "fill_s": ready["fill_s"],
+            },
         }
         row["ratio_p50"] = round(row["gptcache"]["p50_ms"] / row["ragtrail"]["p50_ms"], 2)
         row["ratio_p99"] = round(row["gptcache"]["p99_ms"] / row["ragtrail"]["p99_ms"], 2)

@@ -1,25 +1,26 @@
 """Recall latency and record throughput at 10,000 and 100,000 trails, on the configured database."""
+
 from __future__ import annotations
 
-from contextlib import nullcontext
 import statistics
 import time
 import uuid
+from contextlib import nullcontext
 
 from django.core.management.base import BaseCommand
 from django.db import connection
 from django.utils import timezone
 
-from scopes.demo import faq_sections
-from scopes.models import Scope, Section
 from evaluation.bulk import drop_scope
-from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from evaluation.questions import QuestionMaker
 from evaluation.scale import vacuum_analyze
 from evaluation.timing import percentile
+from scopes.demo import faq_sections
+from scopes.models import Scope, Section
+from trails.core.hint import RecordedStep
+from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.serving.matching import matching_settings
 from trails.serving.recall import recall
-from trails.core.hint import RecordedStep
 from trails.serving.record import RecordInput, TrailRows, record
 
 
@@ -28,13 +29,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-        parser.add_argument("--recalls", type=int, default=2000, help="recalls timed at each size (half hits, half misses)")
+        parser.add_argument(
+            "--recalls", type=int, default=2000, help="recalls timed at each size (half hits, half misses)"
+        )
         parser.add_argument("--records", type=int, default=1000, help="records timed for throughput")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--matcher", choices=["lexical", "embedding"], default="lexical")
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
         parser.add_argument(
-            "--analyze", action="store_true",
+            "--analyze",
+            action="store_true",
             help="ANALYZE after each fill (PostgreSQL); by default the statistics are the ones taken before the "
             "scope grew, as for a new tenant growing inside a big table with autovacuum behind",
         )
@@ -44,7 +48,9 @@ class Command(BaseCommand):
         self.analyze = analyze
         if vendor == "postgresql":
             vacuum_analyze()  # the last statistics before the benchmark scope grows
-        scope = Scope.objects.create(scratch=True, slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher)
+        scope = Scope.objects.create(
+            scratch=True, slug=f"bench-{uuid.uuid4().hex[:8]}", name="benchmark", matcher=matcher
+        )
         try:
             self._run(scope, sorted(sizes), recalls, records, seed, vendor)
         finally:
@@ -89,12 +95,16 @@ class Command(BaseCommand):
         embedding = scope.uses_embedding
         matching = matching_settings(scope)
         layout = matching.embedding_layout.label if embedding else matching.lexical_layout.label
-        statistics_note = "ANALYZE after each fill" if self.analyze else "statistics from before the scope grew (no ANALYZE)"
+        statistics_note = (
+            "ANALYZE after each fill" if self.analyze else "statistics from before the scope grew (no ANALYZE)"
+        )
         self.stdout.write(f"database: {vendor}; matcher {scope.matcher}; band layout {layout}; {statistics_note}")
         if embedding:
             self.stdout.write("embedding: p50/p99 and hit/miss exclude embedding the query; 'incl.' is p50 with it")
-        self.stdout.write(f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}"
-                          + (f" {'incl. p50':>10} {'incl. p99':>10}" if embedding else ""))
+        self.stdout.write(
+            f"{'trails':>8} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'queries':>8} {'cands':>6} {'fill s':>7}"
+            + (f" {'incl. p50':>10} {'incl. p99':>10}" if embedding else "")
+        )
 
         results = {}
         for size in sizes:
@@ -106,15 +116,30 @@ class Command(BaseCommand):
                     batch = []
                     for query in questions:
                         cited = maker.random.sample(section_ids, 2)
-                        batch.append(TrailRows.build(scope, RecordInput(query=query, cited=cited, signal="accepted",
-                                     steps=[RecordedStep("search", {"query": query}, cited)]), current, "", now))
+                        batch.append(
+                            TrailRows.build(
+                                scope,
+                                RecordInput(
+                                    query=query,
+                                    cited=cited,
+                                    signal="accepted",
+                                    steps=[RecordedStep("search", {"query": query}, cited)],
+                                ),
+                                current,
+                                "",
+                                now,
+                            )
+                        )
                 TrailRows.save_all(batch)
                 stored.extend(questions)
             fill = time.perf_counter() - started
             if vendor == "postgresql" and self.analyze:
                 vacuum_analyze()
 
-            asked = [(i % 2 == 0, maker.random.choice(stored) if i % 2 == 0 else maker.question()) for i in range(recalls + 50)]
+            asked = [
+                (i % 2 == 0, maker.random.choice(stored) if i % 2 == 0 else maker.question())
+                for i in range(recalls + 50)
+            ]
             with self._precomputed([q for _, q in asked], embedding):
                 timing = self._time_recalls(scope, asked)
             hits, misses, candidates, query_counts, found = timing
@@ -137,6 +162,13 @@ class Command(BaseCommand):
         for _ in range(records):
             query = maker.question()
             cited = maker.random.sample(section_ids, 2)
-            record(scope, RecordInput(query=query, cited=cited, signal="accepted", steps=[RecordedStep("search", {"query": query}, cited)]))
+            record(
+                scope,
+                RecordInput(
+                    query=query, cited=cited, signal="accepted", steps=[RecordedStep("search", {"query": query}, cited)]
+                ),
+            )
         elapsed = time.perf_counter() - started
-        self.stdout.write(f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)")
+        self.stdout.write(
+            f"record: {records} trails in {elapsed:.2f} s = {records / elapsed:.0f} trails/s (one transaction each)"
+        )

@@ -1,5 +1,6 @@
 """Embedding recall as one scope grows to a million trails of real-looking questions,
 against brute-force cosine over the same store (evaluation.scale)."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from evaluation import phases, results
+from evaluation.bulk import bulk_transaction, drop_scope
 from evaluation.scale import (
     ScaleWorkload,
     database_label,
@@ -27,13 +29,11 @@ from evaluation.scale import (
 )
 from evaluation.timing import WARM_UP, percentile, save_figures
 from scopes.models import Scope
-from trails.serving.candidates import Candidate
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
-from trails.serving.matching import matching_settings, score_candidates, sign
 from trails.models import Trail
-from evaluation.bulk import bulk_transaction, drop_scope
+from trails.serving.candidates import Candidate
+from trails.serving.matching import matching_settings, score_candidates, sign
 from trails.serving.recall import recall
-
 
 
 class Command(BaseCommand):
@@ -44,32 +44,92 @@ class Command(BaseCommand):
         parser.add_argument("--recalls", type=int, default=2000, help="questions timed at each size")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", dest="json_path", type=Path, help="also write the figures to this file")
-        parser.add_argument("--answers-like", type=Path, metavar="JSON",
-                            help="a previous run's --json (same seed and sizes): prints how many questions got the same answer, and how the disk per trail changed")
-        parser.add_argument("--record", action="store_true",
-                            help="keep the disk per trail at the largest size (and, with --interleaved, its ratio to the small store) "
-                                 "in docs/benchmark-results.json")
+        parser.add_argument(
+            "--answers-like",
+            type=Path,
+            metavar="JSON",
+            help="a previous run's --json (same seed and sizes): prints how many questions got the same answer, and how the disk per trail changed",
+        )
+        parser.add_argument(
+            "--record",
+            action="store_true",
+            help="keep the disk per trail at the largest size (and, with --interleaved, its ratio to the small store) "
+            "in docs/benchmark-results.json",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the benchmark scope afterwards")
-        parser.add_argument("--reuse", metavar="SLUG", help="measure a scope kept by an earlier run (same seed), filling only past its trails")
+        parser.add_argument(
+            "--reuse",
+            metavar="SLUG",
+            help="measure a scope kept by an earlier run (same seed), filling only past its trails",
+        )
         parser.add_argument("--analyze", action="store_true", help="VACUUM ANALYZE after each fill (PostgreSQL)")
-        parser.add_argument("--scopes", type=int, default=1, metavar="N",
-                            help="the store holds N scopes of the largest size, each asked the same questions (tenants alike); recall is timed on the first")
-        parser.add_argument("--interleaved", type=int, metavar="SMALL", default=0,
-                            help="then a second scope of SMALL trails, and recall on the two alternately (one process, the same questions)")
-        parser.add_argument("--against-fillfactor", type=int, metavar="PERCENT",
-                            help="then a second store as large, filled at this fillfactor, and recall on the two alternately")
-        parser.add_argument("--indexes-after", action="store_true",
-                            help="drop the trail tables' indexes that hold no constraint during the fill and build them after it (PostgreSQL; "
-                                 "the fill time includes the builds)")
-        parser.add_argument("--index-workers", type=int, default=2, metavar="N",
-                            help="with --indexes-after: connections building indexes at once, a table's on one (default 2)")
-        parser.add_argument("--index-memory", default="", metavar="SIZE",
-                            help="with --indexes-after: maintenance_work_mem for the builds, e.g. 4GB (default: the server's)")
-        parser.add_argument("--fillfactor", type=int, metavar="PERCENT",
-                            help="the trails table's fillfactor for this run's fill (PostgreSQL; the migrations set 80), restored afterwards")
+        parser.add_argument(
+            "--scopes",
+            type=int,
+            default=1,
+            metavar="N",
+            help="the store holds N scopes of the largest size, each asked the same questions (tenants alike); recall is timed on the first",
+        )
+        parser.add_argument(
+            "--interleaved",
+            type=int,
+            metavar="SMALL",
+            default=0,
+            help="then a second scope of SMALL trails, and recall on the two alternately (one process, the same questions)",
+        )
+        parser.add_argument(
+            "--against-fillfactor",
+            type=int,
+            metavar="PERCENT",
+            help="then a second store as large, filled at this fillfactor, and recall on the two alternately",
+        )
+        parser.add_argument(
+            "--indexes-after",
+            action="store_true",
+            help="drop the trail tables' indexes that hold no constraint during the fill and build them after it (PostgreSQL; "
+            "the fill time includes the builds)",
+        )
+        parser.add_argument(
+            "--index-workers",
+            type=int,
+            default=2,
+            metavar="N",
+            help="with --indexes-after: connections building indexes at once, a table's on one (default 2)",
+        )
+        parser.add_argument(
+            "--index-memory",
+            default="",
+            metavar="SIZE",
+            help="with --indexes-after: maintenance_work_mem for the builds, e.g. 4GB (default: the server's)",
+        )
+        parser.add_argument(
+            "--fillfactor",
+            type=int,
+            metavar="PERCENT",
+            help="the trails table's fillfactor for this run's fill (PostgreSQL; the migrations set 80), restored afterwards",
+        )
 
-    def handle(self, *args, sizes, recalls, seed, json_path: Path | None, keep, analyze, reuse, interleaved: int = 0, answers_like: Path | None = None, record: bool = False, scopes: int = 1,
-               fillfactor: int | None = None, against_fillfactor: int | None = None, indexes_after: bool = False, index_workers: int = 2, index_memory: str = "", **options) -> None:
+    def handle(
+        self,
+        *args,
+        sizes,
+        recalls,
+        seed,
+        json_path: Path | None,
+        keep,
+        analyze,
+        reuse,
+        interleaved: int = 0,
+        answers_like: Path | None = None,
+        record: bool = False,
+        scopes: int = 1,
+        fillfactor: int | None = None,
+        against_fillfactor: int | None = None,
+        indexes_after: bool = False,
+        index_workers: int = 2,
+        index_memory: str = "",
+        **options,
+    ) -> None:
         if index_workers < 1:
             raise CommandError("--index-workers must be 1 or more")
         if index_memory and not re.fullmatch(r"\d+(kB|MB|GB)", index_memory):
@@ -90,7 +150,9 @@ class Command(BaseCommand):
         if reuse:
             scope, keep = Scope.objects.get(slug=reuse), True
         else:
-            scope = Scope.objects.create(scratch=True, slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding")
+            scope = Scope.objects.create(
+                scratch=True, slug=f"bench-scale-{uuid.uuid4().hex[:8]}", name="scale benchmark", matcher="embedding"
+            )
         if scopes < 1:
             raise CommandError("--scopes must be at least 1")
         previous_fillfactor = self._set_fillfactor(fillfactor) if fillfactor is not None else None
@@ -101,8 +163,9 @@ class Command(BaseCommand):
             if interleaved:
                 figures["interleaved"] = self._interleaved(scope, max(sizes), workload, asked, interleaved, analyze)
             if against_fillfactor is not None:
-                figures["against_fillfactor"] = self._interleaved(scope, max(sizes), workload, asked, max(sizes), analyze,
-                                                                  fillfactor=against_fillfactor)
+                figures["against_fillfactor"] = self._interleaved(
+                    scope, max(sizes), workload, asked, max(sizes), analyze, fillfactor=against_fillfactor
+                )
         finally:
             if fillfactor is not None:
                 self._set_fillfactor(previous_fillfactor)
@@ -121,39 +184,61 @@ class Command(BaseCommand):
     def _record(self, figures: dict, size: int, small: int, answers_like: Path | None, scopes: int = 1) -> None:
         row, label = figures["sizes"][size], results.SIZE_LABELS.get(size * scopes, str(size * scopes))
         store = f"{size * scopes:,} trails" + (f" ({scopes} scopes of {size:,})" if scopes > 1 else "")
-        flags = f"--sizes {size}" + (f" --scopes {scopes}" if scopes > 1 else "") + (" --indexes-after" if "index_build_s" in row else "")
+        flags = (
+            f"--sizes {size}"
+            + (f" --scopes {scopes}" if scopes > 1 else "")
+            + (" --indexes-after" if "index_build_s" in row else "")
+        )
         disk = row.get("footprint") or {}
         if disk:
             against = figures.get("against", {}).get(str(size))
-            same = f"; the same answer to {against['same_answers']} of {against['of']} questions as {answers_like.name}" if against else ""
-            tables = ", ".join(f"{name.removeprefix('trails_')} {t['bytes_per_trail']:,}" for name, t in disk["tables"].items())
+            same = (
+                f"; the same answer to {against['same_answers']} of {against['of']} questions as {answers_like.name}"
+                if against
+                else ""
+            )
+            tables = ", ".join(
+                f"{name.removeprefix('trails_')} {t['bytes_per_trail']:,}" for name, t in disk["tables"].items()
+            )
             results.record(
-                f"footprint-{label}", say=self.stdout.write, target=f"disk per trail at {store} <= 3 KB, the same answers",
+                f"footprint-{label}",
+                say=self.stdout.write,
+                target=f"disk per trail at {store} <= 3 KB, the same answers",
                 command=f"`benchmark_scale {flags} --analyze --record` on a new database",
                 measured=f"**{disk['bytes_per_trail']:,} bytes** ({tables}; {disk['bytes'] / 2**30:.1f} GiB in all, filled in "
-                         f"{row['fill_s']:,.0f} s){same}; correct hits {row['correct_hits']['index']} "
-                         f"of {row['correct_hits']['of']} (brute force {row['correct_hits']['brute_force']}), false hits "
-                         f"{row['false_hits']['index']} of {row['false_hits']['of']} (brute force {row['false_hits']['brute_force']})",
-                met=disk["bytes_per_trail"] <= 3072 and (not against or against["same_answers"] == against["of"]))
+                f"{row['fill_s']:,.0f} s){same}; correct hits {row['correct_hits']['index']} "
+                f"of {row['correct_hits']['of']} (brute force {row['correct_hits']['brute_force']}), false hits "
+                f"{row['false_hits']['index']} of {row['false_hits']['of']} (brute force {row['false_hits']['brute_force']})",
+                met=disk["bytes_per_trail"] <= 3072 and (not against or against["same_answers"] == against["of"]),
+            )
             if scopes > 1:
-                building = (f"; the indexes that hold no constraint built after the rows, in {row['index_build_s']:,.0f} s"
-                            if "index_build_s" in row else "; every index written row by row")
+                building = (
+                    f"; the indexes that hold no constraint built after the rows, in {row['index_build_s']:,.0f} s"
+                    if "index_build_s" in row
+                    else "; every index written row by row"
+                )
                 vacuumed = f"; then VACUUM ANALYZE {row['analyze_s']:,.0f} s" if "analyze_s" in row else ""
                 results.record(
-                    f"fill-{label}", say=self.stdout.write, target=f"{store} filled within an hour (signed in numpy, written with COPY)",
+                    f"fill-{label}",
+                    say=self.stdout.write,
+                    target=f"{store} filled within an hour (signed in numpy, written with COPY)",
                     command=f"`benchmark_scale {flags} --analyze --record` on a new database",
                     measured=f"**{row['fill_s']:,.0f} s** ({row['fill_s'] / 60:.0f} min{building}{vacuumed}); "
-                             f"{disk['bytes'] / 2**30:.1f} GiB, {disk['bytes_per_trail']:,} bytes a trail",
-                    met=row["fill_s"] <= 3600)
+                    f"{disk['bytes'] / 2**30:.1f} GiB, {disk['bytes_per_trail']:,} bytes a trail",
+                    met=row["fill_s"] <= 3600,
+                )
         paired = figures.get("interleaved")
         if paired:
             large, little = paired["large"], paired["small"]
             results.record(
-                f"scale-{label}", say=self.stdout.write, target=f"recall at {store} within 1.5x of {small:,}, interleaved",
+                f"scale-{label}",
+                say=self.stdout.write,
+                target=f"recall at {store} within 1.5x of {small:,}, interleaved",
                 command=f"`benchmark_scale {flags} --recalls 2000 --interleaved {small} --analyze --record`",
                 measured=f"{figures['database']}: p50 {large['p50_ms']:.2f} against {little['p50_ms']:.2f} ms, **{paired['p50_ratio']}x**; "
-                         f"p99 {large['p99_ms']:.2f} against {little['p99_ms']:.2f} ms, **{paired['p99_ratio']}x**",
-                met=paired["p50_ratio"] <= 1.5 and paired["p99_ratio"] <= 1.5)
+                f"p99 {large['p99_ms']:.2f} against {little['p99_ms']:.2f} ms, **{paired['p99_ratio']}x**",
+                met=paired["p50_ratio"] <= 1.5 and paired["p99_ratio"] <= 1.5,
+            )
 
     def _against(self, previous: dict, figures: dict) -> dict:
         """The same questions' answers and the disk per trail, size by size, against a previous run."""
@@ -164,11 +249,17 @@ class Command(BaseCommand):
                 continue
             pairs = list(zip(before["answers"], row["answers"]))
             same = sum(a == b for a, b in pairs)
-            old_disk, new_disk = (before.get("footprint") or {}).get("bytes_per_trail"), (row.get("footprint") or {}).get("bytes_per_trail")
+            old_disk, new_disk = (
+                (before.get("footprint") or {}).get("bytes_per_trail"),
+                (row.get("footprint") or {}).get("bytes_per_trail"),
+            )
             result[str(size)] = {"same_answers": same, "of": len(pairs), "bytes_per_trail": [old_disk, new_disk]}
-            self.stdout.write(f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions; "
-                              f"disk per trail {old_disk:,} -> {new_disk:,} bytes" if old_disk and new_disk else
-                              f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions")
+            self.stdout.write(
+                f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions; "
+                f"disk per trail {old_disk:,} -> {new_disk:,} bytes"
+                if old_disk and new_disk
+                else f"against the previous run at {int(size):,} trails: the same answer to {same} of {len(pairs)} questions"
+            )
         return result
 
     @staticmethod
@@ -188,7 +279,11 @@ class Command(BaseCommand):
             return None
         with connection.cursor() as cursor:
             table = Trail._meta.db_table
-            cursor.execute(f"ALTER TABLE {table} SET (fillfactor = {int(percent)})" if percent else f"ALTER TABLE {table} RESET (fillfactor)")
+            cursor.execute(
+                f"ALTER TABLE {table} SET (fillfactor = {int(percent)})"
+                if percent
+                else f"ALTER TABLE {table} RESET (fillfactor)"
+            )
         self.stdout.write(f"trails table fillfactor {percent or 100} for this run (was {previous})")
         return previous
 
@@ -197,15 +292,27 @@ class Command(BaseCommand):
         started = time.perf_counter()
         texts, vectors = workload.first(size)
         for n in range(count):
-            other = Scope.objects.create(scratch=True, slug=f"bench-scale-tenant-{uuid.uuid4().hex[:8]}", name="scale benchmark (tenant)",
-                                         matcher="embedding")
+            other = Scope.objects.create(
+                scratch=True,
+                slug=f"bench-scale-tenant-{uuid.uuid4().hex[:8]}",
+                name="scale benchmark (tenant)",
+                matcher="embedding",
+            )
             self.others.append(other)
             store_citing_two(other, texts, vectors, faq_sections_for(other), seed=size + n)
             if (n + 1) % 10 == 0 or n + 1 == count:
                 self.stdout.write(f"  {n + 1} of {count} more scopes filled ({time.perf_counter() - started:.0f} s)")
 
-    def _run(self, scope: Scope, workload: ScaleWorkload, asked, sizes: list[int], analyze: bool, scopes: int = 1,
-             index_build: dict | None = None) -> dict:
+    def _run(
+        self,
+        scope: Scope,
+        workload: ScaleWorkload,
+        asked,
+        sizes: list[int],
+        analyze: bool,
+        scopes: int = 1,
+        index_build: dict | None = None,
+    ) -> dict:
         current = faq_sections_for(scope)
         # A kept scope's trails are the workload's first ones, in id order (the same seed).
         # From a cold cache a kept million-trail scope's ids took longer than the service's 5 s.
@@ -220,18 +327,29 @@ class Command(BaseCommand):
             f"sketch limit {matching.embedding_sketch_limit} bits, nearest {settings.RAGTRAIL_EMBEDDING_NEAREST} read; "
             + ("VACUUM ANALYZE after each fill" if analyze else "statistics and visibility as left by autovacuum")
         )
-        self.stdout.write("latency: recall() in-process with its event write, excluding the query embedding (vectors precomputed)")
+        self.stdout.write(
+            "latency: recall() in-process with its event write, excluding the query embedding (vectors precomputed)"
+        )
         self.stdout.write(
             f"{'trails':>9} {'p50 ms':>7} {'p99 ms':>7} {'hit p50':>8} {'miss p50':>9} {'cands':>6} {'c p99':>6} "
             f"{'fill s':>7}  correct hits (index / brute force)  false hits (index / brute force)  index missed"
         )
-        figures: dict = {"threshold": threshold, "layout": matching.embedding_layout.label, "database": database, "sizes": {}}
+        figures: dict = {
+            "threshold": threshold,
+            "layout": matching.embedding_layout.label,
+            "database": database,
+            "sizes": {},
+        }
         for size in sizes:
             if size < len(ids):
                 raise CommandError(f"the kept scope holds {len(ids):,} trails, more than {size:,}")
             started = time.perf_counter()
             texts, vectors = workload.grow(size)
-            with indexes_built_after(self.stdout.write, **index_build) if index_build is not None else nullcontext({}) as built:
+            with (
+                indexes_built_after(self.stdout.write, **index_build)
+                if index_build is not None
+                else nullcontext({}) as built
+            ):
                 ids += store_citing_two(scope, texts, vectors, current, seed=size)
                 if size == sizes[-1] and scopes > 1:
                     self._fill_others(scopes - 1, workload, size)
@@ -255,15 +373,27 @@ class Command(BaseCommand):
             )
         return figures
 
-    def _interleaved(self, large: Scope, size: int, workload: ScaleWorkload, asked, small_size: int, analyze: bool,
-                     fillfactor: int | None = None) -> dict:
+    def _interleaved(
+        self,
+        large: Scope,
+        size: int,
+        workload: ScaleWorkload,
+        asked,
+        small_size: int,
+        analyze: bool,
+        fillfactor: int | None = None,
+    ) -> dict:
         """Recall on the large store and on a small one, alternating question by question in
         this process: a slow minute of the machine lands on both, so their ratio is the store's.
         With a fillfactor, the second store is filled at it (the trails table's setting for its
         pages only): the ratio is then the fillfactor's."""
         previous = self._set_fillfactor(fillfactor) if fillfactor is not None else None
-        small = Scope.objects.create(scratch=True, slug=f"bench-scale-small-{uuid.uuid4().hex[:8]}", name="scale benchmark (small)",
-                                     matcher="embedding")
+        small = Scope.objects.create(
+            scratch=True,
+            slug=f"bench-scale-small-{uuid.uuid4().hex[:8]}",
+            name="scale benchmark (small)",
+            matcher="embedding",
+        )
         try:
             # The large store's first questions: grow() hands out only questions not handed out before.
             texts, vectors = workload.first(small_size)
@@ -274,22 +404,39 @@ class Command(BaseCommand):
                     self._set_fillfactor(previous)
             if analyze:
                 vacuum_analyze()
-            with serving(PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))), \
-                    phases.timing() as clock:
-                spent, _ = phases.alternately({"large": lambda q: recall(large, q.text), "small": lambda q: recall(small, q.text)},
-                                              asked, clock, untimed=WARM_UP)
+            with (
+                serving(
+                    PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))
+                ),
+                phases.timing() as clock,
+            ):
+                spent, _ = phases.alternately(
+                    {"large": lambda q: recall(large, q.text), "small": lambda q: recall(small, q.text)},
+                    asked,
+                    clock,
+                    untimed=WARM_UP,
+                )
         finally:
             drop_scope(small)
         row = phases.side_by_side(spent, clock, over="large", under="small")
-        first, second = (f"{size:,} trails", f"{small_size:,} trails") if fillfactor is None else (
-            f"fillfactor {self._fillfactor()}", f"fillfactor {fillfactor}")
+        first, second = (
+            (f"{size:,} trails", f"{small_size:,} trails")
+            if fillfactor is None
+            else (f"fillfactor {self._fillfactor()}", f"fillfactor {fillfactor}")
+        )
         self.stdout.write(
             f"interleaved, {len(spent['large'])} questions on each: {first} p50 {row['large']['p50_ms']:.2f} ms, "
             f"p99 {row['large']['p99_ms']:.2f} ms; {second} p50 {row['small']['p50_ms']:.2f} ms, p99 "
             f"{row['small']['p99_ms']:.2f} ms; ratio p50 {row['p50_ratio']}x, p99 {row['p99_ratio']}x"
-            + (" (target <= 1.5x)" if fillfactor is None else ""))
-        self.stdout.write("  mean ms a recall by phase (first / second): " + ", ".join(
-            f"{phase} {row['large']['phases_mean_ms'][phase]:.2f} / {row['small']['phases_mean_ms'][phase]:.2f}" for phase in phases.PHASES))
+            + (" (target <= 1.5x)" if fillfactor is None else "")
+        )
+        self.stdout.write(
+            "  mean ms a recall by phase (first / second): "
+            + ", ".join(
+                f"{phase} {row['large']['phases_mean_ms'][phase]:.2f} / {row['small']['phases_mean_ms'][phase]:.2f}"
+                for phase in phases.PHASES
+            )
+        )
         return row
 
     @staticmethod
@@ -300,14 +447,20 @@ class Command(BaseCommand):
         time.sleep(1.2)  # a backend reports its counts at most once a second
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", [Trail._meta.db_table])
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", [Trail._meta.db_table]
+            )
             return cursor.fetchone()
 
-    def _measure(self, scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float, fill: float) -> dict:
+    def _measure(
+        self, scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float, fill: float
+    ) -> dict:
         updates_before = self._trail_updates()
         by_index: dict[int, int | None] = {}
         timings: list[tuple[str, float, int]] = []
-        asked_vectors = PrecomputedEmbedder(get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked]))
+        asked_vectors = PrecomputedEmbedder(
+            get_embedder(), [a.text for a in asked], np.stack([a.vector for a in asked])
+        )
         with serving(asked_vectors):
             for i, question in enumerate(asked):
                 t0 = time.perf_counter()
@@ -323,23 +476,41 @@ class Command(BaseCommand):
         hits = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is not None]
         misses = [t for (kind, t, _), i in zip(timings, range(WARM_UP, len(asked))) if by_index[i] is None]
         candidates = [c for _, _, c in timings]
-        answered = dict(Trail.objects.filter(id__in={t for t in by_index.values() if t is not None}).values_list("id", "query"))
+        answered = dict(
+            Trail.objects.filter(id__in={t for t in by_index.values() if t is not None}).values_list("id", "query")
+        )
         rates = {}
         for kind in ("duplicate", "not duplicate"):
             rows = [i for i, a in enumerate(asked) if a.kind == kind]
-            rates[kind] = (sum(by_index[i] is not None for i in rows), sum(brute[i] is not None for i in rows), len(rows))
+            rates[kind] = (
+                sum(by_index[i] is not None for i in rows),
+                sum(brute[i] is not None for i in rows),
+                len(rows),
+            )
         missed = sum(1 for i in by_index if brute[i] is not None and by_index[i] is None)
         other = sum(1 for i in by_index if brute[i] is not None and by_index[i] is not None and by_index[i] != brute[i])
         extra = sum(1 for i in by_index if brute[i] is None and by_index[i] is not None)
         row = {
-            "p50_ms": round(statistics.median(latencies), 3), "p99_ms": round(percentile(latencies, 0.99), 3),
+            "p50_ms": round(statistics.median(latencies), 3),
+            "p99_ms": round(percentile(latencies, 0.99), 3),
             "hit_p50_ms": round(statistics.median(hits), 3) if hits else None,
             "miss_p50_ms": round(statistics.median(misses), 3) if misses else None,
-            "candidates_mean": round(statistics.mean(candidates), 2), "candidates_p99": percentile(candidates, 0.99),
+            "candidates_mean": round(statistics.mean(candidates), 2),
+            "candidates_p99": percentile(candidates, 0.99),
             "fill_s": round(fill, 1),
-            "correct_hits": {"index": rates["duplicate"][0], "brute_force": rates["duplicate"][1], "of": rates["duplicate"][2]},
-            "false_hits": {"index": rates["not duplicate"][0], "brute_force": rates["not duplicate"][1], "of": rates["not duplicate"][2]},
-            "index_missed": missed, "other_trail": other, "index_only": extra,
+            "correct_hits": {
+                "index": rates["duplicate"][0],
+                "brute_force": rates["duplicate"][1],
+                "of": rates["duplicate"][2],
+            },
+            "false_hits": {
+                "index": rates["not duplicate"][0],
+                "brute_force": rates["not duplicate"][1],
+                "of": rates["not duplicate"][2],
+            },
+            "index_missed": missed,
+            "other_trail": other,
+            "index_only": extra,
             # What each asked question was answered with (the trail's question), so a change of
             # storage can be held to the same answers (--answers-like).
             "answers": [answered.get(by_index[i]) for i in range(len(asked))],
@@ -353,8 +524,10 @@ class Command(BaseCommand):
         dup, non = rates["duplicate"], rates["not duplicate"]
         if row["footprint"]:
             per_table = ", ".join(f"{name} {t['bytes_per_trail']:,}" for name, t in row["footprint"]["tables"].items())
-            self.stdout.write(f"{'':>9} disk: {row['footprint']['bytes_per_trail']:,} bytes per trail "
-                              f"({row['footprint']['bytes'] / 2**30:.2f} GiB for {row['footprint']['trails']:,} trails; {per_table})")
+            self.stdout.write(
+                f"{'':>9} disk: {row['footprint']['bytes_per_trail']:,} bytes per trail "
+                f"({row['footprint']['bytes'] / 2**30:.2f} GiB for {row['footprint']['trails']:,} trails; {per_table})"
+            )
         self.stdout.write(
             f"{size:>9,} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['hit_p50_ms'] or 0:8.2f} {row['miss_p50_ms'] or 0:9.2f} "
             f"{row['candidates_mean']:6.1f} {row['candidates_p99']:6d} {fill:7.0f}  "
@@ -365,19 +538,23 @@ class Command(BaseCommand):
         return row
 
     @staticmethod
-    def _brute_force(scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float) -> dict[int, int | None]:
+    def _brute_force(
+        scope: Scope, workload: ScaleWorkload, asked, ids: list[int], size: int, threshold: float
+    ) -> dict[int, int | None]:
         """What recall would answer from a full cosine scan: the best trail at the threshold that the guard lets through."""
         matrix = workload.matrix()[:size]
         queries = np.stack([a.vector for a in asked])
         answers: dict[int, int | None] = {}
         model = get_embedder().name
         for start in range(0, len(asked), 256):
-            cosines = queries[start:start + 256] @ matrix.T
+            cosines = queries[start : start + 256] @ matrix.T
             for offset, row in enumerate(cosines):
                 i = start + offset
                 above = np.flatnonzero(row >= threshold)
                 found = [
-                    Candidate(ids[j], uuid.uuid4(), workload.texts[j], "", b"", model, matrix[j].astype("<f4").tobytes())
+                    Candidate(
+                        ids[j], uuid.uuid4(), workload.texts[j], "", b"", model, matrix[j].astype("<f4").tobytes()
+                    )
                     for j in above
                 ]
                 matches = score_candidates(scope, sign(scope, asked[i].text, ""), found) if found else []

@@ -8,6 +8,7 @@ are the same); the release is synced, and the figures compared: sections, the la
 many exceed the default prefetch budget, split and sync times, and the share of served trails
 still answered with a prefetch after the release.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -37,13 +38,15 @@ from trails.upkeep.sync import sync_sections
 
 # The splitter before sections followed Sphinx and MkDocs (one module then).
 PREVIOUS = "d8af6ad"
-WORDS = ("query filter model field admin cache template view form migration signal middleware "
-         "session request response setting database index lookup manager").split()
+WORDS = (
+    "query filter model field admin cache template view form migration signal middleware "
+    "session request response setting database index lookup manager"
+).split()
 
 
 def _paragraph(rng: random.Random, words: int = 30) -> str:
     text = " ".join(rng.choice(WORDS) for _ in range(words))
-    return "\n".join(text[i:i + 76] for i in range(0, len(text), 76))
+    return "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
 
 
 def write_sphinx_tree(folder: Path, pages: int, seed: int, edit_share: float = 0.0, base_seed: int = 7) -> None:
@@ -66,8 +69,18 @@ def write_sphinx_tree(folder: Path, pages: int, seed: int, edit_share: float = 0
             return text + " (revised)" if edit_share and edits.random() < edit_share else text
 
         title = f"Page {page} reference"
-        lines = [f".. _page-{page}:", "", "=" * len(title), title, "=" * len(title), "",
-                 f".. currentmodule:: project.area{page % 12}", "", para(), ""]
+        lines = [
+            f".. _page-{page}:",
+            "",
+            "=" * len(title),
+            title,
+            "=" * len(title),
+            "",
+            f".. currentmodule:: project.area{page % 12}",
+            "",
+            para(),
+            "",
+        ]
         for part in range(3):
             heading = f"Part {part} of page {page}"
             lines += [f".. _page-{page}-part-{part}:", "", heading, "-" * len(heading), "", para(), ""]
@@ -79,22 +92,37 @@ def write_sphinx_tree(folder: Path, pages: int, seed: int, edit_share: float = 0
                 marker = "^" if moved else "~"
                 lines += [sub_heading, marker * len(sub_heading), "", para(), "", para(), ""]
             for obj in range(2):
-                lines += [f".. class:: Thing{page}x{part}x{obj}(value)", "", "    " + para().replace("\n", "\n    "), "",
-                          f"    .. attribute:: size{obj}", "", "        " + para().replace("\n", "\n        "), ""]
+                lines += [
+                    f".. class:: Thing{page}x{part}x{obj}(value)",
+                    "",
+                    "    " + para().replace("\n", "\n    "),
+                    "",
+                    f"    .. attribute:: size{obj}",
+                    "",
+                    "        " + para().replace("\n", "\n        "),
+                    "",
+                ]
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("\n".join(lines) + "\n", encoding="utf-8")
     if edit_share:
         for page in range(pages, pages + pages // 50):
             (folder / f"ref/new/page{page}.rst").parent.mkdir(parents=True, exist_ok=True)
-            (folder / f"ref/new/page{page}.rst").write_text(f"New {page}\n=======\n\n{_paragraph(edits)}\n\nUse\n---\n\n{_paragraph(edits)}\n")
+            (folder / f"ref/new/page{page}.rst").write_text(
+                f"New {page}\n=======\n\n{_paragraph(edits)}\n\nUse\n---\n\n{_paragraph(edits)}\n"
+            )
 
 
 def previous_splitter():
     """The splitter at PREVIOUS, from git, or None where the history is not at hand."""
     try:
-        source = subprocess.run(["git", "show", f"{PREVIOUS}:scopes/splitting.py"], capture_output=True, text=True,
-                                check=True, cwd=settings.BASE_DIR).stdout
+        source = subprocess.run(
+            ["git", "show", f"{PREVIOUS}:scopes/splitting.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=settings.BASE_DIR,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     spec = importlib.util.spec_from_loader("previous_splitting", loader=None)
@@ -141,11 +169,24 @@ class Command(BaseCommand):
         parser.add_argument("--trails", type=int, default=1000)
         parser.add_argument("--repeats", type=int, default=3, help="splits timed per splitter (the median is kept)")
         parser.add_argument("--out", default=str(Path(settings.BASE_DIR) / "bench-out"))
-        parser.add_argument("--record", action="store_true",
-                            help="keep the figures as the target's latest in docs/benchmark-results.json (and its page)")
+        parser.add_argument(
+            "--record",
+            action="store_true",
+            help="keep the figures as the target's latest in docs/benchmark-results.json (and its page)",
+        )
 
-    def handle(self, *args, tree: str | None, release: str | None, pages: int, trails: int, repeats: int, out: str,
-               record: bool = False, **options) -> None:
+    def handle(
+        self,
+        *args,
+        tree: str | None,
+        release: str | None,
+        pages: int,
+        trails: int,
+        repeats: int,
+        out: str,
+        record: bool = False,
+        **options,
+    ) -> None:
         work = Path(tempfile.mkdtemp(prefix="bench-sync-"))
         try:
             if tree:
@@ -161,14 +202,23 @@ class Command(BaseCommand):
             if previous is not None:
                 old_rst, new_rst = as_rst(old_tree, work / "old-rst"), as_rst(new_tree, work / "new-rst")
                 splitters[f"previous ({PREVIOUS})"] = lambda folder: previous.split_tree(
-                    {old_tree: old_rst, new_tree: new_rst}[folder], "rst")
+                    {old_tree: old_rst, new_tree: new_rst}[folder], "rst"
+                )
             else:
                 self.stdout.write("the previous splitter is not in this checkout's history: this one alone")
             rng = random.Random(5)
-            pages_text = {p.relative_to(old_tree).as_posix(): p.read_text(encoding="utf-8").split("\n")
-                          for p in sorted(old_tree.rglob("*")) if p.is_file() and p.suffix in (".txt", ".rst")}
-            picks = [[(page, rng.randrange(1, len(pages_text[page]) + 1))
-                      for page in rng.sample(sorted(pages_text), k=1) * rng.randint(1, 3)] for _ in range(trails)]
+            pages_text = {
+                p.relative_to(old_tree).as_posix(): p.read_text(encoding="utf-8").split("\n")
+                for p in sorted(old_tree.rglob("*"))
+                if p.is_file() and p.suffix in (".txt", ".rst")
+            }
+            picks = [
+                [
+                    (page, rng.randrange(1, len(pages_text[page]) + 1))
+                    for page in rng.sample(sorted(pages_text), k=1) * rng.randint(1, 3)
+                ]
+                for _ in range(trails)
+            ]
             results = {}
             for name, split in splitters.items():
                 results[name] = self.measure(name, split, old_tree, new_tree, picks, repeats)
@@ -195,12 +245,26 @@ class Command(BaseCommand):
                 current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
                 maker, rows, pages = QuestionMaker(3), [], by_page(old)
                 for pick in picks:
-                    cited = list(dict.fromkeys(filter(None, (containing(pages, self._path(old, page), line)
-                                                             for page, line in pick))))
+                    cited = list(
+                        dict.fromkeys(
+                            filter(None, (containing(pages, self._path(old, page), line) for page, line in pick))
+                        )
+                    )
                     if cited:
-                        rows.append(TrailRows.build(scope, RecordInput(
-                            query=maker.question(), cited=cited, signal="accepted",
-                            steps=[RecordedStep("search", {}, cited)]), current, "", timezone.now()))
+                        rows.append(
+                            TrailRows.build(
+                                scope,
+                                RecordInput(
+                                    query=maker.question(),
+                                    cited=cited,
+                                    signal="accepted",
+                                    steps=[RecordedStep("search", {}, cited)],
+                                ),
+                                current,
+                                "",
+                                timezone.now(),
+                            )
+                        )
                 TrailRows.save_all(rows)
                 started = time.perf_counter()
                 summary = sync_sections(scope, new, delete_missing=True, allow_removing_most=True)
@@ -214,13 +278,22 @@ class Command(BaseCommand):
             drop_scope(scope)
         moved_away = summary.trails.get("prefetch → hint", 0) + summary.trails.get("prefetch → stale", 0)
         figures = {
-            "sections": len(old), "largest_tokens": tokens[-1][0], "largest": tokens[-1][1],
+            "sections": len(old),
+            "largest_tokens": tokens[-1][0],
+            "largest": tokens[-1][1],
             "over_2000_tokens": sum(1 for n, _ in tokens if n > 2000),
-            "split_s": statistics.median(times), "first_load_s": load_s, "release_sync_s": release_s,
+            "split_s": statistics.median(times),
+            "first_load_s": load_s,
+            "release_sync_s": release_s,
             "noop_rerun_s": rerun_s,
-            "release": {"added": len(summary.added), "changed": len(summary.changed), "unchanged": summary.unchanged,
-                        "removed": len(summary.removed)},
-            "trails": len(rows), "trail_moves": dict(summary.trails),
+            "release": {
+                "added": len(summary.added),
+                "changed": len(summary.changed),
+                "unchanged": summary.unchanged,
+                "removed": len(summary.removed),
+            },
+            "trails": len(rows),
+            "trail_moves": dict(summary.trails),
             "kept_at_prefetch": (len(rows) - moved_away) / len(rows) if rows else None,
         }
         self.stdout.write(f"{name}: {json.dumps(figures)}")
@@ -234,13 +307,20 @@ class Command(BaseCommand):
         previous = next((v for k, v in results.items() if k != "this"), None)
         if previous is None:
             return
-        measured = (f"{this['sections']:,} sections, largest {this['largest_tokens']:,} tokens, {this['over_2000_tokens']} over "
-                    f"2,000 (previous: {previous['sections']:,}, {previous['largest_tokens']:,}, {previous['over_2000_tokens']}); "
-                    f"trails kept at prefetch **{this['kept_at_prefetch']:.1%}** against {previous['kept_at_prefetch']:.1%}; "
-                    f"split {this['split_s']:.1f} s against {previous['split_s']:.1f} s, release sync {this['release_sync_s']:.1f} s")
-        kept.record("docs-release", target="a docs release: no section over the default prefetch budget (2,000 tokens), more "
-                    "trails kept at prefetch than the previous splitter", command=f"`benchmark_sync {arguments}`",
-                    measured=measured, met=this["over_2000_tokens"] == 0 and this["kept_at_prefetch"] >= previous["kept_at_prefetch"])
+        measured = (
+            f"{this['sections']:,} sections, largest {this['largest_tokens']:,} tokens, {this['over_2000_tokens']} over "
+            f"2,000 (previous: {previous['sections']:,}, {previous['largest_tokens']:,}, {previous['over_2000_tokens']}); "
+            f"trails kept at prefetch **{this['kept_at_prefetch']:.1%}** against {previous['kept_at_prefetch']:.1%}; "
+            f"split {this['split_s']:.1f} s against {previous['split_s']:.1f} s, release sync {this['release_sync_s']:.1f} s"
+        )
+        kept.record(
+            "docs-release",
+            target="a docs release: no section over the default prefetch budget (2,000 tokens), more "
+            "trails kept at prefetch than the previous splitter",
+            command=f"`benchmark_sync {arguments}`",
+            measured=measured,
+            met=this["over_2000_tokens"] == 0 and this["kept_at_prefetch"] >= previous["kept_at_prefetch"],
+        )
         kept.write_page()
 
     @staticmethod
@@ -261,17 +341,21 @@ class Command(BaseCommand):
                 f"{this['over_2000_tokens']} vs {other['over_2000_tokens']}; split {this['split_s']:.2f} vs {other['split_s']:.2f} s "
                 f"(ratio {this['split_s'] / other['split_s']:.2f}); release sync {this['release_sync_s']:.2f} vs "
                 f"{other['release_sync_s']:.2f} s; trails kept at prefetch {this['kept_at_prefetch']:.1%} vs "
-                f"{other['kept_at_prefetch']:.1%}")
+                f"{other['kept_at_prefetch']:.1%}"
+            )
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"sync-{timezone.now():%Y%m%d-%H%M%S}.json"
-        path.write_text(json.dumps({"at": timezone.now().isoformat(), "commit": _commit(), "results": results}, indent=2))
+        path.write_text(
+            json.dumps({"at": timezone.now().isoformat(), "commit": _commit(), "results": results}, indent=2)
+        )
         self.stdout.write(f"figures written to {path}")
 
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=settings.BASE_DIR).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=settings.BASE_DIR
+        ).stdout.strip()
     except OSError:
         return ""

@@ -1,4 +1,5 @@
 """Tool-result cache lookup latency and throughput, in-process, against the configured cache."""
+
 from __future__ import annotations
 
 import random
@@ -9,10 +10,10 @@ import uuid
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from evaluation.bulk import drop_scope
+from evaluation.timing import percentile
 from scopes.models import Scope
 from trails import tool_results
-from evaluation.timing import percentile
-from evaluation.bulk import drop_scope
 
 
 class Command(BaseCommand):
@@ -27,12 +28,24 @@ class Command(BaseCommand):
         rng = random.Random(seed)
         scope = Scope.objects.create(scratch=True, slug=f"toolbench-{uuid.uuid4().hex[:8]}")
         try:
-            tool_results.replace_policies(scope, [
-                {"tool": "read_file", "cacheable": True, "ttl_s": 3600, "ignore_args": ["intention"], "path_args": ["path"]},
-                {"tool": "search", "cacheable": True, "ttl_s": 3600},
-            ])
+            tool_results.replace_policies(
+                scope,
+                [
+                    {
+                        "tool": "read_file",
+                        "cacheable": True,
+                        "ttl_s": 3600,
+                        "ignore_args": ["intention"],
+                        "path_args": ["path"],
+                    },
+                    {"tool": "search", "cacheable": True, "ttl_s": 3600},
+                ],
+            )
             context = {"commit": "c0ffee"}
-            calls = [("read_file", {"path": f"src/module_{i}.py", "offset": 0, "limit": 200, "intention": "read"}) for i in range(entries // 2)]
+            calls = [
+                ("read_file", {"path": f"src/module_{i}.py", "offset": 0, "limit": 200, "intention": "read"})
+                for i in range(entries // 2)
+            ]
             calls += [("search", {"q": f"query number {i}", "limit": 10}) for i in range(entries - len(calls))]
             for tool, call_args in calls:
                 tool_results.store(scope, tool, call_args, context, {"lines": ["x" * 80] * 20})
@@ -49,8 +62,10 @@ class Command(BaseCommand):
             both = hit_times + miss_times
             backend = settings.CACHES["default"]["BACKEND"].rsplit(".", 2)[-2]
             self.stdout.write(f"cache backend: {backend}; {entries} entries; {lookups} lookups")
-            self.stdout.write(f"lookup p50 {statistics.median(both):.3f} ms, p99 {percentile(both, 0.99):.3f} ms; "
-                              f"hit p50 {statistics.median(hit_times):.3f} ms, miss p50 {statistics.median(miss_times):.3f} ms; "
-                              f"{lookups / elapsed:.0f} lookups/s (one thread)")
+            self.stdout.write(
+                f"lookup p50 {statistics.median(both):.3f} ms, p99 {percentile(both, 0.99):.3f} ms; "
+                f"hit p50 {statistics.median(hit_times):.3f} ms, miss p50 {statistics.median(miss_times):.3f} ms; "
+                f"{lookups / elapsed:.0f} lookups/s (one thread)"
+            )
         finally:
             drop_scope(scope)

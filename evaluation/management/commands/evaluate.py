@@ -1,4 +1,5 @@
 """The evaluation harness: matching, staleness, calls saved and cost, written as a report."""
+
 from __future__ import annotations
 
 import time
@@ -8,10 +9,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from scopes.demo import FAQ_DIR, faq_sections
 from evaluation import matching, report, staleness, workload
 from evaluation.agents import CostModel, agent_named
 from evaluation.matching import DEFAULT_PAIRS
+from scopes.demo import FAQ_DIR, faq_sections
 from trails.embedders import get_embedder
 
 EXPERIMENTS = ("matching", "staleness", "calls")
@@ -27,15 +28,25 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--out", help="folder for report.json and report.html")
-        parser.add_argument("--experiments", default=",".join(EXPERIMENTS), help="comma-separated: " + ", ".join(EXPERIMENTS))
+        parser.add_argument(
+            "--experiments", default=",".join(EXPERIMENTS), help="comma-separated: " + ", ".join(EXPERIMENTS)
+        )
         parser.add_argument("--pairs", default=str(DEFAULT_PAIRS), help="labelled pairs (JSON lines: a, b, duplicate)")
         parser.add_argument("--pairs-limit", type=int, default=0, help="use only the first N pairs")
         parser.add_argument("--questions-limit", type=int, default=0, help="use only the first N FAQ questions")
-        parser.add_argument("--matcher", default="embedding", choices=["lexical", "embedding", "both"],
-                            help="the scope matcher of the staleness and calls experiments")
+        parser.add_argument(
+            "--matcher",
+            default="embedding",
+            choices=["lexical", "embedding", "both"],
+            help="the scope matcher of the staleness and calls experiments",
+        )
         parser.add_argument("--seed", type=int, default=1)
-        parser.add_argument("--agent", default="scripted", choices=["scripted", "chat"],
-                            help="chat: an OpenAI-compatible endpoint from RAGTRAIL_EVAL_AGENT_URL")
+        parser.add_argument(
+            "--agent",
+            default="scripted",
+            choices=["scripted", "chat"],
+            help="chat: an OpenAI-compatible endpoint from RAGTRAIL_EVAL_AGENT_URL",
+        )
         parser.add_argument("--price-input", type=float, default=3.0, help="USD per million input tokens")
         parser.add_argument("--price-output", type=float, default=15.0, help="USD per million output tokens")
         parser.add_argument("--prompt-tokens", type=int, default=CostModel.prompt_tokens)
@@ -47,7 +58,9 @@ class Command(BaseCommand):
         chosen = [e.strip() for e in options["experiments"].split(",") if e.strip()]
         unknown = sorted(set(chosen) - set(EXPERIMENTS))
         if unknown or not chosen:
-            raise CommandError(f"--experiments: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(EXPERIMENTS)}")
+            raise CommandError(
+                f"--experiments: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(EXPERIMENTS)}"
+            )
         pairs = Path(options["pairs"])
         if "matching" in chosen and not pairs.is_file():
             raise CommandError(f"--pairs: no such file {pairs}")
@@ -55,7 +68,11 @@ class Command(BaseCommand):
             options["pairs_limit"] = options["pairs_limit"] or 1000
             options["questions_limit"] = options["questions_limit"] or 40
         created = datetime.now(timezone.utc)
-        out = Path(options["out"]) if options["out"] else settings.RAGTRAIL_REPORTS_DIR / created.strftime("%Y-%m-%dT%H%M%SZ")
+        out = (
+            Path(options["out"])
+            if options["out"]
+            else settings.RAGTRAIL_REPORTS_DIR / created.strftime("%Y-%m-%dT%H%M%SZ")
+        )
         started = time.perf_counter()
 
         def progress(message: str) -> None:
@@ -77,11 +94,15 @@ class Command(BaseCommand):
             results["matching"] = matching.run(pairs, options["pairs_limit"], progress)
         if "staleness" in chosen:
             progress("2 staleness on the Python FAQ")
-            results["staleness"] = staleness.run(options["matcher"], options["seed"], options["questions_limit"], progress=progress)
+            results["staleness"] = staleness.run(
+                options["matcher"], options["seed"], options["questions_limit"], progress=progress
+            )
         if "calls" in chosen:
             progress(f"3 calls saved and 4 cost, {agent.name} agent")
             questions = staleness.faq_questions_once()[: options["questions_limit"] or None]
-            results["calls"] = workload.run(agent, faq_sections("old"), questions, options["matcher"], prices, options["seed"], progress=progress)
+            results["calls"] = workload.run(
+                agent, faq_sections("old"), questions, options["matcher"], prices, options["seed"], progress=progress
+            )
 
         document = {
             "created_at": created.isoformat(timespec="seconds"),
@@ -89,10 +110,18 @@ class Command(BaseCommand):
             "experiments": results,
             "data": {name: report.sha256_of(path) for name, path in data_files.items()},
             "settings": {
-                "experiments": chosen, "matcher": options["matcher"], "seed": options["seed"], "agent": agent.name,
-                "pairs_limit": options["pairs_limit"], "questions_limit": options["questions_limit"],
+                "experiments": chosen,
+                "matcher": options["matcher"],
+                "seed": options["seed"],
+                "agent": agent.name,
+                "pairs_limit": options["pairs_limit"],
+                "questions_limit": options["questions_limit"],
                 "prices": {"input": prices.input, "output": prices.output},
-                "cost_model": {"prompt_tokens": costs.prompt_tokens, "call_tokens": costs.call_tokens, "answer_tokens": costs.answer_tokens},
+                "cost_model": {
+                    "prompt_tokens": costs.prompt_tokens,
+                    "call_tokens": costs.call_tokens,
+                    "answer_tokens": costs.answer_tokens,
+                },
                 "embedding_model": get_embedder().name,
                 "minhash_permutations": settings.RAGTRAIL_MINHASH_PERMUTATIONS,
                 "simhash_bits": settings.RAGTRAIL_SIMHASH_BITS,

@@ -1,11 +1,11 @@
 """Threshold learning over time: honest agents on easier and on Quora-like traffic, and a flooding key."""
+
 from __future__ import annotations
 
 import time
-
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 from django.core.management.base import BaseCommand
 
 from evaluation import learning, matching
@@ -14,13 +14,17 @@ from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 
 
 class Command(BaseCommand):
-    help = ("Streams labelled pairs through recall, record and feedback: (a) honest agents on traffic easier than "
-            "Quora's, (b) on Quora's own validation split, each beside the same stream with learning off, and (c) "
-            "(b) with one key flooding 'not helpful'.")
+    help = (
+        "Streams labelled pairs through recall, record and feedback: (a) honest agents on traffic easier than "
+        "Quora's, (b) on Quora's own validation split, each beside the same stream with learning off, and (c) "
+        "(b) with one key flooding 'not helpful'."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--pairs", default=str(DEFAULT_PAIRS))
-        parser.add_argument("--easy-pairs", type=int, default=5000, help="distinct-topic pairs the easier stream (a) is drawn from")
+        parser.add_argument(
+            "--easy-pairs", type=int, default=5000, help="distinct-topic pairs the easier stream (a) is drawn from"
+        )
         parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs of the file")
         parser.add_argument("--only", choices=["a", "b", "c"], action="append", help="run only these streams")
 
@@ -37,8 +41,10 @@ class Command(BaseCommand):
             topics = learning.distinct_topics(data, vectors, easy_pairs)
             stored = np.stack([vectors[p["a"]] for p in topics])
             easy = learning.easier(topics, lambda q: float(np.max(stored @ embedder.embed(q))) < learning.APART)
-            self.stdout.write(f"(a) keeps {len(easy):,} of {len(topics):,} distinct-topic pairs "
-                              f"({sum(p['duplicate'] for p in easy):,} paraphrases)")
+            self.stdout.write(
+                f"(a) keeps {len(easy):,} of {len(topics):,} distinct-topic pairs "
+                f"({sum(p['duplicate'] for p in easy):,} paraphrases)"
+            )
             self.run_streams(easy, held_out, only)
 
     def run_streams(self, easy: list[dict], held_out: list[dict], only: list[str] | None) -> None:
@@ -54,4 +60,6 @@ class Command(BaseCommand):
                 continue
             started = time.perf_counter()
             outcome = learning.simulate(name, stream, flood_every=flood, pinned=pinned, progress=self.stdout.write)
-            self.stdout.write("\n".join(outcome.lines()) + f"\n  ({len(stream):,} pairs in {time.perf_counter() - started:.0f} s)")
+            self.stdout.write(
+                "\n".join(outcome.lines()) + f"\n  ({len(stream):,} pairs in {time.perf_counter() - started:.0f} s)"
+            )

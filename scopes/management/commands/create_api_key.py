@@ -7,7 +7,9 @@ class Command(BaseCommand):
     help = "Creates an API key granting the given scopes and prints it alone on stdout, once."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--scope", action="append", required=True, dest="scopes", help="a scope slug; repeat for more")
+        parser.add_argument(
+            "--scope", action="append", required=True, dest="scopes", help="a scope slug; repeat for more"
+        )
         parser.add_argument("--name", default="")
 
     def handle(self, *args, scopes: list[str], name: str, **options) -> None:

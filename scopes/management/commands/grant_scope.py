@@ -6,12 +6,16 @@ from scopes.models import Scope
 
 
 class Command(BaseCommand):
-    help = ("Gives a staff user access to a scope's operator pages and admin rows: view, act (approve, reject, "
-            "purge) or configure (thresholds and settings). --revoke takes it away.")
+    help = (
+        "Gives a staff user access to a scope's operator pages and admin rows: view, act (approve, reject, "
+        "purge) or configure (thresholds and settings). --revoke takes it away."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("username")
-        parser.add_argument("--scope", action="append", required=True, dest="scopes", help="a scope slug; repeat for more")
+        parser.add_argument(
+            "--scope", action="append", required=True, dest="scopes", help="a scope slug; repeat for more"
+        )
         parser.add_argument("--access", choices=[a.name.lower() for a in Access], default="view")
         parser.add_argument("--revoke", action="store_true")
 
@@ -20,7 +24,9 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"no such user: {username!r}")
         if not user.is_staff and not revoke:
-            raise CommandError(f"{username!r} is not staff: the operator pages are for staff users (set is_staff first)")
+            raise CommandError(
+                f"{username!r} is not staff: the operator pages are for staff users (set is_staff first)"
+            )
         found = {s.slug: s for s in Scope.objects.filter(slug__in=scopes)}
         missing = [slug for slug in scopes if slug not in found]
         if missing:
@@ -30,5 +36,7 @@ class Command(BaseCommand):
                 OperatorGrant.objects.filter(user=user, scope=scope).delete()
                 self.stdout.write(f"{username}: no access to {scope.slug}")
             else:
-                OperatorGrant.objects.update_or_create(user=user, scope=scope, defaults={"access": Access[access.upper()]})
+                OperatorGrant.objects.update_or_create(
+                    user=user, scope=scope, defaults={"access": Access[access.upper()]}
+                )
                 self.stdout.write(f"{username}: {access} on {scope.slug}")

@@ -1,4 +1,5 @@
 """Makes the ONNX export of the embedding model ahead of time (a deploy step)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,6 +31,10 @@ class Command(BaseCommand):
         try:
             onnx.ensure_export(model_dir, cache_dir)
         except onnx.ExportRefused as refused:
-            advice = "; set RAGTRAIL_EMBEDDER=trails.embedders.sentence_transformer" if importlib.util.find_spec("torch") else ""
+            advice = (
+                "; set RAGTRAIL_EMBEDDER=trails.embedders.sentence_transformer"
+                if importlib.util.find_spec("torch")
+                else ""
+            )
             raise CommandError(f"{refused}{advice}") from None
         self.stdout.write(f"exported in {time.perf_counter() - started:.1f} s: {target}")

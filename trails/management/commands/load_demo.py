@@ -1,4 +1,5 @@
 """Loads the demo scope: the Python FAQ sections and a few recorded trails."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from django.utils import timezone
 
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import ApiKey, Scope, Section
+from trails.core.hint import RecordedStep
 from trails.models import Trail
 from trails.serving.recall import recall
-from trails.core.hint import RecordedStep
 from trails.serving.record import RecordInput, record
 from trails.upkeep.jobs import roll_up
 
@@ -35,21 +36,38 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--revision", choices=["old", "new"], default="old")
-        parser.add_argument("--no-credentials", action="store_true", help="do not issue a key or set the admin password")
+        parser.add_argument(
+            "--no-credentials", action="store_true", help="do not issue a key or set the admin password"
+        )
         parser.add_argument("--no-trails", action="store_true", help="load the sections and credentials only")
-        parser.add_argument("--credentials-only", action="store_true",
-                            help="print the demo's key, login and a Try: line, changing nothing else (make run prints them last)")
+        parser.add_argument(
+            "--credentials-only",
+            action="store_true",
+            help="print the demo's key, login and a Try: line, changing nothing else (make run prints them last)",
+        )
         parser.add_argument("--no-print", action="store_true", help="issue the credentials without printing them")
 
-    def handle(self, *args, revision: str, no_credentials: bool, no_trails: bool = False, credentials_only: bool = False,
-               no_print: bool = False, **options) -> None:
+    def handle(
+        self,
+        *args,
+        revision: str,
+        no_credentials: bool,
+        no_trails: bool = False,
+        credentials_only: bool = False,
+        no_print: bool = False,
+        **options,
+    ) -> None:
         if credentials_only:
             self._print_credentials(Scope.objects.get(slug=DEMO_SCOPE))
             return
-        scope, _ = Scope.objects.get_or_create(slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True})
+        scope, _ = Scope.objects.get_or_create(
+            slug=DEMO_SCOPE, defaults={"name": "Python FAQ (demo)", "keep_raw_queries": True}
+        )
         texts = faq_sections(revision)
         summary = Section.replace_all(scope, texts)
-        self.stdout.write(f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged")
+        self.stdout.write(
+            f"sections at {revision}: {summary['created']} created, {summary['updated']} updated, {summary['unchanged']} unchanged"
+        )
 
         if revision == "old" and not no_trails and not Trail.objects.filter(scope=scope).exists():
             # One transaction: a demo that fails half way leaves nothing for the rerun to skip.
@@ -62,7 +80,9 @@ class Command(BaseCommand):
                     q = questions[index]
                     # Every third trail also cites the next entry, as an answer drawing on two
                     # sections would; after --revision new some of these come back as hints.
-                    cited = [q["section_id"]] + ([questions[index + 1]["section_id"]] if index % 3 == 0 and index + 1 < len(questions) else [])
+                    cited = [q["section_id"]] + (
+                        [questions[index + 1]["section_id"]] if index % 3 == 0 and index + 1 < len(questions) else []
+                    )
                     record(
                         scope,
                         RecordInput(
@@ -106,9 +126,15 @@ class Command(BaseCommand):
         rng = random.Random(7)
         unrecorded = [q for q in questions if not Trail.objects.filter(scope=scope, query=q["question"]).exists()]
         for q, prefix in zip(unrecorded[1::40], ["", "I'm ana@example.org: ", ""]):
-            record(scope, RecordInput(query=prefix + q["question"], cited=[q["section_id"]],
-                                      steps=[RecordedStep("read", {"id": q["section_id"]}, [q["section_id"]])]),
-                   now=timezone.now() - timedelta(hours=rng.randrange(1, 48)))
+            record(
+                scope,
+                RecordInput(
+                    query=prefix + q["question"],
+                    cited=[q["section_id"]],
+                    steps=[RecordedStep("read", {"id": q["section_id"]}, [q["section_id"]])],
+                ),
+                now=timezone.now() - timedelta(hours=rng.randrange(1, 48)),
+            )
         recorded = list(Trail.objects.filter(scope=scope, status="active").values_list("query", flat=True))
         asked = [q["question"] for q in unrecorded]
         now = timezone.now()
@@ -153,6 +179,8 @@ def demo_credentials(scope: Scope) -> tuple:
     key = ApiKey.objects.authenticate(key_text) if key_text else None
     if key is None or not key.scopes.filter(pk=scope.pk).exists():
         key, key_text = ApiKey.issue([scope], name="demo")
-    path.write_text(json.dumps({"username": user.username, "user_id": user.pk, "password": password, "api_key": key_text}))
+    path.write_text(
+        json.dumps({"username": user.username, "user_id": user.pk, "password": password, "api_key": key_text})
+    )
     path.chmod(0o600)
     return user, password, key_text

@@ -27,7 +27,9 @@ class Command(BaseCommand):
             count, shown = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
             for public_id, _, rules, contexts in shown:
-                self.stdout.write(f"  {public_id}: {', '.join(rules)}" + "".join(f"\n    {shown_text}" for shown_text in contexts))
+                self.stdout.write(
+                    f"  {public_id}: {', '.join(rules)}" + "".join(f"\n    {shown_text}" for shown_text in contexts)
+                )
             return
         run.save()
         done = purge.run_purge(run.id)

@@ -16,5 +16,7 @@ class Command(BaseCommand):
         found = Scope.objects.filter(slug=scope).first()
         if found is None:
             raise CommandError(f"no such scope: {scope}")
-        count = reindex_scope(found, batch_size, after_id, lambda done, last: self.stderr.write(f"{done} trails, last id {last}"))
+        count = reindex_scope(
+            found, batch_size, after_id, lambda done, last: self.stderr.write(f"{done} trails, last id {last}")
+        )
         self.stdout.write(f"re-signed {count} trails in {found.slug}")

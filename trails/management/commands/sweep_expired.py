@@ -6,8 +6,10 @@ from trails.upkeep.sync import reap_lost_sync_jobs
 
 
 class Command(BaseCommand):
-    help = ("Deletes expired trails and recall events past their scope's retention, in batches, and takes back "
-            "docs sync jobs whose worker stopped. Safe to rerun.")
+    help = (
+        "Deletes expired trails and recall events past their scope's retention, in batches, and takes back "
+        "docs sync jobs whose worker stopped. Safe to rerun."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--batch-size", type=int, default=5000)
