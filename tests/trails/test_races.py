@@ -1,6 +1,6 @@
 """Races on PostgreSQL: two writes interleaved at the exact point each defect lay, with real
 threads on their own connections. A write names the points where it holds its locks
-(`writes.pause_point`); `Hold` keeps the first thread that reaches one there until the test
+(`pauses.pause_point`); `Hold` keeps the first thread that reaches one there until the test
 lets it go, while another thread's write runs or waits on a row lock. Each test asserts what
 docs/consistency.md states: no deadlock, no error, a state the lifecycle table allows."""
 
@@ -22,7 +22,7 @@ from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.core.lifecycle import Actor, State
 from trails.learning.feedback import give_feedback
-from trails.models import MatchLabel, RecallEvent, Trail, TrailReport, writes
+from trails.models import MatchLabel, RecallEvent, Trail, TrailReport, pauses, writes
 from trails.serving.matching import matching_settings
 from trails.upkeep.sync import JOB_ATTEMPTS, JOB_DEADLINE_SECONDS, reap_lost_sync_jobs, run_sync_job
 
@@ -40,7 +40,7 @@ class Hold:
     def __init__(self, monkeypatch, point: str) -> None:
         self.point, self.reached, self.released = point, threading.Event(), threading.Event()
         self._taken = threading.Lock()
-        earlier = writes.pause_point
+        earlier = pauses.pause_point
 
         def pause(name: str) -> None:
             earlier(name)
@@ -48,7 +48,7 @@ class Hold:
                 self.reached.set()
                 assert self.released.wait(WAIT), f"held at {name} past {WAIT} s"
 
-        monkeypatch.setattr(writes, "pause_point", pause)
+        monkeypatch.setattr(pauses, "pause_point", pause)
 
     def wait(self) -> None:
         assert self.reached.wait(WAIT), f"no thread reached {self.point}"

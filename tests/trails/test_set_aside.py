@@ -25,10 +25,7 @@ QUESTIONS = {
 def flooded(api, scope, sections, committed):
     for question, cited in QUESTIONS.items():
         assert api.record("hospital", query=question, cited=cited).status_code == 201
-    flood_key, flood_text = ApiKey.issue(
-        [scope],
-        name="scraper",
-    )
+    flood_key, flood_text = ApiKey.issue([scope], name="scraper")
     honest_key, honest_text = ApiKey.issue([scope], name="support-bot")
     flood, honest = ApiClient(flood_text), ApiClient(honest_text)
 

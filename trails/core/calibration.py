@@ -150,11 +150,7 @@ class Calibration:
 
 
 def choose_threshold(
-    false_hit_similarities: Iterable[float],
-    trials: int,
-    grid: Sequence[float],
-    bound: float,
-    confidence: float = 0.95,
+    false_hit_similarities: Iterable[float], trials: int, grid: Sequence[float], bound: float, confidence: float = 0.95
 ) -> Calibration:
     """The lowest threshold on the grid whose false-hit upper bound is within `bound`.
 

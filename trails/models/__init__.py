@@ -8,6 +8,8 @@
 - `learning`: judged matches and every move of a learned threshold;
 - `tool_policies`: which tools' results are cached;
 - `purge`: personal-data patterns and purge runs;
+- `pauses`: the points where writes hold their locks, where race tests hold threads;
+- `deletion`: deleting trails and unlinking what outlives them (called through `writes`);
 - `writes`: every write to a trail's lifecycle and what it drags along (reports, labels,
   recall verdicts, history, deletion), with the lock order.
 

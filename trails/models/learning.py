@@ -48,7 +48,7 @@ class MatchLabel(models.Model):
             # One label per recall: feedback, a re-search and a rejection do not count one recall twice.
             models.UniqueConstraint(
                 fields=["recall_event"], condition=Q(recall_event__isnull=False), name="matchlabel_once_per_recall"
-            ),
+            )
         ]
 
 

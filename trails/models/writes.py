@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from django.db import connection, models, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from infra.errors import Conflict, NotFound
@@ -36,6 +35,8 @@ from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
+from trails.models import pauses
+from trails.models.deletion import _delete_locked, delete_trails, sweep_expired_trails  # noqa: F401 -- writes, all here
 from trails.models.learning import MatchLabel
 from trails.models.lifecycle import (
     HISTORY_SIGNAL,
@@ -43,12 +44,10 @@ from trails.models.lifecycle import (
     Signal,
     TrailReport,
     TrailSignal,
-    expired,
-    expiring,
     trail_status_changed,
 )
 from trails.models.recalls import RecallEvent, RecallOutcome
-from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
+from trails.models.trail import Trail
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +66,6 @@ AUDITED = {
 # The most recalls one rejection labels: the recalls of one popular trail are not
 # independent evidence about the scope's threshold.
 REJECTION_LABELS = 20
-
-
-def pause_point(name: str) -> None:
-    """Does nothing. Each write calls it by name where it holds its locks (or has read what
-    it is about to lock), so a race test can hold a thread exactly there while another
-    write runs (tests/trails/test_races.py)."""
 
 
 def _lock(trail_id: int, scope_id: int) -> Trail | None:
@@ -137,7 +130,7 @@ def report(
 def _apply(trail: Trail, action: str, actor: Actor, by: str, reason: str, now: datetime | None) -> bool:
     with transaction.atomic():
         locked = _locked_or_refused(trail)
-        pause_point(f"{action}:locked")
+        pauses.pause_point(f"{action}:locked")
         at = now or timezone.now()  # after the lock: the history's order is the order writes applied
         before = locked.lifecycle_state(at)
 
@@ -356,7 +349,7 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
     """
     with transaction.atomic():
         locked = _locked_or_refused(trail)
-        pause_point("undo:locked")
+        pauses.pause_point("undo:locked")
         at = now or timezone.now()
         before = locked.lifecycle_state(at)
         try:
@@ -380,7 +373,7 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
         locked = _lock(trail.pk, trail.scope_id)
         if locked is None:
             return False
-        pause_point("recount:locked")
+        pauses.pause_point("recount:locked")
         at = now or timezone.now()
         reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
         locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
@@ -413,60 +406,6 @@ def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, rea
     return changed, skipped
 
 
-def delete_trails(ids: Iterable[int], only_if: Q | None = None) -> int:
-    """Deletes these trails (those still matching `only_if`, re-checked under their locks:
-    a condition on the trail's own columns, no subquery) with their rows; their recall
-    events and labels stay, unlinked.
-
-    Returns:
-        How many trails were deleted.
-    """
-    ids = sorted(set(ids))
-    if not ids:
-        return 0
-    with transaction.atomic():
-        wanted = Trail.objects.filter(id__in=ids)
-        if only_if is not None:
-            wanted = wanted.filter(only_if)
-        # FOR UPDATE re-reads each row once its lock is had: one renewed meanwhile no longer matches.
-        locked = list(wanted.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
-        pause_point("delete:locked")
-        return _delete_locked(locked)
-
-
-def _delete_locked(ids: list[int]) -> int:
-    """Deletes trails whose rows this transaction holds, their recall events and labels first unlinked."""
-    if not ids:
-        return 0
-    RecallEvent.objects.filter(trail_id__in=ids).update(trail=None)
-    RecallEvent.objects.filter(nearest_trail_id__in=ids).update(nearest_trail=None)
-    MatchLabel.objects.filter(trail_id__in=ids).update(trail=None)
-    for model in (BandKeys, Citation, Step, TrailSignal, TrailReport):
-        delete_rows(model.objects.filter(trail_id__in=ids))
-    return delete_rows(Trail.objects.filter(id__in=ids))
-
-
-def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
-    """Deletes the trails past their expiry, in batches of ids, each its own transaction;
-    each trail deleted only if it is still expired under its lock (the table's expiry rule).
-
-    Returns:
-        How many were deleted.
-    """
-    deleted, after_id = 0, 0
-    while True:
-        ids = list(
-            expiring(Trail.objects.filter(id__gt=after_id), now)
-            .order_by("id")
-            .values_list("id", flat=True)[:batch_size]
-        )
-        if not ids:
-            return deleted
-        pause_point("sweep:read")
-        deleted += delete_trails(ids, only_if=expired(now))
-        after_id = ids[-1]
-
-
 def judge_recall(
     event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str, now: datetime
 ) -> tuple[RecallEvent | None, bool, bool]:
@@ -482,7 +421,7 @@ def judge_recall(
             that already has a verdict.
     """
     trail = _lock(trail_id, scope_id) if trail_id is not None else None
-    pause_point("judge:trail-locked")
+    pauses.pause_point("judge:trail-locked")
     event = RecallEvent.objects.select_for_update().filter(pk=event_id, scope_id=scope_id).first()
     if event is None:
         raise NotFound("not_found", "no such recall", field="recall_id")

@@ -30,6 +30,7 @@ from trails.models import (
     Trail,
     TrailSignal,
     TrailStatus,
+    pauses,
     writes,
 )
 from trails.serving.matching import QuestionSignature, matching_settings, sign
@@ -130,7 +131,7 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             return refreshed
     rows = TrailRows.build(scope, request, current, refused, now, fingerprint, question=question)
     rows.trail.path_tokens = path_tokens(scope, request.steps, current)
-    writes.pause_point("record:signed")
+    pauses.pause_point("record:signed")
     try:
         TrailRows.save_all([rows], signed_by=scope)
     except IntegrityError:
@@ -245,7 +246,7 @@ def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:
         committed = Scope.objects.filter(pk=scope.pk).values(*fields).first()
     if committed is None or all(committed[f] == getattr(scope, f) for f in fields):
         return
-    writes.pause_point("record:resign")
+    pauses.pause_point("record:resign")
     fresh = Scope.objects.get(pk=scope.pk)
     for rows in all_rows:
         question = sign(fresh, rows.trail.query, rows.trail.partition)

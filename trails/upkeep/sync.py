@@ -30,7 +30,7 @@ from scopes.models import Scope, Section, SectionSync, SectionSyncJob
 from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
-from trails.models import Citation, Trail, TrailStatus, writes
+from trails.models import Citation, Trail, TrailStatus, pauses
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
     job = SectionSyncJob.objects.select_related("scope").filter(pk=job_id).first()
     if attempt is None or job is None:
         return job
-    writes.pause_point("sync-job:claimed")
+    pauses.pause_point("sync-job:claimed")
     asked = job.request
     try:
         summary = sync_sections(

@@ -43,11 +43,7 @@ def reports(request: HttpRequest) -> HttpResponse:
         request,
         "trails/evaluation/reports.html",
         last_scope(request),
-        {
-            "entries": entries,
-            "root": settings.RAGTRAIL_REPORTS_DIR,
-            "tab": "reports",
-        },
+        {"entries": entries, "root": settings.RAGTRAIL_REPORTS_DIR, "tab": "reports"},
     )
 
 

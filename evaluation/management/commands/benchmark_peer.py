@@ -23,13 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from evaluation import results
 from evaluation.bulk import drop_scope
-from evaluation.scale import (
-    ScaleWorkload,
-    database_label,
-    faq_sections_for,
-    store_citing_two,
-    vacuum_analyze,
-)
+from evaluation.scale import ScaleWorkload, database_label, faq_sections_for, store_citing_two, vacuum_analyze
 from evaluation.timing import percentile, save_figures
 from scopes.models import Scope
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
