@@ -63,7 +63,7 @@ class Scope(models.Model):
     # of the Quora dev pairs (trails/learning/calibration.json; README, "How matching works").
     matcher = models.CharField(max_length=16, choices=Matcher.choices, default=Matcher.EMBEDDING)
     embedding_threshold = models.FloatField(
-        default=0.945,
+        default=0.9425,
         validators=[MinValueValidator(0.5), MaxValueValidator(0.999)],
         help_text="Cosine similarity a stored question needs to match by embedding (after the look-alike guard).",
     )
@@ -348,36 +348,6 @@ class Section(models.Model):
         return summary
 
 
-class SectionRevision(models.Model):
-    """A section's text as it was before it changed or was deleted, kept by its hash.
-
-    Trails cite sections by hash; this lets an operator see what a changed section
-    said when the trail was recorded. The sweep drops revisions no trail cites.
-    """
-
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
-    section_id = models.CharField(max_length=512)
-    hash = models.CharField(max_length=64)
-    text = models.TextField()
-    replaced_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["scope", "section_id", "hash"], name="section_revision_unique")]
-
-    @classmethod
-    def keep(cls, sections: Iterable["Section"], now=None) -> None:
-        """Keeps the current text of these sections before they change or go."""
-        now = now or timezone.now()
-        cls.objects.bulk_create(
-            [
-                cls(scope_id=s.scope_id, section_id=s.section_id, hash=s.hash, text=s.text, replaced_at=now)
-                for s in sections
-            ],
-            batch_size=500,
-            ignore_conflicts=True,
-        )
-
-
 KEY_PREFIX = "rt_"
 
 
@@ -506,6 +476,9 @@ class ApiKey(models.Model):
 # Django finds the model.
 from scopes.access import Access, OperatorGrant  # noqa: E402,F401
 from scopes.audit import AuditEvent  # noqa: E402,F401
+
+# A section's earlier texts (scopes/revisions.py), imported here so Django finds the model.
+from scopes.revisions import SectionRevision  # noqa: E402
 
 # A scope's syncs and sync jobs (scopes/syncs.py), imported here so Django finds the models.
 from scopes.syncs import SectionSync, SectionSyncJob  # noqa: E402,F401

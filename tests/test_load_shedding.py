@@ -11,7 +11,7 @@ import pytest
 
 from infra.load_shedding import embedding_gate, queued_since
 from scopes.models import ApiKey, Scope, Section
-from tests.conftest import ApiClient
+from tests.conftest import ApiClient, service_env
 from trails.embedders import CachedEmbedder, get_embedder
 from trails.embedders.base import BaseEmbedder
 from trails.models import Trail
@@ -92,7 +92,6 @@ def test_a_recall_that_cannot_reach_the_model_within_its_budget_is_answered_503(
 
 class CountingEmbedder(BaseEmbedder):
     dim = 4
-    lowercases = True
 
     def __init__(self) -> None:
         super().__init__("counting")
@@ -286,11 +285,10 @@ def test_gunicorn_without_a_proxy_sheds_what_waited_past_the_budget(transactiona
     scope = Scope.objects.create(slug="shed", matcher="lexical")
     Section.upsert(scope, {"s1": "Section one."})
     _, key = ApiKey.issue([scope])
-    db_settings = connection.settings_dict
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
+    env = service_env()
+    env.pop("RAGTRAIL_CACHE_URL", None)  # as before: no Redis for this server
     env.update(
-        DATABASE_URL=f"postgres://{db_settings['USER']}@{db_settings['HOST'] or '127.0.0.1'}:{db_settings['PORT'] or 5432}/{db_settings['NAME']}",
         RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
         RAGTRAIL_BIND=f"127.0.0.1:{port}",
         RAGTRAIL_WORKERS="1",

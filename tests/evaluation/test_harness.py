@@ -224,7 +224,10 @@ def test_the_learning_simulation_runs_every_stream_through_the_product(db, tmp_p
     text = out.getvalue()
     for stream in ("(a) honest agents", "(a, baseline)", "(b) honest agents", "(b, baseline)", "(c) as (b)"):
         assert stream in text, text
-    assert "reuse" in text and "false hits" in text and "threshold: configured 0.945" in text
+    from trails.learning.shipped import thresholds_for
+
+    configured = thresholds_for(0.02)["embedding_threshold"]
+    assert "reuse" in text and "false hits" in text and f"threshold: configured {configured}" in text
     from scopes.models import Scope
 
     assert not Scope.objects.filter(slug__startswith="eval-learn-").exists()  # every stream's scope is dropped

@@ -107,7 +107,7 @@ def test_onnx_gives_the_torch_models_vectors_on_real_questions():
     for got in (fast.embed_many(texts), np.stack([fast.embed(t) for t in texts[:100] + texts[-3:]])):
         want = expected if len(got) == len(texts) else np.concatenate([expected[:100], expected[-3:]])
         assert float(np.max(1 - np.sum(got * want, axis=1))) < 1e-5
-    assert fast.name == torch_model.name and fast.dim == torch_model.dim and fast.lowercases == torch_model.lowercases
+    assert fast.name == torch_model.name and fast.dim == torch_model.dim
 
 
 def test_a_worker_serving_the_onnx_model_never_imports_torch(tmp_path):

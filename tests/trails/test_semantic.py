@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -144,6 +146,36 @@ def test_a_model_change_needs_a_reindex_and_never_compares_across_models(semanti
     assert reindex_scope(scope) == 1
     body = api.recall("help", query="How do I copy an object in Python?").json()
     assert body["outcome"] == "prefetch" and body["matcher"] == "embedding"
+
+
+@pytest.mark.parametrize(
+    "asked",
+    ["where do visitors park", "Where do visitors park ?", "WHERE DO VISITORS PARK?!", "Where do visitors park？"],
+)
+def test_punctuation_case_and_unicode_variants_are_the_same_question(semantic, asked):
+    """The model reads the words lexical matching shingles: dropping a `?` is no other question."""
+    body = outcome(semantic[1], "Where do visitors park?", asked)
+    assert body["outcome"] == "prefetch" and body["matcher"] == "embedding" and body["similarity"] > 0.9999
+
+
+def test_trails_signed_from_raw_text_are_not_compared_until_re_signed(semantic, settings):
+    """Vectors of another question form carry another name: never compared, found again
+    after `reindex_scope --all` (the upgrade step)."""
+    from django.core.management import call_command
+
+    from trails.core.simhash import encode_vector
+    from trails.models import Trail
+
+    scope, api = semantic
+    api.record("help", query="Where do visitors park?", cited=["s1"])
+    trail = Trail.objects.get(scope=scope)
+    # As signed before: the model's vector of the raw text, under the model's bare name.
+    raw = get_embedder().inner.embed("Where do visitors park?").astype(np.float32)
+    Trail.objects.filter(pk=trail.pk).update(embedding_model=get_embedder().inner.name, embedding=encode_vector(raw))
+    assert api.recall("help", query="Where do visitors park?").json()["outcome"] == "miss"
+    call_command("reindex_scope", "--all", stdout=io.StringIO(), stderr=io.StringIO())
+    assert Trail.objects.get(pk=trail.pk).embedding_model == get_embedder().name
+    assert api.recall("help", query="where do visitors park").json()["outcome"] == "prefetch"
 
 
 def test_embedder_is_loaded_once_per_process():

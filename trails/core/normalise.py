@@ -30,6 +30,17 @@ def normalise_query(text: str) -> str:
     return " ".join(words(text))
 
 
+# The form in which the embedding model reads a question: the same words lexical matching
+# shingles, so "Where do visitors park?" and "where do visitors park" are one question to both.
+# Part of every vector's model name: vectors of another form are never compared (re-sign them).
+QUESTION_FORM = "words"
+
+
+def question_form(text: str) -> str:
+    """What the embedding model is given for a question: its normalised words."""
+    return normalise_query(text)
+
+
 def shingles(text: str) -> set[str]:
     """Returns the shingle set of a query: its words and its adjacent word pairs.
 

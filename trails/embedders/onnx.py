@@ -227,9 +227,6 @@ class Embedder(BaseEmbedder):
         self._inputs = input_names(self._session)
         self.dim = int(self._session.get_outputs()[0].shape[-1])
         self.name = model_name(model)
-        normalizer = json.loads((model_dir / "tokenizer.json").read_text()).get("normalizer") or {}
-        # An uncased model lowercases every text itself, so case need not split the cache.
-        self.lowercases = bool(normalizer.get("lowercase", False))
 
     def _graph(self, model_dir: Path, cache_dir: Path) -> Path:
         return ensure_export(model_dir, cache_dir)

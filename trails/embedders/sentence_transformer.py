@@ -52,8 +52,6 @@ class Embedder(BaseEmbedder):
         self._model = SentenceTransformer(model_path(model), device="cpu")
         self.dim = int(self._model.get_embedding_dimension())
         self.name = model_name(model)
-        # An uncased model lowercases every text itself, so case need not split the cache.
-        self.lowercases = bool(getattr(self._model.tokenizer, "do_lower_case", False))
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
