@@ -101,9 +101,9 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-            ],
+            ]
         },
-    },
+    }
 ]
 
 DATABASES = {
@@ -203,7 +203,8 @@ def _redis_cache(url: str) -> dict:
     return {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": url,
-        "KEY_PREFIX": "ragtrail",
+        # Deployments (or test runs) sharing one Redis keep apart by prefix.
+        "KEY_PREFIX": env_str("RAGTRAIL_CACHE_PREFIX", "ragtrail"),
         "OPTIONS": {"socket_timeout": RAGTRAIL_CACHE_TIMEOUT_S, "socket_connect_timeout": RAGTRAIL_CACHE_TIMEOUT_S},
     }
 
@@ -252,6 +253,8 @@ if CELERY_BROKER_URL == "filesystem://":
     }
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# The queue jobs are sent to and workers take them from: deployments sharing one broker keep apart by it.
+CELERY_TASK_DEFAULT_QUEUE = env_str("RAGTRAIL_JOB_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 # A web request that queues a job must not hang on a broker that is away: a few quick
 # retries, then the error reaches the caller (the purge page marks the run failed).

@@ -109,3 +109,37 @@ def grant(user, *scopes: Scope, access: int = 3) -> None:
 
     for scope in scopes:
         OperatorGrant.objects.update_or_create(user=user, scope=scope, defaults={"access": access})
+
+
+def service_env(**more: str) -> dict[str, str]:
+    """The environment of a process a test starts (gunicorn, a worker, a command): the
+    test database, this run's Redis prefix and job queue, the broker, and nothing of the
+    caller's own RAGTRAIL_/CELERY_ settings unless given in `more`."""
+    import os
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
+    env.update(
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        RAGTRAIL_TEST_RUN=os.environ["RAGTRAIL_TEST_RUN"],
+        RAGTRAIL_CACHE_PREFIX=os.environ["RAGTRAIL_CACHE_PREFIX"],
+        RAGTRAIL_JOB_QUEUE=os.environ["RAGTRAIL_JOB_QUEUE"],
+    )
+    if os.environ.get("RAGTRAIL_CACHE_URL"):
+        env["RAGTRAIL_CACHE_URL"] = os.environ["RAGTRAIL_CACHE_URL"]
+    env.update(more)
+    return env
+
+
+def broker_for_tests() -> str:
+    """The Redis broker tests' workers use: RAGTRAIL_TEST_BROKER, else the test cache's Redis
+    (RAGTRAIL_CACHE_URL) on database 3; jobs go to this run's own queue either way."""
+    import os
+    from urllib.parse import urlsplit
+
+    if os.environ.get("RAGTRAIL_TEST_BROKER"):
+        return os.environ["RAGTRAIL_TEST_BROKER"]
+    cache = urlsplit(os.environ.get("RAGTRAIL_CACHE_URL") or "redis://127.0.0.1:6379/1")
+    return f"{cache.scheme}://{cache.netloc}/3"

@@ -21,6 +21,7 @@ from django.db import connection
 from django.test import override_settings
 
 from scopes.models import ApiKey, Scope, Section
+from tests.conftest import service_env
 from tests.test_production import call, free_port, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,15 +130,12 @@ def test_a_real_prometheus_scrapes_gunicorns_workers_and_sees_every_recall(tmp_p
     scope = Scope.objects.create(slug="watched", matcher="lexical")
     Section.upsert(scope, {"parking": "Visitors park in car park B."})
     _, key = ApiKey.issue([scope])
-    db = connection.settings_dict
     port, prometheus_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_", "PROMETHEUS_"))}
+    env = {k: v for k, v in service_env().items() if not k.startswith("PROMETHEUS_")}
     env.update(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,
         RAGTRAIL_BIND=f"127.0.0.1:{port}",
         RAGTRAIL_WORKERS="2",
-        RAGTRAIL_CACHE_URL=os.environ.get("RAGTRAIL_CACHE_URL", "redis://127.0.0.1:6379/1"),
         RAGTRAIL_EMBEDDER="trails.embedders.hashing",
         RAGTRAIL_METRICS_TOKEN=TOKEN,
         RAGTRAIL_METRICS_DIR=str(tmp_path / "metrics"),

@@ -5,7 +5,6 @@ static files from the app server, DEBUG off."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,11 +18,12 @@ from django.conf import settings
 from django.db import connection
 
 from scopes.models import ApiKey, Scope
+from tests.conftest import broker_for_tests, service_env
 from trails.models import RecallStat
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-BROKER = os.environ.get("RAGTRAIL_TEST_BROKER", "redis://127.0.0.1:6379/3")
+BROKER = broker_for_tests()
 
 
 def free_port() -> int:
@@ -71,15 +71,11 @@ def call(base: str, method: str, path: str, key: str | None = None, body=None):
 def production():
     if connection.vendor != "postgresql":
         pytest.skip("production runs on PostgreSQL (as CI does)")
-    db = connection.settings_dict
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGTRAIL_", "CELERY_"))}
-    env.update(
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+    env = service_env(
         RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
         RAGTRAIL_BIND=f"127.0.0.1:{port}",
         RAGTRAIL_WORKERS="2",
-        RAGTRAIL_CACHE_URL=os.environ.get("RAGTRAIL_CACHE_URL", "redis://127.0.0.1:6379/1"),
         CELERY_BROKER_URL=BROKER,
         # The hashing embedder keeps start-up short here; the bundled model is tested elsewhere.
         RAGTRAIL_EMBEDDER="trails.embedders.hashing",

@@ -15,10 +15,11 @@ from django.db import connection
 from django.utils import timezone
 
 from ragtrail_site.celery import app as celery_app
+from tests.conftest import broker_for_tests, service_env
 from trails.models import RecallEvent, RecallStat, Trail
 from trails.tasks import roll_up_task, sweep_expired_task
 
-BROKER = os.environ.get("RAGTRAIL_TEST_BROKER", "redis://127.0.0.1:6379/3")
+BROKER = broker_for_tests()
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -26,13 +27,9 @@ def start_worker(broker_env: dict[str, str], conf: dict):
     """Starts a worker process on a private queue, against the test database."""
     if connection.vendor != "postgresql":
         pytest.skip("a worker process shares the test database only on PostgreSQL (as in CI)")
-    db = connection.settings_dict
     queue = f"test-{uuid.uuid4().hex[:8]}"  # no stray worker can take these tasks
     env = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_")}
-    env.update(
-        broker_env,
-        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-    )
+    env.update(broker_env, DATABASE_URL=service_env()["DATABASE_URL"])
     process = subprocess.Popen(
         [
             sys.executable,
