@@ -149,6 +149,24 @@ api.add_router("/scopes", sections_router)
 api.add_router("/scopes", trails_router)
 
 
+@api.get("/", auth=None, tags=["index"], summary="Where things are", response={200: dict})
+def index(request: HttpRequest) -> dict:
+    """The API's address answers with where to go from it (no key needed: it says nothing of
+    any scope)."""
+    return {
+        "name": "ragtrail",
+        "version": api.version,
+        "links": {
+            "docs": request.build_absolute_uri("/api/v1/docs"),
+            "openapi": request.build_absolute_uri("/api/v1/openapi.json"),
+            "scopes": request.build_absolute_uri("/api/v1/scopes"),
+            "recall": request.build_absolute_uri("/api/v1/scopes/{scope}/recall"),
+            "record": request.build_absolute_uri("/api/v1/scopes/{scope}/trails"),
+        },
+        "authentication": "Authorization: Bearer rt_… (a key from manage.py create_api_key or Django admin)",
+    }
+
+
 def _error(
     request: HttpRequest, status: int, code: str, message: str, field: str | None = None, **detail
 ) -> HttpResponse:

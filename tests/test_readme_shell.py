@@ -1,5 +1,6 @@
-"""Every shell block of the README run as a newcomer runs it, and every command line of docs/
-checked by the command's own parser.
+"""Every shell block of the README and the production recipe (docs/production.md) run as a
+newcomer runs them, and every command line of docs/ checked by the command's own parser and
+loaded in a clean environment.
 
 The README runs in a copy of the repository's tracked files (what a fresh clone holds: no
 demo credentials, no database, no job queue), each line a process of its own, in a clean
@@ -27,12 +28,14 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.test_production import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
+PRODUCTION = ROOT / "docs" / "production.md"
 EXPECTED = re.compile(r"#\s*→\s*(.*)$")
 pytestmark = pytest.mark.slow
 
@@ -116,7 +119,7 @@ def run_block(block: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def demo(clone, clean_env):
     """`make run`, the README's first command, in the fresh clone."""
-    port = 8000 if port_is_free(8000) else free_port()
+    port = free_port()  # never the README's 8000: another copy of the suite, or a real server, may hold it
     log = open(clone / "make-run.log", "w")
     server = subprocess.Popen(
         ["make", "run", f"HOST=127.0.0.1:{port}"],
@@ -175,7 +178,7 @@ def test_the_agent_quickstart_runs_in_a_second_terminal_and_prints_every_arrow(d
     shell = [b for kind, b in found if kind == "sh"]
     python = [b for kind, b in found if kind == "python"]
     assert len(shell) == 1 and len(python) >= 6
-    script = shell[0] if port == 8000 else rewrite(shell[0], "127.0.0.1:8000", f"127.0.0.1:{port}")
+    script = rewrite(shell[0], "127.0.0.1:8000", f"127.0.0.1:{port}")
     env = run_block(script, clone, clean_env)
     assert env["RAGTRAIL_API_KEY"].startswith("rt_")
     # The Python blocks, pasted in order into one interpreter; a marker between blocks.
@@ -194,8 +197,7 @@ def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
     block = next(b for b in blocks(ROOT / "README.md") if "ragtrail-mcp" in b)
     stdio, http = lines(block)
     stdio = rewrite(stdio, "rt_...", key)
-    if port != 8000:
-        stdio += f" --base-url http://127.0.0.1:{port}"
+    stdio += f" --base-url http://127.0.0.1:{port}"
     # stdio: the server reads requests from its stdin; an MCP initialize is answered.
     request = (
         '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
@@ -205,10 +207,9 @@ def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
         ["bash", "-c", stdio], cwd=clone, env=clean_env, input=request, capture_output=True, text=True, timeout=60
     )
     assert '"result"' in answered.stdout and "ragtrail" in answered.stdout, answered.stderr[-2000:]
-    mcp_port = 8765 if port_is_free(8765) else free_port()
+    mcp_port = free_port()
     http = rewrite(http, "--port 8765", f"--port {mcp_port}")
-    if port != 8000:
-        http += f" --base-url http://127.0.0.1:{port}"
+    http += f" --base-url http://127.0.0.1:{port}"
     server = subprocess.Popen(
         ["bash", "-c", f"exec {http}"],
         cwd=clone,
@@ -225,10 +226,26 @@ def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
         server.wait(timeout=30)
 
 
-def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
+@pytest.fixture(scope="module")
+def production_clone(tmp_path_factory) -> Path:
+    """The tracked files as a fresh clone has them, with no venv: the recipe makes its own."""
+    target = tmp_path_factory.mktemp("production") / "ragtrail"
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    )
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name, follow_symlinks=False)
+    return target
+
+
+def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(production_clone, clean_env):
     if not shutil.which("createuser") or not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         pytest.skip("the production recipe runs on PostgreSQL (as CI does)")
-    block = next(b for b in blocks(ROOT / "README.md") if "createsuperuser" in b)
+    clone = production_clone
+    setup = next(b for b in blocks(PRODUCTION) if "createsuperuser" in b)
+    processes = next(b for b in blocks(PRODUCTION) if "gunicorn -c" in b)
     name, port = f"ragtrail_readme_{secrets.token_hex(3)}", free_port()
     for old, new in (
         ("postgres ragtrail &&", f"postgres {name} &&"),
@@ -237,40 +254,52 @@ def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
         ("-h db", "-h 127.0.0.1"),
         ("RAGTRAIL_SECRET_KEY=…", f"RAGTRAIL_SECRET_KEY={secrets.token_urlsafe(40)}"),
         ("ragtrail.example.org", "127.0.0.1"),
-        ("cache:6379", "127.0.0.1:6379"),
+        ("cache:6379", urlsplit(os.environ.get("RAGTRAIL_CACHE_URL") or "redis://127.0.0.1:6379").netloc),
         ("RAGTRAIL_BIND=0.0.0.0:8000", f"RAGTRAIL_BIND=127.0.0.1:{port}"),
+        # The export's venv is the test venv (torch and all), linked rather than installed again.
+        (
+            "python3 -m venv .venv-export && .venv-export/bin/pip install -r requirements/export.txt",
+            f"ln -s {ROOT / '.venv'} .venv-export",
+        ),
         # createsuperuser prompts on a terminal; its documented non-interactive form.
         (
             "manage.py createsuperuser ",
             "manage.py createsuperuser --noinput --username admin --email admin@example.org ",
         ),
-        # ann is "made in admin" in the README: made here with the shell instead.
-        (
-            "manage.py grant_scope ann",
-            'manage.py shell -c "from django.contrib.auth.models import User; '
-            "User.objects.create_user('ann', is_staff=True)\" && .venv/bin/python manage.py grant_scope ann",
-        ),
     ):
-        block = rewrite(block, old, new)
-    env = {**clean_env, "DJANGO_SUPERUSER_PASSWORD": secrets.token_urlsafe(12)}
+        setup = rewrite(setup, old, new)
+    # This run's own job queue and cache prefix: its worker takes no job of another run's.
+    env = {
+        **clean_env,
+        "DJANGO_SUPERUSER_PASSWORD": secrets.token_urlsafe(12),
+        "RAGTRAIL_JOB_QUEUE": os.environ["RAGTRAIL_JOB_QUEUE"],
+        "RAGTRAIL_CACHE_PREFIX": os.environ["RAGTRAIL_CACHE_PREFIX"],
+    }
     started: list[subprocess.Popen] = []
     try:
-        for line in lines(block):
+        for line in lines(setup):
             if line.startswith("export "):
                 env.update(re.findall(r"(\w+)=(\S+)", line.removeprefix("export ")))
-            elif "gunicorn" in line or "celery" in line:
-                started.append(
-                    subprocess.Popen(
-                        ["bash", "-c", f"exec {line.split('#')[0]}"],
-                        cwd=clone,
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                )
             else:
-                run(line.split("   #")[0], clone, env, timeout=600)
+                run(line.split("   #")[0], clone, env, timeout=900)
+        # The production install: no torch, no test or benchmark packages, and small.
+        installed = run(".venv/bin/pip list --format freeze", clone, env).lower()
+        for lab in ("torch==", "transformers==", "sentence-transformers==", "pytest==", "plotly==", "playwright=="):
+            assert lab not in installed, lab
+        megabytes = int(run("du -sm .venv", clone, env).split()[0])
+        assert megabytes <= 600, megabytes
+        assert "evaluate" not in run(".venv/bin/python manage.py help --commands", clone, env).split()
+        for line in lines(processes):
+            started.append(
+                subprocess.Popen(
+                    ["bash", "-c", f"exec {line.split('#')[0]}"],
+                    cwd=clone,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         wait_for(lambda: not port_is_free(port) or started[0].poll() is not None, 120, "gunicorn listening")
         request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/docs", headers={"X-Forwarded-Proto": "https"})
         with urllib.request.urlopen(request, timeout=30) as answer:
@@ -284,20 +313,29 @@ def test_the_production_recipe_runs_as_written_on_postgresql(clone, clean_env):
         subprocess.run(["dropuser", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
 
 
-DOC_PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "clients" / "python" / "README.md"]
+# The production recipe is run as written by its own test; every other page's lines are checked here.
+DOC_PAGES = sorted(p for p in (ROOT / "docs").glob("*.md") if p != PRODUCTION) + [
+    ROOT / "clients" / "python" / "README.md"
+]
 
 
 def test_every_command_line_in_docs_names_a_real_command_with_real_flags(clean_env, clone):
     from django.core.management import get_commands, load_command_class
 
     commands = get_commands()
-    seen = 0
+    seen, loaded = 0, set()
     for page in DOC_PAGES:
         for block in blocks(page):
+            exported: dict[str, str] = {}
             for line in lines(block):
+                if line.startswith("export "):
+                    exported.update(re.findall(r"(\w+)=(\S+)", line.split("#")[0].removeprefix("export ")))
+                    continue
                 for part in (p.strip() for p in line.split("#")[0].split("&&")):
                     words = shlex.split(part)
+                    own = {}
                     while words and re.fullmatch(r"\w+=.*", words[0]):
+                        own.update([words[0].split("=", 1)])
                         words = words[1:]
                     if not words or words[0] == "export":
                         continue
@@ -309,6 +347,14 @@ def test_every_command_line_in_docs_names_a_real_command_with_real_flags(clean_e
                         assert name in commands, f"{page.name}: no command {name!r}: {line}"
                         command = load_command_class(commands[name], name)
                         command.create_parser("manage.py", name).parse_args(words[3:])
+                        # As written on a laptop: the block's exports and the line's own settings are
+                        # all it has (no RAGTRAIL_DEBUG or secret key from elsewhere), so the command
+                        # loads its settings and finds itself; --help stops before it does any work.
+                        environment = (page.name, name, tuple(sorted({**exported, **own}.items())))
+                        if environment not in loaded:
+                            loaded.add(environment)
+                            env = {**clean_env, **exported, **own}
+                            run(f".venv/bin/python manage.py {name} --help >/dev/null", clone, env)
                     elif words[0].endswith("celery"):
                         assert words[1:3] == ["-A", "ragtrail_site"] and words[3] in ("worker", "beat"), line
                     elif words[0].endswith("ragtrail-mcp"):

@@ -26,6 +26,21 @@ def test_openapi_document_lists_the_v1_endpoints(db):
     } <= paths
 
 
+def test_the_apis_address_answers_with_where_to_go_and_every_link_answers(db):
+    """/api/v1/ is the address the README names: a small index of links, no key needed."""
+    scope = Scope.objects.create(slug="docs")
+    _, key = ApiKey.issue([scope], name="index")
+    client = Client()
+    answer = client.get("/api/v1/")
+    assert answer.status_code == 200 and answer.json()["name"] == "ragtrail"
+    links = answer.json()["links"]
+    for name in ("docs", "openapi", "scopes"):
+        path = links[name].removeprefix("http://testserver")
+        assert client.get(path, headers={"Authorization": f"Bearer {key}"}).status_code == 200, name
+    assert client.get("/api/v1/scopes").status_code == 401  # the index is open, the scopes are not
+    assert "/api/v1/scopes/{scope}/recall" in links["recall"]
+
+
 @pytest.fixture
 def admin_client(db) -> Client:
     user = get_user_model().objects.create_superuser("root", "root@example.invalid", "pw-for-tests-only")

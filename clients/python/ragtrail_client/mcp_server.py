@@ -237,10 +237,7 @@ def build_server(
         server.tool(
             name=f"ragtrail_{fn.__name__}",
             annotations=ToolAnnotations(
-                read_only_hint=read_only,
-                destructive_hint=False,
-                idempotent_hint=read_only,
-                open_world_hint=False,
+                read_only_hint=read_only, destructive_hint=False, idempotent_hint=read_only, open_world_hint=False
             ),
         )(_scoped(fn, scope_choice, scope))
 

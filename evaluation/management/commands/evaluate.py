@@ -63,7 +63,12 @@ class Command(BaseCommand):
             )
         pairs = Path(options["pairs"])
         if "matching" in chosen and not pairs.is_file():
-            raise CommandError(f"--pairs: no such file {pairs}")
+            others = ",".join(e for e in EXPERIMENTS if e != "matching")
+            raise CommandError(
+                f"--pairs: no such file {pairs}. The matching experiment needs labelled question pairs (JSON lines "
+                '{"a": ..., "b": ..., "duplicate": true|false}, e.g. the dev split of Quora Question Pairs, which this '
+                f"repository does not ship): pass --pairs PATH, or --experiments {others} to run the others"
+            )
         if options["quick"]:
             options["pairs_limit"] = options["pairs_limit"] or 1000
             options["questions_limit"] = options["questions_limit"] or 40

@@ -18,19 +18,30 @@ class Command(BaseCommand):
         )
         parser.add_argument("--access", choices=[a.name.lower() for a in Access], default="view")
         parser.add_argument("--revoke", action="store_true")
+        parser.add_argument(
+            "--create-staff",
+            action="store_true",
+            help="make the user (staff, no usable password until `manage.py changepassword`) if there is none",
+        )
 
-    def handle(self, *args, username: str, scopes: list[str], access: str, revoke: bool, **options) -> None:
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"no such user: {username!r}")
-        if not user.is_staff and not revoke:
-            raise CommandError(
-                f"{username!r} is not staff: the operator pages are for staff users (set is_staff first)"
-            )
+    def handle(
+        self, *args, username: str, scopes: list[str], access: str, revoke: bool, create_staff: bool, **options
+    ) -> None:
+        # Every scope first: a refused command makes no user.
         found = {s.slug: s for s in Scope.objects.filter(slug__in=scopes)}
         missing = [slug for slug in scopes if slug not in found]
         if missing:
             raise CommandError(f"no such scope: {', '.join(missing)}")
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None and create_staff and not revoke:
+            user = get_user_model().objects.create_user(username, is_staff=True)  # no usable password yet
+            self.stdout.write(f"{username}: made, staff; set a password with `manage.py changepassword {username}`")
+        if user is None:
+            raise CommandError(f"no such user: {username!r} (--create-staff makes one)")
+        if not user.is_staff and not revoke:
+            raise CommandError(
+                f"{username!r} is not staff: the operator pages are for staff users (set is_staff first)"
+            )
         for scope in found.values():
             if revoke:
                 OperatorGrant.objects.filter(user=user, scope=scope).delete()
