@@ -153,15 +153,17 @@ api.add_router("/scopes", trails_router)
 def index(request: HttpRequest) -> dict:
     """The API's address answers with where to go from it (no key needed: it says nothing of
     any scope)."""
+    base = request.build_absolute_uri("/api/v1/")
     return {
         "name": "ragtrail",
         "version": api.version,
         "links": {
-            "docs": request.build_absolute_uri("/api/v1/docs"),
-            "openapi": request.build_absolute_uri("/api/v1/openapi.json"),
-            "scopes": request.build_absolute_uri("/api/v1/scopes"),
-            "recall": request.build_absolute_uri("/api/v1/scopes/{scope}/recall"),
-            "record": request.build_absolute_uri("/api/v1/scopes/{scope}/trails"),
+            "docs": f"{base}docs",
+            "openapi": f"{base}openapi.json",
+            "scopes": f"{base}scopes",
+            # Templates: {scope} is one of the slugs `scopes` lists.
+            "recall": f"{base}scopes/{{scope}}/recall",
+            "record": f"{base}scopes/{{scope}}/trails",
         },
         "authentication": "Authorization: Bearer rt_… (a key from manage.py create_api_key or Django admin)",
     }

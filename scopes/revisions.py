@@ -7,8 +7,6 @@ from typing import Iterable
 from django.db import models
 from django.utils import timezone
 
-from scopes.models import Scope
-
 
 class SectionRevision(models.Model):
     """A section's text as it was before it changed or was deleted, kept by its hash.
@@ -17,7 +15,7 @@ class SectionRevision(models.Model):
     said when the trail was recorded. The sweep drops revisions no trail cites.
     """
 
-    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, related_name="+")
+    scope = models.ForeignKey("scopes.Scope", on_delete=models.CASCADE, related_name="+")
     section_id = models.CharField(max_length=512)
     hash = models.CharField(max_length=64)
     text = models.TextField()
