@@ -236,6 +236,34 @@ def count_task_runs() -> None:
 
     task_postrun.connect(counted, weak=False, dispatch_uid="ragtrail.metrics.task_runs")
 
+    from celery.signals import before_task_publish
+
+    def sent(sender=None, **kwargs) -> None:
+        # Only beat sends the heartbeat: its sending is beat's own pulse, apart from the worker's.
+        if sender == HEARTBEAT_TASK:
+            try:
+                from django.core.cache import caches
+
+                caches["heartbeats"].set(BEAT_SENT, time.time(), None)
+            except Exception:  # noqa: BLE001 -- best effort, as above
+                pass
+
+    before_task_publish.connect(sent, weak=False, dispatch_uid="ragtrail.metrics.beat_sent")
+
+
+HEARTBEAT_TASK = "trails.tasks.heartbeat_task"
+BEAT_SENT = "rt:beat-sent-heartbeat"
+
+
+def beat_last_sent() -> float | None:
+    """When beat last sent the heartbeat, as it told the shared cache (None: never heard from)."""
+    from django.core.cache import caches
+
+    try:
+        return caches["heartbeats"].get(BEAT_SENT)
+    except Exception:  # noqa: BLE001 -- a cache that is away: unknown
+        return None
+
 
 def last_successes(tasks: list[str]) -> dict[str, float | None]:
     """When each background job last succeeded, as the worker told the shared cache."""

@@ -262,6 +262,9 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
+    # Beat sends it, the worker runs it: a stopped worker or beat shows within three periods
+    # (the overview and RagtrailWorkerSilent). One left waiting in the queue expires unrun.
+    "heartbeat": {"task": "trails.tasks.heartbeat_task", "schedule": 60.0, "options": {"expires": 55}},
     "sweep-expired": {"task": "trails.tasks.sweep_expired_task", "schedule": 3600.0},
     "roll-up-recalls": {"task": "trails.tasks.roll_up_task", "schedule": 600.0},
     "reap-lost-sync-jobs": {"task": "trails.tasks.reap_lost_sync_jobs_task", "schedule": 300.0},

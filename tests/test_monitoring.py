@@ -96,7 +96,7 @@ def test_the_alert_rules_pass_promtool():
         [tool("promtool"), "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 11 rules found" in done.stdout
+    assert "SUCCESS: 12 rules found" in done.stdout
 
 
 def test_every_alert_fires_on_its_cause_and_not_on_a_look_alike():

@@ -28,6 +28,12 @@ RETRY = {
 }
 
 
+@shared_task
+def heartbeat_task() -> float:
+    """Does nothing but succeed: its last success (stamped for every task) is the worker's pulse."""
+    return timezone.now().timestamp()
+
+
 @shared_task(bind=True, **RETRY)
 def sweep_expired_task(self, batch_size: int = 5000) -> dict[str, int]:
     return sweep_expired(timezone.now(), batch_size)

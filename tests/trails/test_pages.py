@@ -24,8 +24,9 @@ def jobs_heard_from(seconds_ago: float = 60.0) -> None:
 
     from django.core.cache import caches
 
-    for task in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task"):
+    for task in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task", "trails.tasks.heartbeat_task"):
         caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - seconds_ago, None)
+    caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - seconds_ago, None)  # beat's own
 
 
 @pytest.fixture
@@ -961,6 +962,28 @@ def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
     assert "roll_up_task <strong>not heard from</strong>" not in staff.get("/ops/beat/").content.decode()
 
 
+def test_the_heartbeat_stamps_the_worker_when_run_and_beat_when_sent(staff, db):
+    """Beat sends trails.tasks.heartbeat_task every minute (its pulse: sent), the worker runs it
+    (the worker's pulse: run); the overview names each."""
+    from django.core.cache import caches
+
+    from infra import metrics
+    from scopes.models import Scope
+    from trails.tasks import heartbeat_task, roll_up_task
+
+    Scope.objects.create(slug="pulse", matcher="lexical")
+    caches["heartbeats"].delete_many([metrics.BEAT_SENT, "rt:task-last-success:trails.tasks.heartbeat_task"])
+    page = staff.get("/ops/pulse/").content.decode()
+    assert "worker <strong>not heard from</strong>" in page and "beat <strong>not heard from</strong>" in page
+    roll_up_task.apply_async()  # another task sent is not beat's pulse
+    assert metrics.beat_last_sent() is None
+    heartbeat_task.apply_async()  # as beat sends it (to the test run's queue; no worker here)
+    assert metrics.beat_last_sent() is not None
+    heartbeat_task.apply()  # as the worker runs it
+    page = staff.get("/ops/pulse/").content.decode()
+    assert "worker <strong>not heard from</strong>" not in page and "beat <strong>not heard from</strong>" not in page
+
+
 def test_pending_trails_asking_the_same_question_are_pointed_out_together(staff, api, scope, sections):
     # Three paths to one question, each citing other sections (the same sections again would
     # be the same trail, renewed, not a twin).
@@ -1011,8 +1034,13 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
     from trails.models import RecallEvent
 
     now = timezone.now()
-    fresh = {name: now.timestamp() - 60 for name in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")}
+    fresh = {
+        name: now.timestamp() - 60
+        for name in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task", "trails.tasks.heartbeat_task")
+    }
     monkeypatch.setattr(metrics, "last_successes", lambda names: {name: fresh.get(name) for name in names})
+    sent = {"beat": now.timestamp() - 30}
+    monkeypatch.setattr(metrics, "beat_last_sent", lambda: sent["beat"])
     monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 0.0})
 
     def strip() -> str:
@@ -1032,3 +1060,15 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
 
     fresh["trails.tasks.roll_up_task"] = now.timestamp() - 2 * 3600  # the worker stopped two hours ago
     assert "Broken because:" in strip() and "roll_up_task last succeeded 2 h ago" in strip()
+    fresh["trails.tasks.roll_up_task"] = now.timestamp() - 60
+
+    # The worker stopped three minutes ago, beat still sends: the worker is named, not beat.
+    fresh["trails.tasks.heartbeat_task"] = now.timestamp() - 190
+    assert "Broken because:" in strip() and "worker silent for 3 min (a heartbeat every 1 min)" in strip()
+    assert "beat silent" not in strip()
+    # Beat stopped too: both are named.
+    sent["beat"] = now.timestamp() - 200
+    assert "worker silent" in strip() and "beat silent for 3 min" in strip()
+    # Both back: ok again.
+    fresh["trails.tasks.heartbeat_task"], sent["beat"] = now.timestamp() - 20, now.timestamp() - 20
+    assert strip() == "ok"

@@ -96,7 +96,16 @@ def judge(
     for job, age in job_ages.items():
         period = job_periods.get(job)
         if age is None:
-            findings.append(Finding("watch", "jobs", f"{job} never heard from: is the worker running?"))
+            who = "beat" if job == "beat" else "the worker"
+            findings.append(Finding("watch", "jobs", f"{job} never heard from: is {who} running?"))
+        elif period and age > SILENT_PERIODS * period and job in ("worker", "beat"):
+            findings.append(
+                Finding(
+                    "broken",
+                    "jobs",
+                    f"{job} silent for {in_words(age)} (a heartbeat every {in_words(period)}): is {job} running?",
+                )
+            )
         elif period and age > SILENT_PERIODS * period:
             findings.append(
                 Finding(

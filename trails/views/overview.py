@@ -49,8 +49,14 @@ WHAT_IF_RECALLS = 100_000
 JOB_PERIODS = {
     entry["task"]: float(entry["schedule"])
     for entry in settings.CELERY_BEAT_SCHEDULE.values()
-    if entry["task"] in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task")
+    if entry["task"] in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task", metrics.HEARTBEAT_TASK)
 }
+# What the page calls each: the heartbeat's success is the worker's pulse; its sending, beat's.
+JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
+
+
+def job_name(task: str) -> str:
+    return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
 WINDOWS = {
     "24h": (timedelta(hours=24), timedelta(hours=1)),
     "7d": (timedelta(days=7), timedelta(hours=6)),
@@ -134,8 +140,11 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "service": metrics.service_totals(),
         "jobs": {
-            name.rsplit(".", 1)[-1]: (now.timestamp() - at if at else None)
-            for name, at in metrics.last_successes(list(JOB_PERIODS)).items()
+            **{
+                job_name(name): (now.timestamp() - at if at else None)
+                for name, at in metrics.last_successes(list(JOB_PERIODS)).items()
+            },
+            "beat": (now.timestamp() - sent) if (sent := metrics.beat_last_sent()) else None,
         },
     }
     # ok / watch / broken, and which signal made it so: red only when something needs a person.
@@ -146,7 +155,10 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         requests=health["service"]["requests"],
         refused=health["service"]["shed"],
         job_ages=health["jobs"],
-        job_periods={name.rsplit(".", 1)[-1]: period for name, period in JOB_PERIODS.items()},
+        job_periods={
+            **{job_name(name): period for name, period in JOB_PERIODS.items()},
+            "beat": JOB_PERIODS.get(metrics.HEARTBEAT_TASK, 60.0),
+        },
         rollup_behind=health["rollup_behind"],
         flags=health["flags"],
     )
