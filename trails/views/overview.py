@@ -57,6 +57,8 @@ JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
 
 def job_name(task: str) -> str:
     return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
+
+
 WINDOWS = {
     "24h": (timedelta(hours=24), timedelta(hours=1)),
     "7d": (timedelta(days=7), timedelta(hours=6)),
