@@ -111,9 +111,7 @@ def refused_by_the_database(problem: Exception, where: str = ""):
     and SQLSTATE only (a driver's message may quote the request's values)."""
     refusal = database_refusal(problem, deadline_passed())
     metrics.STORE_ERRORS.labels("database", refusal.code).inc()
-    metrics.SHED.labels(
-        {"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away")
-    ).inc()
+    metrics.shed({"lock_wait": "lock wait", "deadline": "database deadline"}.get(refusal.code, "database away"))
     logging.getLogger("ragtrail.api").warning(
         "database refused (%s) on %s: %s", refusal.code, where, described(problem)
     )

@@ -168,7 +168,7 @@ class LoadSheddingMiddleware:
         if arrived is not None:
             metrics.QUEUE_WAIT.observe(waited)
         if waited > 0 and waited >= longest:
-            metrics.SHED.labels("queued past the budget").inc()
+            metrics.shed("queued past the budget")
             return Overloaded(f"the request waited {waited * 1000:.0f} ms in a queue; retry shortly").response()
         started = time.monotonic()
         token = _deadline.set(started + usable - waited)
@@ -214,7 +214,7 @@ class Gate:
                 self._semaphore.acquire()
             else:
                 if left <= 0 or self.expected_time_through() > left:
-                    metrics.SHED.labels("model busy").inc()
+                    metrics.shed("model busy")
                     raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
                 with self._lock:
                     self._waiting += 1
@@ -224,7 +224,7 @@ class Gate:
                     with self._lock:
                         self._waiting -= 1
                 if not entered:
-                    metrics.SHED.labels("model busy").inc()
+                    metrics.shed("model busy")
                     raise Overloaded(f"{what} is busy past this request's time budget; retry shortly")
         started = time.monotonic()
         try:

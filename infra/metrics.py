@@ -35,6 +35,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from infra import refusals
+
 # Recall's budget is 500 ms by default: buckets that tell a healthy 5 ms from a budget-eating 400 ms.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -192,7 +194,11 @@ class MetricsMiddleware:
         if not request.path.startswith("/api/"):
             return self.get_response(request)
         started = time.perf_counter()
-        response = self.get_response(request)
+        token = refusals.begin()
+        try:
+            response = self.get_response(request)
+        finally:
+            reason = refusals.end(token)
         elapsed = time.perf_counter() - started
         match = _match(request)
         route = match.route if match is not None and match.route else "unmatched"
@@ -200,6 +206,8 @@ class MetricsMiddleware:
         method = request.method if request.method in KNOWN_METHODS else "other"
         HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
         HTTP_SECONDS.labels(route).observe(elapsed)
+        scope = (match.kwargs.get("scope") or match.kwargs.get("scope_slug")) if match else None
+        refusals.tally(scope, response.status_code, reason)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 "request",
@@ -213,6 +221,13 @@ class MetricsMiddleware:
                 },
             )
         return response
+
+
+def shed(reason: str) -> None:
+    """A request answered 503 on purpose: counted by reason (the series the alerts read) and
+    told to the request's tally, which keeps the last minutes by cause and scope."""
+    SHED.labels(reason).inc()
+    refusals.refused(reason)
 
 
 def count_task_runs() -> None:
@@ -274,15 +289,3 @@ def last_successes(tasks: list[str]) -> dict[str, float | None]:
     except Exception:  # noqa: BLE001 -- a cache that is away: unknown, not an error page
         found = {}
     return {task: found.get(f"rt:task-last-success:{task}") for task in tasks}
-
-
-def service_totals() -> dict[str, float]:
-    """API requests answered and shed (503) since the service started, all its workers."""
-    totals = {"requests": 0.0, "shed": 0.0}
-    for family in registry().collect():
-        for sample in family.samples:
-            if sample.name == "ragtrail_http_requests_total":
-                totals["requests"] += sample.value
-            elif sample.name == "ragtrail_shed_total":
-                totals["shed"] += sample.value
-    return totals

@@ -6,6 +6,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from infra import refusals
 from infra.db_deadline import refused_by_the_database
 from infra.errors import RequestRefused
 from scopes.models import ApiKey, Scope
@@ -78,6 +79,7 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
     scope = request.auth.grants(slug)
     if scope is None:
         raise RequestRefused(404, "not_found", "no such scope", field="scope")
+    refusals.scope_seen(scope.slug)  # a real scope: its refusals are now tallied under it
     return scope
 
 

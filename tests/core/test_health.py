@@ -6,8 +6,11 @@ CALM = dict(
     false_hits_verdict="ok",
     latency_p95_ms=40.0,
     budget_ms=500,
-    requests=1000,
-    refused=0,
+    refusals={
+        "minutes": 5,
+        "scope": {"requests": 400, "refused": {}},
+        "service": {"requests": 1000, "refused": {}},
+    },
     job_ages={"roll_up_task": 120.0},
     job_periods={"roll_up_task": 600.0},
     rollup_behind=False,
@@ -24,7 +27,6 @@ def test_each_signal_turns_the_verdict_and_is_named():
     cases = {
         "false_hits_verdict": ("over", "broken", "false hits over the scope's bound"),
         "latency_p95_ms": (1060.0, "broken", "recall p95 1060 ms, over its 500 ms budget"),
-        "refused": (333, "broken", "333 of 1000 API requests refused with 503 (service-wide)"),
         "rollup_behind": (True, "broken", "the roll-up is behind"),
         "flags": (["embedding:ceiling"], "broken", "1 flag(s) waiting for an operator"),
     }
@@ -32,8 +34,33 @@ def test_each_signal_turns_the_verdict_and_is_named():
         health = judge(**{**CALM, name: value})
         assert health.verdict == verdict and words in health.because, name
     assert judge(**{**CALM, "latency_p95_ms": 450.0}).verdict == "watch"  # near the budget
-    assert judge(**{**CALM, "refused": 30}).verdict == "watch"  # 3 %: some refused
     assert judge(**{**CALM, "false_hits_verdict": "watch"}).verdict == "watch"
+
+
+def refusals(own: dict, service: dict, own_requests: int = 400, requests: int = 1000) -> dict:
+    return {
+        "minutes": 5,
+        "scope": {"requests": own_requests, "refused": own},
+        "service": {"requests": requests, "refused": service},
+    }
+
+
+def test_a_scopes_own_refusals_judge_it_by_cause_and_the_services_only_watch():
+    own = judge(**{**CALM, "refusals": refusals({"queued past the budget": 100, "database": 30}, {"database": 130})})
+    assert own.verdict == "broken" and (
+        "130 of 400 API requests to this scope refused with 503 in the last 5 min "
+        "(100 queued past the budget, 30 database)" in own.because
+    )
+    assert judge(**{**CALM, "refusals": refusals({"model busy": 12}, {"model busy": 12})}).verdict == "watch"  # 3 %
+    # A quiet tenant beside a flooded one: a watch that says whose refusals they are.
+    quiet = judge(**{**CALM, "refusals": refusals({}, {"queued past the budget": 500, "model busy": 20})})
+    assert quiet.verdict == "watch" and (
+        "the service refused 520 of 1000 API requests with 503 in the last 5 min "
+        "(500 queued past the budget, 20 model busy); 0 of them to this scope" in quiet.because
+    )
+    # Refusals that ended before the window are none; counts that cannot be read are no verdict.
+    assert judge(**{**CALM, "refusals": refusals({}, {})}).verdict == "ok"
+    assert judge(**{**CALM, "refusals": None}).verdict == "ok"
 
 
 def test_a_job_never_heard_from_is_watch_and_one_silent_for_three_periods_broken():

@@ -29,6 +29,15 @@ def jobs_heard_from(seconds_ago: float = 60.0) -> None:
     caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - seconds_ago, None)  # beat's own
 
 
+def windowed(own: dict, requests: int) -> dict:
+    """The last minutes' refusals as infra.refusals.window reads them: this scope's are the service's."""
+    return {
+        "minutes": 5,
+        "scope": {"requests": requests, "refused": dict(own)},
+        "service": {"requests": requests, "refused": dict(own)},
+    }
+
+
 @pytest.fixture
 def staff(db) -> Client:
     """An operator of every scope (these tests are about the pages; tests/test_access.py
@@ -926,17 +935,19 @@ def test_an_operator_accepts_a_learned_raise_and_it_becomes_the_configured_thres
 
 
 def test_the_verdict_names_what_made_it_and_turns_on_refused_requests_and_silent_jobs(staff, db, monkeypatch):
-    from infra import metrics
+    from infra import refusals
     from scopes.models import Scope
 
     Scope.objects.create(slug="calm", matcher="lexical")
     jobs_heard_from()
     assert 'id="health-verdict">ok<' in staff.get("/ops/calm/").content.decode()
     # A third of the API's requests refused: broken, and the strip says why.
-    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 52.0})
+    monkeypatch.setattr(refusals, "window", lambda slug: windowed({"queued past the budget": 27}, 80))
     page = staff.get("/ops/calm/").content.decode()
-    assert 'id="health-verdict">broken<' in page and "52 of 80 API requests refused with 503 (service-wide)" in page
-    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 0.0, "shed": 0.0})
+    assert 'id="health-verdict">broken<' in page and (
+        "27 of 80 API requests to this scope refused with 503 in the last 5 min (27 queued past the budget)" in page
+    )
+    monkeypatch.setattr(refusals, "window", lambda slug: windowed({}, 80))
     # The worker stopped: silent for three of the roll-up's periods is broken, its age in words.
     jobs_heard_from(seconds_ago=3 * 3600)
     page = staff.get("/ops/calm/").content.decode()
@@ -944,9 +955,45 @@ def test_the_verdict_names_what_made_it_and_turns_on_refused_requests_and_silent
     # A fresh deploy whose jobs never reported: watch, never a calm ok.
     from django.core.cache import caches
 
-    caches["heartbeats"].clear()
+    # (only these keys: a clear() would empty a Redis another run shares)
+    caches["heartbeats"].delete_many(
+        ["rt:beat-sent-heartbeat"]
+        + [f"rt:task-last-success:trails.tasks.{t}" for t in ("roll_up_task", "sweep_expired_task", "heartbeat_task")]
+    )
     page = staff.get("/ops/calm/").content.decode()
     assert 'id="health-verdict">watch<' in page and "never heard from: is the worker running?" in page
+
+
+def test_refusals_over_the_last_minutes_name_their_tenant_and_cause(staff, db, settings):
+    """Requests shed for waiting past the budget (a trusted proxy's stamp) count for the scope
+    they named, by cause, over the window; the quiet tenant beside it reads the service's."""
+    import time
+    import uuid
+
+    from scopes.models import ApiKey, Scope
+    from tests.conftest import ApiClient
+
+    jobs_heard_from()
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})  # the test client's address
+    busy, quiet = (
+        Scope.objects.create(slug=f"{n}-{uuid.uuid4().hex[:6]}", matcher="lexical") for n in ("busy", "quiet")
+    )
+    agents = {s.slug: ApiClient(ApiKey.issue([s])[1]) for s in (busy, quiet)}
+    for slug, agent in agents.items():  # each scope answered once: a scope a key was let into
+        assert agent.recall(slug, query="Where do visitors park?").status_code == 200
+    late = {"X-Request-Start": f"t={time.time() - 30:.3f}"}  # queued 30 s before it reached a worker
+    for _ in range(4):
+        shed = agents[busy.slug].client.post(
+            f"/api/v1/scopes/{busy.slug}/recall", {"query": "x"}, content_type="application/json", headers=late
+        )
+        assert shed.status_code == 503
+    page = staff.get(f"/ops/{busy.slug}/").content.decode()
+    assert 'id="health-verdict">broken<' in page and (
+        "4 of 5 API requests to this scope refused with 503 in the last 5 min (4 queued past the budget)" in page
+    )
+    page = staff.get(f"/ops/{quiet.slug}/").content.decode()
+    assert "0 of them to this scope" in page and "the service refused" in page
+    assert "this scope 0 of 1 API requests refused with 503" in page
 
 
 def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
@@ -1030,7 +1077,7 @@ def test_the_overviews_numbers_count_what_the_lists_they_open_show(staff, api, s
 
 def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staff, scope, monkeypatch):
     """Slow recalls, refused requests, a stopped worker: each makes the strip say so, and why."""
-    from infra import metrics
+    from infra import metrics, refusals
     from trails.models import RecallEvent
 
     now = timezone.now()
@@ -1041,7 +1088,7 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
     monkeypatch.setattr(metrics, "last_successes", lambda names: {name: fresh.get(name) for name in names})
     sent = {"beat": now.timestamp() - 30}
     monkeypatch.setattr(metrics, "beat_last_sent", lambda: sent["beat"])
-    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 0.0})
+    monkeypatch.setattr(refusals, "window", lambda slug: windowed({}, 80))
 
     def strip() -> str:
         page = staff.get("/ops/hospital/").content.decode()
@@ -1054,9 +1101,9 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
     assert "Broken because:" in strip() and "recall p95 1060 ms, over its 500 ms budget" in strip()
     RecallEvent.objects.all().delete()
 
-    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 52.0})
-    assert "Broken because:" in strip() and "52 of 80 API requests refused with 503 (service-wide)" in strip()
-    monkeypatch.setattr(metrics, "service_totals", lambda: {"requests": 80.0, "shed": 0.0})
+    monkeypatch.setattr(refusals, "window", lambda slug: windowed({"database": 52}, 80))
+    assert "Broken because:" in strip() and "52 of 80 API requests to this scope refused with 503" in strip()
+    monkeypatch.setattr(refusals, "window", lambda slug: windowed({}, 80))
 
     fresh["trails.tasks.roll_up_task"] = now.timestamp() - 2 * 3600  # the worker stopped two hours ago
     assert "Broken because:" in strip() and "roll_up_task last succeeded 2 h ago" in strip()

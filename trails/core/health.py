@@ -49,13 +49,47 @@ def in_words(seconds: float | None) -> str:
     return f"{int(seconds)} s"
 
 
+def causes_in_words(refused: dict[str, float]) -> str:
+    """ "40 queued past the budget, 12 database": the largest cause first."""
+    return ", ".join(f"{n:.0f} {cause}" for cause, n in sorted(refused.items(), key=lambda c: (-c[1], c[0])) if n)
+
+
+def refusal_findings(refusals: dict | None) -> list[Finding]:
+    """This scope's own refusals judge it (watch past 2 %, broken past 20 % of its requests);
+    the service's, where this scope's are few, are a watch that says they are not this scope's."""
+    if refusals is None:
+        return []
+    minutes, own, service = refusals["minutes"], refusals["scope"], refusals["service"]
+    own_refused, service_refused = sum(own["refused"].values()), sum(service["refused"].values())
+    own_share = own_refused / own["requests"] if own["requests"] else 0.0
+    service_share = service_refused / service["requests"] if service["requests"] else 0.0
+    if own_share >= REFUSED_WATCH:
+        return [
+            Finding(
+                "broken" if own_share >= REFUSED_BROKEN else "watch",
+                "refused requests",
+                f"{own_refused:.0f} of {own['requests']:.0f} API requests to this scope refused with 503 in the "
+                f"last {minutes} min ({causes_in_words(own['refused'])})",
+            )
+        ]
+    if service_share >= REFUSED_WATCH:
+        return [
+            Finding(
+                "watch",
+                "refused requests",
+                f"the service refused {service_refused:.0f} of {service['requests']:.0f} API requests with 503 in the "
+                f"last {minutes} min ({causes_in_words(service['refused'])}); {own_refused:.0f} of them to this scope",
+            )
+        ]
+    return []
+
+
 def judge(
     *,
     false_hits_verdict: str,
     latency_p95_ms: float | None,
     budget_ms: float,
-    requests: float,
-    refused: float,
+    refusals: dict | None,
     job_ages: dict[str, float | None],
     job_periods: dict[str, float],
     rollup_behind: bool,
@@ -66,7 +100,9 @@ def judge(
     Args:
         false_hits_verdict: trails.core.calibration.false_hit_verdict's ("ok", "watch", "over").
         latency_p95_ms: recall's p95 in the app over the window (None without recalls).
-        requests, refused: API requests answered and refused with 503 (the service's, all workers).
+        refusals: the last minutes' API requests and 503 refusals by cause, of this scope and of
+            the service ({"minutes", "scope": {"requests", "refused": {cause: n}}, "service": ...});
+            None where they cannot be read.
         job_ages: seconds since each job's last success (None: never heard from).
         job_periods: each job's schedule, in seconds.
     """
@@ -83,16 +119,7 @@ def judge(
         findings.append(
             Finding("watch", "latency", f"recall p95 {latency_p95_ms:.0f} ms, near its {budget_ms:.0f} ms budget")
         )
-    share = refused / requests if requests else 0.0
-    if share >= REFUSED_WATCH:
-        level = "broken" if share >= REFUSED_BROKEN else "watch"
-        findings.append(
-            Finding(
-                level,
-                "refused requests",
-                f"{refused:.0f} of {requests:.0f} API requests refused with 503 (service-wide)",
-            )
-        )
+    findings += refusal_findings(refusals)
     for job, age in job_ages.items():
         period = job_periods.get(job)
         if age is None:

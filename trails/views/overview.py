@@ -13,14 +13,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from infra import metrics
+from infra import metrics, refusals
 from infra.errors import Refused
 from scopes.access import Access
 from scopes.models import Scope, SectionSync
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
-from trails.core.health import in_words
+from trails.core.health import causes_in_words, in_words
 from trails.core.health import judge as judge_health
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
@@ -140,7 +140,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             scope=scope, created_at__gte=last_hour + timedelta(hours=1), created_at__lt=now - timedelta(minutes=30)
         ).exists(),
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
-        "service": metrics.service_totals(),
+        "refusals": refusals.window(scope.slug),
         "jobs": {
             **{
                 job_name(name): (now.timestamp() - at if at else None)
@@ -154,8 +154,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         false_hits_verdict=false_hits.verdict,
         latency_p95_ms=(health["latency"] or {}).get("p95"),
         budget_ms=settings.RAGTRAIL_RECALL_BUDGET_MS,
-        requests=health["service"]["requests"],
-        refused=health["service"]["shed"],
+        refusals=health["refusals"],
         job_ages=health["jobs"],
         job_periods={
             **{job_name(name): period for name, period in JOB_PERIODS.items()},
@@ -166,6 +165,9 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     )
     health["verdict"], health["because"] = judged_health.verdict, judged_health.because
     health["job_ages"] = {name: in_words(age) for name, age in health["jobs"].items()}
+    for part in ("scope", "service") if health["refusals"] else ():
+        counted = health["refusals"][part]
+        counted.update(refused_total=sum(counted["refused"].values()), causes=causes_in_words(counted["refused"]))
     return scope_page(
         request,
         "trails/overview/overview.html",
