@@ -105,7 +105,8 @@ def _flush(counts: dict) -> None:
             cache.add(key, 0, timeout=SLOT_S * (WINDOW_SLOTS + 5))
             cache.incr(key, n)
     except Exception:  # noqa: BLE001 -- a cache that is away loses these counts, never a request
-        pass
+        # and is not asked again for a minute: a request pays its socket timeout once, not every flush.
+        _last_flush[0] = time.time() + 55.0
 
 
 def window(slug: str, now: float | None = None) -> dict | None:
