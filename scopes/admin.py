@@ -12,13 +12,16 @@ from scopes.models import ApiKey, Section, SectionSync
 
 class GrantedScopesAdmin(admin.ModelAdmin):
     """An admin whose rows belong to a scope: an operator who is not a superuser sees, finds
-    and picks only the rows of the scopes granted to them (scopes.access), and changes or
-    deletes one only with `change_access` to its scope. Django's model permissions still
-    apply on top."""
+    and picks only the rows of the scopes granted to them (scopes.access), changes, adds or
+    deletes one only with `change_access` to its scope, and is offered only the actions their
+    access runs somewhere (`action_access`). The grants decide: a staff user needs no Django
+    model permission by hand."""
 
     # The path from a row to its scope ("" for a Scope itself).
     scope_path = "scope"
     change_access = Access.CONFIGURE
+    # The access each action needs (by name); change_access where not named.
+    action_access: dict[str, int] = {}
 
     def scope_of(self, obj):
         return obj if not self.scope_path else getattr(obj, self.scope_path)
@@ -43,13 +46,35 @@ class GrantedScopesAdmin(admin.ModelAdmin):
             kwargs["queryset"] = granted_scopes(request.user, self.change_access)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    def _granted(self, request: HttpRequest, access: int, obj=None) -> bool:
+        if obj is not None:
+            return may(request.user, self.scope_of(obj), access)
+        return granted_scopes(request.user, access).exists()
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser or self._granted(request, Access.VIEW)
+
+    def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.is_superuser or self._granted(request, Access.VIEW, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser or self._granted(request, self.change_access)
+
     def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        allowed = super().has_change_permission(request, obj)
-        return allowed and (obj is None or may(request.user, self.scope_of(obj), self.change_access))
+        return request.user.is_superuser or self._granted(request, self.change_access, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        allowed = super().has_delete_permission(request, obj)
-        return allowed and (obj is None or may(request.user, self.scope_of(obj), self.change_access))
+        return request.user.is_superuser or self._granted(request, self.change_access, obj)
+
+    def get_actions(self, request: HttpRequest):
+        actions = super().get_actions(request)
+        if request.user.is_superuser:
+            return actions
+        return {
+            name: action
+            for name, action in actions.items()
+            if self._granted(request, self.action_access.get(name, self.change_access))
+        }
 
 
 class SuperusersOnlyAdmin(admin.ModelAdmin):
@@ -108,11 +133,36 @@ def _grant_audit(request: HttpRequest, grant: OperatorGrant, before: int | None,
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(SuperusersOnlyAdmin):
+    """Keys are made, edited and deleted by superusers. An operator with act access to every
+    scope a key is granted sees it and may revoke it, set its reports aside (a flood) or
+    count them again: each audited in those scopes."""
+
     list_display = ["__str__", "name", "owner", "created_at", "revoked_at", "set_aside_at"]
     filter_horizontal = ["scopes"]
     readonly_fields = ["lookup", "created_at", "set_aside_at", "set_aside_by"]
     fields = ["name", "owner", "scopes", "lookup", "created_at", "revoked_at", "set_aside_at", "set_aside_by"]
     actions = ["revoke", "revoke_and_set_aside", "restore_reports"]
+
+    @staticmethod
+    def _operated(request: HttpRequest):
+        """The keys whose every scope this operator may act on."""
+        acting = granted_scopes(request.user, Access.ACT)
+        beyond = ApiKey.scopes.through.objects.exclude(scope__in=acting).values("apikey_id")
+        return ApiKey.objects.filter(scopes__in=acting).exclude(pk__in=beyond).distinct()
+
+    def get_queryset(self, request: HttpRequest):
+        rows = super().get_queryset(request)
+        return rows if request.user.is_superuser else rows.filter(pk__in=self._operated(request).values("pk"))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser or granted_scopes(request.user, Access.ACT).exists()
+
+    def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
+        if request.user.is_superuser:
+            return True
+        return self.has_module_permission(request) and (
+            obj is None or self._operated(request).filter(pk=obj.pk).exists()
+        )
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
         if change:

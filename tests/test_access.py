@@ -151,9 +151,43 @@ def test_django_admin_shows_an_operator_their_tenants_rows_only(tenants):
     # An admin action on the other tenant's trail changes nothing.
     python_faq.post("/admin/trails/trail/", {"action": "reject", "_selected_action": [trail.pk]})
     assert Trail.objects.get(pk=trail.pk).status == "active"
-    # Keys and grants span tenants: superusers only.
-    assert python_faq.get("/admin/scopes/apikey/").status_code == 403
+    # Keys: only those of the operator's own scopes; grants span tenants: superusers only.
+    keys = python_faq.get("/admin/scopes/apikey/")
+    assert keys.status_code == 200 and "acme-support" not in keys.content.decode()
     assert python_faq.get("/admin/scopes/operatorgrant/").status_code == 403
+
+
+def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):
+    from scopes.audit import AuditEvent
+
+    scope, other = tenants["python-faq"]["scope"], tenants["acme-support"]["scope"]
+    acting = operator(scope, Access.ACT, model_permissions=False)
+    looking = operator(scope, Access.VIEW, model_permissions=False)
+    for client in (acting, looking):
+        assert "/admin/trails/trail/" in client.get("/admin/").content.decode()
+        page = client.get("/admin/trails/trail/").content.decode()
+        assert "How do I copy a list?" in page and "ACME" not in page
+    assert 'value="reject"' in acting.get("/admin/trails/trail/").content.decode()
+    assert 'value="reject"' not in looking.get("/admin/trails/trail/").content.decode()
+    # Configuring a scope is for configure access: neither may change it, both may look.
+    assert acting.get(f"/admin/scopes/scope/{scope.pk}/change/").status_code == 200
+    assert 'name="embedding_threshold"' not in acting.get(f"/admin/scopes/scope/{scope.pk}/change/").content.decode()
+    # A key flooding the operator's own scope: revoked and set aside by them, audited there;
+    # a key that also reaches another tenant is not theirs to stop.
+    own, _ = ApiKey.issue([scope], name="flooding")
+    shared, _ = ApiKey.issue([scope, other], name="shared")
+    listed = acting.get("/admin/scopes/apikey/").content.decode()
+    assert "flooding" in listed and "shared" not in listed
+    assert looking.get("/admin/scopes/apikey/").status_code == 403
+    acting.post("/admin/scopes/apikey/", {"action": "revoke_and_set_aside", "_selected_action": [own.pk, shared.pk]})
+    own.refresh_from_db(), shared.refresh_from_db()
+    assert own.revoked_at is not None and own.set_aside_at is not None
+    assert shared.revoked_at is None and shared.set_aside_at is None
+    assert AuditEvent.objects.filter(scope=scope, kind=AuditEvent.Kind.KEY_SET_ASIDE, who=f"op-{scope.slug}-2").exists()
+    # Editing or making keys stays a superuser's.
+    assert acting.get(f"/admin/scopes/apikey/{own.pk}/change/").status_code == 200
+    assert 'name="scopes"' not in acting.get(f"/admin/scopes/apikey/{own.pk}/change/").content.decode()
+    assert acting.get("/admin/scopes/apikey/add/").status_code == 403
 
 
 def test_a_staff_user_without_grants_sees_no_tenant(tenants):

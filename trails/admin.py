@@ -201,6 +201,7 @@ class TrailAdmin(GrantedScopesAdmin):
     readonly_fields = [f.name for f in Trail._meta.fields if f.name not in ("lexical_signature", "embedding")]
     inlines = [StepInline, CitationInline]
     actions = ["approve", "reject", "reinstate", "delete_stale_or_expired"]
+    action_access = dict.fromkeys(actions, Access.ACT)
 
     def get_search_results(self, request, queryset, search_term):
         """The query text, a trail's public id (what the API, the pages and the logs show) or
@@ -225,14 +226,17 @@ class TrailAdmin(GrantedScopesAdmin):
         return False
 
     def _act(self, request, queryset, action: str) -> None:
+        outside = 0
         if not request.user.is_superuser:
-            # Acting needs act access to the trail's scope; the others selected are skipped.
-            queryset = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
+            # Acting needs act access to the trail's scope; the others selected are left alone, and said so.
+            allowed = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
+            outside, queryset = queryset.count() - allowed.count(), allowed
         changed, skipped = writes.act_on_many(queryset, action, Actor.OPERATOR, by=request.user.get_username())
         messages.info(
             request,
             f"{changed} trail(s) changed"
             + (f"; {skipped} left as they were (the action does not apply to their status)" if skipped else "")
+            + (f"; {outside} left alone (your access to their scope is view only)" if outside else "")
             + ".",
         )
 
