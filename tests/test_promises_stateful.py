@@ -650,8 +650,9 @@ class Promises(RuleBasedStateMachine):
                 "name": "Fresh",
                 "matcher": matcher,
                 "max_false_hit_rate": bound,
-                "lexical_threshold": 0.5,
-                "embedding_threshold": 0.945,
+                # The add form's initial values: the model's defaults.
+                "lexical_threshold": Scope._meta.get_field("lexical_threshold").default,
+                "embedding_threshold": Scope._meta.get_field("embedding_threshold").default,
                 "token_budget": 2000,
                 "active_ttl_days": 30,
                 "pending_ttl_days": 7,

@@ -195,7 +195,7 @@ def test_the_agent_quickstart_runs_in_a_second_terminal_and_prints_every_arrow(d
 def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
     port, key, _ = demo
     block = next(b for b in blocks(ROOT / "README.md") if "ragtrail-mcp" in b)
-    stdio, http = lines(block)
+    stdio, http = (line.split("#")[0].rstrip() for line in lines(block))  # the comments are for readers
     stdio = rewrite(stdio, "rt_...", key)
     stdio += f" --base-url http://127.0.0.1:{port}"
     # stdio: the server reads requests from its stdin; an MCP initialize is answered.

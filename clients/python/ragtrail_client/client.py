@@ -22,6 +22,7 @@ import ssl
 import time
 import urllib.parse
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -569,10 +570,13 @@ class RagtrailClient(Calls):
         shared = options.get("http")
         self._owned = shared is None
         self.http: httpx.Client = shared or httpx.Client(follow_redirects=False)
+        # A client never closed (a script's, a notebook's) still lets its connections go when
+        # it is collected or the interpreter exits.
+        self._closer = weakref.finalize(self, self.http.close) if self._owned else None
 
     def close(self) -> None:
-        if self._owned:
-            self.http.close()
+        if self._closer is not None:
+            self._closer()
 
     def __enter__(self) -> "RagtrailClient":
         return self
