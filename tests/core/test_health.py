@@ -80,3 +80,15 @@ def test_ages_read_in_words():
         "24 h",
         "3 days",
     ]
+
+
+def test_a_job_waiting_past_its_time_is_a_watch_with_its_age():
+    from trails.core.health import WaitingJob
+
+    fresh = WaitingJob("docs sync", "queued", 60.0, 1800.0)
+    late = WaitingJob("docs sync", "queued", 1200.0, 1800.0)
+    lost = WaitingJob("purge", "running", 4000.0, 3600.0)
+    assert judge(**{**CALM, "waiting": [fresh]}).verdict == "ok"
+    queued = judge(**{**CALM, "waiting": [fresh, late]})
+    assert queued.verdict == "watch" and "a docs sync queued for 20 min: is the worker taking jobs?" in queued.because
+    assert "its worker may have stopped" in judge(**{**CALM, "waiting": [lost]}).because

@@ -996,6 +996,20 @@ def test_refusals_over_the_last_minutes_name_their_tenant_and_cause(staff, db, s
     assert "this scope 0 of 1 API requests refused with 503" in page
 
 
+def test_a_docs_sync_left_in_the_queue_is_listed_with_its_age_and_flagged(staff, db):
+    from datetime import timedelta
+
+    from scopes.models import Scope, SectionSyncJob
+
+    jobs_heard_from()
+    scope = Scope.objects.create(slug="queued", matcher="lexical")
+    assert "No docs sync or purge waiting or running." in staff.get("/ops/queued/").content.decode()
+    SectionSyncJob.objects.create(scope=scope, by="key:x", created_at=timezone.now() - timedelta(minutes=20))
+    page = staff.get("/ops/queued/").content.decode()
+    assert '<strong class="bad">a docs sync queued for 20 min</strong>' in page
+    assert 'id="health-verdict">watch<' in page and "is the worker taking jobs?" in page
+
+
 def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
     from django.core.cache import caches
 

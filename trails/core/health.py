@@ -49,6 +49,42 @@ def in_words(seconds: float | None) -> str:
     return f"{int(seconds)} s"
 
 
+# A job queued longer than this (three heartbeats) waits for a worker that is not taking jobs.
+QUEUED_STUCK_S = 180.0
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """A background job the scope is waiting for: a docs sync or a purge, queued or running."""
+
+    what: str  # "docs sync", "purge"
+    state: str  # "queued" or "running"
+    age_s: float  # since it was queued (queued) or a worker took it (running)
+    running_limit_s: float  # past this a running one is taken for lost (the worker died)
+
+    @property
+    def age_words(self) -> str:
+        return in_words(self.age_s)
+
+    @property
+    def stuck(self) -> bool:
+        return self.age_s > (QUEUED_STUCK_S if self.state == "queued" else self.running_limit_s)
+
+
+def waiting_findings(jobs: list[WaitingJob]) -> list[Finding]:
+    """A job stuck in the queue or past its running limit is a watch, with its age."""
+    return [
+        Finding(
+            "watch",
+            "jobs",
+            f"a {job.what} {job.state} for {in_words(job.age_s)}"
+            + (": is the worker taking jobs?" if job.state == "queued" else ": its worker may have stopped"),
+        )
+        for job in jobs
+        if job.stuck
+    ]
+
+
 def causes_in_words(refused: dict[str, float]) -> str:
     """ "40 queued past the budget, 12 database": the largest cause first."""
     return ", ".join(f"{n:.0f} {cause}" for cause, n in sorted(refused.items(), key=lambda c: (-c[1], c[0])) if n)
@@ -94,6 +130,7 @@ def judge(
     job_periods: dict[str, float],
     rollup_behind: bool,
     flags: list[str],
+    waiting: list[WaitingJob] = (),
 ) -> Health:
     """The verdict from every signal the overview shows, and the findings behind it.
 
@@ -139,6 +176,7 @@ def judge(
                     "broken", "jobs", f"{job} last succeeded {in_words(age)} ago (it runs every {in_words(period)})"
                 )
             )
+    findings += waiting_findings(list(waiting))
     if rollup_behind:
         findings.append(
             Finding("broken", "roll-up", "the roll-up is behind: recent recalls are missing from the charts")

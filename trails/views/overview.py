@@ -16,16 +16,17 @@ from django.views.decorators.http import require_GET, require_POST
 from infra import metrics, refusals
 from infra.errors import Refused
 from scopes.access import Access
-from scopes.models import Scope, SectionSync
+from scopes.models import Scope, SectionSync, SectionSyncJob
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
-from trails.core.health import causes_in_words, in_words
+from trails.core.health import WaitingJob, causes_in_words, in_words
 from trails.core.health import judge as judge_health
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
 from trails.models import (
     SIMILARITY_BINS,
+    PurgeRun,
     RecallEvent,
     RecallStat,
     Signal,
@@ -42,6 +43,7 @@ from trails.models.recalls import (
     similarity_evidence,
 )
 from trails.serving.matching import matching_settings
+from trails.upkeep.sync import JOB_DEADLINE_SECONDS
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
@@ -57,6 +59,24 @@ JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
 
 def job_name(task: str) -> str:
     return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
+
+
+def waiting_jobs(scope, now) -> list[WaitingJob]:
+    """The scope's docs syncs and purges queued or running, oldest first, with their age."""
+    found = []
+    syncs = SectionSyncJob.objects.filter(
+        scope=scope, state__in=[SectionSyncJob.State.QUEUED, SectionSyncJob.State.RUNNING]
+    ).only("state", "created_at", "claimed_at")
+    for job in syncs[:50]:
+        since = job.claimed_at if job.state == SectionSyncJob.State.RUNNING and job.claimed_at else job.created_at
+        found.append(WaitingJob("docs sync", job.state, (now - since).total_seconds(), JOB_DEADLINE_SECONDS))
+    purges = PurgeRun.objects.filter(scope=scope, state__in=[PurgeRun.State.QUEUED, PurgeRun.State.RUNNING]).only(
+        "state", "created_at"
+    )
+    for run in purges[:50]:
+        # A purge has no claim time: its age is since it was asked for; it runs in batches, resumable.
+        found.append(WaitingJob("purge", run.state, (now - run.created_at).total_seconds(), 3600.0))
+    return sorted(found, key=lambda job: -job.age_s)
 
 
 WINDOWS = {
@@ -135,6 +155,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "latency": latency_percentiles(scope, start),
         "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
         # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
+        "waiting": waiting_jobs(scope, now),
         "rollup_behind": last_hour is not None
         and RecallEvent.objects.filter(
             scope=scope, created_at__gte=last_hour + timedelta(hours=1), created_at__lt=now - timedelta(minutes=30)
@@ -156,6 +177,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         budget_ms=settings.RAGTRAIL_RECALL_BUDGET_MS,
         refusals=health["refusals"],
         job_ages=health["jobs"],
+        waiting=health["waiting"],
         job_periods={
             **{job_name(name): period for name, period in JOB_PERIODS.items()},
             "beat": JOB_PERIODS.get(metrics.HEARTBEAT_TASK, 60.0),
