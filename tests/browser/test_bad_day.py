@@ -1,0 +1,102 @@
+"""A bad day walked in the browser, as an operator reads it: an overload then quiet, a stopped
+worker then started, a flooding key set aside then counted again, one person's actions among
+many. Each step asserts what the page says, on the next load after the event."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from django.core.cache import caches
+
+from scopes.keys import restore, set_aside
+from scopes.models import ApiKey
+from tests.browser.test_operator_flows import hospital, log_in  # noqa: F401 -- a fixture and a step
+from trails.core.lifecycle import Actor
+from trails.models import Trail, writes
+
+pytestmark = pytest.mark.slow
+
+TASKS = ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task", "trails.tasks.heartbeat_task")
+
+
+def heard_from(seconds_ago: float = 20.0, tasks=TASKS, beat: bool = True) -> None:
+    """The worker's (and beat's) heartbeats as they leave them in the shared cache."""
+    for task in tasks:
+        caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - seconds_ago, None)
+    if beat:
+        caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - seconds_ago, None)
+
+
+def recall(base: str, key: str, queued_s: float = 0.0) -> int:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    if queued_s:
+        headers["X-Request-Start"] = f"t={time.time() - queued_s:.3f}"  # a trusted proxy's stamp
+    request = urllib.request.Request(
+        f"{base}/api/v1/scopes/hospital/recall",
+        data=json.dumps({"query": "Where do I park?"}).encode(),
+        headers=headers,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def health(page) -> tuple[str, str]:
+    page.reload()
+    because = page.locator("#health-because")
+    return page.locator("#health-verdict").inner_text(), because.inner_text() if because.count() else ""
+
+
+def test_an_operator_reads_a_bad_day_step_by_step(page, live_server, hospital, settings, monkeypatch):  # noqa: F811
+    from infra import refusals
+
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})
+    heard_from()
+    _, key = ApiKey.issue([hospital], name="agents")
+    log_in(page, live_server, "/ops/hospital/")
+    assert health(page)[0] == "ok"
+
+    # Overload: four recalls queued 30 s at the proxy are shed; the verdict names this scope and the cause.
+    assert recall(live_server.url, key) == 200
+    assert [recall(live_server.url, key, queued_s=30) for _ in range(4)] == [503] * 4
+    verdict, because = health(page)
+    assert verdict == "broken" and (
+        "4 of 5 API requests to this scope refused with 503 in the last 5 min (4 queued past the budget)" in because
+    )
+    # Quiet: six minutes later the window holds none of it.
+    later = time.time() + 360
+    monkeypatch.setattr(refusals, "time", type("Clock", (), {"time": staticmethod(lambda: later)}))
+    heard_from()
+    verdict, because = health(page)
+    assert verdict == "ok", because
+    assert "this scope 0 of 0 API requests refused" in page.locator("#health-refusals").inner_text()
+    # (the clock stays six minutes on for the rest of the walk)
+
+    # The worker stops (beat still sends): three minutes on, the page names the worker; started again, ok.
+    heard_from(190, tasks=("trails.tasks.heartbeat_task",), beat=False)
+    verdict, because = health(page)
+    assert verdict == "broken" and "worker silent for 3 min" in because and "beat silent" not in because
+    heard_from()
+    assert health(page)[0] == "ok"
+
+    # A flooding key set aside, then counted again: both on the audit page, with who.
+    set_aside(ApiKey.objects.get(name="agents"), by="olga")
+    restore(ApiKey.objects.get(name="agents"), by="olga")
+    page.goto(f"{live_server.url}/ops/hospital/audit/")
+    audit = page.locator("main").inner_text()
+    assert "key set aside" in audit and "key counted again" in audit
+
+    # One person's actions among many: thirty by others, one by olga; the filter keeps hers.
+    trail = Trail.objects.get(scope=hospital, query__startswith="When can I visit")
+    for n in range(30):  # rejected, reinstated, approved again, by thirty others
+        writes.act(trail, ("down", "reinstate", "up")[n % 3], Actor.OPERATOR, by=f"other-{n}")
+    writes.act(trail, "down", Actor.OPERATOR, by="olga")
+    page.goto(f"{live_server.url}/ops/hospital/audit/?who=olga")
+    mine = page.locator("main").inner_text()
+    assert "olga" in mine and "other-" not in mine
