@@ -18,6 +18,8 @@ os.environ.setdefault("RAGTRAIL_JOB_QUEUE", f"ragtrail-test-{RUN}")
 for _cache in CACHES.values():
     if "KEY_PREFIX" in _cache:
         _cache["KEY_PREFIX"] = os.environ["RAGTRAIL_CACHE_PREFIX"]
+    if _cache["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+        _cache["BACKEND"] = "tests.cache.RunsOwnRedisCache"  # a test's clear() empties this run's keys only
 CELERY_TASK_DEFAULT_QUEUE = os.environ["RAGTRAIL_JOB_QUEUE"]
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{RUN}"}

@@ -792,6 +792,23 @@ def test_docs_changes_list_changed_sections_and_what_recall_gives_their_trails_n
     assert other.status_code == 200 and "When are ICU" not in other.content.decode()
 
 
+def test_a_release_that_moved_more_trails_than_its_summary_lists_says_the_whole_count(staff, trails, scope):
+    from scopes.models import SectionSync
+
+    listed = [str(t.public_id) for t in Trail.objects.filter(scope=scope)]
+    SectionSync.objects.create(
+        scope=scope,
+        by="command",
+        summary={  # as a sync keeps it: 50 ids listed a move at most, every move counted whole
+            "sections": {"added": 0, "changed": 140, "unchanged": 0, "removed": 0, "missing": 0},
+            "trails": {"prefetch → hint": 137, "prefetch → stale": 0, "hint → stale": 0, "unaffected": 3},
+            "moved_trails": {"prefetch → hint": listed},
+        },
+    )
+    page = staff.get("/ops/hospital/syncs/").content.decode()
+    assert "Trails prefetch → hint (137)" in page and "and 137 in all" in page
+
+
 def test_triage_filters_find_pending_trails_that_would_miss_hold_personal_data_or_were_sent_back(
     staff, api, scope, sections
 ):
@@ -1008,6 +1025,23 @@ def test_a_docs_sync_left_in_the_queue_is_listed_with_its_age_and_flagged(staff,
     page = staff.get("/ops/queued/").content.decode()
     assert '<strong class="bad">a docs sync queued for 20 min</strong>' in page
     assert 'id="health-verdict">watch<' in page and "is the worker taking jobs?" in page
+
+
+def test_the_counts_are_said_rolled_up_to_the_roll_ups_last_run_not_the_hours_end(staff, api, scope, trails):
+    import time as clock
+    from datetime import datetime
+    from datetime import timezone as dt_timezone
+
+    from django.core.cache import caches
+
+    api.recall("hospital", query="When are ICU visiting hours?")
+    roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
+    ran = clock.time() - 120  # the roll-up last ran two minutes ago, inside the current hour
+    caches["heartbeats"].set("rt:task-last-success:trails.tasks.roll_up_task", ran, None)
+    page = staff.get("/ops/hospital/").content.decode()
+    hour_end = RecallEvent.objects.latest("created_at").created_at.replace(minute=0, second=0, microsecond=0)
+    expected = min(datetime.fromtimestamp(ran, tz=dt_timezone.utc), hour_end + timedelta(hours=1))
+    assert f"rolled up to {expected:%H:%M} UTC" in page
 
 
 def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.contrib import messages
@@ -59,6 +60,16 @@ JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
 
 def job_name(task: str) -> str:
     return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
+
+
+def rolled_up_to(last_hour, now):
+    """Until when the charts' counts go: the latest hour's end, or the roll-up's last success
+    inside it (or now, where the worker never said)."""
+    if last_hour is None:
+        return None
+    ran = metrics.last_successes(["trails.tasks.roll_up_task"]).get("trails.tasks.roll_up_task")
+    until = datetime.fromtimestamp(ran, tz=dt_timezone.utc) if ran else now
+    return min(last_hour + timedelta(hours=1), until)
 
 
 def waiting_jobs(scope, now) -> list[WaitingJob]:
@@ -203,7 +214,8 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "reported_to_pending": voted_down["reported"],
             "stale_now": voted_down["stale"],
             "since_cut": cut,
-            "rolled_up_to": last_hour + timedelta(hours=1) if last_hour else None,
+            # The latest hour's row is filled as the hour goes: counted up to the roll-up's last run, not the hour's end.
+            "rolled_up_to": rolled_up_to(last_hour, now),
             "previous": previous,
             "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
             "tool_error": tool_error,

@@ -91,8 +91,13 @@ def _with_moved_trails(scope, found: list[SectionSync]) -> list[dict]:
     return [
         {
             "sync": sync,
+            # The summary lists some ids a move (SAMPLE_IDS) but counts them all: the count is the whole one.
             "moves": [
-                (move, [trails[i] for i in ids if i in trails], len(ids))
+                (
+                    move,
+                    [trails[i] for i in ids if i in trails],
+                    max(len(ids), sync.summary.get("trails", {}).get(move, 0)),
+                )
                 for move, ids in sorted(sync.summary.get("moved_trails", {}).items())
             ],
         }
