@@ -69,24 +69,29 @@ def rewrite(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
-    """The tracked files as a fresh clone has them (mtimes kept, so make sees the venv current)."""
-    target = tmp_path_factory.mktemp("clone") / "ragtrail"
+def copy_tracked(target: Path) -> Path:
+    """The tracked files as a fresh clone has them (mtimes kept)."""
     tracked = (
         subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
     )
     for name in filter(None, tracked):
-        source = ROOT / name
-        if source.is_file():
+        if (ROOT / name).is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name, follow_symlinks=False)
+            shutil.copy2(ROOT / name, target / name, follow_symlinks=False)
+    return target
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """A fresh clone with the venv make test built linked in (make sees it current)."""
+    target = copy_tracked(tmp_path_factory.mktemp("clone") / "ragtrail")
     (target / ".venv").symlink_to(ROOT / ".venv")
     # The venv is current (make test builds it first): the clone's make must see it so, and never
     # reinstall into the linked venv (an editable install would then point into this copy).
     stamp = (ROOT / ".venv" / ".installed").stat().st_mtime
-    for name in ("requirements.txt", "clients/python/pyproject.toml"):
+    for name in ("requirements.txt", *(f"requirements/{n}.txt" for n in ("model", "export", "bench", "test"))):
         os.utime(target / name, (stamp - 1, stamp - 1))
+    os.utime(target / "clients/python/pyproject.toml", (stamp - 1, stamp - 1))
     return target
 
 
@@ -228,16 +233,8 @@ def test_the_readme_mcp_lines_start_both_transports(demo, clone, clean_env):
 
 @pytest.fixture(scope="module")
 def production_clone(tmp_path_factory) -> Path:
-    """The tracked files as a fresh clone has them, with no venv: the recipe makes its own."""
-    target = tmp_path_factory.mktemp("production") / "ragtrail"
-    tracked = (
-        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    )
-    for name in filter(None, tracked):
-        if (ROOT / name).is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, target / name, follow_symlinks=False)
-    return target
+    """A fresh clone with no venv: the recipe makes its own."""
+    return copy_tracked(tmp_path_factory.mktemp("production") / "ragtrail")
 
 
 def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(production_clone, clean_env):

@@ -177,40 +177,41 @@ def test_a_tool_without_a_policy_is_called_every_time_and_says_so_once(client):
     assert calls == ["parking", "parking"]
 
 
-class Flaky(BaseHTTPRequestHandler):
-    """Answers 503 (Retry-After: 0) to the first `failures` requests, then 200."""
+MISS = {
+    "outcome": "miss",
+    "recall_id": None,
+    "trail_id": None,
+    "matcher": None,
+    "similarity": None,
+    "matched_query": None,
+    "sections": [],
+    "steps": [],
+    "hint": None,
+    "tokens": 0,
+    "truncated": False,
+}
 
-    failures = 2
+
+class JsonAnswers(BaseHTTPRequestHandler):
+    """A stand-in server: `answer(path)` gives (status, JSON body or None, headers); every
+    request is kept in `seen` as `describe()` says it."""
+
     seen: list[str] = []
 
+    def describe(self) -> str:
+        return self.command
+
+    def answer(self, path: str) -> tuple[int, dict | None, dict[str, str]]:
+        raise NotImplementedError
+
     def _answer(self):
-        Flaky.seen.append(self.command)
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        if len(Flaky.seen) <= Flaky.failures:
-            body, status = {"error": {"code": "unavailable", "message": "database unavailable"}}, 503
-        else:
-            body, status = (
-                {
-                    "outcome": "miss",
-                    "recall_id": None,
-                    "trail_id": None,
-                    "matcher": None,
-                    "similarity": None,
-                    "matched_query": None,
-                    "sections": [],
-                    "steps": [],
-                    "hint": None,
-                    "tokens": 0,
-                    "truncated": False,
-                },
-                200,
-            )
-        raw = json.dumps(body).encode()
+        type(self).seen.append(self.describe())
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, body, headers = self.answer(self.path)
+        raw = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Retry-After", "0")
-        self.send_header("Content-Length", str(len(raw)))
+        for name, value in {"Content-Type": "application/json", **headers, "Content-Length": str(len(raw))}.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(raw)
 
@@ -220,12 +221,28 @@ class Flaky(BaseHTTPRequestHandler):
         pass
 
 
+def serve(handler: type[JsonAnswers]):
+    handler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class Flaky(JsonAnswers):
+    """Answers 503 (Retry-After: 0) to the first `failures` requests, then 200."""
+
+    failures = 2
+
+    def answer(self, path):
+        if len(Flaky.seen) <= Flaky.failures:
+            return 503, {"error": {"code": "unavailable", "message": "database unavailable"}}, {"Retry-After": "0"}
+        return 200, MISS, {}
+
+
 @pytest.fixture
 def flaky():
-    Flaky.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server, url = serve(Flaky)
+    yield url
     server.shutdown()
 
 
@@ -347,56 +364,23 @@ def test_a_hung_server_costs_every_agent_call_at_most_a_second_and_a_half(hung, 
         assert elapsed < 1.6, (name, elapsed)
 
 
-class Counting(BaseHTTPRequestHandler):
-    """A server that grants one scope and answers every recall with a miss, counting requests."""
+class Counting(JsonAnswers):
+    """Grants one scope and answers every recall with a miss; a path behind `/behind-a-proxy/`
+    is redirected to https, as a proxy in front of a TLS site does."""
 
-    seen: list[str] = []
+    def describe(self) -> str:
+        return f"{self.command} {self.path}"
 
-    def _answer(self):
-        Counting.seen.append(f"{self.command} {self.path}")
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.startswith("/behind-a-proxy/"):
-            self.send_response(308)
-            self.send_header("Location", "https://ragtrail.example.org/api/v1/scopes/s/recall")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = (
-            {"scopes": [{"slug": "only", "name": "Only"}]}
-            if self.path == "/api/v1/scopes"
-            else {
-                "outcome": "miss",
-                "recall_id": None,
-                "trail_id": None,
-                "matcher": None,
-                "similarity": None,
-                "matched_query": None,
-                "sections": [],
-                "steps": [],
-                "hint": None,
-                "tokens": 0,
-                "truncated": False,
-            }
-        )
-        raw = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    do_POST = do_GET = _answer
-
-    def log_message(self, *args):
-        pass
+    def answer(self, path):
+        if path.startswith("/behind-a-proxy/"):
+            return 308, None, {"Location": "https://ragtrail.example.org/api/v1/scopes/s/recall"}
+        return 200, {"scopes": [{"slug": "only", "name": "Only"}]} if path == "/api/v1/scopes" else MISS, {}
 
 
 @pytest.fixture
 def counting():
-    Counting.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server, url = serve(Counting)
+    yield url
     server.shutdown()
 
 

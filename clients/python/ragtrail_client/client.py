@@ -284,22 +284,10 @@ class Calls:
         none of the served sections labels this recall a false hit.
         """
         body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": dry_run}
-        if token_budget is not None:
-            body["token_budget"] = token_budget
         if session is not None:
             body["session"] = session
         # A repeated recall may count one more hit; it never changes what is served.
-        return self._send(
-            Call(
-                "POST",
-                ("recall",),
-                body,
-                scope=scope,
-                safe=True,
-                recall=True,
-                parse=lambda _, answer: Recall.from_json(answer),
-            )
-        )
+        return self._send(self._recall_call(body, token_budget, scope))
 
     def explain(
         self, query: str, *, partition: str = "", token_budget: int | None = None, scope: str | None = None
@@ -308,18 +296,20 @@ class Calls:
         every candidate read, its similarity against the threshold and the verdict. The
         first thing to look at when a question you expected to hit misses."""
         body: dict[str, Any] = {"query": query, "partition": partition, "dry_run": True, "explain": True}
+        return self._send(self._recall_call(body, token_budget, scope))
+
+    @staticmethod
+    def _recall_call(body: dict[str, Any], token_budget: int | None, scope: str | None) -> Call[Recall]:
         if token_budget is not None:
             body["token_budget"] = token_budget
-        return self._send(
-            Call(
-                "POST",
-                ("recall",),
-                body,
-                scope=scope,
-                safe=True,
-                recall=True,
-                parse=lambda _, answer: Recall.from_json(answer),
-            )
+        return Call(
+            "POST",
+            ("recall",),
+            body,
+            scope=scope,
+            safe=True,
+            recall=True,
+            parse=lambda _, answer: Recall.from_json(answer),
         )
 
     def record(
