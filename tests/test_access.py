@@ -157,6 +157,30 @@ def test_django_admin_shows_an_operator_their_tenants_rows_only(tenants):
     assert python_faq.get("/admin/scopes/operatorgrant/").status_code == 403
 
 
+def test_a_scope_operator_suspends_a_key_of_their_scope_from_the_audit_page(tenants):
+    from scopes.audit import AuditEvent
+
+    scope, other = tenants["python-faq"]["scope"], tenants["acme-support"]["scope"]
+    acting, looking = operator(scope, Access.ACT), operator(scope, Access.VIEW)
+    own, _ = ApiKey.issue([scope], name="flooding")
+    shared, _ = ApiKey.issue([scope, other], name="shared")
+    page = acting.get(f"/ops/{scope.slug}/audit/").content.decode()
+    assert f"/ops/{scope.slug}/keys/{own.pk}/suspend/" in page
+    assert f"/ops/{scope.slug}/keys/{shared.pk}/suspend/" not in page and "a superuser may revoke it" in page
+    assert "/suspend/" not in looking.get(f"/ops/{scope.slug}/audit/").content.decode()
+    # View only: refused, the key untouched; a key reaching the other tenant: refused; the other's: not found.
+    assert looking.post(f"/ops/{scope.slug}/keys/{own.pk}/suspend/").status_code == 403
+    assert acting.post(f"/ops/{scope.slug}/keys/{shared.pk}/suspend/").status_code == 403
+    theirs = ApiKey.objects.get(name="acme-support")
+    assert acting.post(f"/ops/{scope.slug}/keys/{theirs.pk}/suspend/").status_code == 404
+    assert not ApiKey.objects.filter(revoked_at__isnull=False).exists()
+    assert acting.post(f"/ops/{scope.slug}/keys/{own.pk}/suspend/").status_code == 302
+    own.refresh_from_db()
+    assert own.revoked_at is not None and own.set_aside_at is None
+    assert AuditEvent.objects.filter(scope=scope, kind=AuditEvent.Kind.KEY_REVOKED, who=f"op-{scope.slug}-2").exists()
+    assert "revoked" in acting.get(f"/ops/{scope.slug}/audit/").content.decode()
+
+
 def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):
     from scopes.audit import AuditEvent
 

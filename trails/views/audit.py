@@ -9,11 +9,18 @@ from __future__ import annotations
 import uuid
 
 from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
+from scopes.access import Access, granted_scopes
 from scopes.audit import AuditEvent
+from scopes.keys import revoke
+from scopes.models import ApiKey
 from trails.models import Trail
 from trails.views.common import csv_response, scope_or_404, scope_page, staff_required, wants_csv
 
@@ -89,5 +96,34 @@ def audit(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "page": page,
             "filters": query.urlencode(),
             "tab": "audit",
+            "keys": scope_keys(request, scope),
         },
     )
+
+
+def scope_keys(request: HttpRequest, scope) -> list[dict]:
+    """The keys granted this scope, each with whether this operator may suspend it: act access
+    to every scope the key reaches (a key that reaches another tenant is a superuser's)."""
+    acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
+    found = []
+    for key in ApiKey.objects.filter(scopes=scope).prefetch_related("scopes").order_by("-created_at")[:200]:
+        reaches = {s.pk for s in key.scopes.all()}
+        found.append({"key": key, "others": len(reaches - {scope.pk}), "may_suspend": reaches <= acting})
+    return found
+
+
+@staff_required
+@require_POST
+def suspend_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
+    """A scope operator stops a key of their scope at once (a flood, a leak): revoked, recorded
+    in the audit of every scope it reached. Setting its reports aside stays a superuser's (admin)."""
+    scope = scope_or_404(request, scope_slug, Access.ACT)
+    key = get_object_or_404(ApiKey, pk=key_id, scopes=scope)
+    acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
+    if not set(key.scopes.values_list("pk", flat=True)) <= acting:
+        raise PermissionDenied("this key reaches scopes you may not act on: a superuser may revoke it")
+    if revoke(ApiKey.objects.filter(pk=key.pk), by=request.user.get_username()):
+        messages.success(request, f"Key {key.name or key.lookup} suspended: it is refused from now on.")
+    else:
+        messages.info(request, f"Key {key.name or key.lookup} was already revoked.")
+    return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")
