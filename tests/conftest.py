@@ -53,6 +53,21 @@ def _job_queue_elsewhere(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _refusals_of_this_test_only(monkeypatch):
+    """Each test counts the last minutes' requests and refusals afresh: the tallies of the
+    tests before it (same scope slugs, same minute) are not in its window."""
+    import uuid
+    from collections import Counter
+
+    from infra import refusals
+
+    monkeypatch.setattr(refusals, "_pending", Counter())
+    monkeypatch.setattr(refusals, "_known", set())
+    tag, key = uuid.uuid4().hex[:8], refusals._key
+    monkeypatch.setattr(refusals, "_key", lambda slot, name, what: key(slot, f"{tag}-{name}", what))
+
+
+@pytest.fixture(autouse=True)
 def _demo_credentials_elsewhere(settings, tmp_path):
     """No test writes the checkout's own demo credentials: `make run` keeps printing the key
     the README promises (load_demo keeps them in RAGTRAIL_DEMO_CREDENTIALS)."""
