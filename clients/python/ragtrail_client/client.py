@@ -23,6 +23,7 @@ import time
 import urllib.parse
 import uuid
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -200,7 +201,7 @@ class Attempt:
         self.result, self.error, self.retry_after = result, error, retry_after
 
 
-class Calls:
+class Calls(ABC):
     """Every API call, written once. `_send(call)` is the client's: it returns the call's
     result (the synchronous client) or an awaitable of it (the asynchronous one).
 
@@ -240,8 +241,9 @@ class Calls:
         self.backoff = backoff
         self.headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
 
+    @abstractmethod
     def _send(self, call: Call[T]) -> Any:
-        raise NotImplementedError
+        """Sends the call within its deadline: its result (sync) or an awaitable of it (async)."""
 
     # --- the key ----------------------------------------------------------------------
     def scopes(self) -> list[dict[str, str]]:
