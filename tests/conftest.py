@@ -158,3 +158,36 @@ def broker_for_tests() -> str:
         return os.environ["RAGTRAIL_TEST_BROKER"]
     cache = urlsplit(os.environ.get("RAGTRAIL_CACHE_URL") or "redis://127.0.0.1:6379/1")
     return f"{cache.scheme}://{cache.netloc}/3"
+
+
+def pytest_sessionstart(session) -> None:
+    """Drops the test databases runs left behind when they could not drop their own (a
+    connection still open at teardown): those whose run's process is gone. A run still going
+    (another copy of the suite) keeps its database."""
+    import os
+    import re
+
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if not db["ENGINE"].endswith("postgresql"):
+        return
+    import psycopg
+
+    mine = re.compile(rf"^test_{re.escape(db['NAME'])}_(\d+)$")
+    try:
+        with psycopg.connect(
+            # The maintenance database, as Django's test database creation uses.
+            host=db["HOST"] or None,
+            port=db["PORT"] or None,
+            user=db["USER"],
+            dbname="postgres",
+            autocommit=True,
+        ) as connection:
+            names = [row[0] for row in connection.execute("SELECT datname FROM pg_database")]
+            for name in names:
+                found = mine.match(name)
+                if found and not os.path.exists(f"/proc/{found.group(1)}"):
+                    connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error:
+        pass  # a leftover stays; this run's own database is made under its own name regardless
