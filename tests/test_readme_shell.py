@@ -5,7 +5,7 @@ loaded in a clean environment.
 The README runs in a copy of the repository's tracked files (what a fresh clone holds: no
 demo credentials, no database, no job queue), each line a process of its own, in a clean
 environment (PATH, HOME and LANG only; the exports a block makes carry to its next lines, as
-in a terminal). The venv `make` builds from requirements.txt is linked in, not rebuilt. Only
+in a terminal). The venv `make` builds from requirements/test.txt is linked in, not rebuilt. Only
 what no test can do as written is rewritten, and each rewrite must find its text (a README
 edit that drops it fails here): host names and the secret of the production recipe, a free
 port where the README's is taken, answers to prompts. `make test` is the command running this.
