@@ -16,7 +16,7 @@ from infra import metrics
 from scopes.models import Scope
 from trails.upkeep.jobs import roll_up, scopes_needing_a_look, sweep_expired
 from trails.upkeep.purge import run_purge
-from trails.upkeep.reindex import reindex_scope
+from trails.upkeep.reindex import note_resigning, reindex_scope
 from trails.upkeep.sync import reap_lost_sync_jobs, run_sync_job
 
 RETRY = {
@@ -55,7 +55,10 @@ def roll_up_task(self, hours: int = 2) -> int:
 @shared_task(bind=True, **RETRY)
 def reindex_scope_task(self, scope_id: int, after_id: int = 0) -> int:
     scope = Scope.objects.filter(pk=scope_id).first()
-    return reindex_scope(scope, after_id=after_id) if scope else 0
+    note_resigning(scope_id, "running")
+    done = reindex_scope(scope, after_id=after_id) if scope else 0
+    note_resigning(scope_id, None)
+    return done
 
 
 @shared_task(bind=True, **RETRY)

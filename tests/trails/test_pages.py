@@ -1020,7 +1020,7 @@ def test_a_docs_sync_left_in_the_queue_is_listed_with_its_age_and_flagged(staff,
 
     jobs_heard_from()
     scope = Scope.objects.create(slug="queued", matcher="lexical")
-    assert "No docs sync or purge waiting or running." in staff.get("/ops/queued/").content.decode()
+    assert "No docs sync, purge or re-signing waiting or running." in staff.get("/ops/queued/").content.decode()
     SectionSyncJob.objects.create(scope=scope, by="key:x", created_at=timezone.now() - timedelta(minutes=20))
     page = staff.get("/ops/queued/").content.decode()
     assert '<strong class="bad">a docs sync queued for 20 min</strong>' in page
@@ -1042,6 +1042,28 @@ def test_the_counts_are_said_rolled_up_to_the_roll_ups_last_run_not_the_hours_en
     hour_end = RecallEvent.objects.latest("created_at").created_at.replace(minute=0, second=0, microsecond=0)
     expected = min(datetime.fromtimestamp(ran, tz=dt_timezone.utc), hour_end + timedelta(hours=1))
     assert f"rolled up to {expected:%H:%M} UTC" in page
+
+
+def test_a_background_re_signing_is_listed_while_it_waits_and_gone_once_run(
+    staff, scope, trails, settings, django_capture_on_commit_callbacks
+):
+    import time as clock
+
+    from django.core.cache import caches
+
+    from trails.tasks import reindex_scope_task
+
+    jobs_heard_from()
+    settings.RAGTRAIL_RESIGN_INLINE_LIMIT = 0  # every re-signing goes to the worker
+    scope.lexical_threshold = 0.6
+    with django_capture_on_commit_callbacks(execute=True):
+        scope.save()
+    assert "a re-signing queued for" in staff.get("/ops/hospital/").content.decode()
+    caches["heartbeats"].set(f"rt:resigning:{scope.pk}", {"state": "queued", "since": clock.time() - 400}, 600)
+    page = staff.get("/ops/hospital/").content.decode()
+    assert '<strong class="bad">a re-signing queued for 6 min</strong>' in page and 'id="health-verdict">watch<' in page
+    reindex_scope_task.apply(args=[scope.pk])  # as the worker runs it
+    assert "No docs sync, purge or re-signing waiting or running." in staff.get("/ops/hospital/").content.decode()
 
 
 def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from celery import current_app
@@ -18,6 +19,33 @@ from trails.serving.matching import sign
 from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
 
 logger = logging.getLogger(__name__)
+
+# A scope's re-signing in the background has no row of its own: the shared cache keeps that
+# it was queued and when it started, for the overview's list of waiting jobs.
+_WAITING = "rt:resigning:{}"
+
+
+def note_resigning(scope_id: int, state: str | None) -> None:
+    """Says the scope's re-signing is "queued", "running", or (None) done; best effort."""
+    from django.core.cache import caches
+
+    try:
+        if state is None:
+            caches["heartbeats"].delete(_WAITING.format(scope_id))
+        else:
+            caches["heartbeats"].set(_WAITING.format(scope_id), {"state": state, "since": time.time()}, 86_400)
+    except Exception:  # noqa: BLE001 -- the list of waiting jobs is a view, never a reason to fail the job
+        pass
+
+
+def resigning(scope_id: int) -> dict | None:
+    """{"state", "since"} of the scope's background re-signing, or None."""
+    from django.core.cache import caches
+
+    try:
+        return caches["heartbeats"].get(_WAITING.format(scope_id))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def resign(scope: Scope, trails: list[Trail]) -> None:
@@ -82,6 +110,7 @@ def resign_after_matching_change(sender, instance: Scope, created: bool, raw: bo
         try:
             # By name: trails.tasks imports this module.
             current_app.tasks["trails.tasks.reindex_scope_task"].delay(scope_id)
+            note_resigning(scope_id, "queued")
         except Exception as problem:  # the broker is away: re-sign here rather than leave trails unfindable
             logger.error(
                 "re-signing scope %s could not be queued (%s): re-signing inline", scope_id, type(problem).__name__

@@ -44,6 +44,7 @@ from trails.models.recalls import (
     similarity_evidence,
 )
 from trails.serving.matching import matching_settings
+from trails.upkeep.reindex import resigning
 from trails.upkeep.sync import JOB_DEADLINE_SECONDS
 from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
 
@@ -87,6 +88,9 @@ def waiting_jobs(scope, now) -> list[WaitingJob]:
     for run in purges[:50]:
         # A purge has no claim time: its age is since it was asked for; it runs in batches, resumable.
         found.append(WaitingJob("purge", run.state, (now - run.created_at).total_seconds(), 3600.0))
+    noted = resigning(scope.pk)
+    if noted:
+        found.append(WaitingJob("re-signing", noted["state"], now.timestamp() - noted["since"], 3600.0))
     return sorted(found, key=lambda job: -job.age_s)
 
 
