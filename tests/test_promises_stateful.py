@@ -313,7 +313,8 @@ class Promises(RuleBasedStateMachine):
 
     def _twin_of(self, slug: str, query: str, partition: str, cited: dict[str, str]) -> str | None:
         """The latest recorded trail of this scope asking this question, normalised, in this
-        partition, citing these sections in this order at these hashes, signed and not stale."""
+        partition, citing these sections in this order at these hashes, signed, not stale and not
+        expired (an expired twin is no twin: the path is recorded anew)."""
         twins = [
             t
             for t, m in self.trails.items()
@@ -323,6 +324,7 @@ class Promises(RuleBasedStateMachine):
             and m.partition == partition
             and list(m.cited.items()) == list(cited.items())
             and m.status != "stale"
+            and not m.expired
             and m.signed
         ]
         return twins[-1] if twins else None
