@@ -63,12 +63,11 @@ def job_name(task: str) -> str:
     return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
 
 
-def rolled_up_to(last_hour, now):
+def rolled_up_to(last_hour, now, ran: float | None):
     """Until when the charts' counts go: the latest hour's end, or the roll-up's last success
-    inside it (or now, where the worker never said)."""
+    `ran` inside it (or now, where the worker never said)."""
     if last_hour is None:
         return None
-    ran = metrics.last_successes(["trails.tasks.roll_up_task"]).get("trails.tasks.roll_up_task")
     until = datetime.fromtimestamp(ran, tz=dt_timezone.utc) if ran else now
     return min(last_hour + timedelta(hours=1), until)
 
@@ -164,6 +163,8 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         tool_counts, tool_error = {}, refused.message
     false_hits = false_hit_verdict(*judged_counts([scope.pk], now).get(scope.pk, (0, 0)), scope.max_false_hit_rate)
     last_hour = RecallStat.last_hour(scope)
+    # The heartbeats read once: the jobs' ages and how far the roll-up has counted.
+    successes = metrics.last_successes(list(JOB_PERIODS))
     health = {
         "false_hits": false_hits,
         "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
@@ -178,10 +179,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "refusals": refusals.window(scope.slug),
         "jobs": {
-            **{
-                job_name(name): (now.timestamp() - at if at else None)
-                for name, at in metrics.last_successes(list(JOB_PERIODS)).items()
-            },
+            **{job_name(name): (now.timestamp() - at if at else None) for name, at in successes.items()},
             "beat": (now.timestamp() - sent) if (sent := metrics.beat_last_sent()) else None,
         },
     }
@@ -219,7 +217,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "stale_now": voted_down["stale"],
             "since_cut": cut,
             # The latest hour's row is filled as the hour goes: counted up to the roll-up's last run, not the hour's end.
-            "rolled_up_to": rolled_up_to(last_hour, now),
+            "rolled_up_to": rolled_up_to(last_hour, now, successes.get("trails.tasks.roll_up_task")),
             "previous": previous,
             "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
             "tool_error": tool_error,
