@@ -6,7 +6,26 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from infra.tokens import TOKEN as _TOKEN  # the budget's unit, shared with the section splitter
-from infra.tokens import count_tokens
+from infra.tokens import count_tokens, token_weight
+
+# Recall counts the same sections' tokens over and over: counts of recent texts are kept,
+# keyed by the text itself (exact), up to this many characters in all, then started afresh.
+_MEMO_CHARACTERS = 4_000_000
+_memo: dict[str, int] = {}
+_memo_size = [0]
+
+
+def counted(text: str) -> int:
+    """count_tokens, remembered for texts seen recently (section texts recur on every recall)."""
+    found = _memo.get(text)
+    if found is None:
+        found = count_tokens(text)
+        if _memo_size[0] + len(text) > _MEMO_CHARACTERS:
+            _memo.clear()
+            _memo_size[0] = 0
+        _memo[text] = found
+        _memo_size[0] += len(text)
+    return found
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,7 @@ def cut_to_budget(texts: Sequence[tuple[str, str]], budget: int) -> BudgetCut:
     parts = []
     truncated = False
     for section_id, text in texts:
-        tokens = count_tokens(text)
+        tokens = counted(text)
         if tokens <= left:
             parts.append(BudgetedText(section_id, text, tokens, False))
             left -= tokens
@@ -60,8 +79,11 @@ def cut_to_budget(texts: Sequence[tuple[str, str]], budget: int) -> BudgetCut:
 
 
 def _end_of_token(text: str, n: int) -> int:
-    """Returns the character offset just past the n-th token (n >= 1)."""
-    for i, match in enumerate(_TOKEN.finditer(text), start=1):
-        if i == n:
-            return match.end()
+    """Returns the character offset just past the last whole unit within n tokens (n >= 1)."""
+    counted, end = 0, 0
+    for match in _TOKEN.finditer(text):
+        counted += token_weight(match.group(0))
+        if counted > n:
+            return end
+        end = match.end()
     return len(text)
