@@ -23,6 +23,13 @@ $(OUTSIDE)/.installed: clients/mcp-outside/requirements.txt
 	$(OUTSIDE)/bin/python -m pip install --quiet -r clients/mcp-outside/requirements.txt
 	touch $@
 
+# Sphinx and MkDocs, which build the fixture projects whose anchors section ids are checked against.
+DOC_TOOLS ?= .venv-doc-tools
+$(DOC_TOOLS)/.installed: requirements/doc-tools.txt
+	test -x $(DOC_TOOLS)/bin/python || $(PYTHON) -m venv $(DOC_TOOLS)
+	$(DOC_TOOLS)/bin/python -m pip install --quiet -r requirements/doc-tools.txt
+	touch $@
+
 # GPTCache, the peer benchmark_peer measures recall against, in its own venv (its pins are not ours).
 PEER ?= .venv-peer
 $(PEER)/.installed: evaluation/peer/requirements.txt
@@ -48,7 +55,7 @@ run: $(VENV)/.installed
 
 # Tests run as production does (DEBUG off), with a throwaway key.
 test: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
-test: $(VENV)/.installed $(OUTSIDE)/.installed
+test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
@@ -77,4 +84,4 @@ bench: $(VENV)/.installed $(PEER)/.installed
 	$(PY) manage.py bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(OUTSIDE) db.sqlite3
+	rm -rf $(VENV) $(OUTSIDE) $(DOC_TOOLS) db.sqlite3

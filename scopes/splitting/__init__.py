@@ -20,14 +20,14 @@ block is no heading. Which files are pages is the project's own rule (see projec
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting import markup, rst
+from scopes.splitting import includes, markup, rst
 from scopes.splitting.anchors import mkdocs_unique, numbered_unique
 from scopes.splitting.pages import assemble
 from scopes.splitting.projects import FORMATS, Project, ProjectError, pages, read_project
@@ -44,10 +44,9 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 512  # the section store's limit
-INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. include::[ \t]*(?P<target>\S.*?)[ \t]*$")
-MAX_INCLUDE_DEPTH = 8
 # A section longer than this many tokens (the scope's default prefetch budget) is cut at
-# paragraphs into parts `#anchor`, `#anchor~2`, ...: a prefetch then carries whole parts.
+# paragraphs into pieces `#anchor`, `#anchor~3fa0c2`, ... (see piece_suffix): a prefetch then
+# carries whole pieces.
 MAX_TOKENS = 2000
 
 
@@ -66,6 +65,9 @@ class SourceSection:
     path: str  # relative to the synced folder
     line: int  # where its heading (or the page) starts, 1-based
     hash: str | None = None  # only from a manifest (jsonl rows with "hash" and no "text")
+    # The built site's anchor where it is unstable and the id keeps a stable one instead
+    # (docutils' `idN` for a repeated or digit-only title): links are made with this.
+    anchor: str | None = None
 
 
 def unreadable_id(section_id: str) -> str | None:
@@ -98,45 +100,78 @@ def _blocks(text: str) -> list[str]:
     return [b for b in blocks if b.strip()]
 
 
+def _units(text: str, max_tokens: int) -> list[tuple[str, int, str]]:
+    """The text as (unit, tokens, separator before it): paragraphs, and the lines of a
+    paragraph that alone is longer than `max_tokens`."""
+    from infra.tokens import count_tokens
+
+    units: list[tuple[str, int, str]] = []
+    for block in _blocks(text):
+        size = count_tokens(block)
+        if size <= max_tokens:
+            units.append((block, size, "\n\n"))
+            continue
+        for number, line in enumerate(block.split("\n")):
+            units.append((line, count_tokens(line) + 1, "\n\n" if number == 0 else "\n"))
+    return units
+
+
+def _ends_a_piece(unit: str) -> bool:
+    """Whether a piece may end after this unit: decided by the unit's own text (about one
+    in six), so the cuts after an edit fall where they fell before it."""
+    return int(hashlib.sha256(unit.strip().encode("utf-8")).hexdigest()[:8], 16) % 6 == 0
+
+
 def cut_to_size(text: str, max_tokens: int) -> list[str]:
-    """The text as parts of at most `max_tokens` tokens each, cut at paragraphs (at lines
-    where one paragraph alone is longer)."""
+    """The text as pieces of at most `max_tokens` tokens each (a single line longer than
+    that stays whole), cut at paragraphs (at lines inside a longer one).
+
+    The cuts are content-defined: a piece ends after a unit whose text says so once it holds
+    a quarter of the budget, or where the next unit would not fit. A row added near the top
+    of a long table then changes the piece it lands in, not every piece after it."""
     from infra.tokens import count_tokens
 
     if not max_tokens or count_tokens(text) <= max_tokens:
         return [text]
-    pieces: list[tuple[str, int]] = []
-    for block in _blocks(text):
-        size = count_tokens(block)
-        if size <= max_tokens:
-            pieces.append((block, size))
-            continue
-        lines, run, run_size = block.split("\n"), [], 0
-        for line in lines:
-            line_size = count_tokens(line) + 1
-            if run and run_size + line_size > max_tokens:
-                pieces.append(("\n".join(run), run_size))
-                run, run_size = [], 0
-            run.append(line)
-            run_size += line_size
-        if run:
-            pieces.append(("\n".join(run), run_size))
-    parts, current, current_size = [], [], 0
-    for block, size in pieces:
-        if current and current_size + size > max_tokens:
-            parts.append("\n\n".join(current))
-            current, current_size = [], 0
-        current.append(block)
-        current_size += size + 1
-    if current:
-        parts.append("\n\n".join(current))
-    return parts
+    pieces: list[list[tuple[str, str]]] = [[]]
+    size = 0
+    units = _units(text, max_tokens)
+    for index, (unit, tokens, separator) in enumerate(units):
+        pieces[-1].append((unit, separator))
+        size += tokens
+        following = units[index + 1][1] if index + 1 < len(units) else 0
+        if index + 1 < len(units) and (
+            size + following > max_tokens or (size >= max_tokens // 4 and _ends_a_piece(unit))
+        ):
+            pieces.append([])
+            size = 0
+    return ["".join((sep if n else "") + unit for n, (unit, sep) in enumerate(piece)) for piece in pieces if piece]
+
+
+def piece_suffix(piece: str, taken: set[str]) -> str:
+    """A later piece's id suffix, from its first line's text: it keeps its id (and its
+    trails) when an edit elsewhere in the section moves the pieces around it."""
+    first = next((line for line in piece.split("\n") if line.strip()), piece)
+    suffix = hashlib.sha256(" ".join(first.split()).encode("utf-8")).hexdigest()[:6]
+    candidate, number = suffix, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{suffix}-{number}"
+    taken.add(candidate)
+    return candidate
 
 
 def sections_of_page(
-    path: str, text: str, fmt: str, domain: rst.SphinxDomain | None = None, max_tokens: int = MAX_TOKENS
+    path: str,
+    text: str,
+    fmt: str,
+    domain: rst.SphinxDomain | None = None,
+    max_tokens: int = MAX_TOKENS,
+    slugify: Callable[[str], str] | None = None,
 ) -> list[SourceSection]:
-    """The sections of one page (`path` relative to the synced folder, with `/`)."""
+    """The sections of one page (`path` relative to the synced folder, with `/`); `fmt` is
+    rst, markdown (MkDocs' anchors, `slugify` its configured toc slugify), myst (Markdown in a
+    Sphinx project: docutils' anchors) or html."""
     if fmt == "jsonl":
         return _jsonl_sections(path, text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -146,8 +181,11 @@ def sections_of_page(
         headings, described = rst.read(text, path, domain)
         unique = numbered_unique
     elif fmt == "markdown":
-        headings = markup.markdown_headings(text)
+        headings = markup.markdown_headings(text, slugify)
         unique = mkdocs_unique
+    elif fmt == "myst":
+        headings = markup.myst_headings(text)
+        unique = numbered_unique
     elif fmt == "html":
         headings = markup.html_headings(text)
         unique = numbered_unique
@@ -156,12 +194,16 @@ def sections_of_page(
     sections = []
     for part in assemble(lines, headings, described, fmt, unique):
         first_id = path if part.fragment is None else f"{path}#{part.fragment}"
+        taken: set[str] = set()
         for number, text_part in enumerate(cut_to_size(part.text, max_tokens), 1):
-            section_id = first_id if number == 1 else f"{first_id}~{number}"
+            # A later piece links to its section's anchor on the built site.
+            section_id, anchor = first_id, part.built
+            if number > 1:
+                section_id, anchor = f"{first_id}~{piece_suffix(text_part, taken)}", part.built or part.fragment
             problem = unreadable_id(section_id)
             if problem:
                 raise SplitError(path, part.line, f"the id {section_id[:80]!r} {problem}")
-            sections.append(SourceSection(section_id, text_part, path, part.line))
+            sections.append(SourceSection(section_id, text_part, path, part.line, anchor=anchor))
     return sections
 
 
@@ -197,62 +239,17 @@ def _read(file: Path, relative: str) -> str:
     return text
 
 
-def expand_includes(text: str, file: Path, relative: str, root: Path, depth: int = 0) -> str:
-    """`.. include::` replaced by the included file's text, as Sphinx reads it: a change in
-    the included file is a change of the sections that include it. Only files inside the
-    synced folder are read; `<standard>` includes stay as written."""
-    if ".. include::" not in text:
-        return text
-    if depth >= MAX_INCLUDE_DEPTH:
-        raise SplitError(relative, None, f"includes nest deeper than {MAX_INCLUDE_DEPTH}")
-    real_root = Path(os.path.realpath(root))
-    lines = text.split("\n")
-    out: list[str] = []
-    index = 0
-    while index < len(lines):
-        found = INCLUDE.match(lines[index])
-        if not found or found.group("target").startswith("<"):
-            out.append(lines[index])
-            index += 1
-            continue
-        indent, target = found.group("indent"), found.group("target")
-        options: dict[str, str] = {}
-        index += 1
-        while index < len(lines) and re.match(rf"^{re.escape(indent)}[ \t]+:[\w-]+:", lines[index]):
-            name, _, value = lines[index].strip()[1:].partition(":")
-            options[name] = value.strip()
-            index += 1
-        included = (root / target.lstrip("/")) if target.startswith("/") else (file.parent / target)
-        real = Path(os.path.realpath(included))
-        if real_root not in real.parents:
-            raise SplitError(relative, index, f"includes {target}, outside the synced folder: refused")
-        if any(part.startswith(".") for part in real.relative_to(real_root).parts):
-            # The page walk skips hidden files and folders (.env, .git): an include reads none either.
-            raise SplitError(relative, index, f"includes {target}, a hidden file the sync never reads: refused")
-        try:
-            body = real.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as problem:
-            raise SplitError(relative, index, f"includes {target}, which cannot be read: {problem}") from None
-        body = body.replace("\r\n", "\n")
-        if "start-after" in options and options["start-after"] in body:
-            body = body.split(options["start-after"], 1)[1]
-        if "end-before" in options and options["end-before"] in body:
-            body = body.split(options["end-before"], 1)[0]
-        body_lines = body.split("\n")
-        if "start-line" in options or "end-line" in options:
-            try:
-                body_lines = body_lines[
-                    int(options.get("start-line") or 0) : int(options["end-line"]) if options.get("end-line") else None
-                ]
-            except ValueError:
-                pass
-        nested = (
-            expand_includes("\n".join(body_lines), real, relative, root, depth + 1)
-            if "literal" not in options
-            else "\n".join(body_lines)
-        )
-        out.extend(f"{indent}{line}" if line else line for line in nested.split("\n"))
-    return "\n".join(out)
+def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str) -> str:
+    """The page with what it includes (see includes.py)."""
+    boundary = project.boundary or project.root
+    try:
+        if fmt in ("rst", "myst"):
+            text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt)
+        if fmt == "markdown" and project.snippets is not None:
+            text = includes.expand_snippets(text, project.snippets, boundary, project.warn)
+    except includes.IncludeError as problem:
+        raise SplitError(relative, problem.line, problem.message) from None
+    return text
 
 
 def split_project(
@@ -279,11 +276,9 @@ def split_project(
     seen: dict[str, SourceSection] = {}
     for number, file in enumerate(files, 1):
         relative = file.relative_to(project.root).as_posix()
-        text = _read(file, relative)
         page_format = project.format_of(file)
-        if page_format == "rst":
-            text = expand_includes(text, file, relative, project.root)
-        for section in sections_of_page(relative, text, page_format, project.domain, max_tokens):
+        text = _pulled_in(project, file, relative, _read(file, relative), page_format)
+        for section in sections_of_page(relative, text, page_format, project.domain, max_tokens, project.slugify):
             if section.id in seen:
                 first = seen[section.id]
                 raise SplitError(

@@ -41,10 +41,61 @@ def sphinx_id(text: str) -> str:
     return _SPHINX_AT_ENDS.sub("", value)
 
 
-def mkdocs_slug(text: str) -> str:
-    """markdown.extensions.toc.slugify (separator "-"), which MkDocs anchors headings with."""
-    value = re.sub(r"[^\w\s-]", "", _ascii(text)).strip().lower()
-    return re.sub(r"[-\s]+", "-", value)
+def mkdocs_slug(text: str, separator: str = "-", unicode: bool = False) -> str:
+    """markdown.extensions.toc.slugify (and slugify_unicode), which MkDocs anchors headings with."""
+    value = re.sub(r"[^\w\s-]", "", text if unicode else _ascii(text)).strip().lower()
+    return re.sub(rf"[{re.escape(separator)}\s]+", separator, value)
+
+
+_TAGS = re.compile(r"</?[^>]*>")
+_ASCII_LETTERS = re.compile(r"[A-Z]")
+
+
+def pymdownx_slug(text: str, separator: str = "-", case: str = "none", percent: bool = False, form="NFC") -> str:
+    """pymdownx.slugs' slugify: Unicode kept, every space a separator (`Gone & Deprecated` is
+    `gone--deprecated` in lower case: runs are not collapsed)."""
+    from urllib.parse import quote
+
+    value = _TAGS.sub("", unicodedata.normalize(form, text)).strip()
+    if case == "lower":
+        value = value.lower()
+    elif case == "lower-ascii":
+        value = _ASCII_LETTERS.sub(lambda m: m.group(0).lower(), value)
+    elif case == "fold":
+        value = value.casefold()
+    value = re.sub(r"[^\w\- ]", "", value).replace(" ", separator)
+    return quote(value.encode("utf-8")) if percent else value
+
+
+# pymdownx.slugs' older names, as that module defines them.
+_PYMDOWNX_NAMED = {
+    "uslugify": {"case": "lower"},
+    "uslugify_encoded": {"case": "lower", "percent_encode": True},
+    "uslugify_cased": {},
+    "uslugify_cased_encoded": {"percent_encode": True},
+    "gfm": {"case": "lower-ascii"},
+    "gfm_encoded": {"case": "lower-ascii", "percent_encode": True},
+}
+
+
+def markdown_slugify(name: str, kwds: dict, separator: str = "-"):
+    """The toc `slugify` a project configures (a Python path in mkdocs.yml), as a function of
+    the heading's text; None for one not known here."""
+    if name in ("markdown.extensions.toc.slugify", "markdown.extensions.toc.slugify_unicode"):
+        unicode = name.endswith("_unicode")
+        return lambda text: mkdocs_slug(text, separator, unicode)
+    module, _, function = name.rpartition(".")
+    if module != "pymdownx.slugs":
+        return None
+    if function == "slugify":
+        settings = kwds
+    elif function in _PYMDOWNX_NAMED:
+        settings = _PYMDOWNX_NAMED[function]
+    else:
+        return None
+    case, percent = str(settings.get("case", "none")), bool(settings.get("percent_encode", False))
+    form = str(settings.get("normalize", "NFC"))
+    return lambda text: pymdownx_slug(text, separator, case, percent, form)
 
 
 _COUNTED = re.compile(r"^(.*)_([0-9]+)$")

@@ -1,16 +1,20 @@
-"""Markdown headings as MkDocs anchors them, and HTML headings by their ids or text."""
+"""Markdown headings as MkDocs anchors them (or, in a Sphinx project, as MyST and docutils
+do), and HTML headings by their ids or text."""
 
 from __future__ import annotations
 
 import html
 import re
 from html.parser import HTMLParser
+from typing import Callable
 
-from scopes.splitting.anchors import faq_slug, mkdocs_slug
+from scopes.splitting.anchors import docutils_id, faq_slug, mkdocs_slug
 from scopes.splitting.pages import Heading
 
 # Python-Markdown's attr_list on a heading: `## Title {#anchor .class}`.
 ATTR_LIST = re.compile(r"\s*\{:?\s*([^}]*)\}\s*$")
+# A MyST target, `(label)=` on a line of its own: anchors what follows as `.. _label:` does.
+MYST_TARGET = re.compile(r"^\s{0,3}\(([^()\s][^()]*)\)=\s*$")
 
 
 def _inline_text(inline) -> str:
@@ -26,30 +30,87 @@ def _inline_text(inline) -> str:
     return html.unescape("".join(parts))
 
 
-def markdown_headings(text: str) -> list[Heading]:
-    """The headings (front matter, read as such, is none: it stays in the page's own text)."""
+def markdown_headings(text: str, slugify: Callable[[str], str] | None = None) -> list[Heading]:
+    """The headings as MkDocs anchors them (front matter, read as such, is none: it stays in
+    the page's own text); `slugify` is the project's configured toc slugify."""
+    found = []
+    for token, inline in _heading_tokens(text):
+        shown, explicit = _inline_text(inline), None
+        attributes = ATTR_LIST.search(shown)
+        if attributes:
+            explicit = next(
+                (word[1:] for word in attributes.group(1).split() if word.startswith("#") and len(word) > 1), None
+            )
+            shown = shown[: attributes.start()]
+        anchor = explicit or (slugify(shown.strip()) if slugify else mkdocs_slug(" ".join(shown.split())))
+        found.append(
+            Heading(int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None)
+        )
+    return found
+
+
+def myst_headings(text: str) -> list[Heading]:
+    """The headings of a MyST page as Sphinx builds them: docutils ids of the titles (a
+    repeated or digit-only title is `idN` in the built site: the id keeps the title's slug,
+    numbered, and the built anchor is recorded beside it); a `(label)=` above wins."""
+    lines = text.split("\n")
+    ids: set[str] = set()
+    counter = 0
+    labelled: dict[int, int] = {}  # line of a target -> its heading's start, filled below
+    found = []
+    headings = list(_heading_tokens(text))
+    starts = {token.map[0] for token, _ in headings}
+    for number, line in enumerate(lines):
+        target = MYST_TARGET.match(line)
+        if target:
+            follower = next((n for n in range(number + 1, len(lines)) if lines[n].strip()), None)
+            while follower is not None and MYST_TARGET.match(lines[follower]):
+                follower = next((n for n in range(follower + 1, len(lines)) if lines[n].strip()), None)
+            if follower in starts:
+                labelled[number] = follower
+    by_start: dict[int, list[int]] = {}
+    for label_line, start in labelled.items():
+        by_start.setdefault(start, []).append(label_line)
+    events = sorted([(n, "label") for n in labelled] + [(t.map[0], "heading") for t, _ in headings])
+    built_of: dict[int, str] = {}
+    for line, kind in events:
+        if kind == "label":
+            ids.add(docutils_id(MYST_TARGET.match(lines[line]).group(1)))
+            continue
+        title = " ".join(_inline_text(next(i for t, i in headings if t.map[0] == line)).split())
+        base = docutils_id(title)
+        if base and base not in ids:
+            built_of[line] = base
+        else:  # docutils.utils.new_document's set_id with Sphinx's auto_id_prefix "id"
+            counter += 1
+            while f"id{counter}" in ids:
+                counter += 1
+            built_of[line] = f"id{counter}"
+        ids.add(built_of[line])
+    for token, inline in headings:
+        start = token.map[0]
+        title = " ".join(_inline_text(inline).split())
+        labels = sorted(by_start.get(start, []))
+        if labels:
+            anchor = docutils_id(MYST_TARGET.match(lines[labels[0]]).group(1))
+            found.append(
+                Heading(int(token.tag[1:]) - 1, inline.content, start, token.map[1], anchor, True, labels[0], anchor)
+            )
+            continue
+        built = built_of[start]
+        anchor = built if built == docutils_id(title) else (docutils_id(title) or faq_slug(title) or "section")
+        found.append(Heading(int(token.tag[1:]) - 1, inline.content, start, token.map[1], anchor, False, None, built))
+    return found
+
+
+def _heading_tokens(text: str):
     from markdown_it import MarkdownIt
     from mdit_py_plugins.front_matter import front_matter_plugin
 
     tokens = MarkdownIt("commonmark").use(front_matter_plugin).parse(text)
-    found = []
     for index, token in enumerate(tokens):
         if token.type == "heading_open" and token.map:
-            inline = tokens[index + 1]
-            shown, explicit = _inline_text(inline), None
-            attributes = ATTR_LIST.search(shown)
-            if attributes:
-                explicit = next(
-                    (word[1:] for word in attributes.group(1).split() if word.startswith("#") and len(word) > 1), None
-                )
-                shown = shown[: attributes.start()]
-            anchor = explicit or mkdocs_slug(" ".join(shown.split()))
-            found.append(
-                Heading(
-                    int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None
-                )
-            )
-    return found
+            yield token, tokens[index + 1]
 
 
 class _HtmlHeadings(HTMLParser):

@@ -25,6 +25,9 @@ class Heading:
     anchor: str  # what the tool anchors it as (an explicit label or id wins)
     explicit: bool = False
     above: int | None = None  # first line above it that belongs to it (labels, targets), if any
+    # The anchor the built site gives it, when the tool's is unstable (docutils' `idN` for a
+    # repeated or digit-only title): the id keeps a stable anchor, this one is recorded beside.
+    built: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Part:
     fragment: str | None  # None: the page's own section
     text: str
     line: int  # 1-based
+    built: str | None = None  # the built site's anchor, where it differs from the fragment
 
 
 class _VisibleText(HTMLParser):
@@ -138,7 +142,8 @@ def assemble(
             else:
                 anchor = unique(anchor, taken | claimed)
                 claimed.add(anchor)
-            parts.append(Part(anchor, _text(lines, owned[("h", index)]), heading.start + 1))
+            built = heading.built if heading.built and heading.built != anchor else None
+            parts.append(Part(anchor, _text(lines, owned[("h", index)]), heading.start + 1, built))
         else:
             text = _text(lines, owned.get(("o", index), []))
             if not text:

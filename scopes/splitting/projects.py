@@ -1,15 +1,23 @@
 """Which files of a folder are pages, read as the project's own tool reads them.
 
 - A Sphinx project (a `conf.py` in the folder): pages are the files with a `source_suffix`
-  that `exclude_patterns` (and `templates_path`, `html_static_path`, `html_extra_path`, and
+  (merged with the suffixes its extensions register, as Sphinx merges them: myst_parser's and
+  myst_nb's `.md` are Markdown read as MyST) that `exclude_patterns` (and `templates_path`, `html_static_path`, `html_extra_path`, and
   Sphinx's own list) leave in. conf.py is read, never run: only assignments of literal values
   count. The project's extensions are read the same way for the cross-reference targets and
   object types they add (`app.add_crossref_type("setting", ...)`), so their anchors are known.
 - An MkDocs project (an `mkdocs.yml` in the folder, or in its parent with this folder as
-  `docs_dir`): pages are the Markdown files under `docs_dir` that `exclude_docs` leaves in.
+  `docs_dir`): pages are the Markdown files under `docs_dir` that `exclude_docs` leaves in;
+  the toc extension's `slugify` and `separator` and `pymdownx.snippets`' settings are read
+  from `markdown_extensions`.
 - Any other folder: pages by file extension; a folder mixing formats needs `--format`.
 `--include` / `--exclude` globs narrow any of them. A symbolic link that leaves the folder is
 refused: a sync publishes what it reads to every key of the scope.
+
+Includes (`.. include::`, MyST's `{include}`, snippets) may read files of the project's
+repository beside the folder (a `../CHANGELOG.rst`): the nearest folder above that holds the
+VCS root (`.git`, `.hg`, `.svn`) or a project file (`pyproject.toml`, `setup.py`, ...), never
+above it; with neither, the synced folder alone.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
+from scopes.splitting.anchors import markdown_slugify
 from scopes.splitting.rst import SphinxDomain
 
 FORMATS = {
@@ -32,13 +42,42 @@ FORMATS = {
 }
 MKDOCS_SUFFIXES = (".md", ".markdown", ".mdown", ".mkdn", ".mkd")
 SPHINX_ALWAYS_EXCLUDED = ["**/_sources", ".#*", "**/.#*", "*.lproj/**"]
-SPHINX_TYPES = {"restructuredtext": "rst", "markdown": "markdown"}
+# Markdown in a Sphinx project is MyST: docutils builds its anchors, as for reStructuredText.
+SPHINX_TYPES = {"restructuredtext": "rst", "markdown": "myst", "myst-nb": "myst"}
+# What a Sphinx extension registers with app.add_source_suffix (read from their sources).
+EXTENSION_SUFFIXES = {
+    "myst_parser": {".md": "markdown"},
+    "myst_nb": {".md": "myst-nb", ".ipynb": "myst-nb"},
+}
+REPOSITORY_MARKERS = (".git", ".hg", ".svn")
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "tox.ini")
 
 
 class ProjectError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         self.path, self.message = path, message
         super().__init__(f"{path}: {message}")
+
+
+@dataclass(frozen=True)
+class Snippets:
+    """pymdownx.snippets' settings: folders a snippet path is looked up in, and whether a
+    missing one stops the build (`check_paths`) or is left out."""
+
+    base_paths: tuple[Path, ...]
+    check_paths: bool = False
+
+
+def repository_boundary(folder: Path) -> tuple[Path, str]:
+    """The folder includes may read from, and why: the nearest folder at or above `folder`
+    holding a VCS root or a project file; `folder` itself when none does."""
+    folder = Path(os.path.realpath(folder))
+    for candidate in (folder, *folder.parents):
+        marker = next((m for m in REPOSITORY_MARKERS if (candidate / m).exists()), None)
+        marker = marker or next((m for m in PROJECT_FILES if (candidate / m).is_file()), None)
+        if marker:
+            return candidate, marker
+    return folder, ""
 
 
 @dataclass
@@ -49,6 +88,14 @@ class Project:
     exclude: list[str] = field(default_factory=list)
     domain: SphinxDomain = field(default_factory=SphinxDomain)
     notes: list[str] = field(default_factory=list)
+    # Where includes may read from: the repository holding the folder (see the module's docstring).
+    boundary: Path | None = None
+    slugify: Callable[[str], str] | None = None  # MkDocs' configured toc slugify
+    snippets: Snippets | None = None  # pymdownx.snippets, when the project enables it
+
+    def warn(self, message: str) -> None:
+        if f"warning: {message}" not in self.notes:
+            self.notes.append(f"warning: {message}")
 
     def format_of(self, path: Path) -> str | None:
         name = path.name.lower()
@@ -152,11 +199,22 @@ def sphinx_project(folder: Path) -> Project:
         suffix = {suffix: "restructuredtext"}
     elif isinstance(suffix, (list, tuple)):
         suffix = dict.fromkeys(suffix, "restructuredtext")
+    suffix = {str(k): str(v or "restructuredtext") for k, v in dict(suffix).items()}
+    extensions = [str(e) for e in (conf.get("extensions") or []) if isinstance(e, str)]
+    unread = []
+    for extension in extensions:
+        # sphinx.registry.merge_source_suffix: an extension's filetype fills a suffix conf.py
+        # left to the default (restructuredtext) or did not name.
+        for ending, filetype in EXTENSION_SUFFIXES.get(extension, {}).items():
+            if suffix.get(ending, "restructuredtext") == "restructuredtext":
+                suffix[ending] = filetype
     formats = {}
-    for ending, filetype in dict(suffix).items():
-        fmt = SPHINX_TYPES.get(str(filetype or "restructuredtext"))
-        if fmt:
-            formats[str(ending)] = fmt
+    for ending, filetype in suffix.items():
+        fmt = SPHINX_TYPES.get(filetype)
+        if fmt and ending != ".ipynb":
+            formats[ending] = fmt
+        else:
+            unread.append(f"{ending} ({filetype})")
     exclude = [str(p) for p in (conf.get("exclude_patterns") or [])]
     for setting in ("templates_path", "html_static_path", "html_extra_path"):
         exclude += [str(p).rstrip("/") for p in (conf.get(setting) or []) if isinstance(p, str)]
@@ -164,17 +222,30 @@ def sphinx_project(folder: Path) -> Project:
     root_doc = conf.get("root_doc") or conf.get("master_doc") or "index"
     domain = _declared_types(folder, [glob_pattern(p) for p in exclude])
     notes = [
-        f"Sphinx project (conf.py): pages {', '.join(sorted(formats))}; excluded {', '.join(exclude)}; "
-        f"root document {root_doc}"
+        f"Sphinx project (conf.py): pages {', '.join(f'{e} ({f})' for e, f in sorted(formats.items()))}; "
+        f"excluded {', '.join(exclude)}; root document {root_doc}"
     ]
+    if unread:
+        notes.append(f"warning: pages not read (a format ragtrail does not split): {', '.join(unread)}")
     if domain.crossref_types or domain.object_types:
         notes.append(
             "targets and objects the project adds: "
             + ", ".join(sorted(domain.crossref_types | set(domain.object_types)))
         )
-    if not any((folder / f"{root_doc}{ending}").exists() for ending in formats):
+    if not any((folder / f"{root_doc}{ending}").exists() for ending in [*formats, *suffix]):
         notes.append(f"warning: the root document {root_doc!r} is not in the folder")
-    return Project("sphinx", folder, formats, exclude, domain, notes)
+    project = Project("sphinx", folder, formats, exclude, domain, notes)
+    _bound_includes(project)
+    return project
+
+
+def _bound_includes(project: Project) -> None:
+    boundary, marker = repository_boundary(project.root)
+    project.boundary = boundary
+    if marker:
+        project.notes.append(f"includes read inside {boundary} (it holds {marker}), never above it")
+    else:
+        project.notes.append("includes read inside the synced folder (no repository or project file above it)")
 
 
 # --- MkDocs -------------------------------------------------------------------------------
@@ -186,12 +257,67 @@ def _mkdocs_config(path: Path) -> dict:
     class Loader(yaml.SafeLoader):
         """Safe, and blind to the Python tags MkDocs configs use (`!!python/name:...`, `!ENV`)."""
 
-    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    def python_tag(loader, suffix, node):
+        """`!!python/name:x.y` and `!!python/object/apply:x.y {kwds: ...}` kept as (x.y, kwds):
+        enough to know which toc slugify a project configures, never imported."""
+        if not suffix.startswith("tag:yaml.org,2002:python/"):
+            return None
+        name = suffix.rsplit(":", 1)[-1]
+        if isinstance(node, yaml.MappingNode):
+            value = loader.construct_mapping(node, deep=True)
+            return PythonName(name, dict(value.get("kwds") or {}))
+        return PythonName(name, {})
+
+    Loader.add_multi_constructor("", python_tag)
     try:
         found = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as problem:
         raise ProjectError(path.name, f"not YAML: {problem}") from None
     return found if isinstance(found, dict) else {}
+
+
+@dataclass(frozen=True)
+class PythonName:
+    name: str
+    kwds: dict
+
+
+def _extensions(config: dict) -> dict[str, dict]:
+    """markdown_extensions as {name: settings}: a list of names or of one-key mappings."""
+    found: dict[str, dict] = {}
+    listed = config.get("markdown_extensions") or []
+    if isinstance(listed, dict):
+        listed = [{k: v} for k, v in listed.items()]
+    for entry in listed if isinstance(listed, list) else []:
+        if isinstance(entry, str):
+            found[entry] = {}
+        elif isinstance(entry, dict):
+            for name, settings in entry.items():
+                found[str(name)] = settings if isinstance(settings, dict) else {}
+    return found
+
+
+def _configured_slugify(project: Project, toc: dict) -> None:
+    chosen = toc.get("slugify")
+    separator = str(toc.get("separator") or "-")
+    if chosen is None and separator == "-":
+        return
+    name, kwds = (
+        (chosen.name, chosen.kwds) if isinstance(chosen, PythonName) else ("markdown.extensions.toc.slugify", {})
+    )
+    slugify = markdown_slugify(name, kwds, separator)
+    if slugify is None:
+        project.warn(f"the toc slugify {name} is not one ragtrail knows: anchors use the toc's default")
+        return
+    project.slugify = slugify
+    project.notes.append(f"headings anchored by {name}{f' {kwds}' if kwds else ''} (toc separator {separator!r})")
+
+
+def _configured_snippets(project: Project, home: Path, settings: dict) -> None:
+    bases = settings.get("base_path", ["."])
+    bases = [bases] if isinstance(bases, str) else [str(b) for b in bases or []]
+    project.snippets = Snippets(tuple((home / b).resolve() for b in bases), bool(settings.get("check_paths", False)))
+    project.notes.append(f"snippets (--8<--) read from {', '.join(bases)}")
 
 
 def _gitignore_globs(lines: str) -> list[str]:
@@ -219,7 +345,13 @@ def mkdocs_project(config_path: Path) -> Project:
         f"MkDocs project ({config_path.name}): pages {', '.join(MKDOCS_SUFFIXES)} under {docs.name}/; "
         f"excluded {', '.join(exclude)}"
     ]
-    return Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
+    project = Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
+    extensions = _extensions(config)
+    _configured_slugify(project, extensions.get("toc", {}))
+    if "pymdownx.snippets" in extensions:
+        _configured_snippets(project, home, extensions["pymdownx.snippets"])
+    _bound_includes(project)
+    return project
 
 
 # --- any folder ---------------------------------------------------------------------------
@@ -234,7 +366,9 @@ def read_project(path: Path, fmt: str = "auto") -> Project:
         chosen = fmt if fmt != "auto" else FORMATS.get(path.suffix.lower())
         if chosen is None:
             raise ProjectError(path.name, f"no format for {path.suffix or 'a file without extension'}: pass --format")
-        return Project("file", path.parent, {path.name: chosen})
+        project = Project("file", path.parent, {path.name: chosen})
+        _bound_includes(project)
+        return project
     if fmt == "auto":
         if (path / "conf.py").is_file():
             return sphinx_project(path)
@@ -245,8 +379,11 @@ def read_project(path: Path, fmt: str = "auto") -> Project:
             project = mkdocs_project(config) if config.is_file() else None
             if project is not None and project.root == path.resolve():
                 return project
-        return Project("folder", path, dict(FORMATS))
-    return Project("folder", path, {ending: kind for ending, kind in FORMATS.items() if kind == fmt})
+        project = Project("folder", path, dict(FORMATS))
+    else:
+        project = Project("folder", path, {ending: kind for ending, kind in FORMATS.items() if kind == fmt})
+    _bound_includes(project)
+    return project
 
 
 def pages(project: Project, include: list[str] = (), exclude: list[str] = (), single: Path | None = None) -> list[Path]:

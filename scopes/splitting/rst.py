@@ -7,7 +7,9 @@ as, and each unknown role by one that shows what Sphinx shows (`:setting:\\`SECR
 reads SECRET_KEY, `:meth:\\`~a.B.c\\`` reads c). Python objects are anchored by their full
 name (`.. currentmodule::`, `.. module::`, `:module:` and the enclosing class as Sphinx
 resolves them); cross-reference targets a project declares (Django's `.. setting::`) as
-`<type>-<name>`; labels as docutils does.
+Sphinx's Target directive does, `std-<type>-<name>`; labels as docutils does. autodoc's
+directives (`.. autofunction:: name`) are object descriptions whose content lives in code:
+each is a section of its own, anchored by its full name, its text the directive as written.
 """
 
 from __future__ import annotations
@@ -35,6 +37,19 @@ PYTHON_OBJECTS = {
     "type",
 }
 NESTING = {"class", "exception"}
+# autodoc's directives -> the Python object type they describe.
+AUTODOC = {
+    "autofunction": "function",
+    "autoclass": "class",
+    "autoexception": "exception",
+    "automethod": "method",
+    "autoattribute": "attribute",
+    "autoproperty": "property",
+    "autodata": "data",
+    "autodecorator": "decorator",
+    "autonewtypedata": "data",
+    "automodule": "module",
+}
 STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
 LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
 
@@ -56,6 +71,7 @@ class _Directive:
     anchor: str | None  # objects and targets
     described: bool  # an object description (its block is a section when it has content)
     target: bool = False  # a cross-reference target: above a heading, it anchors the heading
+    generated: bool = False  # autodoc: a section even with no content (the content is in code)
 
 
 @dataclass
@@ -110,6 +126,8 @@ def _directive_class():
             reading: _Reading = _LOCAL.reading
             name = self.name.lower()
             kind = name.split(":", 1)[1] if name.startswith(("py:", "std:")) else name
+            generated = kind in AUTODOC
+            kind = AUTODOC.get(kind, kind)
             argument = self.arguments[0] if self.arguments else ""
             start = self.lineno - 1
             end = start + len(self.block_text.split("\n"))
@@ -135,9 +153,14 @@ def _directive_class():
                     words = words.split(" ")[0] if words else words
                 anchor, described = (sphinx_id(f"{kind}-{words}") if words else None), True
             elif kind in reading.domain.crossref_types:
-                anchor = sphinx_id(f"{kind}-{' '.join(argument.split())}")
+                # sphinx.domains.std.Target: make_id with the directive's full name, `std:<type>`.
+                anchor = sphinx_id(f"std:{kind}-{' '.join(argument.split())}")
+            if generated and kind == "module" and reading.module:
+                described = True
             target = kind in reading.domain.crossref_types
-            reading.directives.append(_Directive(start, end, has_content, anchor, described, target))
+            reading.directives.append(
+                _Directive(start, end, has_content, anchor, described, target, generated and described)
+            )
             if has_content:
                 if pushed:
                     reading.classes.append(pushed)
@@ -218,6 +241,7 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
     settings.report_level, settings.halt_level = 5, 5  # the docs' own mistakes are Sphinx's to report
     settings.file_insertion_enabled = False  # includes are expanded before, inside the synced folder only
     settings.raw_enabled = False
+    settings.auto_id_prefix, settings.id_prefix = "id", ""  # as Sphinx sets them: the built ids
     document = new_document(path, settings)
     reading = _Reading(domain or SphinxDomain())
     _LOCAL.reading = reading
@@ -230,7 +254,7 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
     # Where a content-less directive block (a target, `.. module::`, `.. index::`) ends -> it.
     quiet = {}
     for directive in reading.directives:
-        if not directive.has_content:
+        if not directive.has_content and not directive.generated:
             last = directive.end - 1
             while last > directive.start and not lines[last].strip():
                 last -= 1
@@ -250,20 +274,23 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
             level, parent = level + 1, parent.parent
         above, labels, targets = _above(lines, start, quiet)
         shown = " ".join(title.astext().split())
+        built = section["ids"][0] if section["ids"] else None
         if labels:
-            anchor, explicit = docutils_id(labels[0]), True
+            anchor, explicit, built = docutils_id(labels[0]), True, None
         elif targets:
-            anchor, explicit = targets[0], True
+            anchor, explicit, built = targets[0], True, None
         else:
             anchor, explicit = docutils_id(shown) or faq_slug(shown) or "section", False
         headings.append(
-            Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above)
+            Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above, built)
         )
-    described = [
-        Described(d.start, _trimmed_end(lines, d), d.anchor)
-        for d in reading.directives
-        if d.described and d.has_content and d.anchor
-    ]
+    described = []
+    for directive in reading.directives:
+        if directive.described and (directive.has_content or directive.generated) and directive.anchor:
+            # The targets, labels and index entries right above an object are its own.
+            above = _above(lines, directive.start, quiet)[0]
+            start = directive.start if above is None else above
+            described.append(Described(start, _trimmed_end(lines, directive), directive.anchor))
     return sorted(headings, key=lambda h: h.start), described
 
 

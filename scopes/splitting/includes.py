@@ -1,0 +1,232 @@
+"""Files a page pulls in, read as the tool reads them: reStructuredText's `.. include::`,
+MyST's `{include}` and pymdownx.snippets' `--8<--`. The included text takes the place of the
+directive, so a change in an included file is a change of the sections that include it.
+
+An include may read any file of the project's repository (Project.boundary: see projects.py),
+never above it, never through a symbolic link out of it, never a hidden file (`.env`, `.git`:
+the page walk skips them too). A missing include inside `.. only::` or `.. ifconfig::` (a file
+made at build time) is left out with a warning, as Sphinx logs it and goes on; anywhere else it
+refuses the sync, naming the page and line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+from scopes.splitting.projects import Snippets
+
+RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. include::[ \t]*(?P<target>\S.*?)[ \t]*$")
+MYST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{include\}[ \t]*(?P<target>\S.*?)[ \t]*$")
+CONDITIONAL = re.compile(r"^(?P<indent>[ \t]*)\.\. (?:only|ifconfig)::")
+MYST_CONDITIONAL = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{(?:only|ifconfig)\}")
+SNIPPET_INLINE = re.compile(
+    r"""^(?P<space>[ \t]*)(?P<escape>;*)-+8<-+[ \t]+(?P<path>"(?:\\"|[^"\n])+?"|'(?:\\'|[^'\n])+?')$"""
+)
+SNIPPET_BLOCK = re.compile(r"^[ \t]*(?P<escape>;*)-+8<-+$")
+SNIPPET_SECTION = re.compile(
+    r"^(?P<pre>.*?);*-+8<-+[ \t]+\[[ \t]*(?:start|end)[ \t]*:[ \t]*[a-z][-_0-9a-z]*[ \t]*\].*$", re.I
+)
+MAX_DEPTH = 8
+
+
+class IncludeError(ValueError):
+    def __init__(self, line: int | None, message: str) -> None:
+        self.line, self.message = line, message
+        super().__init__(message)
+
+
+def _resolve(target: str, page: Path, root: Path, boundary: Path, line: int) -> Path:
+    """The included file's real path, checked against the boundary."""
+    included = (root / target.lstrip("/")) if target.startswith("/") else (page.parent / target)
+    return _inside(included, boundary, target, line)
+
+
+def _inside(included: Path, boundary: Path, target: str, line: int) -> Path:
+    real, fence = Path(os.path.realpath(included)), Path(os.path.realpath(boundary))
+    if fence not in real.parents:
+        raise IncludeError(
+            line, f"includes {target}, outside {fence}, where includes may read (the repository): refused"
+        )
+    if any(part.startswith(".") for part in real.relative_to(fence).parts):
+        raise IncludeError(line, f"includes {target}, a hidden file the sync never reads: refused")
+    return real
+
+
+def _read(real: Path, target: str, line: int) -> str:
+    try:
+        return real.read_text(encoding="utf-8").replace("\r\n", "\n")
+    except (OSError, UnicodeDecodeError) as problem:
+        raise IncludeError(line, f"includes {target}, which cannot be read: {problem}") from None
+
+
+def _options(lines: list[str], index: int, pattern: str) -> tuple[dict[str, str], int]:
+    options: dict[str, str] = {}
+    while index < len(lines) and re.match(pattern, lines[index]):
+        name, _, value = lines[index].strip()[1:].partition(":")
+        options[name] = value.strip()
+        index += 1
+    return options, index
+
+
+def _cut(body: str, options: dict[str, str]) -> str:
+    """docutils' include options: start-after / end-before text, start-line / end-line."""
+    if "start-after" in options and options["start-after"] in body:
+        body = body.split(options["start-after"], 1)[1]
+    if "end-before" in options and options["end-before"] in body:
+        body = body.split(options["end-before"], 1)[0]
+    if "start-line" in options or "end-line" in options:
+        try:
+            start = int(options.get("start-line") or 0)
+            end = int(options["end-line"]) if options.get("end-line") else None
+            body = "\n".join(body.split("\n")[start:end])
+        except ValueError:
+            pass
+    return body
+
+
+def _conditional(lines: list[str], index: int, indent: str) -> bool:
+    """Whether line `index` (indented by `indent`) lies inside `.. only::` / `.. ifconfig::`."""
+    depth = len(indent.expandtabs())
+    for above in range(index - 1, -1, -1):
+        line = lines[above]
+        if not line.strip():
+            continue
+        if MYST_CONDITIONAL.match(line):
+            return True
+        own = len(line) - len(line.lstrip())
+        if own < depth:
+            if CONDITIONAL.match(line):
+                return True
+            depth = own
+            if own == 0:
+                return False
+    return False
+
+
+def expand_includes(
+    text: str, page: Path, root: Path, boundary: Path, warn: Callable[[str], None], fmt: str = "rst", depth: int = 0
+) -> str:
+    """`.. include::` (reStructuredText) or ```{include}``` (MyST) replaced by the file's text."""
+    marker = ".. include::" if fmt == "rst" else "{include}"
+    if marker not in text:
+        return text
+    if depth >= MAX_DEPTH:
+        raise IncludeError(None, f"includes nest deeper than {MAX_DEPTH}")
+    lines, out, index = text.split("\n"), [], 0
+    while index < len(lines):
+        found = (RST_INCLUDE if fmt == "rst" else MYST_INCLUDE).match(lines[index])
+        if not found or found.group("target").startswith("<"):
+            out.append(lines[index])
+            index += 1
+            continue
+        indent, target, at = found.group("indent"), found.group("target"), index + 1
+        if fmt == "rst":
+            options, index = _options(lines, index + 1, rf"^{re.escape(indent)}[ \t]+:[\w-]+:")
+        else:
+            options, index = _options(lines, index + 1, r"^[ \t]*:[\w-]+:")
+            fence = found.group("fence")
+            while index < len(lines) and not lines[index].strip().startswith(fence):
+                index += 1
+            index += 1
+        real = _resolve(target, page, root, boundary, at)
+        if not real.is_file():
+            if _conditional(lines, at - 1, indent):
+                warn(f"{page.name}:{at} includes {target}, which is missing: left out (inside a conditional block)")
+                continue
+            raise IncludeError(at, f"includes {target}, which is missing")
+        body = _cut(_read(real, target, at), options)
+        if "literal" not in options and "code" not in options:
+            body = expand_includes(body, real, root, boundary, warn, fmt, depth + 1)
+        out.extend(f"{indent}{line}" if line else line for line in body.split("\n"))
+    return "\n".join(out)
+
+
+def expand_snippets(
+    text: str, snippets: Snippets, boundary: Path, warn: Callable[[str], None], seen: tuple[Path, ...] = ()
+) -> str:
+    """pymdownx.snippets' `--8<-- "file.md"` (and the block form) replaced by the file's
+    lines (`file.md:3:9` a line range, `file.md:name` a `[start:name]` section); `;--8<--` is
+    an escape. A missing snippet is a refusal with `check_paths`, else left out with a warning."""
+    if "8<" not in text:
+        return text
+    if len(seen) >= MAX_DEPTH:
+        raise IncludeError(None, f"snippets nest deeper than {MAX_DEPTH}")
+    out: list[str] = []
+    block = False
+    for number, line in enumerate(text.split("\n"), 1):
+        inline, edge = SNIPPET_INLINE.match(line), SNIPPET_BLOCK.match(line)
+        if (inline and inline.group("escape")) or (edge and edge.group("escape")):
+            out.append(line.replace(";", "", 1))
+            continue
+        if edge:
+            block = not block
+            continue
+        if inline and not block:
+            space, path = inline.group("space"), inline.group("path")[1:-1].strip()
+        elif block:
+            space, path = line[: len(line) - len(line.lstrip())], line.strip()
+            if not path:
+                out.append("")
+                continue
+        else:
+            if not SNIPPET_SECTION.match(line):
+                out.append(line)
+            continue
+        if path.startswith(";"):
+            continue
+        out.extend(space + piece for piece in _snippet(path, snippets, boundary, warn, seen, number))
+    return "\n".join(out)
+
+
+def _snippet(path, snippets, boundary, warn, seen, number) -> list[str]:
+    found = re.match(r"(?i)^(.*?)(?:((?::-?[0-9]*){1,2}(?:,-?[0-9]*(?::-?[0-9]*)?)*)|(:[a-z][-_0-9a-z]*))?$", path)
+    name, ranges, section = found.group(1).strip(), found.group(2), found.group(3)
+    if name.lower().startswith(("http://", "https://")):
+        warn(f"snippet {name} is a URL: not fetched, left out")
+        return []
+    real = None
+    for base in snippets.base_paths:
+        candidate = Path(os.path.realpath(base / name))
+        if candidate.is_file() and (base == candidate or Path(os.path.realpath(base)) in candidate.parents):
+            real = candidate
+            break
+    if real is None:
+        if snippets.check_paths:
+            raise IncludeError(number, f"snippet {name} could not be found (check_paths is on)")
+        warn(f"snippet {name} could not be found: left out, as pymdownx.snippets does")
+        return []
+    real = _inside(real, boundary, name, number)
+    if real in seen:
+        return []
+    lines = _read(real, name, number).split("\n")
+    if ranges:
+        chosen: list[str] = []
+        for span in ranges[1:].split(","):
+            start, _, end = span.partition(":")
+            first = int(start) - 1 if start and int(start) > 0 else (len(lines) + int(start) if start else 0)
+            last = (int(end) if int(end) >= 0 else len(lines) + 1 + int(end)) if end else None
+            chosen.extend(lines[max(first, 0) : last])
+        lines = textwrap.dedent("\n".join(chosen)).split("\n")
+    elif section:
+        lines = _section(lines, section[1:])
+    return expand_snippets("\n".join(lines), snippets, boundary, warn, (*seen, real)).split("\n")
+
+
+def _section(lines: list[str], name: str) -> list[str]:
+    marker = re.compile(rf"(?i)-+8<-+[ \t]+\[[ \t]*(start|end)[ \t]*:[ \t]*{re.escape(name)}[ \t]*\]")
+    kept, inside = [], False
+    for line in lines:
+        found = marker.search(line)
+        if found:
+            if found.group(1).lower() == "start":
+                inside = True
+                continue
+            if inside:
+                break
+        elif inside and not SNIPPET_SECTION.match(line):
+            kept.append(line)
+    return kept

@@ -1,0 +1,260 @@
+"""Docs projects as teams run them: MyST pages, includes from the repository, autodoc, MkDocs'
+slugify and snippets, ids equal to the built site's anchors, honest token counts.
+
+The fixture projects under tests/fixtures/projects are built with the real tools (Sphinx 7.4
+with myst-parser and autodoc, MkDocs with pymdown-extensions) by the last test, which checks
+every id against the anchors in the HTML they write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from infra.tokens import count_tokens
+from scopes.splitting import SplitError, split_project
+from trails.core.budget import cut_to_budget
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "projects"
+DOC_TOOLS = Path(__file__).parents[2] / ".venv-doc-tools" / "bin"
+
+
+@pytest.fixture
+def sphinx_repo(tmp_path) -> Path:
+    return Path(shutil.copytree(FIXTURES / "sphinx-repo", tmp_path / "sphinx-repo"))
+
+
+@pytest.fixture
+def mkdocs_repo(tmp_path) -> Path:
+    repo = Path(shutil.copytree(FIXTURES / "mkdocs-repo", tmp_path / "mkdocs-repo"))
+    (repo / ".git").mkdir()  # the repository's root, as a clone has it
+    return repo
+
+
+def by_id(folder: Path) -> dict:
+    return {s.id: s for s in split_project(folder)[1]}
+
+
+def test_myst_pages_are_read_where_the_extension_registers_them(sphinx_repo):
+    project, sections = split_project(sphinx_repo / "docs")
+    # source_suffix lists .md as the default type; myst_parser makes it Markdown (MyST).
+    assert project.formats == {".rst": "rst", ".md": "myst"}
+    assert {s.path for s in sections} == {"index.rst", "reference.rst", "guide.md", "changes.rst"}
+    # conf.py naming no suffix at all: the extension's .md is still a page, and a root
+    # document written in MyST is no missing root document.
+    conf = sphinx_repo / "docs" / "conf.py"
+    conf.write_text(conf.read_text().replace('source_suffix = [".rst", ".md"]\n', ""))
+    (sphinx_repo / "docs" / "index.rst").rename(sphinx_repo / "docs" / "start.rst")
+    (sphinx_repo / "docs" / "index.md").write_text("# Home\n\nWelcome.\n")
+    project, sections = split_project(sphinx_repo / "docs")
+    assert "index.md" in {s.path for s in sections}
+    assert not [n for n in project.notes if "root document" in n and "warning" in n]
+
+
+def test_ids_are_the_built_sites_anchors_and_unstable_ones_are_recorded_beside(sphinx_repo, mkdocs_repo):
+    sections = by_id(sphinx_repo / "docs")
+    links = {i: s.anchor for i, s in sections.items()}
+    assert links == {
+        "changes.rst#1-0": "id1",  # a digit-only title: docutils builds id1
+        "guide.md": None,
+        "guide.md#visiting": None,  # a MyST target above the heading
+        "guide.md#examples": None,
+        "guide.md#examples-2": "id1",  # a repeated title
+        "guide.md#2-0": "id2",
+        "guide.md#gone-deprecated": None,
+        "guide.md#parking": None,  # from the README the page includes
+        "index.rst": None,
+        "reference.rst": None,
+        "reference.rst#bootstrapping-hooks": None,
+        "reference.rst#wardpkg.pytest_load_initial_conftests": None,
+        "reference.rst#collection-hooks": None,
+        "reference.rst#wardpkg.pytest_collection": None,
+        "reference.rst#wardpkg.Visit": None,
+        "reference.rst#examples": None,
+        "reference.rst#4-4-7": "id1",
+        "reference.rst#other": None,
+        "reference.rst#examples-2": "id2",
+    }
+    assert set(by_id(mkdocs_repo)) == {
+        "index.md",
+        "index.md#gone--deprecated",  # the configured pymdownx slugify: spaces not collapsed
+        "index.md#hours",
+        "index.md#examples",
+        "index.md#examples_1",
+        "index.md#café-ünïcode",
+        "index.md#contributing",  # a heading inside a snippet
+        "index.md#review",
+        "index.md#escaped",
+    }
+
+
+def test_autodoc_objects_are_sections_owning_the_targets_above_them(sphinx_repo):
+    sections = by_id(sphinx_repo / "docs")
+    page = "reference.rst"
+    # The hook target and autofunction between two headings are the object's own section,
+    # never the heading's anchor nor part of either heading's text.
+    assert sections[f"{page}#collection-hooks"].text == "``ward`` calls these while collecting."
+    assert sections[f"{page}#bootstrapping-hooks"].text == "Called early."
+    assert sections[f"{page}#wardpkg.pytest_collection"].text == (
+        ".. hook:: pytest_collection\n.. autofunction:: pytest_collection"
+    )
+    assert sections[f"{page}#wardpkg.Visit"].text == ".. autoclass:: Visit\n   :members:"
+
+
+def test_includes_read_the_repository_and_never_above_it(sphinx_repo):
+    docs = sphinx_repo / "docs"
+    project, sections = split_project(docs)
+    assert any("includes read inside" in n and "pyproject.toml" in n for n in project.notes)
+    assert {s.id: s.text for s in sections}["changes.rst#1-0"] == "First release: visiting hours per ward."
+    # The missing include sits under `.. only::` (made at build time): a warning, as Sphinx logs it.
+    assert any(n.startswith("warning: index.rst:14 includes _generated/build-info.rst") for n in project.notes)
+    changelog = sphinx_repo / "CHANGELOG.rst"
+    changelog.write_text(changelog.read_text().replace("per ward", "per ward and per day"))
+    assert by_id(docs)["changes.rst#1-0"].text == "First release: visiting hours per ward and per day."
+
+    (sphinx_repo.parent / "outside.rst").write_text("Outside\n")
+    os.symlink(sphinx_repo.parent / "outside.rst", sphinx_repo / "linked.rst")
+    (sphinx_repo / ".secrets.rst").write_text("token\n")
+    for target, message in [
+        ("../../outside.rst", "outside .*, where includes may read"),
+        ("../linked.rst", "outside .*, where includes may read"),
+        ("../.secrets.rst", "a hidden file"),
+        ("../MISSING.rst", "which is missing"),
+    ]:
+        (docs / "changes.rst").write_text(f"Changes\n=======\n\nText.\n\n.. include:: {target}\n")
+        with pytest.raises(SplitError, match=rf"changes.rst:6: includes {re.escape(target)}, {message}"):
+            split_project(docs)
+
+
+def test_mkdocs_snippets_are_read_so_a_change_in_the_snippet_is_seen(mkdocs_repo):
+    project, sections = split_project(mkdocs_repo)
+    texts = {s.id: s.text for s in sections}
+    assert texts["index.md#contributing"] == "Open a pull request against main.\n\nTwo reviewers approve each change."
+    assert texts["index.md#review"] == "Two reviewers approve each change."
+    assert texts["index.md#escaped"] == '--8<-- "CONTRIBUTING.md"'  # `;--8<--` is written, not read
+    contributing = mkdocs_repo / "CONTRIBUTING.md"
+    contributing.write_text(contributing.read_text().replace("Two reviewers", "Three reviewers"))
+    after = {s.id: s.text for s in split_project(mkdocs_repo)[1]}
+    assert {i for i in texts if texts[i] != after[i]} == {"index.md#contributing", "index.md#review"}
+
+    page = mkdocs_repo / "docs" / "index.md"
+    page.write_text(page.read_text() + '\n## Later\n\n--8<-- "LATER.md"\n')
+    project, _ = split_project(mkdocs_repo)
+    assert any("snippet LATER.md could not be found" in n for n in project.notes)
+    config = mkdocs_repo / "mkdocs.yml"
+    config.write_text(config.read_text().replace('base_path: ["."]', 'base_path: ["."]\n      check_paths: true'))
+    with pytest.raises(SplitError, match="snippet LATER.md could not be found"):
+        split_project(mkdocs_repo)
+
+
+TABLE_ROW = "{name:<24}  {value:<30}  {note:<20}"
+
+
+def simple_table(rows: int, extra_at: int | None = None) -> str:
+    rule = "=" * 24 + "  " + "=" * 30 + "  " + "=" * 20
+    lines = [rule, TABLE_ROW.format(name="Setting", value="Default", note="Notes"), rule]
+    for n in range(rows):
+        if n == extra_at:
+            lines.append(TABLE_ROW.format(name="ADDED_SETTING", value="on", note="new"))
+        lines.append(TABLE_ROW.format(name=f"SETTING_{n}", value=f"value {n * 37}", note="yes" if n % 2 else "no"))
+    return "\n".join([*lines, rule])
+
+
+def test_a_wide_table_counts_its_padding_and_is_never_prefetched_past_the_budget():
+    table = simple_table(290)
+    # Padding and line breaks are tokens to a real tokenizer: cl100k counts 3,192 here, where
+    # words and punctuation alone say 1,965, "within" a 2,000 budget. The count errs high.
+    assert len(table) > 23_000
+    assert 3_192 <= count_tokens(table) <= 1.25 * 3_192
+    cut = cut_to_budget([("settings#table", table)], 2000)
+    assert cut.truncated and cut.tokens <= 2000
+
+
+def test_a_row_added_near_the_top_of_a_long_table_changes_only_the_piece_it_lands_in(tmp_path):
+    page = tmp_path / "docs" / "settings.rst"
+    page.parent.mkdir()
+    page.write_text("Settings\n========\n\nAll of them.\n\nTable\n-----\n\n" + simple_table(400) + "\n")
+    before = {s.id: s.text for s in split_project(page.parent)[1]}
+    page.write_text("Settings\n========\n\nAll of them.\n\nTable\n-----\n\n" + simple_table(400, 3) + "\n")
+    after = {s.id: s.text for s in split_project(page.parent)[1]}
+    pieces = [i for i in before if i.startswith("settings.rst#table")]
+    assert len(pieces) >= 5 and all(count_tokens(before[i]) <= 2000 for i in pieces)
+    changed = {i for i in set(before) | set(after) if before.get(i) != after.get(i)}
+    assert len(changed) <= 2, changed  # the piece holding the new row (and, at most, its neighbour)
+
+
+class _Ids(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.ids.update(value for name, value in attrs if name == "id" and value)
+
+
+def _built_ids(html_file: Path) -> set[str]:
+    reader = _Ids()
+    reader.feed(html_file.read_text(encoding="utf-8"))
+    return reader.ids
+
+
+def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_repo, tmp_path):
+    if not (DOC_TOOLS / "sphinx-build").exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI builds the fixture projects with Sphinx and MkDocs: make .venv-doc-tools/.installed")
+        pytest.skip("Sphinx and MkDocs are not installed here (make .venv-doc-tools/.installed)")
+    subprocess.run(
+        [DOC_TOOLS / "sphinx-build", "-q", "-b", "html", sphinx_repo / "docs", tmp_path / "sphinx"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(  # from the project's root, as teams run it: snippets' base_path is relative to it
+        [DOC_TOOLS / "mkdocs", "build", "-q", "-f", mkdocs_repo / "mkdocs.yml", "-d", tmp_path / "mkdocs"],
+        check=True,
+        capture_output=True,
+        cwd=mkdocs_repo,
+    )
+    checked = 0
+    for folder, built, page_of in [
+        (sphinx_repo / "docs", tmp_path / "sphinx", lambda path: Path(path).with_suffix(".html")),
+        (mkdocs_repo, tmp_path / "mkdocs", lambda path: Path(path).with_suffix("") / "index.html"),
+    ]:
+        for section in split_project(folder)[1]:
+            if "#" not in section.id:
+                continue
+            html = built / page_of(section.path)
+            if html.name == "index.html" and html.parent.name == "index":
+                html = built / "index.html"
+            link = section.anchor or section.id.split("#", 1)[1]
+            assert link in _built_ids(html), (section.id, link)
+            checked += 1
+    assert checked == 24  # every id with an anchor, both projects
+
+
+def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope, sphinx_repo, tmp_path):
+    from scopes.models import Section
+
+    def release() -> list[dict]:
+        sections = split_project(sphinx_repo / "docs")[1]
+        return [{"id": s.id, "text": s.text, **({"anchor": s.anchor} if s.anchor else {})} for s in sections]
+
+    first = api.call("post", "/scopes/hospital/section-syncs", {"sections": release()})
+    assert first.status_code == 200
+    got = api.call("get", "/scopes/hospital/sections/reference.rst%23examples-2").json()
+    assert got["anchor"] == "id2"  # reference.html#id2 on the built site
+    assert api.call("get", "/scopes/hospital/sections/reference.rst%23other").json()["anchor"] == "other"
+    # A new digit-only title earlier on the page renumbers docutils' ids: the stable ids keep
+    # their text (no trail moves), the links follow the built site.
+    page = sphinx_repo / "docs" / "reference.rst"
+    page.write_text(page.read_text().replace("Classes\n-------\n", "1.2\n---\n\nEarly.\n\nClasses\n-------\n"))
+    second = api.call("post", "/scopes/hospital/section-syncs", {"sections": release()})
+    assert second.json()["sections"]["changed"] == 0 and second.json()["sections"]["added"] == 1
+    assert Section.objects.get(scope=scope, section_id="reference.rst#examples-2").anchor == "id3"
+    bad = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "text": "x", "anchor": "a\nb"}]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"].startswith("sections.0.anchor")
