@@ -58,6 +58,7 @@ def get_section(request: HttpRequest, scope: str, section_id: str):
         "text": section.text,
         "hash": section.hash,
         "updated_at": section.updated_at.isoformat(),
+        "anchor": section.anchor or section.section_id.partition("#")[2],
     }
 
 

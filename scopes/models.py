@@ -214,6 +214,9 @@ class Section(models.Model):
     # this was kept: those count as long settled): the wipe guard counts removals of
     # settled sections across syncs (trails/upkeep/sync.py).
     first_stored_at = models.DateTimeField(null=True, blank=True)
+    # The built site's anchor where it is not the id's fragment (docutils' unstable `idN`):
+    # where a link to the section goes. Not content: a change moves no trail.
+    anchor = models.CharField(max_length=512, blank=True, default="")
 
     objects = SectionQuerySet.as_manager()
 
@@ -270,6 +273,17 @@ class Section(models.Model):
             )
         hashes = {section_id: section_hash(text) for section_id, text in texts.items()}
         return cls._upsert(scope, texts, hashes, now or timezone.now())
+
+    @classmethod
+    def set_anchors(cls, scope: Scope, anchors: dict[str, str]) -> None:
+        """Records each section's built anchor (blank: its id's fragment), where it differs."""
+        held = dict(cls.objects.filter(scope=scope).exclude(anchor="").values_list("section_id", "anchor"))
+        moved: dict[str, list[str]] = {}
+        for section_id, anchor in anchors.items():
+            if held.get(section_id, "") != anchor:
+                moved.setdefault(anchor, []).append(section_id)
+        for anchor, ids in moved.items():
+            cls.objects.filter(scope=scope, section_id__in=ids).update(anchor=anchor)
 
     @classmethod
     def upsert_hashes(cls, scope: Scope, hashes: dict[str, str], now=None) -> dict:

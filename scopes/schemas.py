@@ -61,6 +61,9 @@ class SectionOut(Schema):
     text: str
     hash: str
     updated_at: str
+    # Where a link to the section goes on the built site (`page.html#<anchor>`): the id's
+    # fragment, or the built anchor recorded beside a stable id (docutils' `idN`).
+    anchor: str
 
 
 class SectionListIn(Schema):

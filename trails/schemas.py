@@ -231,6 +231,8 @@ class SyncSectionIn(StrictSchema):
     # a section the store holds unchanged, for a dry run, and for a scope that keeps no text.
     text: Optional[Annotated[str, Field(max_length=1_000_000)]] = None
     hash: Optional[Sha256] = None
+    # The built site's anchor where it is not the id's fragment (split_sections writes it).
+    anchor: Optional[Annotated[str, Field(max_length=512, pattern=r"^[^\x00-\x1f\x7f]*$")]] = None
 
 
 class SectionSyncIn(StrictSchema):

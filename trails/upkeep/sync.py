@@ -260,6 +260,7 @@ def sync_sections(
             Section.upsert_hashes(scope, {section_id: incoming[section_id] for section_id in to_write}, now)
         if summary.removed:
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
+        Section.set_anchors(scope, {section.id: section.anchor or "" for section in sections})
         if to_write or summary.removed:
             made = SectionSync.objects.create(
                 scope=scope,
@@ -316,8 +317,11 @@ def _wipe_refusal(scope: Scope, summary: SyncSummary, current: dict[str, str], n
 
 
 def source_sections(rows: list[dict]) -> list[SourceSection]:
-    """The API's section rows ({id, text} or {id, hash}) as a sync reads them."""
-    return [SourceSection(row["id"], row.get("text") or "", "", 0, hash=row.get("hash")) for row in rows]
+    """The API's section rows ({id, text} or {id, hash}, with the built anchor) as a sync reads them."""
+    return [
+        SourceSection(row["id"], row.get("text") or "", "", 0, hash=row.get("hash"), anchor=row.get("anchor"))
+        for row in rows
+    ]
 
 
 # A job's run past this many seconds since its claim counts as lost (its worker died): the

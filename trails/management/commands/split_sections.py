@@ -42,7 +42,11 @@ class Command(BaseCommand):
         _, sections = split_with_progress(self, path, format, list(include), list(exclude), max_tokens, quiet)
         rows = (
             json.dumps(
-                {"id": s.id, "hash": section_hash(s.text)} if hashes else {"id": s.id, "text": s.text},
+                {
+                    "id": s.id,
+                    **({"hash": section_hash(s.text)} if hashes else {"text": s.text}),
+                    **({"anchor": s.anchor} if s.anchor else {}),
+                },
                 ensure_ascii=False,
             )
             for s in sections
