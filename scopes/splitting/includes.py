@@ -31,6 +31,26 @@ SNIPPET_SECTION = re.compile(
     r"^(?P<pre>.*?);*-+8<-+[ \t]+\[[ \t]*(?:start|end)[ \t]*:[ \t]*[a-z][-_0-9a-z]*[ \t]*\].*$", re.I
 )
 MAX_DEPTH = 8
+RST_DIRECTIVE = re.compile(r"^\.\. ([\w:-]+)::")
+# Directives whose content is code or text taken as is: an include written in one is an example.
+LITERAL_DIRECTIVES = {
+    "code",
+    "code-block",
+    "sourcecode",
+    "literalinclude",
+    "parsed-literal",
+    "highlight",
+    "doctest",
+    "testcode",
+    "testoutput",
+    "testsetup",
+    "testcleanup",
+    "productionlist",
+    "math",
+    "raw",
+    "eval-rst",
+}
+FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,}|:{3,})(?P<info>.*)$")
 
 
 class IncludeError(ValueError):
@@ -88,22 +108,59 @@ def _cut(body: str, options: dict[str, str]) -> str:
     return body
 
 
-def _conditional(lines: list[str], index: int, indent: str) -> bool:
-    """Whether line `index` (indented by `indent`) lies inside `.. only::` / `.. ifconfig::`."""
+def _enclosing(lines: list[str], index: int, indent: str):
+    """The lines that hold line `index` (indented by `indent`): each less indented one above
+    it, nearest first (the reStructuredText blocks it is nested in)."""
     depth = len(indent.expandtabs())
     for above in range(index - 1, -1, -1):
         line = lines[above]
-        if not line.strip():
+        if not line.strip() or depth == 0:
+            if depth == 0:
+                return
             continue
-        if MYST_CONDITIONAL.match(line):
-            return True
-        own = len(line) - len(line.lstrip())
+        own = len(line.expandtabs()) - len(line.expandtabs().lstrip())
         if own < depth:
-            if CONDITIONAL.match(line):
-                return True
+            yield line
             depth = own
-            if own == 0:
-                return False
+
+
+def _conditional(lines: list[str], index: int, indent: str) -> bool:
+    """Whether line `index` lies inside `.. only::` / `.. ifconfig::` (or MyST's)."""
+    if any(MYST_CONDITIONAL.match(line) for line in lines[:index]):
+        return _open_myst_conditional(lines, index)
+    return any(CONDITIONAL.match(line) for line in _enclosing(lines, index, indent))
+
+
+def _open_myst_conditional(lines: list[str], index: int) -> bool:
+    opened: list[str] = []
+    for line in lines[:index]:
+        found = FENCE.match(line)
+        if not found:
+            continue
+        if opened and found.group("fence") == opened[-1] and not found.group("info").strip():
+            opened.pop()
+        elif found.group("info").strip():
+            opened.append(found.group("fence"))
+            if MYST_CONDITIONAL.match(line):
+                return True
+    return False
+
+
+def _literal(lines: list[str], index: int, indent: str) -> bool:
+    """Whether a reStructuredText line is text, not markup: inside a literal block (after
+    `::`), a comment, or a directive whose content is code (`.. code-block::`)."""
+    for line in _enclosing(lines, index, indent):
+        stripped = line.strip()
+        directive = RST_DIRECTIVE.match(stripped)
+        if directive:
+            if directive.group(1).lower() in LITERAL_DIRECTIVES:
+                return True
+        elif stripped == ".." or (
+            stripped.startswith(".. ") and "::" not in stripped and not stripped.startswith(".. _")
+        ):
+            return True  # a comment
+        elif stripped.endswith("::"):
+            return True
     return False
 
 
@@ -117,9 +174,19 @@ def expand_includes(
     if depth >= MAX_DEPTH:
         raise IncludeError(None, f"includes nest deeper than {MAX_DEPTH}")
     lines, out, index = text.split("\n"), [], 0
+    fences: list[tuple[str, bool]] = []  # MyST: the fences open above the line
     while index < len(lines):
+        if fmt != "rst":
+            if _myst_code(lines[index], fences):
+                out.append(lines[index])
+                index += 1
+                continue
         found = (RST_INCLUDE if fmt == "rst" else MYST_INCLUDE).match(lines[index])
-        if not found or found.group("target").startswith("<"):
+        if (
+            not found
+            or found.group("target").startswith("<")
+            or (fmt == "rst" and _literal(lines, index, found.group("indent")))
+        ):
             out.append(lines[index])
             index += 1
             continue
@@ -143,6 +210,30 @@ def expand_includes(
             body = expand_includes(body, real, root, boundary, warn, fmt, depth + 1)
         out.extend(f"{indent}{line}" if line else line for line in body.split("\n"))
     return "\n".join(out)
+
+
+def _myst_code(line: str, opened: list[tuple[str, bool]]) -> bool:
+    """Whether `line` is part of a MyST code block, keeping `opened` (the fences open above
+    it: the fence, whether it holds code). A directive's fence (```{note}) holds MyST, read
+    like the page; a plain or language fence (```md) holds code, where an include is only an
+    example."""
+    found = FENCE.match(line)
+    in_code = any(code for _, code in opened)
+    if not found:
+        return in_code
+    fence, info = found.group("fence"), found.group("info").strip()
+    if opened and not info and fence[0] == opened[-1][0][0] and len(fence) >= len(opened[-1][0]):
+        opened.pop()
+        return in_code
+    if in_code:
+        return True
+    code = fence[0] != ":" and (
+        not info.startswith("{") or info[1:].split("}")[0] in LITERAL_DIRECTIVES | {"code-cell"}
+    )
+    if info.startswith("{include}"):
+        return False  # read below, up to its closing fence
+    opened.append((fence, code))
+    return code
 
 
 def expand_snippets(

@@ -103,6 +103,21 @@ def _python_fullname(signature: str, reading: _Reading, options: dict) -> str | 
     return f"{module}.{fullname}" if module else fullname
 
 
+def _autodoc_fullname(argument: str, kind: str, reading: _Reading) -> str | None:
+    """The full name autodoc documents (its resolve_name): a dotted argument names its module
+    itself (`pytest.Warning`), a bare one is in the current module (and class)."""
+    found = re.match(r"^\s*([\w.]+)", argument)
+    if not found:
+        return None
+    name = found.group(1)
+    class_level = kind in ("method", "attribute", "property")
+    if name.count(".") >= (2 if class_level else 1):
+        return name
+    if class_level and "." not in name and reading.classes:
+        name = f"{reading.classes[-1]}.{name}"
+    return f"{reading.module}.{name}" if reading.module else name
+
+
 def _directive_class():
     from docutils import nodes
     from docutils.parsers.rst import Directive, directives
@@ -139,7 +154,10 @@ def _directive_class():
                 if kind == "module" and reading.module:
                     anchor = f"module-{reading.module}"
             elif kind in PYTHON_OBJECTS:
-                fullname = _python_fullname(argument, reading, self.options)
+                if generated:
+                    fullname = _autodoc_fullname(argument, kind, reading)
+                else:
+                    fullname = _python_fullname(argument, reading, self.options)
                 if fullname:
                     anchor, described = sphinx_id(fullname), True
                     without_module = fullname[len(self.options.get("module", reading.module) or "") :].lstrip(".")

@@ -76,6 +76,7 @@ def test_ids_are_the_built_sites_anchors_and_unstable_ones_are_recorded_beside(s
         "reference.rst#collection-hooks": None,
         "reference.rst#wardpkg.pytest_collection": None,
         "reference.rst#wardpkg.Visit": None,
+        "reference.rst#wardpkg.errors.WardClosed": None,  # a dotted name is its own module's
         "reference.rst#examples": None,
         "reference.rst#4-4-7": "id1",
         "reference.rst#other": None,
@@ -234,7 +235,7 @@ def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_re
             link = section.anchor or section.id.split("#", 1)[1]
             assert link in _built_ids(html), (section.id, link)
             checked += 1
-    assert checked == 24  # every id with an anchor, both projects
+    assert checked == 25  # every id with an anchor, both projects
 
 
 def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope, sphinx_repo, tmp_path):
@@ -258,3 +259,21 @@ def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope,
     assert Section.objects.get(scope=scope, section_id="reference.rst#examples-2").anchor == "id3"
     bad = api.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "a", "text": "x", "anchor": "a\nb"}]})
     assert bad.status_code == 422 and bad.json()["error"]["field"].startswith("sections.0.anchor")
+
+
+def test_an_include_shown_as_an_example_is_text_not_an_include(sphinx_repo):
+    docs = sphinx_repo / "docs"
+    (docs / "howto.rst").write_text(
+        "How to include\n==============\n\nWrite this::\n\n   .. include:: ../MISSING.rst\n\n"
+        ".. code-block:: rst\n\n   .. include:: ../MISSING.rst\n\n..\n   .. include:: ../MISSING.rst\n\n"
+        "Shared\n------\n\n.. note::\n\n   .. include:: ../CHANGELOG.rst\n      :start-line: 6\n"
+    )
+    (docs / "howto.md").write_text(
+        "# How to include\n\nIn MyST:\n\n````md\n```{include} ../MISSING.md\n```\n````\n\n"
+        "## Shared\n\n:::{note}\n```{include} ../README.md\n:start-line: 6\n```\n:::\n"
+    )
+    sections = {s.id: s.text for s in split_project(docs)[1]}
+    assert ".. include:: ../MISSING.rst" in sections["howto.rst"]
+    assert sections["howto.rst#shared"] == ".. note::\n\n   First release: visiting hours per ward."
+    assert "```{include} ../MISSING.md" in sections["howto.md"]
+    assert sections["howto.md#shared"] == ":::{note}\nThe car park opens at 07:00.\n\n:::"
