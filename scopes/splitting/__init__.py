@@ -236,7 +236,28 @@ def _read(file: Path, relative: str) -> str:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as problem:
         raise SplitError(relative, None, f"cannot be read as UTF-8 text: {problem}") from None
-    return text
+    return notebook_text(text, relative) if file.suffix.lower() == ".ipynb" else text
+
+
+def notebook_text(text: str, relative: str) -> str:
+    """A Jupyter notebook (myst_nb reads them) as the MyST text of its cells: Markdown cells as
+    written, code cells as ```{code-cell}``` blocks with their source; outputs are not read
+    (they are what running the code printed, not what the docs say)."""
+    try:
+        notebook = json.loads(text)
+        cells = notebook["cells"]
+        language = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("language") or "python"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise SplitError(relative, None, "not a Jupyter notebook (JSON with cells)") from None
+    pieces = []
+    for cell in cells:
+        source = cell.get("source", "") if isinstance(cell, dict) else ""
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if cell.get("cell_type") == "markdown":
+            pieces.append(source.rstrip("\n"))
+        elif cell.get("cell_type") == "code" and source.strip():
+            pieces.append(f"```{{code-cell}} {language}\n{source.rstrip()}\n```")
+    return "\n\n".join(pieces) + "\n"
 
 
 def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str) -> str:

@@ -211,7 +211,7 @@ def sphinx_project(folder: Path) -> Project:
     formats = {}
     for ending, filetype in suffix.items():
         fmt = SPHINX_TYPES.get(filetype)
-        if fmt and ending != ".ipynb":
+        if fmt:
             formats[ending] = fmt
         else:
             unread.append(f"{ending} ({filetype})")

@@ -277,3 +277,24 @@ def test_an_include_shown_as_an_example_is_text_not_an_include(sphinx_repo):
     assert sections["howto.rst#shared"] == ".. note::\n\n   First release: visiting hours per ward."
     assert "```{include} ../MISSING.md" in sections["howto.md"]
     assert sections["howto.md#shared"] == ":::{note}\nThe car park opens at 07:00.\n\n:::"
+
+
+def test_a_myst_nb_project_reads_its_notebooks_cells_not_their_outputs(tmp_path):
+    import json
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "conf.py").write_text('extensions = ["myst_nb"]\n')
+    (docs / "index.md").write_text("# Home\n\nWelcome.\n")
+    cells = [
+        {"cell_type": "markdown", "source": ["# Visits\n", "\n", "How visits are counted.\n"]},
+        {"cell_type": "markdown", "source": "## Counting\n\nRun this:"},
+        {"cell_type": "code", "source": ["visits = count()\n", "visits"], "outputs": [{"text": "42"}]},
+    ]
+    (docs / "visits.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
+    sections = {s.id: s.text for s in split_project(docs)[1]}
+    assert sections["visits.ipynb"] == "How visits are counted."
+    assert sections["visits.ipynb#counting"] == "Run this:\n\n```{code-cell} python\nvisits = count()\nvisits\n```"
+    (docs / "broken.ipynb").write_text("{not json")
+    with pytest.raises(SplitError, match="broken.ipynb: not a Jupyter notebook"):
+        split_project(docs)
