@@ -31,7 +31,7 @@ from evaluation.bulk import drop_scope, without_statement_timeout
 from evaluation.questions import QuestionMaker
 from infra.tokens import count_tokens
 from scopes.models import Scope, Section
-from scopes.splitting import split_tree
+from scopes.splitting import SourceSection, split_tree
 from trails.core.hint import RecordedStep
 from trails.serving.record import RecordInput, TrailRows
 from trails.upkeep.sync import sync_sections
@@ -235,6 +235,8 @@ class Command(BaseCommand):
             old = split(old_tree)
             times.append(time.perf_counter() - started)
         new = split(new_tree)
+        # The previous splitter's sections are of its own class: the sync takes today's.
+        old, new = ([SourceSection(s.id, s.text, s.path, s.line) for s in found] for found in (old, new))
         tokens = sorted((count_tokens(s.text), s.id) for s in old)
         scope = Scope.objects.create(scratch=True, slug=f"sync-{uuid.uuid4().hex[:8]}", matcher="lexical")
         try:
