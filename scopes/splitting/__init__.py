@@ -152,13 +152,7 @@ def piece_suffix(piece: str, taken: set[str]) -> str:
     """A later piece's id suffix, from its first line's text: it keeps its id (and its
     trails) when an edit elsewhere in the section moves the pieces around it."""
     first = next((line for line in piece.split("\n") if line.strip()), piece)
-    suffix = hashlib.sha256(" ".join(first.split()).encode("utf-8")).hexdigest()[:6]
-    candidate, number = suffix, 1
-    while candidate in taken:
-        number += 1
-        candidate = f"{suffix}-{number}"
-    taken.add(candidate)
-    return candidate
+    return numbered_unique(hashlib.sha256(" ".join(first.split()).encode("utf-8")).hexdigest()[:6], taken)
 
 
 def sections_of_page(

@@ -111,8 +111,8 @@ def mkdocs_unique(anchor: str, taken: set[str]) -> str:
 
 
 def numbered_unique(anchor: str, taken: set[str]) -> str:
-    """A repeat gets `-2`, `-3`, ... (docutils would number it `id1`, which moves when any
-    earlier repeat is added; a suffix counted per anchor does not)."""
+    """A repeat gets `-2`, `-3`, ... (docutils numbers it `id1`, which moves when any earlier
+    repeat is added; a suffix counted per anchor does not: the built `idN` is recorded beside)."""
     candidate, number = anchor, 1
     while candidate in taken:
         number += 1
