@@ -38,7 +38,7 @@ PYTHON_OBJECTS = {
 }
 NESTING = {"class", "exception"}
 # autodoc's directives -> the Python object type they describe.
-AUTODOC = {
+AUTO_DIRECTIVES = {
     "autofunction": "function",
     "autoclass": "class",
     "autoexception": "exception",
@@ -141,8 +141,8 @@ def _directive_class():
             reading: _Reading = _LOCAL.reading
             name = self.name.lower()
             kind = name.split(":", 1)[1] if name.startswith(("py:", "std:")) else name
-            generated = kind in AUTODOC
-            kind = AUTODOC.get(kind, kind)
+            generated = kind in AUTO_DIRECTIVES
+            kind = AUTO_DIRECTIVES.get(kind, kind)
             argument = self.arguments[0] if self.arguments else ""
             start = self.lineno - 1
             end = start + len(self.block_text.split("\n"))
