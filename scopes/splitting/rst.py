@@ -71,7 +71,7 @@ class _Directive:
     anchor: str | None  # objects and targets
     described: bool  # an object description (its block is a section when it has content)
     target: bool = False  # a cross-reference target: above a heading, it anchors the heading
-    generated: bool = False  # autodoc: a section even with no content (the content is in code)
+    generated: bool = False  # autodoc: shows what the code holds, so a section even with no content of its own
 
 
 @dataclass
@@ -83,6 +83,7 @@ class _Reading:
 
 
 _LOCAL = threading.local()
+_UNCHANGED = object()
 _PATCHING = threading.Lock()
 
 
@@ -148,6 +149,7 @@ def _directive_class():
             end = start + len(self.block_text.split("\n"))
             has_content = any(line.strip() for line in self.content)
             anchor, described, pushed = None, False, None
+            nested_module = _UNCHANGED
             if kind in ("module", "currentmodule"):
                 module = argument.strip() or None
                 reading.module = None if module == "None" else module
@@ -160,11 +162,18 @@ def _directive_class():
                     fullname = _python_fullname(argument, reading, self.options)
                 if fullname:
                     anchor, described = sphinx_id(fullname), True
-                    without_module = fullname[len(self.options.get("module", reading.module) or "") :].lstrip(".")
+                    module = self.options.get("module", reading.module) or ""
+                    if generated and kind in NESTING and not fullname.startswith(f"{module}."):
+                        # autodoc's `pytest.RaisesExc`: what it nests is that module's class.
+                        module, _, _ = fullname.rpartition(".")
+                        nested_module = module or None
+                    without_module = fullname[len(module) :].lstrip(".")
                     if kind in NESTING:
                         pushed = without_module
                     elif "." in without_module:
                         pushed = without_module.rsplit(".", 1)[0]
+            if "noindex" in self.options or "no-index" in self.options:
+                anchor, described = None, False  # Sphinx makes no target: nothing links here
             elif kind in STANDARD_OBJECTS or kind in reading.domain.object_types:
                 words = " ".join(argument.split())
                 if reading.domain.object_types.get(kind):
@@ -176,16 +185,19 @@ def _directive_class():
             if generated and kind == "module" and reading.module:
                 described = True
             target = kind in reading.domain.crossref_types
-            reading.directives.append(
-                _Directive(start, end, has_content, anchor, described, target, generated and described)
-            )
+            reading.directives.append(_Directive(start, end, has_content, anchor, described, target, generated))
             if has_content:
                 if pushed:
                     reading.classes.append(pushed)
+                outer_module = reading.module
+                if nested_module is not _UNCHANGED:
+                    reading.module = nested_module
                 holder = nodes.container()
                 try:
                     self.state.nested_parse(self.content, self.content_offset, holder)
                 finally:
+                    if nested_module is not _UNCHANGED:
+                        reading.module = outer_module
                     if pushed:
                         reading.classes.pop()
             return []
