@@ -185,7 +185,7 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
             if node.func.attr == "add_crossref_type":
                 crossref.add(first.value.lower())
             else:
-                parse_node = node.args[4] if len(node.args) > 4 else keywords.get("parse_node")
+                parse_node = node.args[3] if len(node.args) > 3 else keywords.get("parse_node")
                 objects[first.value.lower()] = parse_node is not None and not (
                     isinstance(parse_node, ast.Constant) and parse_node.value is None
                 )

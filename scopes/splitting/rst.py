@@ -175,9 +175,12 @@ def _directive_class():
             if "noindex" in self.options or "no-index" in self.options:
                 anchor, described = None, False  # Sphinx makes no target: nothing links here
             elif kind in STANDARD_OBJECTS or kind in reading.domain.object_types:
-                words = " ".join(argument.split())
-                if reading.domain.object_types.get(kind):
-                    words = words.split(" ")[0] if words else words
+                # Each line is a signature of its own (`.. confval:: copyright` then
+                # `project_copyright`): the first one anchors the block.
+                words = " ".join(argument.strip().split("\n")[0].split())
+                if reading.domain.object_types.get(kind) and words:
+                    # A parse_node names the object by its signature's head: `config-inited(app, config)`.
+                    words = re.match(r"[^\s(]+", words).group(0)
                 anchor, described = (sphinx_id(f"{kind}-{words}") if words else None), True
             elif kind in reading.domain.crossref_types:
                 # sphinx.domains.std.Target: make_id with the directive's full name, `std:<type>`.
