@@ -162,6 +162,7 @@ def sections_of_page(
     domain: rst.SphinxDomain | None = None,
     max_tokens: int = MAX_TOKENS,
     slugify: Callable[[str], str] | None = None,
+    myst_extensions: frozenset[str] = frozenset(),
 ) -> list[SourceSection]:
     """The sections of one page (`path` relative to the synced folder, with `/`); `fmt` is
     rst, markdown (MkDocs' anchors, `slugify` its configured toc slugify), myst (Markdown in a
@@ -178,7 +179,7 @@ def sections_of_page(
         headings = markup.markdown_headings(text, slugify)
         unique = mkdocs_unique
     elif fmt == "myst":
-        headings = markup.myst_headings(text)
+        headings = markup.myst_headings(text, myst_extensions)
         unique = numbered_unique
     elif fmt == "html":
         headings = markup.html_headings(text)
@@ -293,7 +294,9 @@ def split_project(
         relative = file.relative_to(project.root).as_posix()
         page_format = project.format_of(file)
         text = _pulled_in(project, file, relative, _read(file, relative), page_format)
-        for section in sections_of_page(relative, text, page_format, project.domain, max_tokens, project.slugify):
+        for section in sections_of_page(
+            relative, text, page_format, project.domain, max_tokens, project.slugify, project.myst_extensions
+        ):
             if section.id in seen:
                 first = seen[section.id]
                 raise SplitError(

@@ -13,14 +13,21 @@ from scopes.splitting.pages import Heading
 
 # Python-Markdown's attr_list on a heading: `## Title {#anchor .class}`.
 ATTR_LIST = re.compile(r"\s*\{:?\s*([^}]*)\}\s*$")
+MYST_ROLE_NAME = re.compile(r"\{[\w:.+-]+\}$")
 # A MyST target, `(label)=` on a line of its own: anchors what follows as `.. _label:` does.
 MYST_TARGET = re.compile(r"^\s{0,3}\(([^()\s][^()]*)\)=\s*$")
 
 
-def _inline_text(inline) -> str:
-    """A heading's text as the toc extension sees it: markup and raw HTML dropped."""
+def _inline_text(inline, myst: bool = False) -> str:
+    """A heading's text as the toc extension sees it: markup and raw HTML dropped (for MyST,
+    a role's name too: {py:class}`Foo` shows Foo)."""
     parts = []
-    for child in inline.children or []:
+    children = list(inline.children or [])
+    for index, child in enumerate(children):
+        following = children[index + 1] if index + 1 < len(children) else None
+        if myst and child.type == "text" and following is not None and following.type == "code_inline":
+            parts.append(MYST_ROLE_NAME.sub("", child.content))
+            continue
         if child.type in ("text", "code_inline"):
             parts.append(child.content)
         elif child.type in ("softbreak", "hardbreak"):
@@ -49,16 +56,19 @@ def markdown_headings(text: str, slugify: Callable[[str], str] | None = None) ->
     return found
 
 
-def myst_headings(text: str) -> list[Heading]:
+def myst_headings(text: str, extensions: frozenset[str] = frozenset()) -> list[Heading]:
     """The headings of a MyST page as Sphinx builds them: docutils ids of the titles (a
     repeated or digit-only title is `idN` in the built site: the id keeps the title's slug,
-    numbered, and the built anchor is recorded beside it); a `(label)=` above wins."""
+    numbered, and the built anchor is recorded beside it); a `(label)=` above wins.
+    `extensions` are the project's myst_enable_extensions: `colon_fence` makes `:::` blocks
+    (a heading in one is no section), `smartquotes` and `replacements` change the title's
+    text before docutils makes its id (`doesn't` → `doesn’t` → `doesnt`)."""
     lines = text.split("\n")
     ids: set[str] = set()
     counter = 0
     labelled: dict[int, int] = {}  # line of a target -> its heading's start, filled below
     found = []
-    headings = list(_heading_tokens(text))
+    headings = list(_heading_tokens(text, extensions, myst=True))
     starts = {token.map[0] for token, _ in headings}
     for number, line in enumerate(lines):
         target = MYST_TARGET.match(line)
@@ -77,7 +87,7 @@ def myst_headings(text: str) -> list[Heading]:
         if kind == "label":
             ids.add(docutils_id(MYST_TARGET.match(lines[line]).group(1)))
             continue
-        title = " ".join(_inline_text(next(i for t, i in headings if t.map[0] == line)).split())
+        title = " ".join(_inline_text(next(i for t, i in headings if t.map[0] == line), True).split())
         base = docutils_id(title)
         if base and base not in ids:
             built_of[line] = base
@@ -89,7 +99,7 @@ def myst_headings(text: str) -> list[Heading]:
         ids.add(built_of[line])
     for token, inline in headings:
         start = token.map[0]
-        title = " ".join(_inline_text(inline).split())
+        title = " ".join(_inline_text(inline, True).split())
         labels = sorted(by_start.get(start, []))
         if labels:
             anchor = docutils_id(MYST_TARGET.match(lines[labels[0]]).group(1))
@@ -103,11 +113,18 @@ def myst_headings(text: str) -> list[Heading]:
     return found
 
 
-def _heading_tokens(text: str):
+def _heading_tokens(text: str, extensions: frozenset[str] = frozenset(), myst: bool = False):
     from markdown_it import MarkdownIt
+    from mdit_py_plugins.colon_fence import colon_fence_plugin
     from mdit_py_plugins.front_matter import front_matter_plugin
 
-    tokens = MarkdownIt("commonmark").use(front_matter_plugin).parse(text)
+    typography = [rule for rule in ("smartquotes", "replacements") if myst and rule in extensions]
+    parser = MarkdownIt("commonmark", {"typographer": bool(typography)}).use(front_matter_plugin)
+    if typography:
+        parser.enable(typography)
+    if myst and "colon_fence" in extensions:
+        parser.use(colon_fence_plugin)
+    tokens = parser.parse(text)
     for index, token in enumerate(tokens):
         if token.type == "heading_open" and token.map:
             yield token, tokens[index + 1]

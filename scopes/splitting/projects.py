@@ -92,6 +92,7 @@ class Project:
     boundary: Path | None = None
     slugify: Callable[[str], str] | None = None  # MkDocs' configured toc slugify
     snippets: Snippets | None = None  # pymdownx.snippets, when the project enables it
+    myst_extensions: frozenset[str] = frozenset()  # conf.py's myst_enable_extensions
 
     def warn(self, message: str) -> None:
         if f"warning: {message}" not in self.notes:
@@ -235,6 +236,8 @@ def sphinx_project(folder: Path) -> Project:
     if not any((folder / f"{root_doc}{ending}").exists() for ending in [*formats, *suffix]):
         notes.append(f"warning: the root document {root_doc!r} is not in the folder")
     project = Project("sphinx", folder, formats, exclude, domain, notes)
+    listed = conf.get("myst_enable_extensions") or ()
+    project.myst_extensions = frozenset(str(e) for e in listed if isinstance(e, str))
     _bound_includes(project)
     return project
 

@@ -67,6 +67,8 @@ def test_ids_are_the_built_sites_anchors_and_unstable_ones_are_recorded_beside(s
         "guide.md#examples": None,
         "guide.md#examples-2": "id1",  # a repeated title
         "guide.md#2-0": "id2",
+        "guide.md#why-doesnt-it-open": None,  # smartquotes: doesn’t, whose ’ docutils drops
+        "guide.md#the-wardpkg-visit-class": None,  # a role shows its text, not its name
         "guide.md#gone-deprecated": None,
         "guide.md#parking": None,  # from the README the page includes
         "index.rst": None,
@@ -241,7 +243,7 @@ def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_re
             link = section.anchor or section.id.split("#", 1)[1]
             assert link in _built_ids(html), (section.id, link)
             checked += 1
-    assert checked == 30  # every id with an anchor, both projects
+    assert checked == 32  # every id with an anchor, both projects
 
 
 def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope, sphinx_repo, tmp_path):
