@@ -13,6 +13,8 @@ from scopes.splitting.pages import Heading
 
 # Python-Markdown's attr_list on a heading: `## Title {#anchor .class}`.
 ATTR_LIST = re.compile(r"\s*\{:?\s*([^}]*)\}\s*$")
+# The id it sets: `#anchor` or `id="anchor"` (attr_list takes both; the last one wins there, rarely two).
+ATTR_ID = re.compile(r"""(?:^|\s)(?:#([^\s#.}"'=]+)|id=(?:"([^"]*)"|'([^']*)'|([^\s}"']+)))""")
 MYST_ROLE_NAME = re.compile(r"\{[\w:.+-]+\}$")
 # A MyST target, `(label)=` on a line of its own: anchors what follows as `.. _label:` does.
 MYST_TARGET = re.compile(r"^\s{0,3}\(([^()\s][^()]*)\)=\s*$")
@@ -45,9 +47,9 @@ def markdown_headings(text: str, slugify: Callable[[str], str] | None = None) ->
         shown, explicit = _inline_text(inline), None
         attributes = ATTR_LIST.search(shown)
         if attributes:
-            explicit = next(
-                (word[1:] for word in attributes.group(1).split() if word.startswith("#") and len(word) > 1), None
-            )
+            given = ATTR_ID.search(attributes.group(1))
+            if given:
+                explicit = next(value for value in given.groups() if value)
             shown = shown[: attributes.start()]
         anchor = explicit or (slugify(shown.strip()) if slugify else mkdocs_slug(" ".join(shown.split())))
         found.append(

@@ -136,13 +136,17 @@ def assemble(
             body = [line for line in owned.get(("h", index), []) if line >= heading.body]
             if not has_content(_text(lines, body), fmt):
                 continue  # a category: its sub-headings are the sections
-            anchor = heading.anchor
+            anchor, built = heading.anchor, heading.built
             if heading.explicit and anchor not in claimed:
                 claimed.add(anchor)
             else:
+                if heading.explicit:
+                    # An explicit id given twice is kept twice by the tool (links reach the
+                    # first): the id is made unique, the link is the given id.
+                    built = built or anchor
                 anchor = unique(anchor, taken | claimed)
                 claimed.add(anchor)
-            built = heading.built if heading.built and heading.built != anchor else None
+            built = built if built and built != anchor else None
             parts.append(Part(anchor, _text(lines, owned[("h", index)]), heading.start + 1, built))
         else:
             text = _text(lines, owned.get(("o", index), []))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting.anchors import markdown_slugify
+from scopes.splitting.anchors import markdown_slugify, mkdocs_slug
 from scopes.splitting.rst import SphinxDomain
 
 FORMATS = {
@@ -49,6 +49,7 @@ EXTENSION_SUFFIXES = {
     "myst_parser": {".md": "markdown"},
     "myst_nb": {".md": "myst-nb", ".ipynb": "myst-nb"},
 }
+EMOJI_SHORTCODE = re.compile(r":[a-z0-9_+-]+:")
 REPOSITORY_MARKERS = (".git", ".hg", ".svn")
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "tox.ini")
 
@@ -351,6 +352,10 @@ def mkdocs_project(config_path: Path) -> Project:
     project = Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
     extensions = _extensions(config)
     _configured_slugify(project, extensions.get("toc", {}))
+    if "pymdownx.emoji" in extensions:
+        # An emoji's shortcode (`:smile:`, `:material-check:`) shows as an image: no slug text.
+        slug = project.slugify or mkdocs_slug
+        project.slugify = lambda text: slug(EMOJI_SHORTCODE.sub("", text))
     if "pymdownx.snippets" in extensions:
         _configured_snippets(project, home, extensions["pymdownx.snippets"])
     _bound_includes(project)

@@ -93,6 +93,8 @@ def test_ids_are_the_built_sites_anchors_and_unstable_ones_are_recorded_beside(s
         "index.md",
         "index.md#gone--deprecated",  # the configured pymdownx slugify: spaces not collapsed
         "index.md#hours",
+        "index.md#parking",  # an emoji's shortcode makes no slug text
+        "index.md#hours_1",  # an id given twice: unique here, its link the given one
         "index.md#examples",
         "index.md#examples_1",
         "index.md#café-ünïcode",
@@ -143,6 +145,7 @@ def test_includes_read_the_repository_and_never_above_it(sphinx_repo):
 
 def test_mkdocs_snippets_are_read_so_a_change_in_the_snippet_is_seen(mkdocs_repo):
     project, sections = split_project(mkdocs_repo)
+    assert {s.id: s.anchor for s in sections}["index.md#hours_1"] == "hours"
     texts = {s.id: s.text for s in sections}
     assert texts["index.md#contributing"] == "Open a pull request against main.\n\nTwo reviewers approve each change."
     assert texts["index.md#review"] == "Two reviewers approve each change."
@@ -243,7 +246,7 @@ def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_re
             link = section.anchor or section.id.split("#", 1)[1]
             assert link in _built_ids(html), (section.id, link)
             checked += 1
-    assert checked == 32  # every id with an anchor, both projects
+    assert checked == 34  # every id with an anchor, both projects
 
 
 def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope, sphinx_repo, tmp_path):
