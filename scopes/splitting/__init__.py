@@ -262,6 +262,8 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
         if fmt in ("rst", "myst"):
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt)
         if fmt == "markdown" and project.snippets is not None:
+            if project.snippets.auto_append:  # as pymdownx.snippets appends them: a block at the end
+                text += "\n\n--8<--\n" + "\n\n".join(project.snippets.auto_append) + "\n--8<--\n"
             text = includes.expand_snippets(text, project.snippets, boundary, project.warn)
     except includes.IncludeError as problem:
         raise SplitError(relative, problem.line, problem.message) from None

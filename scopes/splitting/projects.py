@@ -67,6 +67,7 @@ class Snippets:
 
     base_paths: tuple[Path, ...]
     check_paths: bool = False
+    auto_append: tuple[str, ...] = ()  # snippets added to the end of every page
 
 
 def repository_boundary(folder: Path) -> tuple[Path, str]:
@@ -320,7 +321,12 @@ def _configured_slugify(project: Project, toc: dict) -> None:
 def _configured_snippets(project: Project, home: Path, settings: dict) -> None:
     bases = settings.get("base_path", ["."])
     bases = [bases] if isinstance(bases, str) else [str(b) for b in bases or []]
-    project.snippets = Snippets(tuple((home / b).resolve() for b in bases), bool(settings.get("check_paths", False)))
+    appended = settings.get("auto_append") or []
+    project.snippets = Snippets(
+        tuple((home / b).resolve() for b in bases),
+        bool(settings.get("check_paths", False)),
+        tuple(str(a) for a in ([appended] if isinstance(appended, str) else appended)),
+    )
     project.notes.append(f"snippets (--8<--) read from {', '.join(bases)}")
 
 

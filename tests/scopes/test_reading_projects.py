@@ -149,11 +149,14 @@ def test_mkdocs_snippets_are_read_so_a_change_in_the_snippet_is_seen(mkdocs_repo
     texts = {s.id: s.text for s in sections}
     assert texts["index.md#contributing"] == "Open a pull request against main.\n\nTwo reviewers approve each change."
     assert texts["index.md#review"] == "Two reviewers approve each change."
-    assert texts["index.md#escaped"] == '--8<-- "CONTRIBUTING.md"'  # `;--8<--` is written, not read
+    # `;--8<--` is written, not read; auto_append adds its snippet to every page's end.
+    assert texts["index.md#escaped"] == '--8<-- "CONTRIBUTING.md"\n\n\n*[ICU]: Intensive care unit'
     contributing = mkdocs_repo / "CONTRIBUTING.md"
     contributing.write_text(contributing.read_text().replace("Two reviewers", "Three reviewers"))
     after = {s.id: s.text for s in split_project(mkdocs_repo)[1]}
     assert {i for i in texts if texts[i] != after[i]} == {"index.md#contributing", "index.md#review"}
+    (mkdocs_repo / "includes" / "abbreviations.md").write_text("*[ICU]: Intensive Care Unit\n")
+    assert by_id(mkdocs_repo)["index.md#escaped"].text.endswith("Intensive Care Unit")
 
     page = mkdocs_repo / "docs" / "index.md"
     page.write_text(page.read_text() + '\n## Later\n\n--8<-- "LATER.md"\n')
