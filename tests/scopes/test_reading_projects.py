@@ -251,6 +251,22 @@ def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_re
             checked += 1
     assert checked == 34  # every id with an anchor, both projects
 
+    # The command a docs CI runs after its build says the same, and fails when one is missing.
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    said = StringIO()
+    call_command("check_anchors", str(sphinx_repo / "docs"), built=str(tmp_path / "sphinx"), quiet=True, stdout=said)
+    assert (
+        "24 sections with an anchor on 3 built pages: 24 link to an anchor of the built page, 0 do not"
+        in said.getvalue()
+    )
+    (tmp_path / "mkdocs" / "index.html").write_text("<h2 id='hours'>Hours</h2>")
+    with pytest.raises(SystemExit) as failed:
+        call_command("check_anchors", str(mkdocs_repo), built=str(tmp_path / "mkdocs"), quiet=True, stdout=said)
+    assert failed.value.code == 2 and "not built: index.md#gone--deprecated (#gone--deprecated)" in said.getvalue()
+
 
 def test_the_built_anchor_is_stored_beside_the_id_and_moves_no_trail(api, scope, sphinx_repo, tmp_path):
     from scopes.models import Section
