@@ -71,14 +71,16 @@ class Snippets:
 
 
 def repository_boundary(folder: Path) -> tuple[Path, str]:
-    """The folder includes may read from, and why: the nearest folder at or above `folder`
-    holding a VCS root or a project file; `folder` itself when none does."""
+    """The folder includes may read from, and why: the repository `folder` is in (the nearest
+    folder at or above it holding a VCS root: a sub-package's pyproject.toml in a monorepo does
+    not fence off the repository's CHANGELOG), else the nearest holding a project file (a
+    source tarball), else `folder` itself."""
     folder = Path(os.path.realpath(folder))
-    for candidate in (folder, *folder.parents):
-        marker = next((m for m in REPOSITORY_MARKERS if (candidate / m).exists()), None)
-        marker = marker or next((m for m in PROJECT_FILES if (candidate / m).is_file()), None)
-        if marker:
-            return candidate, marker
+    for markers, present in ((REPOSITORY_MARKERS, Path.exists), (PROJECT_FILES, Path.is_file)):
+        for candidate in (folder, *folder.parents):
+            marker = next((m for m in markers if present(candidate / m)), None)
+            if marker:
+                return candidate, marker
     return folder, ""
 
 

@@ -129,6 +129,12 @@ def test_includes_read_the_repository_and_never_above_it(sphinx_repo):
     changelog.write_text(changelog.read_text().replace("per ward", "per ward and per day"))
     assert by_id(docs)["changes.rst#1-0"].text == "First release: visiting hours per ward and per day."
 
+    # In a monorepo the repository bounds it, not the nearest package's pyproject.toml.
+    (sphinx_repo / ".git").mkdir()
+    (docs / "pyproject.toml").write_text("[project]\nname = 'docs'\n")
+    assert any(f"includes read inside {sphinx_repo} (it holds .git)" in n for n in split_project(docs)[0].notes)
+    assert by_id(docs)["changes.rst#1-0"].text == "First release: visiting hours per ward and per day."
+
     (sphinx_repo.parent / "outside.rst").write_text("Outside\n")
     os.symlink(sphinx_repo.parent / "outside.rst", sphinx_repo / "linked.rst")
     (sphinx_repo / ".secrets.rst").write_text("token\n")
