@@ -66,52 +66,44 @@ def myst_headings(text: str, extensions: frozenset[str] = frozenset()) -> list[H
     (a heading in one is no section), `smartquotes` and `replacements` change the title's
     text before docutils makes its id (`doesn't` → `doesn’t` → `doesnt`)."""
     lines = text.split("\n")
-    ids: set[str] = set()
-    counter = 0
-    labelled: dict[int, int] = {}  # line of a target -> its heading's start, filled below
-    found = []
     headings = list(_heading_tokens(text, extensions, myst=True))
-    starts = {token.map[0] for token, _ in headings}
+    title_of = {token.map[0]: " ".join(_inline_text(inline, True).split()) for token, inline in headings}
+    labels_of: dict[int, list[int]] = {}  # a heading's start -> the target lines above it
     for number, line in enumerate(lines):
-        target = MYST_TARGET.match(line)
-        if target:
+        if MYST_TARGET.match(line):
             follower = next((n for n in range(number + 1, len(lines)) if lines[n].strip()), None)
             while follower is not None and MYST_TARGET.match(lines[follower]):
                 follower = next((n for n in range(follower + 1, len(lines)) if lines[n].strip()), None)
-            if follower in starts:
-                labelled[number] = follower
-    by_start: dict[int, list[int]] = {}
-    for label_line, start in labelled.items():
-        by_start.setdefault(start, []).append(label_line)
-    events = sorted([(n, "label") for n in labelled] + [(t.map[0], "heading") for t, _ in headings])
+            if follower in title_of:
+                labels_of.setdefault(follower, []).append(number)
+    # docutils gives ids in page order, labels and titles alike (Sphinx's auto_id_prefix "id").
+    ids: set[str] = set()
     built_of: dict[int, str] = {}
+    counter = 0
+    events = sorted([(n, "label") for found in labels_of.values() for n in found] + [(s, "heading") for s in title_of])
     for line, kind in events:
         if kind == "label":
             ids.add(docutils_id(MYST_TARGET.match(lines[line]).group(1)))
             continue
-        title = " ".join(_inline_text(next(i for t, i in headings if t.map[0] == line), True).split())
-        base = docutils_id(title)
-        if base and base not in ids:
-            built_of[line] = base
-        else:  # docutils.utils.new_document's set_id with Sphinx's auto_id_prefix "id"
+        base = docutils_id(title_of[line])
+        if not base or base in ids:
             counter += 1
             while f"id{counter}" in ids:
                 counter += 1
-            built_of[line] = f"id{counter}"
-        ids.add(built_of[line])
+            base = f"id{counter}"
+        built_of[line] = base
+        ids.add(base)
+    found = []
     for token, inline in headings:
-        start = token.map[0]
-        title = " ".join(_inline_text(inline, True).split())
-        labels = sorted(by_start.get(start, []))
-        if labels:
-            anchor = docutils_id(MYST_TARGET.match(lines[labels[0]]).group(1))
-            found.append(
-                Heading(int(token.tag[1:]) - 1, inline.content, start, token.map[1], anchor, True, labels[0], anchor)
-            )
+        start, level = token.map[0], int(token.tag[1:]) - 1
+        if start in labels_of:
+            first = min(labels_of[start])
+            anchor = docutils_id(MYST_TARGET.match(lines[first]).group(1))
+            found.append(Heading(level, inline.content, start, token.map[1], anchor, True, first, anchor))
             continue
-        built = built_of[start]
+        title, built = title_of[start], built_of[start]
         anchor = built if built == docutils_id(title) else (docutils_id(title) or faq_slug(title) or "section")
-        found.append(Heading(int(token.tag[1:]) - 1, inline.content, start, token.map[1], anchor, False, None, built))
+        found.append(Heading(level, inline.content, start, token.map[1], anchor, False, None, built))
     return found
 
 

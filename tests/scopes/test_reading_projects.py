@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from infra.tokens import count_tokens
 from scopes.splitting import SplitError, split_project
 from trails.core.budget import cut_to_budget
+from trails.management.commands.check_anchors import built_ids
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "projects"
 DOC_TOOLS = Path(__file__).parents[2] / ".venv-doc-tools" / "bin"
@@ -210,21 +210,6 @@ def test_a_row_added_near_the_top_of_a_long_table_changes_only_the_piece_it_land
     assert len(changed) <= 2, changed  # the piece holding the new row (and, at most, its neighbour)
 
 
-class _Ids(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: set[str] = set()
-
-    def handle_starttag(self, tag, attrs):
-        self.ids.update(value for name, value in attrs if name == "id" and value)
-
-
-def _built_ids(html_file: Path) -> set[str]:
-    reader = _Ids()
-    reader.feed(html_file.read_text(encoding="utf-8"))
-    return reader.ids
-
-
 def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_repo, tmp_path):
     if not (DOC_TOOLS / "sphinx-build").exists():
         if os.environ.get("CI"):
@@ -253,7 +238,7 @@ def test_every_id_links_to_an_anchor_the_real_tools_build(sphinx_repo, mkdocs_re
             if html.name == "index.html" and html.parent.name == "index":
                 html = built / "index.html"
             link = section.anchor or section.id.split("#", 1)[1]
-            assert link in _built_ids(html), (section.id, link)
+            assert link in built_ids(html), (section.id, link)
             checked += 1
     assert checked == 34  # every id with an anchor, both projects
 

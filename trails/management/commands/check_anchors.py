@@ -20,6 +20,13 @@ class _Ids(HTMLParser):
         self.ids.update(value for name, value in attrs if name == "id" and value)
 
 
+def built_ids(html: Path) -> set[str]:
+    """Every element id of a built page: the anchors a link to it can name."""
+    reader = _Ids()
+    reader.feed(html.read_text(encoding="utf-8", errors="replace"))
+    return reader.ids
+
+
 def built_page(site: Path, page: str) -> Path | None:
     """The HTML a page was built to: `page.html` (Sphinx's html builder), or `page/index.html`
     (MkDocs, Sphinx's dirhtml), an index page being its folder's `index.html`."""
@@ -56,10 +63,7 @@ class Command(BaseCommand):
                 continue
             if section.path not in pages:
                 html = built_page(site, section.path)
-                reader = _Ids()
-                if html is not None:
-                    reader.feed(html.read_text(encoding="utf-8", errors="replace"))
-                pages[section.path] = reader.ids if html is not None else None
+                pages[section.path] = built_ids(html) if html is not None else None
             ids = pages[section.path]
             if ids is None:
                 unbuilt.add(section.path)
