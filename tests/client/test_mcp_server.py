@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -425,3 +426,30 @@ def test_the_tools_examples_name_sections_the_demo_holds():
     }
     examples = re.findall(r"`([^`\s]+#[^`\s]+)`", inspect.getsource(mcp_server))
     assert examples and set(examples) <= demo, set(examples) - demo
+
+
+@pytest.mark.parametrize("level", [None, "info"], ids=["default", "--log-level info"])
+def test_the_stdio_server_logs_no_line_per_request_unless_asked(live_server, granted, tmp_path, level):
+    """A host (an IDE, an agent runner) keeps the server's stderr as its log: by default only warnings."""
+    from mcp.client.stdio import stdio_client
+
+    _, key = granted
+    option = ("--recall-timeout", "10", *(("--log-level", level) if level else ()))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ragtrail_client.mcp_server", "--base-url", live_server.url, "--scope", "hospital", *option],
+        # The client under test where PYTHONPATH names it (the SDK passes on only a few variables).
+        env={"RAGTRAIL_API_KEY": key, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}},
+    )
+    log = tmp_path / "stderr.log"
+    answers = []
+
+    async def main():
+        with log.open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                answers.append(await client.call_tool("ragtrail_recall", {"query": QUESTION}))
+
+    run_async(main)
+    assert not answers[0].is_error and answers[0].structured_content["outcome"] == "miss"
+    said = log.read_text()
+    assert ("HTTP Request: POST" in said) == (level == "info"), said

@@ -256,13 +256,59 @@ def test_safe_calls_are_retried_on_503_and_unsafe_ones_are_not(flaky):
     assert refused.value.status == 503 and Flaky.seen == ["POST"]
 
 
-def test_an_unreachable_server_is_one_error_after_the_retries():
-    client = RagtrailClient("http://127.0.0.1:9", api_key="rt_x", scope="s", retries=2, backoff=0.001, timeout=1)
-    started = time.perf_counter()
-    with pytest.raises(RagtrailError) as unreachable:
-        client.recall("anything")
-    assert unreachable.value.status == 0 and unreachable.value.code == "unreachable"
-    assert time.perf_counter() - started < 5
+def test_a_refused_connection_fails_at_once_without_a_retry():
+    import httpx
+
+    attempts = []
+    http = httpx.Client(event_hooks={"request": [attempts.append]})
+    client = RagtrailClient("http://127.0.0.1:9", api_key="rt_x", scope="s", retries=3, backoff=0.2, http=http)
+    for call in (lambda: client.recall("anything"), lambda: client.get_section("s1")):
+        with pytest.raises(RagtrailError) as unreachable:
+            call()
+        assert unreachable.value.status == 0 and unreachable.value.code == "unreachable"
+        assert str(unreachable.value) == (
+            "could not reach http://127.0.0.1:9: connection refused (is ragtrail running there?)"
+        )
+    assert len(attempts) == 2  # one attempt a call: nothing listens there, so no retry until the deadline
+
+
+def test_a_base_url_ending_in_the_api_path_is_the_same_server(client, live_server):
+    client.put_sections(VISITING)
+    for suffix in ("/api/v1", "/api/v1/"):
+        same = RagtrailClient(live_server.url + suffix, api_key=client.api_key, scope="hospital", recall_timeout=5)
+        assert same.base_url == live_server.url and same.recall("Where do visitors park?").outcome == "miss"
+
+
+def test_a_base_url_that_is_not_ragtrail_gets_an_error_naming_it(client, live_server):
+    wrong = RagtrailClient(live_server.url + "/ops", api_key=client.api_key, scope="hospital", recall_timeout=5)
+    with pytest.raises(RagtrailError) as refused:
+        wrong.recall("Where do visitors park?")
+    assert refused.value.status == 404 and "<" not in str(refused.value)
+    assert str(refused.value).startswith(
+        f"404 error: {live_server.url}/ops answered 404 with text/html, not ragtrail's JSON"
+    )
+
+
+def test_the_constructors_show_their_keywords_and_refuse_a_misspelt_one():
+    import inspect
+
+    from ragtrail_client import AsyncRagtrailClient
+
+    for cls in (RagtrailClient, AsyncRagtrailClient):
+        parameters = inspect.signature(cls).parameters
+        assert list(parameters) == [
+            "base_url",
+            "api_key",
+            "scope",
+            "timeout",
+            "recall_timeout",
+            "retries",
+            "backoff",
+            "http",
+        ]
+        assert parameters["recall_timeout"].default == 1.0 and parameters["timeout"].default == 1.5
+        with pytest.raises(TypeError, match="recal_timeout"):
+            cls("http://127.0.0.1:9", "rt_x", recal_timeout=5)
 
 
 @pytest.fixture
@@ -297,6 +343,7 @@ def test_a_hung_server_costs_a_recall_one_second_not_forty(hung):
         client.recall("How do I copy a list?")
     elapsed = time.perf_counter() - started
     assert late.value.status == 0 and late.value.code == "deadline"
+    assert str(late.value) == f"deadline exceeded after 1.0 s: {hung} did not answer"
     assert 0.9 < elapsed < 1.5, elapsed
 
 

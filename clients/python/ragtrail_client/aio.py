@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 
-from ragtrail_client.client import Call, Calls, RagtrailError, T
+from ragtrail_client.client import CALL_DEADLINE, RECALL_DEADLINE, Call, Calls, RagtrailError, T
 
 
 class AsyncRagtrailClient(Calls):
@@ -23,11 +23,23 @@ class AsyncRagtrailClient(Calls):
     every call is a coroutine returning what RagtrailClient's returns. Close it with
     `await client.aclose()` or use it in an `async with` block."""
 
-    def __init__(self, base_url: str, api_key: str, scope: str | None = None, **options: Any) -> None:
-        super().__init__(base_url, api_key, scope, **options)
-        shared = options.get("http")
-        self._owned = shared is None
-        self.http: httpx.AsyncClient = shared or httpx.AsyncClient(follow_redirects=False)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        scope: str | None = None,
+        *,
+        timeout: float = CALL_DEADLINE,
+        recall_timeout: float = RECALL_DEADLINE,
+        retries: int = 3,
+        backoff: float = 0.2,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(
+            base_url, api_key, scope, timeout=timeout, recall_timeout=recall_timeout, retries=retries, backoff=backoff
+        )
+        self._owned = http is None
+        self.http: httpx.AsyncClient = http or httpx.AsyncClient(follow_redirects=False)
 
     async def aclose(self) -> None:
         if self._owned:

@@ -53,7 +53,9 @@ class RagtrailError(Exception):
         self.code: str = error.get("code", "unreachable" if status == 0 else "error")
         self.field: str | None = error.get("field")
         self.message: str = message or error.get("message") or f"HTTP {status}"
-        super().__init__(f"{status} {self.code}: {self.message}" + (f" (field: {self.field})" if self.field else ""))
+        # No answer reads as what happened ("deadline exceeded after 1.0 s: ..."); an answer leads with its status.
+        said = self.message if status == 0 else f"{status} {self.code}: {self.message}"
+        super().__init__(said + (f" (field: {self.field})" if self.field else ""))
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,8 @@ class Calls(ABC):
     result (the synchronous client) or an awaitable of it (the asynchronous one).
 
     Args:
-        base_url: the server, e.g. "http://127.0.0.1:8000".
+        base_url: the server, e.g. "http://127.0.0.1:8000" (a trailing "/api/v1" is the same
+            server, and is dropped).
         api_key: an `rt_...` key granted the scopes used.
         scope: the scope calls use unless they name another. Without one, a key granted a
             single scope uses it (looked up once, inside the first call's deadline).
@@ -232,7 +235,7 @@ class Calls(ABC):
         backoff: float = 0.2,
         http: Any = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = _server_root(base_url)
         self.api_key = api_key
         self.scope = scope
         self.timeout = timeout
@@ -498,7 +501,7 @@ class Calls(ABC):
                 )
             )
         if response.status_code >= 400:
-            error = RagtrailError(response.status_code, _json_or_none(raw))
+            error = RagtrailError(response.status_code, self._error_body(response, raw))
             if response.status_code in RETRYABLE_STATUSES and attempt < self._attempts(call) - 1:
                 delay = self._delay(attempt, response.headers.get("retry-after"), deadline)
                 if delay is not None:
@@ -507,10 +510,23 @@ class Calls(ABC):
         body = json.loads(raw) if raw else None
         return Attempt(result=call.parse(response.status_code, body))
 
-    def _failed(self, call: Call, problem: Exception, attempt: int, deadline: float, budget: float) -> Attempt:
-        late = RagtrailError(
-            0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}}
+    def _error_body(self, response: httpx.Response, raw: bytes) -> dict[str, Any]:
+        """The API's JSON error; an answer that is not ragtrail's (an HTML page) names base_url."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            return body
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        message = (
+            f"{self.base_url} answered {response.status_code} with {kind}, not ragtrail's JSON: is base_url the "
+            "address ragtrail serves at (its root, e.g. http://127.0.0.1:8000, without /api/v1)?"
         )
+        return {"error": {"code": "error", "message": message}}
+
+    def _failed(self, call: Call, problem: Exception, attempt: int, deadline: float, budget: float) -> Attempt:
+        late = self._deadline_error(budget)
         if isinstance(problem, (httpx.TimeoutException, TimeoutError)):
             if call.recall:
                 return Attempt(error=late)  # a hung server: the agent searches now rather than wait for a second try
@@ -536,6 +552,13 @@ class Calls(ABC):
             return Attempt(
                 error=RagtrailError(0, {"error": {"code": "bad_url", "message": f"{self.base_url}: {problem}"}})
             )
+        if _refused(problem):
+            # Nothing listens there: a retry within the deadline finds nothing either, so say it at once.
+            return Attempt(
+                error=RagtrailError(
+                    0, None, f"could not reach {self.base_url}: connection refused (is ragtrail running there?)"
+                )
+            )
         error = RagtrailError(0, None, f"could not reach {self.base_url}: {problem or type(problem).__name__}")
         delay = self._delay(attempt, None, deadline) if attempt < self._attempts(call) - 1 else None
         return Attempt(error=error, retry_after=delay)
@@ -548,20 +571,43 @@ class Calls(ABC):
         return None if time.monotonic() + delay >= deadline else delay
 
     def _deadline_error(self, budget: float) -> RagtrailError:
-        return RagtrailError(
-            0, {"error": {"code": "deadline", "message": f"{self.base_url} did not answer within {budget:g} s"}}
-        )
+        seconds = f"{budget:.1f}" if round(budget, 1) == budget else f"{budget:g}"
+        message = f"deadline exceeded after {seconds} s: {self.base_url} did not answer"
+        return RagtrailError(0, {"error": {"code": "deadline", "message": message}})
 
 
 class RagtrailClient(Calls):
     """A client for one ragtrail server and API key, with a pool of connections to it
-    (close it, or use it in a `with` block, when done). Arguments: see `Calls`."""
+    (close it, or use it in a `with` block, when done).
 
-    def __init__(self, base_url: str, api_key: str, scope: str | None = None, **options: Any) -> None:
-        super().__init__(base_url, api_key, scope, **options)
-        shared = options.get("http")
-        self._owned = shared is None
-        self.http: httpx.Client = shared or httpx.Client(follow_redirects=False)
+    Args:
+        base_url: the server, e.g. "http://127.0.0.1:8000" (a trailing "/api/v1" is dropped).
+        api_key: an `rt_...` key granted the scopes used.
+        scope: the scope calls use unless they name another; without one, the key's only scope.
+        timeout: each call's overall deadline in seconds, retries and waits included.
+        recall_timeout: recall's (and explain's) overall deadline in seconds, never retried after a timeout.
+        retries: further attempts of a safe call after a dropped connection or 502/503/504.
+        backoff: seconds before the first retry, doubled each time (with jitter).
+        http: an `httpx.Client` to share (its pool); else the client makes its own.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        scope: str | None = None,
+        *,
+        timeout: float = CALL_DEADLINE,
+        recall_timeout: float = RECALL_DEADLINE,
+        retries: int = 3,
+        backoff: float = 0.2,
+        http: httpx.Client | None = None,
+    ) -> None:
+        super().__init__(
+            base_url, api_key, scope, timeout=timeout, recall_timeout=recall_timeout, retries=retries, backoff=backoff
+        )
+        self._owned = http is None
+        self.http: httpx.Client = http or httpx.Client(follow_redirects=False)
         # A client never closed (a script's, a notebook's) still lets its connections go when
         # it is collected or the interpreter exits.
         self._closer = weakref.finalize(self, self.http.close) if self._owned else None
@@ -612,6 +658,22 @@ class RagtrailClient(Calls):
         raise error if error is not None and error.code != "deadline" else self._deadline_error(budget)
 
 
+def _server_root(base_url: str) -> str:
+    """The server's root: the API's own path ("/api/v1"), the commonest first mistake, is dropped."""
+    root = base_url.rstrip("/")
+    return root.removesuffix("/api/v1").rstrip("/") if root.endswith("/api/v1") else root
+
+
+def _refused(problem: BaseException) -> bool:
+    """Whether the connection was refused (nothing listens at the address)."""
+    seen: BaseException | None = problem
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return isinstance(problem, httpx.ConnectError) and "Connection refused" in str(problem)
+
+
 def _read_by(chunks: Iterator[bytes], deadline: float) -> bytes:
     """The whole body, unless the server drips it past the deadline."""
     body = bytearray()
@@ -635,10 +697,3 @@ def _tls_failure(problem: BaseException) -> BaseException | None:
         if isinstance(problem, httpx.ConnectError) and ("SSL" in text or "TLS" in text or "certificate" in text)
         else None
     )
-
-
-def _json_or_none(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return {"error": {"code": "error", "message": raw[:200].decode("utf-8", "replace")}}

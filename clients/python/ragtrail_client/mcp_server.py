@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import logging
 import os
 import time
 import typing
@@ -196,7 +197,8 @@ def build_server(
 
     `scope` fixes the scope of every tool; `scope_choice` offers these scopes as the only
     values of a required `scope` argument; with neither, each call uses its key's only scope."""
-    server = RagtrailMCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.3.0")
+    # WARNING, not the SDK's INFO: a host's log gets no line per request (main's --log-level says otherwise).
+    server = RagtrailMCPServer(name="ragtrail", instructions=INSTRUCTIONS, version="0.3.0", log_level="WARNING")
     # One pool of connections for every call; a client per key, which keeps that key's scope
     # once looked up (a few hundred keys at most: the oldest are let go).
     pool = httpx.AsyncClient(follow_redirects=False)
@@ -600,11 +602,18 @@ def argument_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="stdio without --scope: how long to wait for the API to say the key's scopes before refusing to start (s)",
     )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="warning",
+        help="what the server logs to stderr (info adds a line per HTTP request to ragtrail)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     options = argument_parser().parse_args(argv)
+    logging.basicConfig(level=options.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if options.transport == "stdio":
         stdio_server(
             options.base_url,
@@ -621,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
         http_app(options.base_url, options.scope, options.timeout, options.recall_timeout),
         host=options.host,
         port=options.port,
-        log_level="warning",
+        log_level=options.log_level,
     )
 
 
