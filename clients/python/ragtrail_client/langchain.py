@@ -1,0 +1,78 @@
+"""`RagtrailRetriever` for LangChain: ragtrail first, your retriever on a miss.
+
+    from ragtrail_client.langchain import RagtrailRetriever
+    retriever = RagtrailRetriever(client=client, retriever=your_retriever)
+    docs = retriever.invoke(question)      # a prefetch: the sections; else your retriever's documents
+    retriever.accept(question)             # the application accepted the answer: the path is recorded
+
+A document's section id is `metadata["section_id"]`, else `Document.id` (documents with
+neither are not cited); its hash is the SHA-256 of its `page_content`, the text read.
+Needs `langchain-core` (`pip install 'ragtrail-client[langchain]'`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import PrivateAttr
+
+from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded
+from ragtrail_client.recall_first import Found, RecallFirst
+
+
+def document_section_id(document: Document) -> str | None:
+    """The section a document is: `metadata["section_id"]`, else its `id`."""
+    return document.metadata.get("section_id") or document.id
+
+
+class RagtrailRetriever(BaseRetriever):
+    """Wraps any LangChain retriever: ragtrail's prefetch where the path is known and every
+    section it cites unchanged, the wrapped retriever otherwise (a hint, a miss, ragtrail
+    unreachable); `accept(question)` records the path once the application accepts the answer.
+
+    Prefetched documents carry `metadata["section_id"]`, `metadata["hash"]` and
+    `metadata["ragtrail"]` (outcome, recall_id, trail_id, matched_query)."""
+
+    client: RagtrailClient
+    retriever: BaseRetriever
+    partition: str = ""
+    tool: str | None = None  # the step's name in a recorded path; the wrapped retriever's class by default
+    section_id: Callable[[Document], str | None] = document_section_id
+    _memory: RecallFirst = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self._memory = RecallFirst(self.client, self.tool or type(self.retriever).__name__, self.partition)
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        served = self._memory.recall(query)
+        if served is not None:
+            about = {
+                "outcome": served.outcome,
+                "recall_id": served.recall_id,
+                "trail_id": served.trail_id,
+                "matched_query": served.matched_query,
+            }
+            return [
+                Document(
+                    page_content=s.text or "", id=s.id, metadata={"section_id": s.id, "hash": s.hash, "ragtrail": about}
+                )
+                for s in served.sections
+            ]
+        documents = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
+        found = [Found(i, d.page_content) for d in documents if (i := self.section_id(d))]
+        self._memory.searched(query, found)
+        return documents
+
+    def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
+        """Records the path to this question's answer, which the application accepted (`signal`
+        as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
+        where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
+        return self._memory.accept(query, cited=cited, signal=signal)
+
+    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
+        return self._memory.reject(query, reason)

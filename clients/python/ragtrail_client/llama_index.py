@@ -1,0 +1,96 @@
+"""`RagtrailRetriever` for LlamaIndex: ragtrail first, your retriever on a miss.
+
+    from ragtrail_client.llama_index import RagtrailRetriever
+    retriever = RagtrailRetriever(client, your_retriever)
+    nodes = retriever.retrieve(question)   # a prefetch: the sections as NodeWithScore; else your retriever's nodes
+    retriever.accept(question)             # the application accepted the answer: the path is recorded
+
+A node's section id is `metadata["section_id"]`, else its `node_id`; its hash is the
+SHA-256 of its content (without metadata), the text read.
+Needs `llama-index-core` (`pip install 'ragtrail-client[llama-index]'`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+
+from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded
+from ragtrail_client.recall_first import Found, RecallFirst
+
+# Kept out of what an LLM reads and what is embedded: they describe the recall, not the text.
+RAGTRAIL_KEYS = ["section_id", "hash", "ragtrail"]
+
+
+def node_section_id(node: BaseNode) -> str | None:
+    """The section a node is: `metadata["section_id"]`, else its `node_id`."""
+    return node.metadata.get("section_id") or node.node_id
+
+
+class RagtrailRetriever(BaseRetriever):
+    """Wraps any LlamaIndex retriever: ragtrail's prefetch where the path is known and every
+    section it cites unchanged (nodes scored by the question's similarity), the wrapped
+    retriever otherwise; `accept(question)` records the path once the application accepts
+    the answer.
+
+    Args:
+        client: the ragtrail client.
+        retriever: the retriever a miss runs.
+        partition: the scope's partition.
+        tool: the step's name in a recorded path; the wrapped retriever's class by default.
+        section_id: a node's section id (`node_section_id` by default).
+    """
+
+    def __init__(
+        self,
+        client: RagtrailClient,
+        retriever: BaseRetriever,
+        *,
+        partition: str = "",
+        tool: str | None = None,
+        section_id: Callable[[BaseNode], str | None] = node_section_id,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.retriever, self.section_id = retriever, section_id
+        self._memory = RecallFirst(client, tool or type(retriever).__name__, partition)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        served = self._memory.recall(query)
+        if served is not None:
+            about = {
+                "outcome": served.outcome,
+                "recall_id": served.recall_id,
+                "trail_id": served.trail_id,
+                "matched_query": served.matched_query,
+            }
+            return [
+                NodeWithScore(
+                    node=TextNode(
+                        id_=s.id,
+                        text=s.text or "",
+                        metadata={"section_id": s.id, "hash": s.hash, "ragtrail": about},
+                        excluded_llm_metadata_keys=RAGTRAIL_KEYS,
+                        excluded_embed_metadata_keys=RAGTRAIL_KEYS,
+                    ),
+                    score=served.similarity,
+                )
+                for s in served.sections
+            ]
+        nodes = self.retriever.retrieve(query_bundle)
+        found = [Found(i, n.node.get_content()) for n in nodes if (i := self.section_id(n.node))]
+        self._memory.searched(query, found)
+        return nodes
+
+    def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
+        """Records the path to this question's answer, which the application accepted (`signal`
+        as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
+        where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
+        return self._memory.accept(query, cited=cited, signal=signal)
+
+    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
+        return self._memory.reject(query, reason)
