@@ -37,6 +37,14 @@ $(PEER)/.installed: evaluation/peer/requirements.txt
 	$(PEER)/bin/python -m pip install --quiet -r evaluation/peer/requirements.txt
 	touch $@
 
+# The TypeScript client's pinned compiler and Node types (its package-lock.json), for
+# tests/client/test_typescript_client.py; without npm here that test is skipped (CI installs Node).
+TS_CLIENT ?= clients/typescript
+$(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "npm not found: the TypeScript client's tests will be skipped"; fi
+
 # The worker (with beat) runs beside the web server on the filesystem broker and stops with it.
 # The laptop demo runs with DEBUG on (and the development secret key); production does not.
 run: export RAGTRAIL_DEBUG ?= 1
@@ -55,7 +63,7 @@ run: $(VENV)/.installed
 
 # Tests run as production does (DEBUG off), with a throwaway key.
 test: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop
-test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed
+test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed $(TS_CLIENT)/node_modules/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
