@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
+try:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+except ImportError as missing:  # the extra not installed: say which
+    raise ImportError(f"{missing}: pip install 'ragtrail-client[langchain]'") from missing
 from pydantic import PrivateAttr
 
 from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded

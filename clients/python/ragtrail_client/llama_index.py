@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from llama_index.core.retrievers import BaseRetriever
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+try:
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+except ImportError as missing:  # the extra not installed: say which
+    raise ImportError(f"{missing}: pip install 'ragtrail-client[llama-index]'") from missing
 
 from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded
 from ragtrail_client.recall_first import Found, RecallFirst
