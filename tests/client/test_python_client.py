@@ -289,6 +289,31 @@ def test_a_base_url_that_is_not_ragtrail_gets_an_error_naming_it(client, live_se
     )
 
 
+class HtmlSite(JsonAnswers):
+    """A web site that answers every path with a page (a base_url pointing at the wrong server)."""
+
+    def _answer(self):
+        type(self).seen.append(self.command)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.end_headers()
+        self.wfile.write(b"<!DOCTYPE html><html>Welcome</html>")
+
+    do_POST = do_GET = _answer
+
+
+def test_a_page_that_is_not_ragtrails_json_is_an_error_naming_base_url():
+    server, url = serve(HtmlSite)
+    try:
+        with pytest.raises(RagtrailError) as wrong:
+            RagtrailClient(url, api_key="rt_x", scope="s").recall("anything")
+    finally:
+        server.shutdown()
+    assert wrong.value.status == 200 and "<" not in str(wrong.value)
+    assert f"{url} answered 200 with text/html, not ragtrail's JSON" in str(wrong.value)
+
+
 def test_the_constructors_show_their_keywords_and_refuse_a_misspelt_one():
     import inspect
 

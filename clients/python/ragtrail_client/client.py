@@ -507,7 +507,10 @@ class Calls(ABC):
                 if delay is not None:
                     return Attempt(error=error, retry_after=delay)
             return Attempt(error=error)
-        body = json.loads(raw) if raw else None
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            return Attempt(error=RagtrailError(response.status_code, self._error_body(response, raw)))
         return Attempt(result=call.parse(response.status_code, body))
 
     def _error_body(self, response: httpx.Response, raw: bytes) -> dict[str, Any]:

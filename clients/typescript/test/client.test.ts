@@ -217,6 +217,18 @@ describe("deadlines and errors", () => {
     assert.deepEqual(seen, ["POST /api/v1/scopes/s/recall"]);
   });
 
+  test("a page that is not ragtrail's JSON is an error naming the base URL", async () => {
+    const { url } = await standIn((_, response) => {
+      response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
+      response.end("<!DOCTYPE html><html>Welcome</html>");
+    });
+    const wrong = await rejection(new RagtrailClient(url, { apiKey: "rt_x", scope: "s" }).recall("anything"));
+    assert.equal(wrong.status, 200);
+    assert.ok(wrong.message.includes(`${url} answered 200 with text/html, not ragtrail's JSON`), wrong.message);
+    const scheme = await rejection(new RagtrailClient("127.0.0.1:8000", { apiKey: "rt_x", scope: "s" }).recall("anything"));
+    assert.deepEqual([scheme.status, scheme.code], [0, "bad_url"]);
+  });
+
   test("an https address of a plain HTTP server is said as a TLS failure", async () => {
     const { url } = await standIn((_, response) => json(response, 200, MISS));
     const failed = await rejection(new RagtrailClient(url.replace("http://", "https://"), { apiKey: "rt_x", scope: "s" }).getSection("s1"));
