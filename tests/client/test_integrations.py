@@ -136,3 +136,67 @@ def test_a_hint_runs_the_wrapped_retriever_and_a_text_not_ragtrails_is_refused_o
     with pytest.raises(RagtrailError) as refused:
         retriever.accept("ICU hours and parking?")
     assert refused.value.status == 409 and Trail.objects.filter(scope=scope).count() == 1
+
+
+def async_retrievers(sections: dict[str, str], calls: list[str]):
+    """A LangChain and a LlamaIndex retriever with async-native paths, over these sections."""
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever as LangChainRetriever
+    from llama_index.core.retrievers import BaseRetriever as LlamaRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    class LangChainListed(LangChainRetriever):
+        def _get_relevant_documents(self, query, *, run_manager):
+            raise AssertionError("the synchronous path was taken")
+
+        async def _aget_relevant_documents(self, query, *, run_manager):
+            calls.append(query)
+            return [Document(page_content=text, id=id) for id, text in sections.items()]
+
+    class LlamaListed(LlamaRetriever):
+        def _retrieve(self, query_bundle):
+            raise AssertionError("the synchronous path was taken")
+
+        async def _aretrieve(self, query_bundle):
+            calls.append(query_bundle.query_str)
+            return [NodeWithScore(node=TextNode(id_=id, text=text), score=1.0) for id, text in sections.items()]
+
+    return {"LangChain": LangChainListed(), "LlamaIndex": LlamaListed()}
+
+
+@pytest.mark.parametrize("framework", ["LangChain", "LlamaIndex"])
+def test_with_the_async_client_the_retriever_awaits_ragtrail_and_the_wrapped_retriever(own_scope, framework):
+    import asyncio
+
+    from ragtrail_client import AsyncRagtrailClient, RagtrailClient
+    from ragtrail_client.langchain import RagtrailRetriever as LangChainRetriever
+    from ragtrail_client.llama_index import RagtrailRetriever as LlamaRetriever
+
+    scope = own_scope(f"async-{framework.lower()}")
+    url, key = os.environ["RAGTRAIL_URL"], os.environ["RAGTRAIL_API_KEY"]
+    RagtrailClient(url, key, timeout=5).put_sections(VISITING)
+    calls: list[str] = []
+    wrapped = async_retrievers({"visiting/icu": VISITING["visiting/icu"]}, calls)[framework]
+    question = "What are the ICU visiting hours?"
+
+    async def main():
+        async with AsyncRagtrailClient(url, key, recall_timeout=5, timeout=5) as client:
+            if framework == "LangChain":
+                retriever = LangChainRetriever(client=client, retriever=wrapped)
+                retrieve = retriever.ainvoke
+                ids = lambda found: [d.id for d in found]  # noqa: E731
+            else:
+                retriever = LlamaRetriever(client, wrapped)
+                retrieve = retriever.aretrieve
+                ids = lambda found: [n.node.node_id for n in found]  # noqa: E731
+            first = ids(await retrieve(question))
+            recorded = await retriever.aaccept(question)
+            again = ids(await retrieve(question))
+            with pytest.raises(TypeError, match="AsyncRagtrailClient"):
+                retriever.accept(question)
+            return first, recorded, again
+
+    with ThreadPoolExecutor(1) as pool:
+        first, recorded, again = pool.submit(asyncio.run, main()).result()
+    assert first == again == ["visiting/icu"] and calls == [question]  # the second was ragtrail's
+    assert recorded.status == "active" and Trail.objects.get(scope=scope).status == TrailStatus.ACTIVE

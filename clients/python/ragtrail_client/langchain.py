@@ -5,6 +5,11 @@
     docs = retriever.invoke(question)      # a prefetch: the sections; else your retriever's documents
     retriever.accept(question)             # the application accepted the answer: the path is recorded
 
+With an `AsyncRagtrailClient`, `await retriever.ainvoke(question)` and `await
+retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronously (its
+`ainvoke`); with a `RagtrailClient`, `ainvoke` runs the synchronous retrieval in LangChain's
+executor.
+
 A document's section id is `metadata["section_id"]`, else `Document.id` (documents with
 neither are not cited); its hash is the SHA-256 of its `page_content`, the text read.
 Needs `langchain-core` (`pip install 'ragtrail-client[langchain]'`).
@@ -15,14 +20,15 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 try:
-    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 except ImportError as missing:  # the extra not installed: say which
     raise ImportError(f"{missing}: pip install 'ragtrail-client[langchain]'") from missing
 from pydantic import PrivateAttr
 
-from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded
+from ragtrail_client.aio import AsyncRagtrailClient
+from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
 from ragtrail_client.recall_first import Found, RecallFirst
 
 
@@ -36,10 +42,11 @@ class RagtrailRetriever(BaseRetriever):
     section it cites unchanged, the wrapped retriever otherwise (a hint, a miss, ragtrail
     unreachable); `accept(question)` records the path once the application accepts the answer.
 
-    Prefetched documents carry `metadata["section_id"]`, `metadata["hash"]` and
-    `metadata["ragtrail"]` (outcome, recall_id, trail_id, matched_query)."""
+    Prefetched documents carry `metadata["section_id"]`, `metadata["hash"]`,
+    `metadata["truncated"]` (cut to the scope's token budget) and `metadata["ragtrail"]`
+    (outcome, recall_id, trail_id, matched_query)."""
 
-    client: RagtrailClient
+    client: RagtrailClient | AsyncRagtrailClient
     retriever: BaseRetriever
     partition: str = ""
     tool: str | None = None  # the step's name in a recorded path; the wrapped retriever's class by default
@@ -53,21 +60,23 @@ class RagtrailRetriever(BaseRetriever):
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         served = self._memory.recall(query)
         if served is not None:
-            about = {
-                "outcome": served.outcome,
-                "recall_id": served.recall_id,
-                "trail_id": served.trail_id,
-                "matched_query": served.matched_query,
-            }
-            return [
-                Document(
-                    page_content=s.text or "", id=s.id, metadata={"section_id": s.id, "hash": s.hash, "ragtrail": about}
-                )
-                for s in served.sections
-            ]
+            return _documents(served)
         documents = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
-        found = [Found(i, d.page_content) for d in documents if (i := self.section_id(d))]
-        self._memory.searched(query, found)
+        return self._searched(query, documents)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        if not self._memory.is_async:
+            return await super()._aget_relevant_documents(query, run_manager=run_manager)
+        served = await self._memory.arecall(query)
+        if served is not None:
+            return _documents(served)
+        documents = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()})
+        return self._searched(query, documents)
+
+    def _searched(self, query: str, documents: list[Document]) -> list[Document]:
+        self._memory.searched(query, [Found(i, d.page_content) for d in documents if (i := self.section_id(d))])
         return documents
 
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
@@ -76,6 +85,34 @@ class RagtrailRetriever(BaseRetriever):
         where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
         return self._memory.accept(query, cited=cited, signal=signal)
 
+    async def aaccept(
+        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
+    ) -> Recorded | None:
+        """`accept`, with an `AsyncRagtrailClient`."""
+        return await self._memory.aaccept(query, cited=cited, signal=signal)
+
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
         return self._memory.reject(query, reason)
+
+    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """`reject`, with an `AsyncRagtrailClient`."""
+        return await self._memory.areject(query, reason)
+
+
+def _documents(served: Recall) -> list[Document]:
+    """A prefetch's sections as documents."""
+    about = {
+        "outcome": served.outcome,
+        "recall_id": served.recall_id,
+        "trail_id": served.trail_id,
+        "matched_query": served.matched_query,
+    }
+    return [
+        Document(
+            page_content=s.text or "",
+            id=s.id,
+            metadata={"section_id": s.id, "hash": s.hash, "truncated": bool(s.truncated), "ragtrail": about},
+        )
+        for s in served.sections
+    ]

@@ -5,6 +5,9 @@
     nodes = retriever.retrieve(question)   # a prefetch: the sections as NodeWithScore; else your retriever's nodes
     retriever.accept(question)             # the application accepted the answer: the path is recorded
 
+With an `AsyncRagtrailClient`, `await retriever.aretrieve(question)` and `await
+retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronously.
+
 A node's section id is `metadata["section_id"]`, else its `node_id`; its hash is the
 SHA-256 of its content (without metadata), the text read.
 Needs `llama-index-core` (`pip install 'ragtrail-client[llama-index]'`).
@@ -20,11 +23,12 @@ try:
 except ImportError as missing:  # the extra not installed: say which
     raise ImportError(f"{missing}: pip install 'ragtrail-client[llama-index]'") from missing
 
-from ragtrail_client.client import RagtrailClient, RecallFeedback, Recorded
+from ragtrail_client.aio import AsyncRagtrailClient
+from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
 from ragtrail_client.recall_first import Found, RecallFirst
 
 # Kept out of what an LLM reads and what is embedded: they describe the recall, not the text.
-RAGTRAIL_KEYS = ["section_id", "hash", "ragtrail"]
+RAGTRAIL_KEYS = ["section_id", "hash", "truncated", "ragtrail"]
 
 
 def node_section_id(node: BaseNode) -> str | None:
@@ -48,7 +52,7 @@ class RagtrailRetriever(BaseRetriever):
 
     def __init__(
         self,
-        client: RagtrailClient,
+        client: RagtrailClient | AsyncRagtrailClient,
         retriever: BaseRetriever,
         *,
         partition: str = "",
@@ -61,31 +65,21 @@ class RagtrailRetriever(BaseRetriever):
         self._memory = RecallFirst(client, tool or type(retriever).__name__, partition)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = query_bundle.query_str
-        served = self._memory.recall(query)
+        served = self._memory.recall(query_bundle.query_str)
         if served is not None:
-            about = {
-                "outcome": served.outcome,
-                "recall_id": served.recall_id,
-                "trail_id": served.trail_id,
-                "matched_query": served.matched_query,
-            }
-            return [
-                NodeWithScore(
-                    node=TextNode(
-                        id_=s.id,
-                        text=s.text or "",
-                        metadata={"section_id": s.id, "hash": s.hash, "ragtrail": about},
-                        excluded_llm_metadata_keys=RAGTRAIL_KEYS,
-                        excluded_embed_metadata_keys=RAGTRAIL_KEYS,
-                    ),
-                    score=served.similarity,
-                )
-                for s in served.sections
-            ]
-        nodes = self.retriever.retrieve(query_bundle)
-        found = [Found(i, n.node.get_content()) for n in nodes if (i := self.section_id(n.node))]
-        self._memory.searched(query, found)
+            return _nodes(served)
+        return self._searched(query_bundle.query_str, self.retriever.retrieve(query_bundle))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if not self._memory.is_async:
+            return self._retrieve(query_bundle)
+        served = await self._memory.arecall(query_bundle.query_str)
+        if served is not None:
+            return _nodes(served)
+        return self._searched(query_bundle.query_str, await self.retriever.aretrieve(query_bundle))
+
+    def _searched(self, query: str, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
+        self._memory.searched(query, [Found(i, n.node.get_content()) for n in nodes if (i := self.section_id(n.node))])
         return nodes
 
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
@@ -94,6 +88,39 @@ class RagtrailRetriever(BaseRetriever):
         where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
         return self._memory.accept(query, cited=cited, signal=signal)
 
+    async def aaccept(
+        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
+    ) -> Recorded | None:
+        """`accept`, with an `AsyncRagtrailClient`."""
+        return await self._memory.aaccept(query, cited=cited, signal=signal)
+
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
         return self._memory.reject(query, reason)
+
+    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """`reject`, with an `AsyncRagtrailClient`."""
+        return await self._memory.areject(query, reason)
+
+
+def _nodes(served: Recall) -> list[NodeWithScore]:
+    """A prefetch's sections as nodes, scored by the question's similarity to the recorded one."""
+    about = {
+        "outcome": served.outcome,
+        "recall_id": served.recall_id,
+        "trail_id": served.trail_id,
+        "matched_query": served.matched_query,
+    }
+    return [
+        NodeWithScore(
+            node=TextNode(
+                id_=s.id,
+                text=s.text or "",
+                metadata={"section_id": s.id, "hash": s.hash, "truncated": bool(s.truncated), "ragtrail": about},
+                excluded_llm_metadata_keys=RAGTRAIL_KEYS,
+                excluded_embed_metadata_keys=RAGTRAIL_KEYS,
+            ),
+            score=served.similarity,
+        )
+        for s in served.sections
+    ]

@@ -16,8 +16,9 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
+from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, RecallFeedback, Recorded, Step
 
 # Questions whose retrieval awaits the application's verdict, at most (the oldest are let go).
@@ -39,14 +40,18 @@ class Found:
 class RecallFirst:
     """One retriever's memory of its questions: what was served, what was searched.
 
+    With a `RagtrailClient` the synchronous methods are used; with an `AsyncRagtrailClient`,
+    the awaitable ones (`arecall`, `aaccept`, `areject`).
+
     Args:
         client: the ragtrail client (its scope, key and deadlines).
         tool: the step's name in a recorded path (the wrapped retriever's).
         partition: the scope's partition recalls and records use.
     """
 
-    def __init__(self, client: RagtrailClient, tool: str, partition: str = "") -> None:
+    def __init__(self, client: RagtrailClient | AsyncRagtrailClient, tool: str, partition: str = "") -> None:
         self.client, self.tool, self.partition = client, tool, partition
+        self.is_async = isinstance(client, AsyncRagtrailClient)
         self._lock = threading.Lock()
         self._searched: OrderedDict[str, tuple[Found, ...]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
@@ -54,17 +59,18 @@ class RecallFirst:
     def recall(self, query: str) -> Recall | None:
         """The prefetch for this question with every section's text, else None (search)."""
         try:
-            answer = self.client.recall(query, partition=self.partition)
+            answer = self._sync().recall(query, partition=self.partition)
         except RagtrailError as error:
-            if error.status == 0 or error.status >= 500:
-                return None
-            raise
-        if answer.outcome != "prefetch" or any(s.text is None for s in answer.sections):
-            return None  # a hint, a miss, or a scope that keeps hashes only: the application's retriever reads
-        with self._lock:
-            self._searched.pop(query, None)
-            _keep(self._served, query, answer.recall_id or "")
-        return answer
+            answer = _unless_down(error)
+        return self._prefetch(query, answer)
+
+    async def arecall(self, query: str) -> Recall | None:
+        """`recall`, awaited on the asynchronous client."""
+        try:
+            answer = await self._async().recall(query, partition=self.partition)
+        except RagtrailError as error:
+            answer = _unless_down(error)
+        return self._prefetch(query, answer)
 
     def searched(self, query: str, found: Sequence[Found]) -> None:
         """What the wrapped retriever returned for this question, kept until `accept`."""
@@ -77,6 +83,47 @@ class RecallFirst:
         and the sections it returned (or those of them in `cited`), with the hashes of the
         text read. None where nothing is to be recorded (the answer was served by ragtrail,
         the question was never retrieved here) or ragtrail could not be reached."""
+        client = self._sync()
+        path = self._path(query, cited, signal)
+        try:
+            return client.record(**path) if path else None
+        except RagtrailError as error:
+            return _unless_down(error)
+
+    async def aaccept(
+        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
+    ) -> Recorded | None:
+        """`accept`, awaited on the asynchronous client."""
+        client = self._async()
+        path = self._path(query, cited, signal)
+        try:
+            return await client.record(**path) if path else None
+        except RagtrailError as error:
+            return _unless_down(error)
+
+    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """Reports that what ragtrail served for this question did not help (a false hit);
+        None where this question was not served by ragtrail."""
+        client = self._sync()
+        recall_id = self._served_id(query)
+        return client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+
+    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """`reject`, awaited on the asynchronous client."""
+        client = self._async()
+        recall_id = self._served_id(query)
+        return await client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+
+    def _prefetch(self, query: str, answer: Recall | None) -> Recall | None:
+        if answer is None or answer.outcome != "prefetch" or any(s.text is None for s in answer.sections):
+            return None  # a hint, a miss, or a scope that keeps hashes only: the application's retriever reads
+        with self._lock:
+            self._searched.pop(query, None)
+            _keep(self._served, query, answer.recall_id or "")
+        return answer
+
+    def _path(self, query: str, cited: Sequence[str] | None, signal: str) -> dict[str, Any] | None:
+        """What `record` takes for the path this question's retrieval took; None where there was none."""
         with self._lock:
             found = self._searched.pop(query, None)
         if not found:
@@ -85,29 +132,35 @@ class RecallFirst:
         cited = returned if cited is None else list(cited)
         if not set(cited) <= set(returned):
             raise ValueError(f"cited sections the retriever did not return: {sorted(set(cited) - set(returned))}")
-        hashes = {f.section_id: f.hash for f in found if f.section_id in cited}
-        try:
-            return self.client.record(
-                query,
-                cited,
-                signal=signal,
-                steps=[Step(self.tool, {"query": query}, tuple(returned))],
-                hashes=hashes,
-                partition=self.partition,
-            )
-        except RagtrailError as error:
-            if error.status == 0 or error.status >= 500:
-                return None
-            raise
+        return {
+            "query": query,
+            "cited": cited,
+            "signal": signal,
+            "steps": [Step(self.tool, {"query": query}, tuple(returned))],
+            "hashes": {f.section_id: f.hash for f in found if f.section_id in cited},
+            "partition": self.partition,
+        }
 
-    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """Reports that what ragtrail served for this question did not help (a false hit);
-        None where this question was not served by ragtrail."""
+    def _served_id(self, query: str) -> str | None:
         with self._lock:
-            recall_id = self._served.pop(query, None)
-        if not recall_id:
-            return None
-        return self.client.feedback(recall_id, helpful=False, reason=reason)
+            return self._served.pop(query, None) or None
+
+    def _sync(self) -> RagtrailClient:
+        if self.is_async:
+            raise TypeError("this retriever's client is an AsyncRagtrailClient: use its asynchronous calls")
+        return self.client  # type: ignore[return-value]
+
+    def _async(self) -> AsyncRagtrailClient:
+        if not self.is_async:
+            raise TypeError("this retriever's client is a RagtrailClient: use its synchronous calls")
+        return self.client  # type: ignore[return-value]
+
+
+def _unless_down(error: RagtrailError) -> None:
+    """None where ragtrail is down or late (the application goes on without it); a refusal is raised."""
+    if error.status == 0 or error.status >= 500:
+        return None
+    raise error
 
 
 def _keep(memory: OrderedDict, key: str, value: object) -> None:
