@@ -231,18 +231,38 @@ export class RagtrailClient {
   /** Creates or updates sections; returns counts, changed ids and each section's hash. */
   putSections(sections: Record<string, string>, options: InScope = {}): Promise<PutSectionsResult> {
     const body = { sections: Object.entries(sections).map(([id, text]) => ({ id, text })) };
-    return this.call({ method: "PUT", parts: ["sections"], body, scope: options.scope, safe: true, parse: (_, b) => b });
+    return this.call({
+      method: "PUT",
+      parts: ["sections"],
+      body,
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b,
+    });
   }
 
   /** A page of the scope's sections by id. */
   listSections(options: InScope & { after?: string; limit?: number } = {}): Promise<SectionsPage> {
     const query = { after: options.after ?? "", limit: options.limit ?? 200 };
-    return this.call({ method: "GET", parts: ["sections"], query, scope: options.scope, safe: true, parse: (_, b) => b });
+    return this.call({
+      method: "GET",
+      parts: ["sections"],
+      query,
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b,
+    });
   }
 
   /** One section's text and hash. */
   getSection(sectionId: string, options: InScope = {}): Promise<SectionRecord> {
-    return this.call({ method: "GET", parts: ["sections", sectionId], scope: options.scope, safe: true, parse: (_, b) => b });
+    return this.call({
+      method: "GET",
+      parts: ["sections", sectionId],
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b,
+    });
   }
 
   deleteSection(sectionId: string, options: InScope = {}): Promise<void> {
@@ -264,7 +284,11 @@ export class RagtrailClient {
     query: string,
     options: InScope & { partition?: string; tokenBudget?: number; dryRun?: boolean; session?: string } = {},
   ): Promise<Recall> {
-    const body: Record<string, unknown> = { query, partition: options.partition ?? "", dry_run: options.dryRun ?? false };
+    const body: Record<string, unknown> = {
+      query,
+      partition: options.partition ?? "",
+      dry_run: options.dryRun ?? false,
+    };
     if (options.session !== undefined) body.session = options.session;
     return this.call(recallCall(body, options.tokenBudget, options.scope));
   }
@@ -295,7 +319,9 @@ export class RagtrailClient {
     },
   ): Promise<Recorded> {
     if (!SIGNALS.includes(options?.signal)) {
-      return Promise.reject(new TypeError(`signal must be one of ${SIGNALS.join(", ")}, not ${JSON.stringify(options?.signal)}`));
+      return Promise.reject(
+        new TypeError(`signal must be one of ${SIGNALS.join(", ")}, not ${JSON.stringify(options?.signal)}`),
+      );
     }
     const body: Record<string, unknown> = {
       query,
@@ -355,12 +381,24 @@ export class RagtrailClient {
   }
 
   getTrail(trailId: string, options: InScope = {}): Promise<Record<string, unknown>> {
-    return this.call({ method: "GET", parts: ["trails", trailId], scope: options.scope, safe: true, parse: (_, b) => b });
+    return this.call({
+      method: "GET",
+      parts: ["trails", trailId],
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b,
+    });
   }
 
   // --- tool results --------------------------------------------------------------------
   getToolPolicies(options: InScope = {}): Promise<ToolPolicy[]> {
-    return this.call({ method: "GET", parts: ["tool-policies"], scope: options.scope, safe: true, parse: (_, b) => b.policies });
+    return this.call({
+      method: "GET",
+      parts: ["tool-policies"],
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b.policies,
+    });
   }
 
   /** Replaces the scope's tool policies (which tools' results may be cached, how long). */
@@ -398,7 +436,12 @@ export class RagtrailClient {
     options: InScope & { context?: Record<string, unknown>; caller?: string; sections?: Record<string, string> } = {},
   ): Promise<ToolStored> {
     const sections = options.sections ?? {};
-    const body = { ...toolBody(tool, args, options.context, options.caller), result, section_ids: Object.keys(sections), hashes: sections };
+    const body = {
+      ...toolBody(tool, args, options.context, options.caller),
+      result,
+      section_ids: Object.keys(sections),
+      hashes: sections,
+    };
     return this.call({
       method: "PUT",
       parts: ["tool-results"],
@@ -411,7 +454,13 @@ export class RagtrailClient {
 
   /** Lookups per tool in the last hour: {tool: {hit, miss, stale, refused}}. */
   toolResultStats(options: InScope = {}): Promise<Record<string, Record<string, number>>> {
-    return this.call({ method: "GET", parts: ["tool-results", "stats"], scope: options.scope, safe: true, parse: (_, b) => b });
+    return this.call({
+      method: "GET",
+      parts: ["tool-results", "stats"],
+      scope: options.scope,
+      safe: true,
+      parse: (_, b) => b,
+    });
   }
 
   // --- sending -----------------------------------------------------------------------------
@@ -424,7 +473,14 @@ export class RagtrailClient {
       let scope = call.scope ?? this.scope;
       if ((call.scoped ?? true) && scope === undefined) {
         scope = await this.attempts(
-          { method: "GET", parts: ["scopes"], scoped: false, safe: true, recall: call.recall, parse: (_, b) => this.onlyScope(b) },
+          {
+            method: "GET",
+            parts: ["scopes"],
+            scoped: false,
+            safe: true,
+            recall: call.recall,
+            parse: (_, b) => this.onlyScope(b),
+          },
           deadline,
           budget,
           abort.signal,
@@ -447,7 +503,13 @@ export class RagtrailClient {
     return granted[0];
   }
 
-  private async attempts<T>(call: Call<T>, deadline: number, budget: number, signal: AbortSignal, scope?: string): Promise<T> {
+  private async attempts<T>(
+    call: Call<T>,
+    deadline: number,
+    budget: number,
+    signal: AbortSignal,
+    scope?: string,
+  ): Promise<T> {
     const attempts = 1 + (call.safe ? this.retries : 0);
     const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}`, Accept: "application/json" };
     const data = call.body === undefined ? undefined : JSON.stringify(call.body);
@@ -455,9 +517,12 @@ export class RagtrailClient {
     let url: URL;
     try {
       url = new URL(this.baseUrl + path(call, scope));
-      if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`unsupported protocol ${url.protocol}`);
+      if (url.protocol !== "http:" && url.protocol !== "https:")
+        throw new TypeError(`unsupported protocol ${url.protocol}`);
     } catch (problem) {
-      throw new RagtrailError(0, { error: { code: "bad_url", message: `${this.baseUrl}: ${(problem as Error).message}` } });
+      throw new RagtrailError(0, {
+        error: { code: "bad_url", message: `${this.baseUrl}: ${(problem as Error).message}` },
+      });
     }
     for (let attempt = 0; ; attempt++) {
       let response: Response;
@@ -468,7 +533,10 @@ export class RagtrailClient {
       } catch (problem) {
         if (signal.aborted || performance.now() >= deadline) throw this.deadlineError(budget);
         const failure = this.failure(problem);
-        const wait = failure.code === "unreachable" && !failure.refused && attempt < attempts - 1 ? this.delay(attempt, null, deadline) : null;
+        const wait =
+          failure.code === "unreachable" && !failure.refused && attempt < attempts - 1
+            ? this.delay(attempt, null, deadline)
+            : null;
         if (wait === null) throw failure.error;
         await sleep(wait, signal).catch(() => {
           throw this.deadlineError(budget);
@@ -532,7 +600,10 @@ export class RagtrailClient {
     for (let seen: any = problem; seen && causes.length < 5; seen = seen.cause) causes.push(seen);
     const codes = causes.map((c) => String(c.code ?? ""));
     const text = causes.map((c) => String(c.message ?? "")).join(" ");
-    if (codes.some((c) => c.startsWith("ERR_SSL") || c.startsWith("ERR_TLS") || c.includes("CERT") || c === "EPROTO") || /SSL|TLS|certificate/.test(text)) {
+    if (
+      codes.some((c) => c.startsWith("ERR_SSL") || c.startsWith("ERR_TLS") || c.includes("CERT") || c === "EPROTO") ||
+      /SSL|TLS|certificate/.test(text)
+    ) {
       const tls = causes[causes.length - 1]?.message ?? text;
       const message =
         `the TLS handshake with ${this.baseUrl} failed (${tls}): is the server speaking plain HTTP to an https:// ` +
@@ -545,7 +616,11 @@ export class RagtrailClient {
       return { error: new RagtrailError(0, null, said), code: "unreachable", refused: true };
     }
     const reason = causes[causes.length - 1]?.message || String(problem);
-    return { error: new RagtrailError(0, null, `could not reach ${this.baseUrl}: ${reason}`), code: "unreachable", refused: false };
+    return {
+      error: new RagtrailError(0, null, `could not reach ${this.baseUrl}: ${reason}`),
+      code: "unreachable",
+      refused: false,
+    };
   }
 
   /** The wait before the next attempt (ms); null where that would pass the deadline. */
@@ -563,7 +638,11 @@ export class RagtrailClient {
   }
 }
 
-function recallCall(body: Record<string, unknown>, tokenBudget: number | undefined, scope: string | undefined): Call<Recall> {
+function recallCall(
+  body: Record<string, unknown>,
+  tokenBudget: number | undefined,
+  scope: string | undefined,
+): Call<Recall> {
   if (tokenBudget !== undefined) body.token_budget = tokenBudget;
   return { method: "POST", parts: ["recall"], body, scope, safe: true, recall: true, parse: (_, b) => recallFrom(b) };
 }
@@ -602,7 +681,9 @@ function toolBody(tool: string, args: Record<string, unknown>, context?: Record<
 function path(call: Call<unknown>, scope: string | undefined): string {
   const parts = (call.scoped ?? true) ? [scope ?? "", ...call.parts] : call.parts;
   const quoted = parts.map((p) => encodeURIComponent(p)).join("/");
-  const query = call.query ? "?" + new URLSearchParams(Object.entries(call.query).map(([k, v]): [string, string] => [k, String(v)])).toString() : "";
+  const query = call.query
+    ? "?" + new URLSearchParams(Object.entries(call.query).map(([k, v]): [string, string] => [k, String(v)])).toString()
+    : "";
   return ((call.scoped ?? true) ? "/api/v1/scopes/" : "/api/v1/") + quoted + query;
 }
 

@@ -11,7 +11,12 @@ import { RagtrailClient, RagtrailError } from "../src/index.js";
 
 const URL_ = process.env.RAGTRAIL_URL;
 const KEY = process.env.RAGTRAIL_API_KEY;
-const live = { skip: !URL_ || !KEY ? "no live server: set RAGTRAIL_URL and RAGTRAIL_API_KEY (as tests/client/test_typescript_client.py does)" : false };
+const live = {
+  skip:
+    !URL_ || !KEY
+      ? "no live server: set RAGTRAIL_URL and RAGTRAIL_API_KEY (as tests/client/test_typescript_client.py does)"
+      : false,
+};
 
 const VISITING = {
   "visiting/icu": "Intensive care visiting hours are 14:00 to 16:00, two visitors at a time.",
@@ -31,7 +36,8 @@ async function rejection(promise: Promise<unknown>): Promise<RagtrailError> {
 }
 
 describe("against a live ragtrail", live, () => {
-  const client = () => new RagtrailClient(URL_!, { apiKey: KEY!, scope: "hospital", timeoutMs: 10_000, recallTimeoutMs: 10_000 });
+  const client = () =>
+    new RagtrailClient(URL_!, { apiKey: KEY!, scope: "hospital", timeoutMs: 10_000, recallTimeoutMs: 10_000 });
 
   test("an agent recalls a miss, records the path and is served the sections after", async () => {
     const ragtrail = client();
@@ -73,21 +79,32 @@ describe("against a live ragtrail", live, () => {
 
   test("the API's errors carry its body: status, code and field", async () => {
     const ragtrail = client();
-    const conflict = await rejection(ragtrail.record("Where do visitors park?", ["parking"], { signal: "accepted", hashes: { parking: "0".repeat(64) } }));
+    const conflict = await rejection(
+      ragtrail.record("Where do visitors park?", ["parking"], {
+        signal: "accepted",
+        hashes: { parking: "0".repeat(64) },
+      }),
+    );
     assert.deepEqual([conflict.status, conflict.field], [409, "hashes"]);
     const invalid = await rejection(ragtrail.recall(""));
     assert.deepEqual([invalid.status, invalid.code, invalid.field], [422, "invalid", "query"]);
     assert.match(invalid.message, /^422 invalid: .*\(field: query\)$/);
     const elsewhere = await rejection(ragtrail.recall("anything", { scope: "another-tenant" }));
     assert.deepEqual([elsewhere.status, elsewhere.body.error?.code], [404, "not_found"]);
-    await assert.rejects(ragtrail.record(QUESTION, ["visiting/icu"], { signal: "yes" as never }), /signal must be one of accepted, user, verifier, pending/);
+    await assert.rejects(
+      ragtrail.record(QUESTION, ["visiting/icu"], { signal: "yes" as never }),
+      /signal must be one of accepted, user, verifier, pending/,
+    );
   });
 
   test("a base URL that is not ragtrail's gets an error naming it", async () => {
     const wrong = new RagtrailClient(URL_! + "/ops", { apiKey: KEY!, scope: "hospital", recallTimeoutMs: 10_000 });
     const refused = await rejection(wrong.recall(QUESTION));
     assert.equal(refused.status, 404);
-    assert.ok(refused.message.startsWith(`404 error: ${wrong.baseUrl} answered 404 with text/html, not ragtrail's JSON`), refused.message);
+    assert.ok(
+      refused.message.startsWith(`404 error: ${wrong.baseUrl} answered 404 with text/html, not ragtrail's JSON`),
+      refused.message,
+    );
   });
 
   test("a tool's result is stored where the policy allows and served until its section changes", async () => {
@@ -95,7 +112,12 @@ describe("against a live ragtrail", live, () => {
     const { hashes } = await ragtrail.putSections({ parking: VISITING.parking });
     await ragtrail.putToolPolicies([{ tool: "read", cacheable: true, ttl_s: 600 }]);
     assert.equal((await ragtrail.lookupToolResult("read", { id: "parking" })).hit, false);
-    const stored = await ragtrail.storeToolResult("read", { id: "parking" }, { text: VISITING.parking }, { sections: { parking: hashes.parking } });
+    const stored = await ragtrail.storeToolResult(
+      "read",
+      { id: "parking" },
+      { text: VISITING.parking },
+      { sections: { parking: hashes.parking } },
+    );
     assert.equal(stored.stored, true);
     assert.deepEqual((await ragtrail.lookupToolResult("read", { id: "parking" })).result, { text: VISITING.parking });
     await ragtrail.putSections({ parking: "Car park B is closed." });
@@ -163,7 +185,11 @@ describe("deadlines and errors", () => {
   test("every call ends by its deadline, the scope lookup, retries and waits included", async () => {
     const url = await hung();
     const client = new RagtrailClient(url, { apiKey: "rt_x", retries: 5, backoffMs: 300 }); // no scope: the lookup hangs too
-    for (const call of [() => client.getSection("s1"), () => client.record(QUESTION, ["s1"], { signal: "accepted" }), () => client.lookupToolResult("search", { q: "x" })]) {
+    for (const call of [
+      () => client.getSection("s1"),
+      () => client.record(QUESTION, ["s1"], { signal: "accepted" }),
+      () => client.lookupToolResult("search", { q: "x" }),
+    ]) {
       const started = performance.now();
       const late = await rejection(call());
       assert.equal(late.code, "deadline");
@@ -187,7 +213,14 @@ describe("deadlines and errors", () => {
   test("safe calls are retried on 503 and unsafe ones are not", async () => {
     let failures = 2;
     const { url, seen } = await standIn((_, response) =>
-      failures-- > 0 ? json(response, 503, { error: { code: "unavailable", message: "database unavailable" } }, { "Retry-After": "0" }) : json(response, 200, MISS),
+      failures-- > 0
+        ? json(
+            response,
+            503,
+            { error: { code: "unavailable", message: "database unavailable" } },
+            { "Retry-After": "0" },
+          )
+        : json(response, 200, MISS),
     );
     const client = new RagtrailClient(url, { apiKey: "rt_x", scope: "s", backoffMs: 1 });
     assert.equal((await client.recall("anything")).outcome, "miss");
@@ -225,13 +258,17 @@ describe("deadlines and errors", () => {
     const wrong = await rejection(new RagtrailClient(url, { apiKey: "rt_x", scope: "s" }).recall("anything"));
     assert.equal(wrong.status, 200);
     assert.ok(wrong.message.includes(`${url} answered 200 with text/html, not ragtrail's JSON`), wrong.message);
-    const scheme = await rejection(new RagtrailClient("127.0.0.1:8000", { apiKey: "rt_x", scope: "s" }).recall("anything"));
+    const scheme = await rejection(
+      new RagtrailClient("127.0.0.1:8000", { apiKey: "rt_x", scope: "s" }).recall("anything"),
+    );
     assert.deepEqual([scheme.status, scheme.code], [0, "bad_url"]);
   });
 
   test("an https address of a plain HTTP server is said as a TLS failure", async () => {
     const { url } = await standIn((_, response) => json(response, 200, MISS));
-    const failed = await rejection(new RagtrailClient(url.replace("http://", "https://"), { apiKey: "rt_x", scope: "s" }).getSection("s1"));
+    const failed = await rejection(
+      new RagtrailClient(url.replace("http://", "https://"), { apiKey: "rt_x", scope: "s" }).getSection("s1"),
+    );
     assert.deepEqual([failed.status, failed.code], [0, "tls"]);
     assert.doesNotMatch(failed.message, /could not reach/);
   });
