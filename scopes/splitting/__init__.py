@@ -163,6 +163,7 @@ def sections_of_page(
     max_tokens: int = MAX_TOKENS,
     slugify: Callable[[str], str] | None = None,
     myst_extensions: frozenset[str] = frozenset(),
+    attr_list: bool = True,
 ) -> list[SourceSection]:
     """The sections of one page (`path` relative to the synced folder, with `/`); `fmt` is
     rst, markdown (MkDocs' anchors, `slugify` its configured toc slugify), myst (Markdown in a
@@ -176,7 +177,7 @@ def sections_of_page(
         headings, described = rst.read(text, path, domain)
         unique = numbered_unique
     elif fmt == "markdown":
-        headings = markup.markdown_headings(text, slugify)
+        headings = markup.markdown_headings(text, slugify, attr_list)
         unique = mkdocs_unique
     elif fmt == "myst":
         headings = markup.myst_headings(text, myst_extensions)
@@ -297,7 +298,14 @@ def split_project(
         page_format = project.format_of(file)
         text = _pulled_in(project, file, relative, _read(file, relative), page_format)
         for section in sections_of_page(
-            relative, text, page_format, project.domain, max_tokens, project.slugify, project.myst_extensions
+            relative,
+            text,
+            page_format,
+            project.domain,
+            max_tokens,
+            project.slugify,
+            project.myst_extensions,
+            project.attr_list,
         ):
             if section.id in seen:
                 first = seen[section.id]

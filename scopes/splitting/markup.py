@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from typing import Callable
 
-from scopes.splitting.anchors import docutils_id, faq_slug, mkdocs_slug
+from scopes.splitting.anchors import docutils_id, faq_slug, mkdocs_slug, mkdocs_unique
 from scopes.splitting.pages import Heading
 
-# Python-Markdown's attr_list on a heading: `## Title {#anchor .class}`.
-ATTR_LIST = re.compile(r"\s*\{:?\s*([^}]*)\}\s*$")
+# Python-Markdown's attr_list on a heading (its HEADER_RE): `## Title {#anchor .class}`, read
+# from the text after the heading's last inline element (a code span's `{x}` is no attribute list).
+ATTR_LIST = re.compile(r"[ ]+\{:?[ ]*([^}\n ][^\n]*)\}[ ]*$")
 # The id it sets: `#anchor` or `id="anchor"` (attr_list takes both; the last one wins there, rarely two).
 ATTR_ID = re.compile(r"""(?:^|\s)(?:#([^\s#.}"'=]+)|id=(?:"([^"]*)"|'([^']*)'|([^\s}"']+)))""")
 MYST_ROLE_NAME = re.compile(r"\{[\w:.+-]+\}$")
@@ -39,23 +41,45 @@ def _inline_text(inline, myst: bool = False) -> str:
     return html.unescape("".join(parts))
 
 
-def markdown_headings(text: str, slugify: Callable[[str], str] | None = None) -> list[Heading]:
-    """The headings as MkDocs anchors them (front matter, read as such, is none: it stays in
-    the page's own text); `slugify` is the project's configured toc slugify."""
+def _attributes(inline) -> re.Match | None:
+    """attr_list's `{...}` ending a heading: in the text after its last inline element only."""
+    children = list(inline.children or [])
+    tail = []
+    while children and children[-1].type == "text":
+        tail.insert(0, children.pop().content)
+    return ATTR_LIST.search("".join(tail)) if tail else None
+
+
+def markdown_headings(
+    text: str, slugify: Callable[[str], str] | None = None, attr_list: bool = True
+) -> list[Heading]:
+    """The headings as MkDocs anchors them (front matter, read as such, is none); `slugify` is
+    the project's configured toc slugify, `attr_list` whether the project enables attr_list.
+    Each records the toc's own anchor (`_1`, `_2` down the page for a repeat) as built."""
     found = []
     for token, inline in _heading_tokens(text):
         shown, explicit = _inline_text(inline), None
-        attributes = ATTR_LIST.search(shown)
+        attributes = _attributes(inline) if attr_list else None
         if attributes:
             given = ATTR_ID.search(attributes.group(1))
             if given:
                 explicit = next(value for value in given.groups() if value)
-            shown = shown[: attributes.start()]
+            shown = shown[: len(shown) - len(attributes.group(0))] if shown.endswith(attributes.group(0)) else shown
         anchor = explicit or (slugify(shown.strip()) if slugify else mkdocs_slug(" ".join(shown.split())))
         found.append(
-            Heading(int(token.tag[1:]) - 1, inline.content, token.map[0], token.map[1], anchor, explicit is not None)
+            Heading(
+                int(token.tag[1:]) - 1,
+                inline.content,
+                token.map[0],
+                token.map[1],
+                anchor,
+                explicit is not None,
+                placeless=not anchor,
+            )
         )
-    return found
+    # toc.unique over every heading in page order, the explicit ids taken first.
+    used = {h.anchor for h in found if h.explicit}
+    return [h if h.explicit else replace(h, built=mkdocs_unique(h.anchor, used)) for h in found]
 
 
 def myst_headings(text: str, extensions: frozenset[str] = frozenset()) -> list[Heading]:
@@ -102,8 +126,9 @@ def myst_headings(text: str, extensions: frozenset[str] = frozenset()) -> list[H
             found.append(Heading(level, inline.content, start, token.map[1], anchor, True, first, anchor))
             continue
         title, built = title_of[start], built_of[start]
-        anchor = built if built == docutils_id(title) else (docutils_id(title) or faq_slug(title) or "section")
-        found.append(Heading(level, inline.content, start, token.map[1], anchor, False, None, built))
+        own = docutils_id(title) or faq_slug(title)
+        anchor = built if built == docutils_id(title) else (own or "section")
+        found.append(Heading(level, inline.content, start, token.map[1], anchor, False, None, built, not own))
     return found
 
 

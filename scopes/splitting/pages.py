@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Callable
 
+from scopes.splitting.anchors import numbered_unique
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -28,6 +30,7 @@ class Heading:
     # The anchor the built site gives it, when the tool's is unstable (docutils' `idN` for a
     # repeated or digit-only title): the id keeps a stable anchor, this one is recorded beside.
     built: str | None = None
+    placeless: bool = False  # a title with no letters or digits to make an anchor of
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Described:
     start: int
     end: int  # exclusive
     anchor: str
+    built: str | None = None  # Sphinx's `id0` for a repeated object description
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,8 @@ def assemble(
         for line in range(block.start, min(block.end, len(lines))):
             owner[line] = ("o", index)
     described = sorted(described, key=lambda d: (d.start, -d.end))
-    title = headings[0] if headings and sum(h.level == headings[0].level for h in headings) == 1 else None
+    # The page's first heading is its title whatever the levels after it: the opening id is the page's.
+    title = headings[0] if headings else None
 
     owned: dict[tuple[str, int] | None, list[int]] = {}
     for line, who in enumerate(owner):
@@ -126,7 +131,8 @@ def assemble(
         parts.append(Part(None, page_text, (title.start + 1) if title else 1))
     # Explicit anchors are taken first, as the tools do: a derived one never steals them.
     taken = {h.anchor for h in headings if h.explicit} | {d.anchor for d in described}
-    claimed: set[str] = set()
+    fragments = heading_ids(headings, title, taken, unique)
+    claimed = {anchor for anchor, _ in fragments.values()}
     places = [("h", i, h.start) for i, h in enumerate(headings)] + [("o", i, d.start) for i, d in enumerate(described)]
     for kind, index, start in sorted(places, key=lambda p: p[2]):
         if kind == "h":
@@ -136,24 +142,56 @@ def assemble(
             body = [line for line in owned.get(("h", index), []) if line >= heading.body]
             if not has_content(_text(lines, body), fmt):
                 continue  # a category: its sub-headings are the sections
-            anchor, built = heading.anchor, heading.built
-            if heading.explicit and anchor not in claimed:
-                claimed.add(anchor)
-            else:
-                if heading.explicit:
-                    # An explicit id given twice is kept twice by the tool (links reach the
-                    # first): the id is made unique, the link is the given id.
-                    built = built or anchor
-                anchor = unique(anchor, taken | claimed)
-                claimed.add(anchor)
-            built = built if built and built != anchor else None
+            anchor, built = fragments[index]
             parts.append(Part(anchor, _text(lines, owned[("h", index)]), heading.start + 1, built))
         else:
             text = _text(lines, owned.get(("o", index), []))
             if not text:
                 continue
-            anchor = described[index].anchor
+            anchor, built = described[index].anchor, described[index].built
             anchor = anchor if anchor not in claimed else unique(anchor, taken | claimed)
             claimed.add(anchor)
-            parts.append(Part(anchor, text, start + 1))
+            parts.append(Part(anchor, text, start + 1, built if built != anchor else None))
     return parts
+
+
+def heading_ids(
+    headings: list[Heading], title: Heading | None, taken: set[str], unique: Callable[[str, set[str]], str]
+) -> dict[int, tuple[str, str | None]]:
+    """Each heading's anchor in the id (and the built site's, where that differs), by index.
+
+    A title repeated on the page, or with no letters to make an anchor of, is anchored where
+    it stands: under its parent heading's anchor (`24-1-0/stable-style`), numbered only among
+    its siblings, so releases added above it move none of them (the tools number such titles
+    down the page: that anchor is recorded beside). Under the page's title, or with no parent,
+    a repeat is numbered down the page. A title's other anchors depend on itself alone."""
+    counts: dict[str, int] = {}
+    for heading in headings:
+        if not heading.explicit and heading is not title:
+            counts[heading.anchor] = counts.get(heading.anchor, 0) + 1
+    found: dict[int, tuple[str, str | None]] = {}
+    claimed: set[str] = set()
+    open_above: list[tuple[int, str | None]] = []  # (level, anchor) of the headings holding this one
+    for index, heading in enumerate(headings):
+        while open_above and open_above[-1][0] >= heading.level:
+            open_above.pop()
+        parent = open_above[-1][1] if open_above else None
+        if heading is title:
+            open_above.append((heading.level, None))
+            continue
+        built = heading.built
+        placed = heading.placeless or counts.get(heading.anchor, 0) > 1 or heading.anchor in taken
+        if heading.explicit:
+            anchor = heading.anchor
+            if anchor in claimed:
+                # An explicit id given twice is kept twice by the tool (links reach the first):
+                # the id is made unique, the link is the given id.
+                built, anchor = built or anchor, unique(anchor, taken | claimed)
+        elif placed and parent:
+            anchor = numbered_unique(f"{parent}/{'section' if heading.placeless else heading.anchor}", taken | claimed)
+        else:
+            anchor = unique(heading.anchor, taken | claimed)
+        claimed.add(anchor)
+        found[index] = (anchor, built if built and built != anchor else None)
+        open_above.append((heading.level, anchor))
+    return found

@@ -97,6 +97,7 @@ class Project:
     slugify: Callable[[str], str] | None = None  # MkDocs' configured toc slugify
     snippets: Snippets | None = None  # pymdownx.snippets, when the project enables it
     myst_extensions: frozenset[str] = frozenset()  # conf.py's myst_enable_extensions
+    attr_list: bool = True  # whether `{#id}` after a Markdown heading is read (MkDocs: when enabled)
 
     def warn(self, message: str) -> None:
         if f"warning: {message}" not in self.notes:
@@ -359,6 +360,7 @@ def mkdocs_project(config_path: Path) -> Project:
     ]
     project = Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
     extensions = _extensions(config)
+    project.attr_list = "attr_list" in extensions or "markdown.extensions.attr_list" in extensions
     _configured_slugify(project, extensions.get("toc", {}))
     if "pymdownx.emoji" in extensions:
         # An emoji's shortcode (`:smile:`, `:material-check:`) shows as an image: no slug text.

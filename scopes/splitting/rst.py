@@ -314,8 +314,11 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
             anchor, explicit, built = targets[0], True, None
         else:
             anchor, explicit = docutils_id(shown) or faq_slug(shown) or "section", False
+        placeless = not explicit and not (docutils_id(shown) or faq_slug(shown))
         headings.append(
-            Heading(level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above, built)
+            Heading(
+                level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above, built, placeless
+            )
         )
     described = []
     for directive in reading.directives:

@@ -184,19 +184,21 @@ def test_a_heading_moved_under_a_new_parent_keeps_its_id_and_text(tmp_path):
     assert new["p.rst#quality"] == "Several checks."
 
 
-def test_a_page_with_two_top_level_headings_keeps_both(tmp_path):
-    folder = write(
-        tmp_path,
-        {
-            "fields.rst": "Field reference\n===============\n\nAll fields.\n\n"
-            "Field options\n-------------\n\nOptions.\n\nField API reference\n===================\n\nThe API.\n"
-        },
-    )
-    assert {s.id: s.text for s in split_tree(folder)} == {
-        "fields.rst#field-reference": "All fields.",
+def test_a_page_keeps_its_opening_id_whatever_the_levels_of_the_headings_after_it(tmp_path):
+    page = "Field reference\n===============\n\nAll fields.\n\nField options\n-------------\n\nOptions.\n\n"
+    folder = write(tmp_path, {"fields.rst": page + "Field API reference\n===================\n\nThe API.\n"})
+    two_top_level = {s.id: s.text for s in split_tree(folder)}
+    assert two_top_level == {
+        "fields.rst": "All fields.",
         "fields.rst#field-options": "Options.",
         "fields.rst#field-api-reference": "The API.",
     }
+    (folder / "fields.rst").write_text(page + "Field API reference\n-------------------\n\nThe API.\n")
+    assert {s.id: s.text for s in split_tree(folder)} == two_top_level
+    (folder / "page.md").write_text("# Exceptions\n\nWhat is raised.\n\n# Handling\n\nCatch them.\n")
+    assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md", "page.md#handling"}
+    (folder / "page.md").write_text("# Exceptions\n\nWhat is raised.\n\n## Handling\n\nCatch them.\n")
+    assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md", "page.md#handling"}
 
 
 def test_an_included_file_is_part_of_the_sections_that_include_it(tmp_path):
