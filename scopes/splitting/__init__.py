@@ -6,9 +6,10 @@ the built site links to: for reStructuredText as Sphinx anchors it (an explicit 
 target above the heading wins, else the title as docutils makes ids of it, roles and escapes
 resolved; object descriptions by their full name), for Markdown as MkDocs does (an
 `{#anchor}` wins, else the toc extension's slug; a repeat gets `_1`), for HTML the heading's
-`id`, else its text in lower case with `-`. A repeated reStructuredText or HTML anchor gets
-`-2`, `-3`, ... An anchor depends on the heading (or its label) alone, never on its parent,
-so a heading moved under a new parent keeps its id.
+`id`, else its text in lower case with `-`. An anchor depends on the heading (or its label)
+alone, so a heading moved under a new parent keeps its id; but a title repeated on the page
+(or with no letters) is anchored under its parent heading's (`24-1-0/fixes`), where releases
+added above it do not renumber it, the tool's numbered anchor recorded beside (pages.py).
 
 What a section is (see pages.py): the page's own text (before the first heading, and the
 title's when the page has one), every heading with text of its own up to the next heading of

@@ -50,9 +50,7 @@ def _attributes(inline) -> re.Match | None:
     return ATTR_LIST.search("".join(tail)) if tail else None
 
 
-def markdown_headings(
-    text: str, slugify: Callable[[str], str] | None = None, attr_list: bool = True
-) -> list[Heading]:
+def markdown_headings(text: str, slugify: Callable[[str], str] | None = None, attr_list: bool = True) -> list[Heading]:
     """The headings as MkDocs anchors them (front matter, read as such, is none); `slugify` is
     the project's configured toc slugify, `attr_list` whether the project enables attr_list.
     Each records the toc's own anchor (`_1`, `_2` down the page for a repeat) as built."""

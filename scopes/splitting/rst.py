@@ -317,7 +317,15 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
         placeless = not explicit and not (docutils_id(shown) or faq_slug(shown))
         headings.append(
             Heading(
-                level, title.rawsource or title.astext(), start, underline + 1, anchor, explicit, above, built, placeless
+                level,
+                title.rawsource or title.astext(),
+                start,
+                underline + 1,
+                anchor,
+                explicit,
+                above,
+                built,
+                placeless,
             )
         )
     described = []

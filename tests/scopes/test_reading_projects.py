@@ -319,3 +319,83 @@ def test_a_myst_nb_project_reads_its_notebooks_cells_not_their_outputs(tmp_path)
     (docs / "broken.ipynb").write_text("{not json")
     with pytest.raises(SplitError, match="broken.ipynb: not a Jupyter notebook"):
         split_project(docs)
+
+
+def changelog_projects(root: Path, releases: list[str]) -> tuple[Path, Path]:
+    """A Sphinx and an MkDocs changelog, newest release first, each repeating the same titles."""
+    rst, markdown = ["Changelog", "=========", ""], ["# Changelog", ""]
+    for version in releases:
+        rst += [version, "-" * len(version), ""]
+        markdown += [f"## {version}", ""]
+        for title in ("Stable style", "Fixes"):
+            rst += [title, "^" * len(title), "", f"- {title} work in release {version}.", ""]
+            markdown += [f"### {title}", "", f"- {title} work in release {version}.", ""]
+    sphinx = root / "sphinx"
+    sphinx.mkdir(parents=True, exist_ok=True)
+    (sphinx / "conf.py").write_text('project = "Ward"\n')
+    (sphinx / "index.rst").write_text("\n".join(rst) + "\n")
+    mkdocs = root / "mkdocs"
+    (mkdocs / "docs").mkdir(parents=True, exist_ok=True)
+    (mkdocs / "mkdocs.yml").write_text("site_name: Ward\n")
+    (mkdocs / "docs" / "index.md").write_text("\n".join(markdown) + "\n")
+    return sphinx, mkdocs
+
+
+def built_links_missing(sphinx: Path, mkdocs: Path, out: Path) -> list[str]:
+    """Sections whose link is no anchor of the page the real tools build."""
+    subprocess.run([DOC_TOOLS / "sphinx-build", "-q", "-b", "html", sphinx, out / "s"], check=True, capture_output=True)
+    subprocess.run(
+        [DOC_TOOLS / "mkdocs", "build", "-q", "-f", mkdocs / "mkdocs.yml", "-d", out / "m"],
+        check=True,
+        capture_output=True,
+        cwd=mkdocs,
+    )
+    missing = []
+    for folder, html in ((sphinx, out / "s" / "index.html"), (mkdocs, out / "m" / "index.html")):
+        for section in split_project(folder)[1]:
+            link = section.anchor or section.id.partition("#")[2]
+            if link and link not in built_ids(html):
+                missing.append(section.id)
+    return missing
+
+
+def test_releases_added_above_a_changelog_keep_every_unchanged_sections_id_and_trail(db, tmp_path):
+    from scopes.models import Scope
+    from trails.serving.recall import recall
+    from trails.serving.record import RecordInput, record
+    from trails.upkeep.sync import sync_sections
+
+    old_releases = ["24.1.0", "23.12.1", "23.12.0"]
+    new_releases = ["25.1.0", "24.10.0", "24.8.0", "24.4.2", "24.4.1", "24.4.0", "24.3.0", "24.2.0", *old_releases]
+    old = changelog_projects(tmp_path / "old", old_releases)
+    new = changelog_projects(tmp_path / "new", new_releases)
+    for before, after in zip(old, new):
+        was = {s.id: s for s in split_project(before)[1]}
+        now = {s.id: s for s in split_project(after)[1]}
+        # Every section of the old changelog keeps its id and text; only the new ones are added.
+        assert all(now[i].text == s.text for i, s in was.items()), sorted(set(was) - set(now))
+        assert len(now) - len(was) == 2 * (len(new_releases) - len(old_releases))
+    sphinx_ids = {s.id: s.anchor for s in split_project(new[0])[1]}
+    assert sphinx_ids["index.rst#24-1-0/stable-style"] == "id24"  # docutils numbers them down the page
+    assert sphinx_ids["index.rst#25-1-0/stable-style"] == "stable-style"  # the first one built
+    mkdocs_ids = {s.id: s.anchor for s in split_project(new[1])[1]}
+    assert mkdocs_ids["index.md#2410/fixes"] == "fixes_8"  # 24.1.0, the ninth release down
+
+    scope = Scope.objects.create(slug="changelog", matcher="lexical")
+    old_sections = split_project(old[0])[1]
+    sync_sections(scope, old_sections)
+    for section in old_sections:
+        record(scope, RecordInput(query=f"what changed: {section.text}", cited=[section.id], signal="accepted"))
+    queries = [f"what changed: {s.text}" for s in old_sections]
+    assert {recall(scope, q, dry_run=True).outcome.value for q in queries} == {"prefetch"}
+    released = sync_sections(scope, split_project(new[0])[1], delete_missing=True)
+    assert not released.changed and not released.removed and len(released.added) == 16
+    assert not any(released.trails.values())
+    assert {recall(scope, q, dry_run=True).outcome.value for q in queries} == {"prefetch"}
+
+    if not (DOC_TOOLS / "sphinx-build").exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI builds the fixture projects with Sphinx and MkDocs: make .venv-doc-tools/.installed")
+        pytest.skip("Sphinx and MkDocs are not installed here (make .venv-doc-tools/.installed)")
+    for release, projects in (("old", old), ("new", new)):
+        assert built_links_missing(*projects, tmp_path / f"built-{release}") == []
