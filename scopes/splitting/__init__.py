@@ -31,7 +31,15 @@ from typing import Callable
 from scopes.splitting import includes, markup, rst
 from scopes.splitting.anchors import mkdocs_unique, numbered_unique
 from scopes.splitting.pages import assemble
-from scopes.splitting.projects import FORMATS, Project, ProjectError, pages, read_project
+from scopes.splitting.projects import (
+    FORMATS,
+    NotRegularFile,
+    Project,
+    ProjectError,
+    pages,
+    read_project,
+    read_regular,
+)
 
 __all__ = [
     "FORMATS",
@@ -230,7 +238,9 @@ def _jsonl_sections(path: str, text: str) -> list[SourceSection]:
 
 def _read(file: Path, relative: str) -> str:
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_regular(file)
+    except NotRegularFile as problem:
+        raise SplitError(relative, None, f"{problem}: refused") from None
     except (OSError, UnicodeDecodeError) as problem:
         raise SplitError(relative, None, f"cannot be read as UTF-8 text: {problem}") from None
     return notebook_text(text, relative) if file.suffix.lower() == ".ipynb" else text
@@ -260,13 +270,14 @@ def notebook_text(text: str, relative: str) -> str:
 def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str) -> str:
     """The page with what it includes (see includes.py)."""
     boundary = project.boundary or project.root
+    spent = includes.Expansion()  # one budget for everything the page pulls in
     try:
         if fmt in ("rst", "myst"):
-            text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt)
+            text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
         if fmt == "markdown" and project.snippets is not None:
             if project.snippets.auto_append:  # as pymdownx.snippets appends them: a block at the end
                 text += "\n\n--8<--\n" + "\n\n".join(project.snippets.auto_append) + "\n--8<--\n"
-            text = includes.expand_snippets(text, project.snippets, boundary, project.warn)
+            text = includes.expand_snippets(text, project.snippets, boundary, project.warn, spent=spent)
     except includes.IncludeError as problem:
         raise SplitError(relative, problem.line, problem.message) from None
     return text

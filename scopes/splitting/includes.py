@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting.projects import Snippets
+from scopes.splitting.projects import NotRegularFile, Snippets, read_regular
 
 RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. include::[ \t]*(?P<target>\S.*?)[ \t]*$")
 MYST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{include\}[ \t]*(?P<target>\S.*?)[ \t]*$")
@@ -31,6 +32,10 @@ SNIPPET_SECTION = re.compile(
     r"^(?P<pre>.*?);*-+8<-+[ \t]+\[[ \t]*(?:start|end)[ \t]*:[ \t]*[a-z][-_0-9a-z]*[ \t]*\].*$", re.I
 )
 MAX_DEPTH = 8
+# What one page's includes may add, across its whole chain (each inclusion counted, nested
+# ones too): past it the page is refused, naming the chain. A long changelog is ~30,000 lines.
+MAX_INCLUDED_LINES = 100_000
+MAX_INCLUDED_BYTES = 16 * 2**20
 RST_DIRECTIVE = re.compile(r"^\.\. ([\w:-]+)::")
 # Directives whose content is code or text taken as is: an include written in one is an example.
 LITERAL_DIRECTIVES = {
@@ -76,11 +81,37 @@ def _inside(included: Path, boundary: Path, target: str, line: int) -> Path:
     return real
 
 
-def _read(real: Path, target: str, line: int) -> str:
-    try:
-        return real.read_text(encoding="utf-8").replace("\r\n", "\n")
-    except (OSError, UnicodeDecodeError) as problem:
-        raise IncludeError(line, f"includes {target}, which cannot be read: {problem}") from None
+@dataclass
+class Expansion:
+    """One page's includes: the files read (each once) and what they added, against a total
+    budget across the whole chain, so nested includes cannot fan out without bound."""
+
+    max_lines: int = MAX_INCLUDED_LINES
+    max_bytes: int = MAX_INCLUDED_BYTES
+    lines: int = 0
+    bytes: int = 0
+    files: dict[Path, str] = field(default_factory=dict)
+
+    def read(self, real: Path, target: str, line: int | None) -> str:
+        if real not in self.files:
+            try:
+                self.files[real] = read_regular(real)
+            except NotRegularFile as problem:
+                raise IncludeError(line, f"includes {target}, which {problem}: refused") from None
+            except (OSError, UnicodeDecodeError) as problem:
+                raise IncludeError(line, f"includes {target}, which cannot be read: {problem}") from None
+        return self.files[real]
+
+    def spend(self, body: str, chain: tuple[str, ...], line: int | None) -> None:
+        """Counts an inclusion of `body`, reached through `chain` (the included names, outermost first)."""
+        self.lines += body.count("\n") + 1
+        self.bytes += len(body.encode("utf-8"))
+        if self.lines > self.max_lines or self.bytes > self.max_bytes:
+            raise IncludeError(
+                line,
+                f"includes expand past {self.max_lines:,} lines or {self.max_bytes // 2**20} MiB "
+                f"(through {' → '.join(chain)}): refused",
+            )
 
 
 def _options(lines: list[str], index: int, pattern: str) -> tuple[dict[str, str], int]:
@@ -165,12 +196,22 @@ def _literal(lines: list[str], index: int, indent: str) -> bool:
 
 
 def expand_includes(
-    text: str, page: Path, root: Path, boundary: Path, warn: Callable[[str], None], fmt: str = "rst", depth: int = 0
+    text: str,
+    page: Path,
+    root: Path,
+    boundary: Path,
+    warn: Callable[[str], None],
+    fmt: str = "rst",
+    spent: Expansion | None = None,
+    chain: tuple[str, ...] = (),
 ) -> str:
-    """`.. include::` (reStructuredText) or ```{include}``` (MyST) replaced by the file's text."""
+    """`.. include::` (reStructuredText) or ```{include}``` (MyST) replaced by the file's text,
+    within `spent`'s budget (one per page)."""
     marker = ".. include::" if fmt == "rst" else "{include}"
     if marker not in text:
         return text
+    spent = spent if spent is not None else Expansion()
+    depth = len(chain)
     if depth >= MAX_DEPTH:
         raise IncludeError(None, f"includes nest deeper than {MAX_DEPTH}")
     lines, out, index = text.split("\n"), [], 0
@@ -200,14 +241,18 @@ def expand_includes(
                 index += 1
             index += 1
         real = _resolve(target, page, root, boundary, at)
-        if not real.is_file():
+        if not real.exists():
             if _conditional(lines, at - 1, indent):
                 warn(f"{page.name}:{at} includes {target}, which is missing: left out (inside a conditional block)")
                 continue
             raise IncludeError(at, f"includes {target}, which is missing")
-        body = _cut(_read(real, target, at), options)
+        body = _cut(spent.read(real, target, at), options)
+        spent.spend(body, (*chain, target), None)
         if "literal" not in options and "code" not in options:
-            body = expand_includes(body, real, root, boundary, warn, fmt, depth + 1)
+            try:
+                body = expand_includes(body, real, root, boundary, warn, fmt, spent, (*chain, target))
+            except IncludeError as problem:
+                raise IncludeError(at if not chain else problem.line, problem.message) from None
         out.extend(f"{indent}{line}" if line else line for line in body.split("\n"))
     return "\n".join(out)
 
@@ -237,13 +282,19 @@ def _myst_code(line: str, opened: list[tuple[str, bool]]) -> bool:
 
 
 def expand_snippets(
-    text: str, snippets: Snippets, boundary: Path, warn: Callable[[str], None], seen: tuple[Path, ...] = ()
+    text: str,
+    snippets: Snippets,
+    boundary: Path,
+    warn: Callable[[str], None],
+    seen: tuple[tuple[Path, str], ...] = (),  # the snippets above: (file, name as written)
+    spent: Expansion | None = None,
 ) -> str:
     """pymdownx.snippets' `--8<-- "file.md"` (and the block form) replaced by the file's
     lines (`file.md:3:9` a line range, `file.md:name` a `[start:name]` section); `;--8<--` is
     an escape. A missing snippet is a refusal with `check_paths`, else left out with a warning."""
     if "8<" not in text:
         return text
+    spent = spent if spent is not None else Expansion()
     if len(seen) >= MAX_DEPTH:
         raise IncludeError(None, f"snippets nest deeper than {MAX_DEPTH}")
     out: list[str] = []
@@ -269,11 +320,14 @@ def expand_snippets(
             continue
         if path.startswith(";"):
             continue
-        out.extend(space + piece for piece in _snippet(path, snippets, boundary, warn, seen, number))
+        try:
+            out.extend(space + piece for piece in _snippet(path, snippets, boundary, warn, seen, number, spent))
+        except IncludeError as problem:
+            raise IncludeError(problem.line if seen else number, problem.message) from None
     return "\n".join(out)
 
 
-def _snippet(path, snippets, boundary, warn, seen, number) -> list[str]:
+def _snippet(path, snippets, boundary, warn, seen, number, spent: Expansion) -> list[str]:
     found = re.match(r"(?i)^(.*?)(?:((?::-?[0-9]*){1,2}(?:,-?[0-9]*(?::-?[0-9]*)?)*)|(:[a-z][-_0-9a-z]*))?$", path)
     name, ranges, section = found.group(1).strip(), found.group(2), found.group(3)
     if name.lower().startswith(("http://", "https://")):
@@ -282,7 +336,7 @@ def _snippet(path, snippets, boundary, warn, seen, number) -> list[str]:
     real = None
     for base in snippets.base_paths:
         candidate = Path(os.path.realpath(base / name))
-        if candidate.is_file() and (base == candidate or Path(os.path.realpath(base)) in candidate.parents):
+        if candidate.exists() and (base == candidate or Path(os.path.realpath(base)) in candidate.parents):
             real = candidate
             break
     if real is None:
@@ -291,9 +345,9 @@ def _snippet(path, snippets, boundary, warn, seen, number) -> list[str]:
         warn(f"snippet {name} could not be found: left out, as pymdownx.snippets does")
         return []
     real = _inside(real, boundary, name, number)
-    if real in seen:
+    if real in (file for file, _ in seen):
         return []
-    lines = _read(real, name, number).split("\n")
+    lines = spent.read(real, name, number if not seen else None).split("\n")
     if ranges:
         chosen: list[str] = []
         for span in ranges[1:].split(","):
@@ -304,7 +358,9 @@ def _snippet(path, snippets, boundary, warn, seen, number) -> list[str]:
         lines = textwrap.dedent("\n".join(chosen)).split("\n")
     elif section:
         lines = _section(lines, section[1:])
-    return expand_snippets("\n".join(lines), snippets, boundary, warn, (*seen, real)).split("\n")
+    body = "\n".join(lines)
+    spent.spend(body, (*(written for _, written in seen), name), None)
+    return expand_snippets(body, snippets, boundary, warn, (*seen, (real, name)), spent).split("\n")
 
 
 def _section(lines: list[str], name: str) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -52,6 +53,29 @@ EXTENSION_SUFFIXES = {
 EMOJI_SHORTCODE = re.compile(r":[a-z0-9_+-]+:")
 REPOSITORY_MARKERS = (".git", ".hg", ".svn")
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "tox.ini")
+
+
+class NotRegularFile(OSError):
+    """A path that is no regular file (a FIFO, a device, a socket): never opened for reading."""
+
+
+FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+FILE_KINDS[stat.S_IFSOCK] = "a socket"
+
+
+def read_regular(path: Path) -> str:
+    """A regular file's UTF-8 text, CRLF as LF.
+
+    Raises:
+        NotRegularFile: a FIFO, device or socket, at once (opened without blocking, never read).
+        OSError, UnicodeDecodeError: as reading does.
+    """
+    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(handle, "rb") as file:
+        kind = stat.S_IFMT(os.fstat(file.fileno()).st_mode)
+        if kind != stat.S_IFREG:
+            raise NotRegularFile(f"is {FILE_KINDS.get(kind, 'not a regular file')}, not a regular file")
+        return file.read().decode("utf-8").replace("\r\n", "\n")
 
 
 class ProjectError(ValueError):
@@ -174,7 +198,7 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
         if matches(exclude, relative) or path.is_symlink():
             continue
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = ast.parse(read_regular(path))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
@@ -199,7 +223,11 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
 
 
 def sphinx_project(folder: Path) -> Project:
-    conf = _literal_assignments((folder / "conf.py").read_text(encoding="utf-8"), "conf.py")
+    try:
+        source = read_regular(folder / "conf.py")
+    except (OSError, UnicodeDecodeError) as problem:
+        raise ProjectError("conf.py", f"cannot be read: {problem}") from None
+    conf = _literal_assignments(source, "conf.py")
     suffix = conf.get("source_suffix") or {".rst": "restructuredtext"}
     if isinstance(suffix, str):
         suffix = {suffix: "restructuredtext"}
@@ -278,7 +306,9 @@ def _mkdocs_config(path: Path) -> dict:
 
     Loader.add_multi_constructor("", python_tag)
     try:
-        found = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
+        found = yaml.load(read_regular(path), Loader=Loader)  # noqa: S506 (a SafeLoader)
+    except (OSError, UnicodeDecodeError) as problem:
+        raise ProjectError(path.name, f"cannot be read: {problem}") from None
     except yaml.YAMLError as problem:
         raise ProjectError(path.name, f"not YAML: {problem}") from None
     return found if isinstance(found, dict) else {}
@@ -388,10 +418,10 @@ def read_project(path: Path, fmt: str = "auto") -> Project:
         _bound_includes(project)
         return project
     if fmt == "auto":
-        if (path / "conf.py").is_file():
+        if (path / "conf.py").exists():
             return sphinx_project(path)
         for config in (path / "mkdocs.yml", path / "mkdocs.yaml"):
-            if config.is_file():
+            if config.exists():
                 return mkdocs_project(config)
         for config in (path.parent / "mkdocs.yml", path.parent / "mkdocs.yaml"):
             project = mkdocs_project(config) if config.is_file() else None
@@ -437,6 +467,11 @@ def pages(project: Project, include: list[str] = (), exclude: list[str] = (), si
                 continue
             if file.is_symlink():
                 _inside(file, real_root, relative)
+            kind = stat.S_IFMT(file.stat().st_mode) if file.exists() else stat.S_IFREG
+            if kind != stat.S_IFREG:
+                raise ProjectError(
+                    relative, f"is {FILE_KINDS.get(kind, 'not a regular file')}, not a regular file: refused"
+                )
             found.append(file)
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     if project.kind == "folder":

@@ -399,3 +399,92 @@ def test_releases_added_above_a_changelog_keep_every_unchanged_sections_id_and_t
         pytest.skip("Sphinx and MkDocs are not installed here (make .venv-doc-tools/.installed)")
     for release, projects in (("old", old), ("new", new)):
         assert built_links_missing(*projects, tmp_path / f"built-{release}") == []
+
+
+def split_in_a_thread(folder: Path):
+    """split_project's result or error; a split still blocked after 60 s (a FIFO read) fails the test."""
+    import threading
+
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(split_project(folder))
+        except Exception as problem:  # noqa: BLE001 (handed back to the test)
+            outcome.append(problem)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert outcome, "the split is still blocked reading"
+    return outcome[0]
+
+
+def fan_out(folder: Path, write_include) -> int:
+    """Five files each including the next ten times: 10^5 lines from about 1.1 KB."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for level in range(5):
+        (folder / f"l{level}.txt").write_text("".join(write_include(f"l{level + 1}.txt") for _ in range(10)))
+    (folder / "l5.txt").write_text("x\n")
+    return sum((folder / f"l{n}.txt").stat().st_size for n in range(6))
+
+
+def test_includes_that_fan_out_past_the_budget_are_refused_naming_the_chain(tmp_path):
+    docs = tmp_path / "docs"
+    size = fan_out(docs / "inc", lambda name: f".. include:: {name}\n")
+    assert size < 1200
+    (docs / "conf.py").write_text("")
+    (docs / "index.rst").write_text("Home\n====\n\nText.\n\n.. include:: inc/l0.txt\n")
+    refused = split_in_a_thread(docs)
+    assert isinstance(refused, SplitError)
+    assert re.fullmatch(
+        r"index.rst:6: includes expand past 100,000 lines or 16 MiB "
+        r"\(through inc/l0.txt → l1.txt → l2.txt → l3.txt → l4.txt(?: → l5.txt)?\): refused",
+        str(refused),
+    ), str(refused)
+    # Within the budget the same chain expands in full, each file read once.
+    from scopes.splitting import includes
+
+    spent = includes.Expansion()
+    text = includes.expand_includes(
+        (docs / "inc" / "l2.txt").read_text(), docs / "inc" / "l2.txt", docs, tmp_path, print, "rst", spent
+    )
+    assert text.count("x") == 1000 and len(spent.files) == 3
+
+    repo = tmp_path / "mkdocs"
+    fan_out(repo / "docs" / "inc", lambda name: f'--8<-- "docs/inc/{name}"\n')
+    (repo / "mkdocs.yml").write_text("site_name: S\nmarkdown_extensions:\n  - pymdownx.snippets\n")
+    (repo / "docs" / "index.md").write_text('# Home\n\nText.\n\n--8<-- "docs/inc/l0.txt"\n')
+    refused = split_in_a_thread(repo)
+    assert isinstance(refused, SplitError) and str(refused).startswith("index.md:5: includes expand past 100,000")
+    assert "(through docs/inc/l0.txt → docs/inc/l1.txt → docs/inc/l2.txt → docs/inc/l3.txt" in str(refused)
+
+
+def test_a_fifo_among_the_pages_or_included_is_refused_at_once_naming_it(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "conf.py").write_text("")
+    (docs / "index.rst").write_text("Home\n====\n\nText.\n")
+    os.mkfifo(docs / "page.rst")
+    refused = split_in_a_thread(docs)
+    assert isinstance(refused, SplitError) and str(refused) == "page.rst: is a FIFO, not a regular file: refused"
+    (docs / "page.rst").unlink()
+    os.mkfifo(docs / "shared.txt")
+    (docs / "index.rst").write_text("Home\n====\n\nText.\n\n.. include:: shared.txt\n")
+    refused = split_in_a_thread(docs)
+    assert str(refused) == "index.rst:6: includes shared.txt, which is a FIFO, not a regular file: refused"
+
+    repo = tmp_path / "mkdocs"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "mkdocs.yml").write_text("site_name: S\nmarkdown_extensions:\n  - pymdownx.snippets\n")
+    (repo / "docs" / "index.md").write_text('# Home\n\nText.\n\n--8<-- "docs/pipe.md"\n')
+    os.mkfifo(repo / "docs" / "pipe.md")
+    refused = split_in_a_thread(repo)
+    assert isinstance(refused, SplitError) and str(refused) == "pipe.md: is a FIFO, not a regular file: refused"
+    (repo / "docs" / "pipe.md").unlink()
+    (repo / "shared").mkdir()
+    (repo / ".git").mkdir()
+    os.mkfifo(repo / "shared" / "pipe.md")
+    (repo / "docs" / "index.md").write_text('# Home\n\nText.\n\n--8<-- "shared/pipe.md"\n')
+    refused = split_in_a_thread(repo)
+    assert str(refused) == "index.md:5: includes shared/pipe.md, which is a FIFO, not a regular file: refused"
