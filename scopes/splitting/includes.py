@@ -91,6 +91,10 @@ class Expansion:
     lines: int = 0
     bytes: int = 0
     files: dict[Path, str] = field(default_factory=dict)
+    # (folder, target) -> the checked real path; (real path, options) -> its text, includes expanded
+    resolved: dict[tuple[Path, str], Path] = field(default_factory=dict)
+    expanded: dict[tuple[Path, str], str] = field(default_factory=dict)
+    expanded_snippets: dict[tuple[str, str], tuple[Path, str]] = field(default_factory=dict)
 
     def read(self, real: Path, target: str, line: int | None) -> str:
         if real not in self.files:
@@ -240,7 +244,15 @@ def expand_includes(
             while index < len(lines) and not lines[index].strip().startswith(fence):
                 index += 1
             index += 1
-        real = _resolve(target, page, root, boundary, at)
+        if (page.parent, target) not in spent.resolved:
+            spent.resolved[page.parent, target] = _resolve(target, page, root, boundary, at)
+        real = spent.resolved[page.parent, target]
+        known = (real, repr(sorted(options.items())))
+        if known in spent.expanded:  # included before: counted again, not read or expanded again
+            body = spent.expanded[known]
+            spent.spend(body, (*chain, target), None)
+            out.extend(f"{indent}{line}" if line else line for line in body.split("\n"))
+            continue
         if not real.exists():
             if _conditional(lines, at - 1, indent):
                 warn(f"{page.name}:{at} includes {target}, which is missing: left out (inside a conditional block)")
@@ -253,6 +265,7 @@ def expand_includes(
                 body = expand_includes(body, real, root, boundary, warn, fmt, spent, (*chain, target))
             except IncludeError as problem:
                 raise IncludeError(at if not chain else problem.line, problem.message) from None
+        spent.expanded[known] = body
         out.extend(f"{indent}{line}" if line else line for line in body.split("\n"))
     return "\n".join(out)
 
@@ -333,6 +346,13 @@ def _snippet(path, snippets, boundary, warn, seen, number, spent: Expansion) -> 
     if name.lower().startswith(("http://", "https://")):
         warn(f"snippet {name} is a URL: not fetched, left out")
         return []
+    chain = (*(written for _, written in seen), name)
+    if ("snippet", path) in spent.expanded_snippets:  # included before: counted again, not read again
+        real, body = spent.expanded_snippets["snippet", path]
+        if real in (file for file, _ in seen):
+            return []
+        spent.spend(body, chain, None)
+        return body.split("\n")
     real = None
     for base in snippets.base_paths:
         candidate = Path(os.path.realpath(base / name))
@@ -359,8 +379,10 @@ def _snippet(path, snippets, boundary, warn, seen, number, spent: Expansion) -> 
     elif section:
         lines = _section(lines, section[1:])
     body = "\n".join(lines)
-    spent.spend(body, (*(written for _, written in seen), name), None)
-    return expand_snippets(body, snippets, boundary, warn, (*seen, (real, name)), spent).split("\n")
+    spent.spend(body, chain, None)
+    body = expand_snippets(body, snippets, boundary, warn, (*seen, (real, name)), spent)
+    spent.expanded_snippets["snippet", path] = (real, body)
+    return body.split("\n")
 
 
 def _section(lines: list[str], name: str) -> list[str]:
