@@ -180,6 +180,8 @@ def sections_of_page(
     if fmt == "jsonl":
         return _jsonl_sections(path, text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if fmt in ("markdown", "myst"):
+        text = without_front_matter(text)
     lines = text.split("\n")
     described = []
     if fmt == "rst":
@@ -210,6 +212,19 @@ def sections_of_page(
                 raise SplitError(path, part.line, f"the id {section_id[:80]!r} {problem}")
             sections.append(SourceSection(section_id, text_part, path, part.line, anchor=anchor))
     return sections
+
+
+def without_front_matter(text: str) -> str:
+    """A Markdown page's YAML front matter (`---` lines around it, at the very top) blanked:
+    it is the page's metadata, not text of its sections. Its lines stay, as blank ones, so
+    line numbers hold."""
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return text
+    for end in range(1, len(lines)):
+        if lines[end].rstrip() in ("---", "..."):
+            return "\n" * end + "\n" + "\n".join(lines[end + 1 :])
+    return text
 
 
 def _jsonl_sections(path: str, text: str) -> list[SourceSection]:

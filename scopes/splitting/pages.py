@@ -93,6 +93,19 @@ def _text(lines: list[str], owned: list[int]) -> str:
     return "\n\n".join(pieces)
 
 
+def _title(lines: list[str], headings: list[Heading]) -> Heading | None:
+    """The page's title: its first heading when nothing but blank lines comes before it (so
+    the opening id is the page's whatever the levels of the headings after it), or when it is
+    the only heading of its level (reStructuredText's comments and directives above a title)."""
+    if not headings:
+        return None
+    first = headings[0]
+    opening = first.above if first.above is not None else first.start
+    if not any(line.strip() for line in lines[:opening]):
+        return first
+    return first if sum(h.level == first.level for h in headings) == 1 else None
+
+
 def assemble(
     lines: list[str],
     headings: list[Heading],
@@ -112,8 +125,7 @@ def assemble(
         for line in range(block.start, min(block.end, len(lines))):
             owner[line] = ("o", index)
     described = sorted(described, key=lambda d: (d.start, -d.end))
-    # The page's first heading is its title whatever the levels after it: the opening id is the page's.
-    title = headings[0] if headings else None
+    title = _title(lines, headings)
 
     owned: dict[tuple[str, int] | None, list[int]] = {}
     for line, who in enumerate(owner):

@@ -148,7 +148,7 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_heading(tmp_path):
+def test_markdown_reads_front_matter_as_metadata_keeps_code_and_a_hash_line_in_code_is_no_heading(tmp_path):
     write(
         tmp_path,
         "guide/visiting.md",
@@ -157,7 +157,7 @@ def test_markdown_keeps_front_matter_and_code_and_a_hash_line_in_code_is_no_head
     )
     sections = {s.id: s.text for s in split_tree(tmp_path)}
     assert sections == {
-        "guide/visiting.md": "---\ntitle: Visiting\n---\n\nIntro text.",
+        "guide/visiting.md": "Intro text.",  # the front matter is the page's metadata
         "guide/visiting.md#icu-hours": "14:00 to 16:00.\n\n```sh\n# not a heading\necho hi\n```",
         "guide/visiting.md#ward-hours": "10:00 to 20:00.",
         "guide/visiting.md#ward-hours_1": "Again.",  # as MkDocs anchors a repeat
