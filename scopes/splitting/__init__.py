@@ -289,6 +289,8 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
     try:
         if fmt in ("rst", "myst"):
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
+        if fmt == "markdown" and project.markdown_includes is not None:
+            text = includes.expand_markdown_includes(text, project.markdown_includes, boundary, project.warn, spent)
         if fmt == "markdown" and project.snippets is not None:
             if project.snippets.auto_append:  # as pymdownx.snippets appends them: a block at the end
                 text += "\n\n--8<--\n" + "\n\n".join(project.snippets.auto_append) + "\n--8<--\n"

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting.projects import NotRegularFile, Snippets, read_regular
+from scopes.splitting.projects import MarkdownIncludes, NotRegularFile, Snippets, read_regular
 
-RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. include::[ \t]*(?P<target>\S.*?)[ \t]*$")
-MYST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{include\}[ \t]*(?P<target>\S.*?)[ \t]*$")
+RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. (?P<kind>include|literalinclude)::[ \t]*(?P<target>\S.*?)[ \t]*$")
+MYST_INCLUDE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{(?P<kind>include|literalinclude)\}[ \t]*(?P<target>\S.*?)[ \t]*$"
+)
 CONDITIONAL = re.compile(r"^(?P<indent>[ \t]*)\.\. (?:only|ifconfig)::")
 MYST_CONDITIONAL = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{(?:only|ifconfig)\}")
 SNIPPET_INLINE = re.compile(
@@ -70,13 +72,19 @@ def _resolve(target: str, page: Path, root: Path, boundary: Path, line: int) -> 
     return _inside(included, boundary, target, line)
 
 
-def _inside(included: Path, boundary: Path, target: str, line: int) -> Path:
+def _inside(included: Path, boundary: Path, target: str, line: int, named: tuple[Path, ...] = ()) -> Path:
+    """The real path, inside the boundary and hidden nowhere below it, or below a folder the
+    project's configuration names (`named`: a snippets base_path such as `docs/.snippets`)."""
     real, fence = Path(os.path.realpath(included)), Path(os.path.realpath(boundary))
     if fence not in real.parents:
         raise IncludeError(
             line, f"includes {target}, outside {fence}, where includes may read (the repository): refused"
         )
-    if any(part.startswith(".") for part in real.relative_to(fence).parts):
+    below = fence
+    for folder in (Path(os.path.realpath(n)) for n in named):
+        if folder in real.parents and (folder == fence or fence in folder.parents):
+            below = folder if len(folder.parts) > len(below.parts) else below
+    if any(part.startswith(".") for part in real.relative_to(below).parts):
         raise IncludeError(line, f"includes {target}, a hidden file the sync never reads: refused")
     return real
 
@@ -118,13 +126,100 @@ class Expansion:
             )
 
 
-def _options(lines: list[str], index: int, pattern: str) -> tuple[dict[str, str], int]:
+def _options(lines: list[str], index: int, pattern: str, fmt: str = "rst") -> tuple[dict[str, str], int]:
+    """A directive's `:name: value` options; MyST reads them as YAML (`'quoted -->'` unquoted)."""
     options: dict[str, str] = {}
     while index < len(lines) and re.match(pattern, lines[index]):
         name, _, value = lines[index].strip()[1:].partition(":")
-        options[name] = value.strip()
+        options[name] = _yaml_value(value.strip()) if fmt != "rst" else value.strip()
         index += 1
     return options, index
+
+
+def _yaml_value(value: str) -> str:
+    if not value or value[0] not in "'\"":
+        return value
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return loaded if isinstance(loaded, str) else value
+
+
+def _line_numbers(spec: str, total: int) -> list[int]:
+    """sphinx.util.parselinenos: `1,3,5-10,20-` as 0-based indexes."""
+    chosen: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        begin, dash, end = part.partition("-")
+        try:
+            first = int(begin) if begin else 1
+            last = (int(end) if end else total) if dash else first
+        except ValueError:
+            return list(range(total))
+        chosen.extend(range(first - 1, min(last, total)))
+    return chosen
+
+
+def _python_object(text: str, name: str) -> list[str] | None:
+    """The lines of a Python object (`Class.method`), decorators included, as pyobject shows it."""
+    import ast
+
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return None
+    found = None
+    for part in name.split("."):
+        found = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        body = found.body
+    start = min([found.lineno, *(d.lineno for d in found.decorator_list)])
+    return text.split("\n")[start - 1 : found.end_lineno]
+
+
+def literal_lines(text: str, options: dict[str, str], target: str, line: int) -> str:
+    """The code `literalinclude` shows: Sphinx's filters in its order (pyobject, start-at /
+    start-after, end-at / end-before, lines, dedent, prepend, append)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if options.get("pyobject"):
+        found = _python_object(text, options["pyobject"])
+        if found is None:
+            raise IncludeError(line, f"includes {target} (literalinclude), which holds no {options['pyobject']}")
+        lines = found
+    for key, after in (("start-at", False), ("start-after", True)):
+        if options.get(key):
+            index = next((n for n, text_line in enumerate(lines) if options[key] in text_line), None)
+            lines = lines[index + after :] if index is not None else lines
+    for key, at in (("end-at", True), ("end-before", False)):
+        if options.get(key):
+            index = next((n for n, text_line in enumerate(lines) if options[key] in text_line), None)
+            lines = lines[: index + at] if index is not None else lines
+    if options.get("lines"):
+        lines = [lines[n] for n in _line_numbers(options["lines"], len(lines)) if n < len(lines)]
+    if options.get("dedent", None) is not None:
+        try:
+            cut = int(options["dedent"]) if options["dedent"] else None
+        except ValueError:
+            cut = None
+        lines = textwrap.dedent("\n".join(lines)).split("\n") if cut is None else [x[cut:] for x in lines]
+    if options.get("prepend"):
+        lines.insert(0, options["prepend"])
+    if options.get("append"):
+        lines.append(options["append"])
+    return "\n".join(lines)
 
 
 def _cut(body: str, options: dict[str, str]) -> str:
@@ -211,7 +306,7 @@ def expand_includes(
 ) -> str:
     """`.. include::` (reStructuredText) or ```{include}``` (MyST) replaced by the file's text,
     within `spent`'s budget (one per page)."""
-    marker = ".. include::" if fmt == "rst" else "{include}"
+    marker = "include::" if fmt == "rst" else "include}"
     if marker not in text:
         return text
     spent = spent if spent is not None else Expansion()
@@ -237,13 +332,27 @@ def expand_includes(
             continue
         indent, target, at = found.group("indent"), found.group("target"), index + 1
         if fmt == "rst":
-            options, index = _options(lines, index + 1, rf"^{re.escape(indent)}[ \t]+:[\w-]+:")
+            options, index = _options(lines, index + 1, rf"^{re.escape(indent)}[ \t]+:[\w-]+:", fmt)
+            written = lines[at - 1 : index]
         else:
-            options, index = _options(lines, index + 1, r"^[ \t]*:[\w-]+:")
+            options, index = _options(lines, index + 1, r"^[ \t]*:[\w-]+:", fmt)
+            written = lines[at - 1 : index]
             fence = found.group("fence")
             while index < len(lines) and not lines[index].strip().startswith(fence):
                 index += 1
             index += 1
+        if found.group("kind") == "literalinclude":
+            real = _resolve(target, page, root, boundary, at)
+            if not real.exists():
+                raise IncludeError(at, f"includes {target} (literalinclude), which is missing")
+            code = literal_lines(spent.read(real, target, at), options, target, at)
+            spent.spend(code, (*chain, target), None)
+            # The directive as written, then the code the page shows (its content, for the reader).
+            if fmt == "rst":
+                out.extend([*written, ""] + [f"{indent}   {line}" if line else line for line in code.split("\n")])
+            else:
+                out.extend([*written, *code.split("\n"), f"{indent}{found.group('fence')}"])
+            continue
         if (page.parent, target) not in spent.resolved:
             spent.resolved[page.parent, target] = _resolve(target, page, root, boundary, at)
         real = spent.resolved[page.parent, target]
@@ -288,7 +397,7 @@ def _myst_code(line: str, opened: list[tuple[str, bool]]) -> bool:
     code = fence[0] != ":" and (
         not info.startswith("{") or info[1:].split("}")[0] in LITERAL_DIRECTIVES | {"code-cell"}
     )
-    if info.startswith("{include}"):
+    if info.startswith(("{include}", "{literalinclude}")):
         return False  # read below, up to its closing fence
     opened.append((fence, code))
     return code
@@ -364,7 +473,7 @@ def _snippet(path, snippets, boundary, warn, seen, number, spent: Expansion) -> 
             raise IncludeError(number, f"snippet {name} could not be found (check_paths is on)")
         warn(f"snippet {name} could not be found: left out, as pymdownx.snippets does")
         return []
-    real = _inside(real, boundary, name, number)
+    real = _inside(real, boundary, name, number, snippets.base_paths)
     if real in (file for file, _ in seen):
         return []
     lines = spent.read(real, name, number if not seen else None).split("\n")
@@ -399,3 +508,87 @@ def _section(lines: list[str], name: str) -> list[str]:
         elif inside and not SNIPPET_SECTION.match(line):
             kept.append(line)
     return kept
+
+
+# markdown-include: `{!file!}`, `{!file!lines=1 3 8-10!}`; mdx_include: `{!+>file [ln:2-5] | utf-8!}`
+# (`+`/`-` recursion, `>` indentation); markdown-include-variants: `{* file hl[3] *}`. `\{!` is an escape.
+MARKDOWN_BANG = re.compile(
+    r"(?<!\\)\{![+-]?>?\s*(?P<path>[^\]|\[!\n]+?)(?:\s*\[ln:(?P<ln>[\d.,-]+)\])?\s*(?:\|[^!\n]*)?!"
+    r"(?:lines=(?P<lines>[0-9 -]+)!)?\}"
+)
+MARKDOWN_STAR = re.compile(r"(?<!\\)\{\*\s*(?P<path>\S+)(?P<options>[^*\n]*)\*\}")
+
+
+def expand_markdown_includes(
+    text: str,
+    configured: MarkdownIncludes,
+    boundary: Path,
+    warn: Callable[[str], None],
+    spent: Expansion | None = None,
+    chain: tuple[str, ...] = (),
+) -> str:
+    """`{!file!}` replaced by the file's text (its own includes read too) and `{* file *}` by
+    a code block of the file, as the configured extensions show them; a URL is named, not
+    fetched; a missing file refuses the page."""
+    spent = spent if spent is not None else Expansion()
+    if len(chain) >= MAX_DEPTH:
+        raise IncludeError(None, f"includes nest deeper than {MAX_DEPTH}")
+    out = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if "bang" in configured.kinds and "{!" in line:
+            line = MARKDOWN_BANG.sub(
+                lambda m: _markdown_include(m, configured, boundary, warn, spent, chain, number), line
+            )
+        if "star" in configured.kinds and "{*" in line:
+            line = MARKDOWN_STAR.sub(
+                lambda m: _markdown_code(m, configured, boundary, warn, spent, chain, number), line
+            )
+        out.append(line)
+    return "\n".join(out)
+
+
+def _find_markdown_include(path: str, configured: MarkdownIncludes, boundary: Path, line: int) -> Path | None:
+    for base in configured.base_paths:
+        candidate = base / path
+        if candidate.exists():
+            return _inside(candidate, boundary, path, line, configured.base_paths)
+    return None
+
+
+def _markdown_include(found, configured, boundary, warn, spent, chain, number) -> str:
+    path = found.group("path").strip()
+    if path.lower().startswith(("http://", "https://")):
+        warn(f"include {path} is a URL: not fetched, left as written")
+        return found.group(0)
+    real = _find_markdown_include(path, configured, boundary, number)
+    if real is None:
+        raise IncludeError(number if not chain else None, f"includes {path}, which is missing")
+    body = spent.read(real, path, number if not chain else None)
+    spans = (found.group("lines") or "").split() + [p for p in (found.group("ln") or "").split(",") if p]
+    if spans:
+        lines, chosen = body.split("\n"), []
+        for span in spans:
+            first, _, last = span.partition("-")
+            if not first.isdigit() or not (last or first).isdigit():
+                warn(f"include {path}: the line range {span} is not read; the whole file is")
+                chosen = lines
+                break
+            chosen += lines[int(first) - 1 : int(last or first)]
+        body = "\n".join(chosen)
+    spent.spend(body, (*chain, path), None)
+    try:
+        return expand_markdown_includes(body.rstrip("\n"), configured, boundary, warn, spent, (*chain, path))
+    except IncludeError as problem:
+        raise IncludeError(problem.line if chain else number, problem.message) from None
+
+
+def _markdown_code(found, configured, boundary, warn, spent, chain, number) -> str:
+    path = found.group("path")
+    real = _find_markdown_include(path, configured, boundary, number)
+    if real is None:
+        raise IncludeError(number if not chain else None, f"includes {path}, which is missing")
+    body = spent.read(real, path, number if not chain else None).rstrip("\n")
+    spent.spend(body, (*chain, path), None)
+    if found.group("options").strip():
+        warn(f"include {path}: its options ({found.group('options').strip()}) are not read; the whole file is")
+    return f"```{real.suffix.lstrip('.')}\n{body}\n```"

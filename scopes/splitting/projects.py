@@ -94,6 +94,15 @@ class Snippets:
     auto_append: tuple[str, ...] = ()  # snippets added to the end of every page
 
 
+@dataclass(frozen=True)
+class MarkdownIncludes:
+    """The Python-Markdown include extensions a project enables: `{!file!}` (markdown-include,
+    mdx_include) and `{* file *}` (markdown-include-variants), looked up in `base_paths`."""
+
+    kinds: frozenset[str]  # "bang" for {!...!}, "star" for {* ... *}
+    base_paths: tuple[Path, ...]
+
+
 def repository_boundary(folder: Path) -> tuple[Path, str]:
     """The folder includes may read from, and why: the repository `folder` is in (the nearest
     folder at or above it holding a VCS root: a sub-package's pyproject.toml in a monorepo does
@@ -120,6 +129,7 @@ class Project:
     boundary: Path | None = None
     slugify: Callable[[str], str] | None = None  # MkDocs' configured toc slugify
     snippets: Snippets | None = None  # pymdownx.snippets, when the project enables it
+    markdown_includes: MarkdownIncludes | None = None
     myst_extensions: frozenset[str] = frozenset()  # conf.py's myst_enable_extensions
     attr_list: bool = True  # whether `{#id}` after a Markdown heading is read (MkDocs: when enabled)
 
@@ -363,6 +373,29 @@ def _configured_snippets(project: Project, home: Path, settings: dict) -> None:
     project.notes.append(f"snippets (--8<--) read from {', '.join(bases)}")
 
 
+# Python-Markdown include extensions: name in markdown_extensions -> the syntax it reads.
+MARKDOWN_INCLUDE_EXTENSIONS = {
+    "markdown_include.include": "bang",
+    "mdx_include": "bang",
+    "markdown_include_variants": "star",
+}
+
+
+def _configured_markdown_includes(project: Project, home: Path, extensions: dict[str, dict]) -> None:
+    kinds, bases = set(), []
+    for name, kind in MARKDOWN_INCLUDE_EXTENSIONS.items():
+        if name in extensions:
+            kinds.add(kind)
+            base = extensions[name].get("base_path", ".")
+            bases += [base] if isinstance(base, str) else [str(b) for b in base or []]
+    if not kinds:
+        return
+    bases = list(dict.fromkeys(bases or ["."]))
+    project.markdown_includes = MarkdownIncludes(frozenset(kinds), tuple((home / b).resolve() for b in bases))
+    shown = ", ".join(sorted({"bang": "{!file!}", "star": "{* file *}"}[k] for k in kinds))
+    project.notes.append(f"includes {shown} read from {', '.join(bases)}")
+
+
 def _gitignore_globs(lines: str) -> list[str]:
     globs = []
     for line in str(lines or "").splitlines():
@@ -398,6 +431,7 @@ def mkdocs_project(config_path: Path) -> Project:
         project.slugify = lambda text: slug(EMOJI_SHORTCODE.sub("", text))
     if "pymdownx.snippets" in extensions:
         _configured_snippets(project, home, extensions["pymdownx.snippets"])
+    _configured_markdown_includes(project, home, extensions)
     _bound_includes(project)
     return project
 

@@ -50,6 +50,8 @@ AUTO_DIRECTIVES = {
     "autonewtypedata": "data",
     "automodule": "module",
 }
+# Directives whose content is code, never parsed as reStructuredText (as Sphinx shows them).
+CODE_DIRECTIVES = {"code-block", "sourcecode", "literalinclude", "doctest", "testcode", "testoutput", "productionlist"}
 STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
 LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
 
@@ -189,7 +191,7 @@ def _directive_class():
                 described = True
             target = kind in reading.domain.crossref_types
             reading.directives.append(_Directive(start, end, has_content, anchor, described, target, generated))
-            if has_content:
+            if has_content and kind not in CODE_DIRECTIVES:
                 if pushed:
                     reading.classes.append(pushed)
                 outer_module = reading.module

@@ -488,3 +488,98 @@ def test_a_fifo_among_the_pages_or_included_is_refused_at_once_naming_it(tmp_pat
     (repo / "docs" / "index.md").write_text('# Home\n\nText.\n\n--8<-- "shared/pipe.md"\n')
     refused = split_in_a_thread(repo)
     assert str(refused) == "index.md:5: includes shared/pipe.md, which is a FIFO, not a regular file: refused"
+
+
+def build_and_check(folder: Path, built: Path, tool: str) -> None:
+    """Builds the project with its real tool and checks every section's link against the page built."""
+    if not (DOC_TOOLS / "sphinx-build").exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI builds the fixture projects with Sphinx and MkDocs: make .venv-doc-tools/.installed")
+        pytest.skip("Sphinx and MkDocs are not installed here (make .venv-doc-tools/.installed)")
+    if tool == "sphinx":
+        command, cwd = [DOC_TOOLS / "sphinx-build", "-q", "-b", "html", folder, built], None
+    else:
+        command, cwd = [DOC_TOOLS / "mkdocs", "build", "-q", "-f", folder / "mkdocs.yml", "-d", built], folder
+    subprocess.run(command, check=True, capture_output=True, cwd=cwd)
+    for section in split_project(folder)[1]:
+        if "#" in section.id:
+            page = Path(section.path).with_suffix(".html" if tool == "sphinx" else "")
+            html = built / (page if tool == "sphinx" else page / "index.html")
+            if html.parent.name == "index" and tool != "sphinx":
+                html = built / "index.html"
+            assert (section.anchor or section.id.split("#", 1)[1]) in built_ids(html), section.id
+
+
+def test_every_include_a_markdown_page_shows_is_read_and_a_dotted_base_path_the_config_names(tmp_path):
+    repo = tmp_path / "site"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "examples").mkdir()
+    (repo / "examples" / "hello.py").write_text('def greet():\n    return "hello"\n')
+    snippets = repo / "docs" / "guide" / ".snippets"
+    snippets.mkdir(parents=True)
+    (snippets / "note.md").write_text("Visitors sign in at the desk.\n")
+    (repo / ".env").write_text("SECRET=1\n")
+    (repo / "mkdocs.yml").write_text(
+        "site_name: Site\nmarkdown_extensions:\n  - attr_list\n  - mdx_include:\n      base_path: .\n"
+        "  - pymdownx.snippets:\n      base_path: [docs/guide/.snippets]\n      check_paths: true\n"
+    )
+    page = "# Home\n\nIntro.\n\n## Example\n\n```python\n{!examples/hello.py!}\n```\n\n## Lines\n\n{!examples/hello.py [ln:2]!}\n\n"
+    page += '## Note\n\n--8<-- "note.md"\n\n## Plain `{x}`\n\nA code span with braces.\n'
+    (repo / "docs" / "index.md").write_text(page)
+    sections = {s.id: s.text for s in split_project(repo)[1]}
+    assert sections["index.md#example"] == '```python\ndef greet():\n    return "hello"\n```'
+    assert sections["index.md#lines"] == '    return "hello"'
+    assert sections["index.md#note"] == "Visitors sign in at the desk."  # read from the dotted base_path
+    assert "index.md#plain-x" in sections  # a code span's braces are no attribute list
+    build_and_check(repo, tmp_path / "built", "mkdocs")
+
+    (repo / "examples" / "hello.py").write_text('def greet():\n    return "good day"\n')
+    after = {s.id: s.text for s in split_project(repo)[1]}
+    assert {i for i in sections if after[i] != sections[i]} == {"index.md#example", "index.md#lines"}
+    # Other hidden files stay refused, even next to the named folder.
+    (repo / "docs" / "index.md").write_text(page + "\n## Secret\n\n{!.env!}\n")
+    with pytest.raises(SplitError, match=r"index.md:\d+: includes .env, a hidden file the sync never reads"):
+        split_project(repo)
+    (repo / "docs" / "index.md").write_text(page + "\n## Gone\n\n{!examples/gone.py!}\n")
+    with pytest.raises(SplitError, match=r"index.md:\d+: includes examples/gone.py, which is missing"):
+        split_project(repo)
+
+    # markdown-include-variants' `{* file *}` shows the file as a code block.
+    (repo / "mkdocs.yml").write_text("site_name: Site\nmarkdown_extensions:\n  - markdown_include_variants\n")
+    (repo / "docs" / "index.md").write_text("# Home\n\nIntro.\n\n## Example\n\n{* examples/hello.py hl[2] *}\n")
+    project, made = split_project(repo)
+    assert {s.id: s.text for s in made}["index.md#example"] == '```py\ndef greet():\n    return "good day"\n```'
+    assert any("options (hl[2]) are not read" in note for note in project.notes)
+
+
+def test_literalinclude_and_quoted_myst_options_are_read_as_sphinx_reads_them(tmp_path):
+    repo = tmp_path / "repo"
+    docs = repo / "docs"
+    docs.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    (repo / "examples").mkdir()
+    (repo / "examples" / "hello.py").write_text(
+        'import os\n\n\n@staticmethod\ndef greet():\n    return "hello"\n\n\ndef other():\n    pass\n'
+    )
+    (repo / "README.md").write_text("# Ward\n\n<!-- teaser-begin -->\nThe teaser.\n<!-- teaser-end -->\n\nThe rest.\n")
+    (docs / "conf.py").write_text('extensions = ["myst_parser"]\n')
+    (docs / "index.rst").write_text(
+        "Home\n====\n\nText.\n\n.. toctree::\n\n   guide\n\nExample\n-------\n\n"
+        ".. literalinclude:: ../examples/hello.py\n   :pyobject: greet\n\nAfter.\n"
+    )
+    (docs / "guide.md").write_text(
+        "# Guide\n\n## Teaser\n\n```{include} ../README.md\n:start-after: 'teaser-begin -->'\n"
+        ':end-before: "<!-- teaser-end"\n```\n\n## Code\n\n```{literalinclude} ../examples/hello.py\n'
+        ":lines: 1\n```\n"
+    )
+    sections = {s.id: s.text for s in split_project(docs)[1]}
+    assert sections["index.rst#example"] == (
+        ".. literalinclude:: ../examples/hello.py\n   :pyobject: greet\n\n"
+        '   @staticmethod\n   def greet():\n       return "hello"\n\nAfter.'
+    )
+    assert sections["guide.md#teaser"] == "The teaser."
+    assert sections["guide.md#code"] == "```{literalinclude} ../examples/hello.py\n:lines: 1\nimport os\n```"
+    build_and_check(docs, tmp_path / "built", "sphinx")
+    (repo / "examples" / "hello.py").write_text((repo / "examples" / "hello.py").read_text().replace("hello", "hi"))
+    after = {s.id: s.text for s in split_project(docs)[1]}
+    assert {i for i in sections if after[i] != sections[i]} == {"index.rst#example"}
