@@ -28,17 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting import includes, markup, rst
+from scopes.splitting import includes, markdown_includes, markup, rst
 from scopes.splitting.anchors import mkdocs_unique, numbered_unique
+from scopes.splitting.files import NotRegularFile, read_regular
 from scopes.splitting.pages import assemble
 from scopes.splitting.projects import (
     FORMATS,
-    NotRegularFile,
     Project,
     ProjectError,
     pages,
     read_project,
-    read_regular,
 )
 
 __all__ = [
@@ -290,11 +289,13 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
         if fmt in ("rst", "myst"):
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
         if fmt == "markdown" and project.markdown_includes is not None:
-            text = includes.expand_markdown_includes(text, project.markdown_includes, boundary, project.warn, spent)
+            text = markdown_includes.expand_markdown_includes(
+                text, project.markdown_includes, boundary, project.warn, spent
+            )
         if fmt == "markdown" and project.snippets is not None:
             if project.snippets.auto_append:  # as pymdownx.snippets appends them: a block at the end
                 text += "\n\n--8<--\n" + "\n\n".join(project.snippets.auto_append) + "\n--8<--\n"
-            text = includes.expand_snippets(text, project.snippets, boundary, project.warn, spent=spent)
+            text = markdown_includes.expand_snippets(text, project.snippets, boundary, project.warn, spent=spent)
     except includes.IncludeError as problem:
         raise SplitError(relative, problem.line, problem.message) from None
     return text

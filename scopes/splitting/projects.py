@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from scopes.splitting.anchors import markdown_slugify, mkdocs_slug
+from scopes.splitting.files import FILE_KINDS, read_regular, repository_boundary
 from scopes.splitting.rst import SphinxDomain
 
 FORMATS = {
@@ -51,31 +52,6 @@ EXTENSION_SUFFIXES = {
     "myst_nb": {".md": "myst-nb", ".ipynb": "myst-nb"},
 }
 EMOJI_SHORTCODE = re.compile(r":[a-z0-9_+-]+:")
-REPOSITORY_MARKERS = (".git", ".hg", ".svn")
-PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "tox.ini")
-
-
-class NotRegularFile(OSError):
-    """A path that is no regular file (a FIFO, a device, a socket): never opened for reading."""
-
-
-FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-FILE_KINDS[stat.S_IFSOCK] = "a socket"
-
-
-def read_regular(path: Path) -> str:
-    """A regular file's UTF-8 text, CRLF as LF.
-
-    Raises:
-        NotRegularFile: a FIFO, device or socket, at once (opened without blocking, never read).
-        OSError, UnicodeDecodeError: as reading does.
-    """
-    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with open(handle, "rb") as file:
-        kind = stat.S_IFMT(os.fstat(file.fileno()).st_mode)
-        if kind != stat.S_IFREG:
-            raise NotRegularFile(f"is {FILE_KINDS.get(kind, 'not a regular file')}, not a regular file")
-        return file.read().decode("utf-8").replace("\r\n", "\n")
 
 
 class ProjectError(ValueError):
@@ -101,20 +77,6 @@ class MarkdownIncludes:
 
     kinds: frozenset[str]  # "bang" for {!...!}, "star" for {* ... *}
     base_paths: tuple[Path, ...]
-
-
-def repository_boundary(folder: Path) -> tuple[Path, str]:
-    """The folder includes may read from, and why: the repository `folder` is in (the nearest
-    folder at or above it holding a VCS root: a sub-package's pyproject.toml in a monorepo does
-    not fence off the repository's CHANGELOG), else the nearest holding a project file (a
-    source tarball), else `folder` itself."""
-    folder = Path(os.path.realpath(folder))
-    for markers, present in ((REPOSITORY_MARKERS, Path.exists), (PROJECT_FILES, Path.is_file)):
-        for candidate in (folder, *folder.parents):
-            marker = next((m for m in markers if present(candidate / m)), None)
-            if marker:
-                return candidate, marker
-    return folder, ""
 
 
 @dataclass
