@@ -164,7 +164,7 @@ def _literal_assignments(source: str, path: str) -> dict[str, object]:
 
 def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
     """Cross-reference targets and object types the project's extensions add to Sphinx."""
-    crossref, objects = set(), {}
+    crossref, objects, roles = set(), {}, set()
     for path in sorted(folder.rglob("*.py"))[:500]:
         relative = path.relative_to(folder).as_posix()
         if matches(exclude, relative) or path.is_symlink():
@@ -177,21 +177,23 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("add_crossref_type", "add_object_type")
+                and node.func.attr in ("add_crossref_type", "add_object_type", "add_role")
             ):
                 continue
             keywords = {k.arg: k.value for k in node.keywords if k.arg}
             first = node.args[0] if node.args else keywords.get("directivename")
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
                 continue
-            if node.func.attr == "add_crossref_type":
+            if node.func.attr == "add_role":
+                roles.add(first.value.lower())
+            elif node.func.attr == "add_crossref_type":
                 crossref.add(first.value.lower())
             else:
                 parse_node = node.args[3] if len(node.args) > 3 else keywords.get("parse_node")
                 objects[first.value.lower()] = parse_node is not None and not (
                     isinstance(parse_node, ast.Constant) and parse_node.value is None
                 )
-    return SphinxDomain(frozenset(crossref), objects)
+    return SphinxDomain(frozenset(crossref), objects, frozenset(roles))
 
 
 def sphinx_project(folder: Path) -> Project:

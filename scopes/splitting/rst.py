@@ -52,7 +52,10 @@ AUTO_DIRECTIVES = {
 }
 # Directives whose content is code, never parsed as reStructuredText (as Sphinx shows them).
 CODE_DIRECTIVES = {"code-block", "sourcecode", "literalinclude", "doctest", "testcode", "testoutput", "productionlist"}
-STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
+STANDARD_OBJECTS = {"envvar", "confval"}
+# Roles Sphinx registers over docutils' own: docutils' `:pep:` errors on `8#anchor` (and its
+# error takes two ids), Sphinx's links it.
+SPHINX_ROLES = {"pep", "rfc", "code"}  # anchored `<type>-<name>`
 LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
 
 
@@ -63,6 +66,7 @@ class SphinxDomain:
 
     crossref_types: frozenset[str] = frozenset()
     object_types: dict[str, bool] = field(default_factory=dict)
+    roles: frozenset[str] = frozenset()  # app.add_role(...) names
 
 
 @dataclass
@@ -74,6 +78,7 @@ class _Directive:
     described: bool  # an object description (its block is a section when it has content)
     target: bool = False  # a cross-reference target: above a heading, it anchors the heading
     generated: bool = False  # autodoc: shows what the code holds, so a section even with no content of its own
+    built: str | None = None  # the id Sphinx builds where the anchor is already taken (`id0`)
 
 
 @dataclass
@@ -190,7 +195,15 @@ def _directive_class():
             if generated and kind == "module" and reading.module:
                 described = True
             target = kind in reading.domain.crossref_types
-            reading.directives.append(_Directive(start, end, has_content, anchor, described, target, generated))
+            built = None
+            if described and anchor:
+                prefix = "" if kind in PYTHON_OBJECTS or kind == "module" else kind
+                built = _built_id(self.state.document, anchor, prefix)
+            reading.directives.append(
+                _Directive(
+                    start, end, has_content, anchor, described, target, generated, built if built != anchor else None
+                )
+            )
             if has_content and kind not in CODE_DIRECTIVES:
                 if pushed:
                     reading.classes.append(pushed)
@@ -208,6 +221,23 @@ def _directive_class():
             return []
 
     return Recorded
+
+
+def _built_id(document, anchor: str, prefix: str) -> str:
+    """sphinx.util.nodes.make_id for an object description: its anchor, or where the page
+    already holds that id, `id0`, `id1`, ... (`<type>-0` for a typed object), counted per page;
+    the id is noted in the document, so docutils' own `idN` for titles skip it, as in Sphinx."""
+    from docutils import nodes
+
+    chosen = anchor
+    while chosen in document.ids:
+        serial = getattr(document, "_ragtrail_serials", {})
+        number = serial.get(prefix, 0)
+        serial[prefix] = number + 1
+        document._ragtrail_serials = serial
+        chosen = f"{prefix}-{number}" if prefix else f"id{number}"
+    document.set_id(nodes.target("", "", ids=[chosen]))
+    return chosen
 
 
 def _shown(text: str) -> str:
@@ -254,6 +284,8 @@ def _sphinx_stand_ins():
         return (found, messages) if found is not None else (recorded, [])
 
     def role(name, language, lineno, reporter):
+        if name.lower() in SPHINX_ROLES or name.lower() in _LOCAL.reading.domain.roles:
+            return role_stand_in, []  # Sphinx's own (`:pep:\`8#naming\``): no docutils error, no id
         found, messages = original_role(name, language, lineno, reporter)
         return (found, messages) if found is not None else (role_stand_in, [])
 
@@ -336,7 +368,7 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
             # The targets, labels and index entries right above an object are its own.
             above = _above(lines, directive.start, quiet)[0]
             start = directive.start if above is None else above
-            described.append(Described(start, _trimmed_end(lines, directive), directive.anchor))
+            described.append(Described(start, _trimmed_end(lines, directive), directive.anchor, directive.built))
     return sorted(headings, key=lambda h: h.start), described
 
 

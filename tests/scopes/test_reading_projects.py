@@ -583,3 +583,25 @@ def test_literalinclude_and_quoted_myst_options_are_read_as_sphinx_reads_them(tm
     (repo / "examples" / "hello.py").write_text((repo / "examples" / "hello.py").read_text().replace("hello", "hi"))
     after = {s.id: s.text for s in split_project(docs)[1]}
     assert {i for i in sections if after[i] != sections[i]} == {"index.rst#example"}
+
+
+def test_sphinx_roles_and_repeated_objects_take_the_ids_sphinx_builds(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "conf.py").write_text(
+        'import os, sys\n\nsys.path.insert(0, os.path.dirname(__file__))\nextensions = ["ext"]\n'
+    )
+    (docs / "ext.py").write_text("def setup(app):\n    app.add_role('issue', lambda *a, **k: ([], []))\n")
+    (docs / "index.rst").write_text(
+        "Changes\n=======\n\n1.1\n---\n\nSee :pep:`506#recommended-filter-settings-for-test-runners` and "
+        ":rfc:`2324#section-2.3.2`, :issue:`12`.\n\nFixes\n^^^^^\n\nOne.\n\n1.0\n---\n\nFirst.\n\nFixes\n^^^^^\n\nTwo.\n\n"
+        "API\n---\n\n.. py:class:: App\n\n   .. py:attribute:: app\n\n      The app.\n\n"
+        "   .. py:attribute:: app\n      :no-index-entry:\n\n      The app, again.\n\n2.0\n---\n\nLater.\n"
+    )
+    anchors = {s.id: s.anchor for s in split_project(docs)[1]}
+    assert anchors["index.rst#1-1/fixes"] == "fixes"
+    assert anchors["index.rst#1-0/fixes"] == "id3"  # after 1.1's id1 and 1.0's id2: the roles took none
+    assert anchors["index.rst#App.app"] is None
+    assert anchors["index.rst#App.app-2"] == "id0"  # Sphinx's id for an object described again
+    assert anchors["index.rst#2-0"] == "id4"
+    build_and_check(docs, tmp_path / "built", "sphinx")
