@@ -287,6 +287,7 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
     spent = includes.Expansion()  # one budget for everything the page pulls in
     try:
         if fmt in ("rst", "myst"):
+            includes.name_unread(text, relative, project.warn)
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
         if fmt == "markdown" and project.markdown_includes is not None:
             text = markdown_includes.expand_markdown_includes(

@@ -27,6 +27,8 @@ RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. (?P<kind>include|literalinclu
 MYST_INCLUDE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{(?P<kind>include|literalinclude)\}[ \t]*(?P<target>\S.*?)[ \t]*$"
 )
+# `.. csv-table::` / `.. raw::` with `:file:`: text the page shows from a file, not read here.
+FILE_OPTION = re.compile(r"^[ \t]+:file:[ \t]*\S")
 CONDITIONAL = re.compile(r"^(?P<indent>[ \t]*)\.\. (?:only|ifconfig)::")
 MYST_CONDITIONAL = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{(?:only|ifconfig)\}")
 MAX_DEPTH = 8
@@ -288,6 +290,14 @@ def _literal(lines: list[str], index: int, indent: str) -> bool:
         elif stripped.endswith("::"):
             return True
     return False
+
+
+def name_unread(text: str, page: str, warn: Callable[[str], None]) -> None:
+    """Warns of each `:file:` option (csv-table, raw): a file the page shows that is not read."""
+    if ":file:" in text:
+        for number, line in enumerate(text.split("\n"), 1):
+            if FILE_OPTION.match(line):
+                warn(f"{page}:{number} reads a file ({line.strip()}) the sync does not read")
 
 
 def expand_includes(

@@ -8,11 +8,82 @@ from __future__ import annotations
 import os
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from scopes.splitting.includes import MAX_DEPTH, Expansion, IncludeError, inside
-from scopes.splitting.projects import MarkdownIncludes, Snippets
+
+
+@dataclass(frozen=True)
+class Snippets:
+    """pymdownx.snippets' settings: folders a snippet path is looked up in, and whether a
+    missing one stops the build (`check_paths`) or is left out."""
+
+    base_paths: tuple[Path, ...]
+    check_paths: bool = False
+    auto_append: tuple[str, ...] = ()  # snippets added to the end of every page
+
+
+@dataclass(frozen=True)
+class MarkdownIncludes:
+    """The Python-Markdown include extensions a project enables: `{!file!}` (markdown-include,
+    mdx_include) and `{* file *}` (markdown-include-variants), looked up in `base_paths`."""
+
+    kinds: frozenset[str]  # "bang" for {!...!}, "star" for {* ... *}
+    base_paths: tuple[Path, ...]
+
+
+def configured_snippets(home: Path, settings: dict) -> tuple[Snippets, str]:
+    """pymdownx.snippets' settings from mkdocs.yml (`home` its folder), and a note saying them."""
+    bases = settings.get("base_path", ["."])
+    bases = [bases] if isinstance(bases, str) else [str(b) for b in bases or []]
+    appended = settings.get("auto_append") or []
+    snippets = Snippets(
+        tuple((home / b).resolve() for b in bases),
+        bool(settings.get("check_paths", False)),
+        tuple(str(a) for a in ([appended] if isinstance(appended, str) else appended)),
+    )
+    return snippets, f"snippets (--8<--) read from {', '.join(bases)}"
+
+
+# Python-Markdown include extensions: name in markdown_extensions -> the syntax it reads.
+MARKDOWN_INCLUDE_EXTENSIONS = {
+    "markdown_include.include": "bang",
+    "mdx_include": "bang",
+    "markdown_include_variants": "star",
+}
+
+
+def configured_markdown_includes(home: Path, extensions: dict[str, dict]) -> tuple[MarkdownIncludes | None, str]:
+    """The include extensions the project enables, and a note saying them (None, "" for none)."""
+    kinds, bases = set(), []
+    for name, kind in MARKDOWN_INCLUDE_EXTENSIONS.items():
+        if name in extensions:
+            kinds.add(kind)
+            base = extensions[name].get("base_path", ".")
+            bases += [base] if isinstance(base, str) else [str(b) for b in base or []]
+    if not kinds:
+        return None, ""
+    bases = list(dict.fromkeys(bases or ["."]))
+    configured = MarkdownIncludes(frozenset(kinds), tuple((home / b).resolve() for b in bases))
+    shown = ", ".join(sorted({"bang": "{!file!}", "star": "{* file *}"}[k] for k in kinds))
+    return configured, f"includes {shown} read from {', '.join(bases)}"
+
+
+# Plugins and extensions that pull files into a page at build time in a way not read here.
+UNREAD_INCLUDERS = ("include-markdown", "include_markdown", "macros", "markdown-exec", "markdown_exec", "mkdocs_macros")
+
+
+def unread_includers(config: dict, extensions: dict[str, dict]) -> list[str]:
+    """The configured plugins and extensions that include text the sync does not read."""
+    listed = config.get("plugins") or []
+    names = [
+        next(iter(p)) if isinstance(p, dict) and p else str(p) for p in (listed if isinstance(listed, list) else [])
+    ]
+    names += [n for n in extensions if "include" in n.lower() and n not in MARKDOWN_INCLUDE_EXTENSIONS]
+    return [n for n in names if any(marker in n.lower() for marker in UNREAD_INCLUDERS) or n in extensions]
+
 
 SNIPPET_INLINE = re.compile(
     r"""^(?P<space>[ \t]*)(?P<escape>;*)-+8<-+[ \t]+(?P<path>"(?:\\"|[^"\n])+?"|'(?:\\'|[^'\n])+?')$"""

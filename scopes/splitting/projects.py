@@ -32,6 +32,13 @@ from typing import Callable
 
 from scopes.splitting.anchors import markdown_slugify, mkdocs_slug
 from scopes.splitting.files import FILE_KINDS, read_regular, repository_boundary
+from scopes.splitting.markdown_includes import (
+    MarkdownIncludes,
+    Snippets,
+    configured_markdown_includes,
+    configured_snippets,
+    unread_includers,
+)
 from scopes.splitting.rst import SphinxDomain
 
 FORMATS = {
@@ -58,25 +65,6 @@ class ProjectError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         self.path, self.message = path, message
         super().__init__(f"{path}: {message}")
-
-
-@dataclass(frozen=True)
-class Snippets:
-    """pymdownx.snippets' settings: folders a snippet path is looked up in, and whether a
-    missing one stops the build (`check_paths`) or is left out."""
-
-    base_paths: tuple[Path, ...]
-    check_paths: bool = False
-    auto_append: tuple[str, ...] = ()  # snippets added to the end of every page
-
-
-@dataclass(frozen=True)
-class MarkdownIncludes:
-    """The Python-Markdown include extensions a project enables: `{!file!}` (markdown-include,
-    mdx_include) and `{* file *}` (markdown-include-variants), looked up in `base_paths`."""
-
-    kinds: frozenset[str]  # "bang" for {!...!}, "star" for {* ... *}
-    base_paths: tuple[Path, ...]
 
 
 @dataclass
@@ -325,41 +313,6 @@ def _configured_slugify(project: Project, toc: dict) -> None:
     project.notes.append(f"headings anchored by {name}{f' {kwds}' if kwds else ''} (toc separator {separator!r})")
 
 
-def _configured_snippets(project: Project, home: Path, settings: dict) -> None:
-    bases = settings.get("base_path", ["."])
-    bases = [bases] if isinstance(bases, str) else [str(b) for b in bases or []]
-    appended = settings.get("auto_append") or []
-    project.snippets = Snippets(
-        tuple((home / b).resolve() for b in bases),
-        bool(settings.get("check_paths", False)),
-        tuple(str(a) for a in ([appended] if isinstance(appended, str) else appended)),
-    )
-    project.notes.append(f"snippets (--8<--) read from {', '.join(bases)}")
-
-
-# Python-Markdown include extensions: name in markdown_extensions -> the syntax it reads.
-MARKDOWN_INCLUDE_EXTENSIONS = {
-    "markdown_include.include": "bang",
-    "mdx_include": "bang",
-    "markdown_include_variants": "star",
-}
-
-
-def _configured_markdown_includes(project: Project, home: Path, extensions: dict[str, dict]) -> None:
-    kinds, bases = set(), []
-    for name, kind in MARKDOWN_INCLUDE_EXTENSIONS.items():
-        if name in extensions:
-            kinds.add(kind)
-            base = extensions[name].get("base_path", ".")
-            bases += [base] if isinstance(base, str) else [str(b) for b in base or []]
-    if not kinds:
-        return
-    bases = list(dict.fromkeys(bases or ["."]))
-    project.markdown_includes = MarkdownIncludes(frozenset(kinds), tuple((home / b).resolve() for b in bases))
-    shown = ", ".join(sorted({"bang": "{!file!}", "star": "{* file *}"}[k] for k in kinds))
-    project.notes.append(f"includes {shown} read from {', '.join(bases)}")
-
-
 def _gitignore_globs(lines: str) -> list[str]:
     globs = []
     for line in str(lines or "").splitlines():
@@ -394,8 +347,12 @@ def mkdocs_project(config_path: Path) -> Project:
         slug = project.slugify or mkdocs_slug
         project.slugify = lambda text: slug(EMOJI_SHORTCODE.sub("", text))
     if "pymdownx.snippets" in extensions:
-        _configured_snippets(project, home, extensions["pymdownx.snippets"])
-    _configured_markdown_includes(project, home, extensions)
+        project.snippets, note = configured_snippets(home, extensions["pymdownx.snippets"])
+        project.notes.append(note)
+    project.markdown_includes, note = configured_markdown_includes(home, extensions)
+    project.notes += [note] if note else []
+    for name in unread_includers(config, extensions):
+        project.warn(f"{name} adds text at build time that the sync does not read: sections hold its markers")
     _bound_includes(project)
     return project
 

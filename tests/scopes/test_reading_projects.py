@@ -544,6 +544,12 @@ def test_every_include_a_markdown_page_shows_is_read_and_a_dotted_base_path_the_
     with pytest.raises(SplitError, match=r"index.md:\d+: includes examples/gone.py, which is missing"):
         split_project(repo)
 
+    # An includer the sync does not read is named, never silent.
+    config = repo / "mkdocs.yml"
+    config.write_text(config.read_text() + "plugins:\n  - include-markdown\n")
+    (repo / "docs" / "index.md").write_text(page)
+    assert any("include-markdown adds text at build time" in n for n in split_project(repo)[0].notes)
+
     # markdown-include-variants' `{* file *}` shows the file as a code block.
     (repo / "mkdocs.yml").write_text("site_name: Site\nmarkdown_extensions:\n  - markdown_include_variants\n")
     (repo / "docs" / "index.md").write_text("# Home\n\nIntro.\n\n## Example\n\n{* examples/hello.py hl[2] *}\n")
@@ -583,6 +589,8 @@ def test_literalinclude_and_quoted_myst_options_are_read_as_sphinx_reads_them(tm
     (repo / "examples" / "hello.py").write_text((repo / "examples" / "hello.py").read_text().replace("hello", "hi"))
     after = {s.id: s.text for s in split_project(docs)[1]}
     assert {i for i in sections if after[i] != sections[i]} == {"index.rst#example"}
+    (docs / "table.rst").write_text("Table\n=====\n\n.. csv-table:: Hours\n   :file: ../hours.csv\n")
+    assert any("table.rst:5 reads a file (:file: ../hours.csv)" in n for n in split_project(docs)[0].notes)
 
 
 def test_sphinx_roles_and_repeated_objects_take_the_ids_sphinx_builds(tmp_path):
