@@ -280,6 +280,7 @@ def _markdown_code(found, configured, boundary, warn, spent, chain, number) -> s
         raise IncludeError(number if not chain else None, f"includes {path}, which is missing")
     body = spent.read(real, path, number if not chain else None).rstrip("\n")
     spent.spend(body, (*chain, path), None)
-    if found.group("options").strip():
-        warn(f"include {path}: its options ({found.group('options').strip()}) are not read; the whole file is")
+    unread = re.sub(r"\bhl\[[^\]]*\]", "", found.group("options")).strip()  # highlighting: the text is whole
+    if unread:
+        warn(f"include {path}: its options ({unread}) are not read; the whole file is")
     return f"```{real.suffix.lstrip('.')}\n{body}\n```"

@@ -340,7 +340,10 @@ def mkdocs_project(config_path: Path) -> Project:
     ]
     project = Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
     extensions = _extensions(config)
-    project.attr_list = "attr_list" in extensions or "markdown.extensions.attr_list" in extensions
+    # attr_list on its own or in Python-Markdown's `extra`, which enables it.
+    project.attr_list = any(
+        f"{p}{n}" in extensions for p in ("", "markdown.extensions.") for n in ("attr_list", "extra")
+    )
     _configured_slugify(project, extensions.get("toc", {}))
     if "pymdownx.emoji" in extensions:
         # An emoji's shortcode (`:smile:`, `:material-check:`) shows as an image: no slug text.
