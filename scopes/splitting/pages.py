@@ -93,17 +93,14 @@ def _text(lines: list[str], owned: list[int]) -> str:
     return "\n\n".join(pieces)
 
 
-def _title(lines: list[str], headings: list[Heading]) -> Heading | None:
-    """The page's title: its first heading when nothing but blank lines comes before it (so
-    the opening id is the page's whatever the levels of the headings after it), or when it is
-    the only heading of its level (reStructuredText's comments and directives above a title)."""
+def _title(headings: list[Heading], fmt: str) -> Heading | None:
+    """The page's title, whose text is the page's own section, whatever the levels of the
+    headings after it: Sphinx's first section title (reStructuredText, MyST); in Markdown and
+    HTML the first heading when it is an h1, as MkDocs takes a page's title (a page opening
+    with `##` has none: adding a `# Title` above later moves no id)."""
     if not headings:
         return None
-    first = headings[0]
-    opening = first.above if first.above is not None else first.start
-    if not any(line.strip() for line in lines[:opening]):
-        return first
-    return first if sum(h.level == first.level for h in headings) == 1 else None
+    return headings[0] if fmt in ("rst", "myst") or headings[0].level == 0 else None
 
 
 def assemble(
@@ -125,7 +122,7 @@ def assemble(
         for line in range(block.start, min(block.end, len(lines))):
             owner[line] = ("o", index)
     described = sorted(described, key=lambda d: (d.start, -d.end))
-    title = _title(lines, headings)
+    title = _title(headings, fmt)
 
     owned: dict[tuple[str, int] | None, list[int]] = {}
     for line, who in enumerate(owner):

@@ -199,6 +199,11 @@ def test_a_page_keeps_its_opening_id_whatever_the_levels_of_the_headings_after_i
     assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md", "page.md#handling"}
     (folder / "page.md").write_text("# Exceptions\n\nWhat is raised.\n\n## Handling\n\nCatch them.\n")
     assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md", "page.md#handling"}
+    # A page opening with `##` has no title: one added above later moves no id.
+    (folder / "page.md").write_text("## Raising\n\nWhat is raised.\n\n## Handling\n\nCatch them.\n")
+    assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md#raising", "page.md#handling"}
+    (folder / "page.md").write_text("# Errors\n\n## Raising\n\nWhat is raised.\n\n## Handling\n\nCatch them.\n")
+    assert {s.id for s in split_tree(folder, fmt="markdown")} == {"page.md#raising", "page.md#handling"}
 
 
 def test_an_included_file_is_part_of_the_sections_that_include_it(tmp_path):
