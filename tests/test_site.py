@@ -253,6 +253,16 @@ def test_sync_benchmark_splits_a_release_with_this_splitter_and_the_previous_one
         assert "this splitter against previous" in text and "trails kept at prefetch" in text
 
 
+def test_includes_benchmark_refuses_a_fan_out_and_a_fifo_beside_a_plain_split():
+    out = StringIO()
+    call_command("benchmark_includes", "--fan", "10", "--depth", "5", "--repeats", "1", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all("ratio" in line for line in lines)
+    assert "would expand to 100,000 lines: 'index.rst:6: includes expand past 100,000 lines" in lines[0]
+    assert "'index.md:5: includes expand past 100,000 lines" in lines[1]
+    assert "'page.rst: is a FIFO, not a regular file: refused'" in lines[2]
+
+
 def test_metrics_benchmark_compares_live_and_no_op_metrics_and_puts_them_back(db):
     from infra import metrics
 
