@@ -11,6 +11,7 @@ blank line; a heading's line itself is not in it, the lines above it that belong
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Callable
@@ -169,27 +170,29 @@ def heading_ids(
 ) -> dict[int, tuple[str, str | None]]:
     """Each heading's anchor in the id (and the built site's, where that differs), by index.
 
-    A title repeated on the page, or with no letters to make an anchor of, is anchored where
-    it stands: under its parent heading's anchor (`24-1-0/stable-style`), numbered only among
-    its siblings, so releases added above it move none of them (the tools number such titles
-    down the page: that anchor is recorded beside). Under the page's title, or with no parent,
-    a repeat is numbered down the page. A title's other anchors depend on itself alone."""
+    A title repeated on the page, with no letters to make an anchor of, or under a release (a
+    parent titled by a version: `24.1.0`, `[1.0.0] - 2017-06-20`) is anchored where it stands:
+    under its parent heading's anchor (`24-1-0/stable-style`), numbered only among its
+    siblings, so releases added above it move none of them, nor a release's category's first
+    repeat (the tools number such titles down the page: that anchor is recorded beside).
+    Under the page's title, or with no parent, a repeat is numbered down the page. A title's
+    other anchors depend on itself alone."""
     counts: dict[str, int] = {}
     for heading in headings:
         if not heading.explicit and heading is not title:
             counts[heading.anchor] = counts.get(heading.anchor, 0) + 1
     found: dict[int, tuple[str, str | None]] = {}
     claimed: set[str] = set()
-    open_above: list[tuple[int, str | None]] = []  # (level, anchor) of the headings holding this one
+    open_above: list[tuple[int, str | None, bool]] = []  # (level, anchor, a release) of those holding it
     for index, heading in enumerate(headings):
         while open_above and open_above[-1][0] >= heading.level:
             open_above.pop()
-        parent = open_above[-1][1] if open_above else None
+        parent, in_release = open_above[-1][1:] if open_above else (None, False)
         if heading is title:
-            open_above.append((heading.level, None))
+            open_above.append((heading.level, None, False))
             continue
         built = heading.built
-        placed = heading.placeless or counts.get(heading.anchor, 0) > 1 or heading.anchor in taken
+        placed = heading.placeless or counts.get(heading.anchor, 0) > 1 or heading.anchor in taken or in_release
         if heading.explicit:
             anchor = heading.anchor
             if anchor in claimed:
@@ -202,5 +205,15 @@ def heading_ids(
             anchor = unique(heading.anchor, taken | claimed)
         claimed.add(anchor)
         found[index] = (anchor, built if built and built != anchor else None)
-        open_above.append((heading.level, anchor))
+        open_above.append((heading.level, anchor, is_release(heading.title)))
     return found
+
+
+VERSION = re.compile(r"\d+\.\d+")
+LETTER = re.compile(r"[^\W\d_]")
+
+
+def is_release(title: str) -> bool:
+    """Whether a heading names a release: a version number and no words (`24.1.0`, `v2.0`,
+    `[1.0.0] - 2017-06-20`, `24.1.0 (2024-01-26)`)."""
+    return bool(VERSION.search(title)) and not LETTER.search(re.sub(r"(?<![^\W\d_])v(?=\d)", "", title))

@@ -321,13 +321,14 @@ def test_a_myst_nb_project_reads_its_notebooks_cells_not_their_outputs(tmp_path)
         split_project(docs)
 
 
-def changelog_projects(root: Path, releases: list[str]) -> tuple[Path, Path]:
-    """A Sphinx and an MkDocs changelog, newest release first, each repeating the same titles."""
+def changelog_projects(root: Path, releases: list[str], caching: set[str]) -> tuple[Path, Path]:
+    """A Sphinx and an MkDocs changelog, newest release first, each repeating the same titles
+    (and "Caching" in the `caching` releases only)."""
     rst, markdown = ["Changelog", "=========", ""], ["# Changelog", ""]
     for version in releases:
         rst += [version, "-" * len(version), ""]
         markdown += [f"## {version}", ""]
-        for title in ("Stable style", "Fixes"):
+        for title in ("Stable style", "Fixes", *(["Caching"] if version in caching else [])):
             rst += [title, "^" * len(title), "", f"- {title} work in release {version}.", ""]
             markdown += [f"### {title}", "", f"- {title} work in release {version}.", ""]
     sphinx = root / "sphinx"
@@ -367,17 +368,19 @@ def test_releases_added_above_a_changelog_keep_every_unchanged_sections_id_and_t
 
     old_releases = ["24.1.0", "23.12.1", "23.12.0"]
     new_releases = ["25.1.0", "24.10.0", "24.8.0", "24.4.2", "24.4.1", "24.4.0", "24.3.0", "24.2.0", *old_releases]
-    old = changelog_projects(tmp_path / "old", old_releases)
-    new = changelog_projects(tmp_path / "new", new_releases)
+    # "Caching" is a title of one release, then of two: the first keeps its id as it repeats.
+    old = changelog_projects(tmp_path / "old", old_releases, {"24.1.0"})
+    new = changelog_projects(tmp_path / "new", new_releases, {"24.1.0", "25.1.0"})
     for before, after in zip(old, new):
         was = {s.id: s for s in split_project(before)[1]}
         now = {s.id: s for s in split_project(after)[1]}
         # Every section of the old changelog keeps its id and text; only the new ones are added.
         assert all(now[i].text == s.text for i, s in was.items()), sorted(set(was) - set(now))
-        assert len(now) - len(was) == 2 * (len(new_releases) - len(old_releases))
+        assert len(now) - len(was) == 2 * (len(new_releases) - len(old_releases)) + 1
     sphinx_ids = {s.id: s.anchor for s in split_project(new[0])[1]}
     assert sphinx_ids["index.rst#24-1-0/stable-style"] == "id24"  # docutils numbers them down the page
     assert sphinx_ids["index.rst#25-1-0/stable-style"] == "stable-style"  # the first one built
+    assert sphinx_ids["index.rst#24-1-0/caching"] == "id26"
     mkdocs_ids = {s.id: s.anchor for s in split_project(new[1])[1]}
     assert mkdocs_ids["index.md#2410/fixes"] == "fixes_8"  # 24.1.0, the ninth release down
 
@@ -389,7 +392,7 @@ def test_releases_added_above_a_changelog_keep_every_unchanged_sections_id_and_t
     queries = [f"what changed: {s.text}" for s in old_sections]
     assert {recall(scope, q, dry_run=True).outcome.value for q in queries} == {"prefetch"}
     released = sync_sections(scope, split_project(new[0])[1], delete_missing=True)
-    assert not released.changed and not released.removed and len(released.added) == 16
+    assert not released.changed and not released.removed and len(released.added) == 17
     assert not any(released.trails.values())
     assert {recall(scope, q, dry_run=True).outcome.value for q in queries} == {"prefetch"}
 
