@@ -357,7 +357,12 @@ def expand_includes(
             if fmt == "rst":
                 out.extend([*written, ""] + [f"{indent}   {line}" if line else line for line in code.split("\n")])
             else:
-                out.extend([*written, *code.split("\n"), f"{indent}{found.group('fence')}"])
+                fence = found.group("fence")
+                longest = max((len(m) for m in re.findall(rf"^[ \t]*({re.escape(fence[0])}+)", code, re.M)), default=0)
+                if longest >= len(fence):  # the code holds a fence: one longer keeps it inside
+                    written[0] = written[0].replace(fence, fence[0] * (longest + 1), 1)
+                    fence = fence[0] * (longest + 1)
+                out.extend([*written, *code.split("\n"), f"{indent}{fence}"])
             continue
         if (page.parent, target) not in spent.resolved:
             spent.resolved[page.parent, target] = _resolve(target, page, root, boundary, at)

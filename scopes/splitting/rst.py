@@ -52,10 +52,10 @@ AUTO_DIRECTIVES = {
 }
 # Directives whose content is code, never parsed as reStructuredText (as Sphinx shows them).
 CODE_DIRECTIVES = {"code-block", "sourcecode", "literalinclude", "doctest", "testcode", "testoutput", "productionlist"}
-STANDARD_OBJECTS = {"envvar", "confval"}
+STANDARD_OBJECTS = {"envvar", "confval"}  # anchored `<type>-<name>`
 # Roles Sphinx registers over docutils' own: docutils' `:pep:` errors on `8#anchor` (and its
 # error takes two ids), Sphinx's links it.
-SPHINX_ROLES = {"pep", "rfc", "code"}  # anchored `<type>-<name>`
+SPHINX_ROLES = {"pep", "rfc", "code"}
 LABEL = re.compile(r"^\.\. _([^:`]+|`[^`]+`):\s*$")
 
 
@@ -87,6 +87,7 @@ class _Reading:
     module: str | None = None
     classes: list[str] = field(default_factory=list)
     directives: list[_Directive] = field(default_factory=list)
+    serials: dict[str, int] = field(default_factory=dict)  # Sphinx's env.new_serialno, per prefix
 
 
 _LOCAL = threading.local()
@@ -197,8 +198,8 @@ def _directive_class():
             target = kind in reading.domain.crossref_types
             built = None
             if described and anchor:
-                prefix = "" if kind in PYTHON_OBJECTS or kind == "module" else kind
-                built = _built_id(self.state.document, anchor, prefix)
+                prefix = "" if kind in PYTHON_OBJECTS else kind
+                built = _built_id(self.state.document, anchor, prefix, reading.serials)
             reading.directives.append(
                 _Directive(
                     start, end, has_content, anchor, described, target, generated, built if built != anchor else None
@@ -223,7 +224,7 @@ def _directive_class():
     return Recorded
 
 
-def _built_id(document, anchor: str, prefix: str) -> str:
+def _built_id(document, anchor: str, prefix: str, serials: dict[str, int]) -> str:
     """sphinx.util.nodes.make_id for an object description: its anchor, or where the page
     already holds that id, `id0`, `id1`, ... (`<type>-0` for a typed object), counted per page;
     the id is noted in the document, so docutils' own `idN` for titles skip it, as in Sphinx."""
@@ -231,10 +232,8 @@ def _built_id(document, anchor: str, prefix: str) -> str:
 
     chosen = anchor
     while chosen in document.ids:
-        serial = getattr(document, "_ragtrail_serials", {})
-        number = serial.get(prefix, 0)
-        serial[prefix] = number + 1
-        document._ragtrail_serials = serial
+        number = serials.get(prefix, 0)
+        serials[prefix] = number + 1
         chosen = f"{prefix}-{number}" if prefix else f"id{number}"
     document.set_id(nodes.target("", "", ids=[chosen]))
     return chosen

@@ -597,6 +597,10 @@ def test_literalinclude_and_quoted_myst_options_are_read_as_sphinx_reads_them(tm
     (repo / "examples" / "hello.py").write_text((repo / "examples" / "hello.py").read_text().replace("hello", "hi"))
     after = {s.id: s.text for s in split_project(docs)[1]}
     assert {i for i in sections if after[i] != sections[i]} == {"index.rst#example"}
+    # Code holding a fence stays inside the block: its `# comment` is no heading.
+    (repo / "examples" / "fenced.py").write_text('DOC = """\n```\n"""\n# not a heading\n')
+    (docs / "code.md").write_text("# Code\n\nShown:\n\n```{literalinclude} ../examples/fenced.py\n```\n")
+    assert [s.id for s in split_project(docs)[1] if s.path == "code.md"] == ["code.md"]
     (docs / "table.rst").write_text("Table\n=====\n\n.. csv-table:: Hours\n   :file: ../hours.csv\n")
     assert any("table.rst:5 reads a file (:file: ../hours.csv)" in n for n in split_project(docs)[0].notes)
 
