@@ -194,11 +194,11 @@ class MetricsMiddleware:
         if not request.path.startswith("/api/"):
             return self.get_response(request)
         started = time.perf_counter()
-        token = refusals.begin()
+        tokens = refusals.begin()
         try:
             response = self.get_response(request)
         finally:
-            reason = refusals.end(token)
+            reason, let_in = refusals.end(tokens)
         elapsed = time.perf_counter() - started
         match = _match(request)
         route = match.route if match is not None and match.route else "unmatched"
@@ -207,7 +207,8 @@ class MetricsMiddleware:
         HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
         HTTP_SECONDS.labels(route).observe(elapsed)
         scope = (match.kwargs.get("scope") or match.kwargs.get("scope_slug")) if match else None
-        refusals.tally(scope, response.status_code, reason)
+        presented = refusals.credential(request.headers.get("Authorization", ""))
+        refusals.tally(refusals.whose(scope, let_in, presented, response.status_code), response.status_code, reason)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 "request",

@@ -1,25 +1,28 @@
-"""Requests refused with 503 over the last minutes, by cause, for the whole service and for
-each scope: what the operator pages' verdict reads (the alerts read the same events as
-`ragtrail_shed_total`, through Prometheus).
+"""Requests refused with 503 over the last minutes, by cause, for the whole service, for each
+scope and for each key in it: what the operator pages' verdict reads (the alerts read the same
+events as `ragtrail_shed_total`, through Prometheus).
 
 Every API request is tallied where metrics count it (`infra.metrics.MetricsMiddleware`), with
-the cause its refusal was counted under (`shed`). A process adds its tallies to minute buckets
-in the shared cache (Redis in production) at most every few seconds, so every process and the
-pages see the sum; a bucket outlives the window and then expires. Per scope, only scopes a
-key was let into in this process are tallied: a refused request is not authenticated, and a
-slug an attacker makes up must not make a key.
+the cause its refusal was counted under (`shed`), straight into minute buckets in the shared
+cache (Redis in production: one pipelined round trip), so every page reads the same whole
+figures whichever process answered; a bucket outlives the window and then expires.
+
+A request counts for a scope, and for its key there, only once the key check let it into that
+scope (`admitted`): keyless and wrong-key traffic is the service's alone, so nobody without a
+key can move a tenant's verdict. A request refused before its key was checked (queued past the
+budget) counts for the scope where the same key was let into it by this process before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections import Counter
+from collections import OrderedDict
 from contextvars import ContextVar
 
 SLOT_S = 60
 WINDOW_SLOTS = 5  # the verdict's window: the current minute and the four before it
-FLUSH_S = 5.0
 # What each counted reason is, to an operator: capacity (queued, model busy) or the database.
 CAUSES = {
     "queued past the budget": "queued past the budget",
@@ -28,29 +31,44 @@ CAUSES = {
     "database deadline": "database",
     "database away": "database",
 }
-# Whose tally a key holds: the service's, or a scope's (a slug is letters, digits, - and _).
+WHATS = ("requests", *sorted(set(CAUSES.values())), "other")
+# Whose tally a key holds: the service's, a scope's, or a key's in a scope.
 SERVICE = "service"
+# A cache that failed is not asked again for this long: a request pays its socket timeout once.
+AWAY_S = 60.0
 
 
 def _scope(slug: str) -> str:
     return f"scope-{slug}"
 
 
+def _key_in_scope(slug: str, key: str) -> str:
+    return f"scope-{slug}-key-{key}"
+
+
 _refused_for: ContextVar[str | None] = ContextVar("ragtrail_refused_for", default=None)
+_admitted_to: ContextVar[tuple[str, str] | None] = ContextVar("ragtrail_admitted_to", default=None)
 _lock = threading.Lock()
-_pending: Counter = Counter()
-_last_flush = [0.0]
-# Scopes a key was let into (scopes.auth tells): bounded by the scopes that exist.
-_known: set[str] = set()
-KNOWN_AT_MOST = 100_000
+_away_until = [0.0]
+# Credentials this process let in, by digest: (key, scopes), most recent last, bounded.
+_let_in: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
+LET_IN_AT_MOST = 10_000
 
 
-def scope_seen(slug: str) -> None:
-    """A key was let into this scope: its refusals are tallied under it from now on."""
-    if slug not in _known:
-        if len(_known) >= KNOWN_AT_MOST:
-            _known.clear()
-        _known.add(slug)
+def credential(authorization: str) -> str | None:
+    """A digest of the Authorization header a request presented (None without one)."""
+    return hashlib.sha256(authorization.encode()).hexdigest() if authorization else None
+
+
+def admitted(slug: str, key: str, presented: str | None = None) -> None:
+    """The key check let the current request into this scope, under this key (its lookup)."""
+    _admitted_to.set((slug, key))
+    if presented:
+        with _lock:
+            _, slugs = _let_in.pop(presented, (key, frozenset()))
+            _let_in[presented] = (key, slugs | {slug})
+            while len(_let_in) > LET_IN_AT_MOST:
+                _let_in.popitem(last=False)
 
 
 def refused(reason: str) -> None:
@@ -58,36 +76,42 @@ def refused(reason: str) -> None:
     _refused_for.set(reason)
 
 
-def begin() -> object:
-    return _refused_for.set(None)
+def begin() -> tuple[object, object]:
+    return _refused_for.set(None), _admitted_to.set(None)
 
 
-def end(token: object) -> str | None:
-    reason = _refused_for.get()
-    _refused_for.reset(token)
-    return reason
+def end(tokens: tuple[object, object]) -> tuple[str | None, tuple[str, str] | None]:
+    """Why the request was refused, and the (scope, key) it was let into."""
+    reason, let_in = _refused_for.get(), _admitted_to.get()
+    _refused_for.reset(tokens[0])
+    _admitted_to.reset(tokens[1])
+    return reason, let_in
 
 
-def tally(slug: str | None, status: int, reason: str | None, now: float | None = None) -> None:
-    """One API request answered: counted for the service and its scope, by cause where refused."""
+def whose(slug: str | None, let_in: tuple[str, str] | None, presented: str | None, status: int) -> list[str]:
+    """The tallies a request counts in: the service's, and its scope's and key's where let in."""
+    if let_in is None and status == 503 and slug and presented:
+        with _lock:
+            key, slugs = _let_in.get(presented, ("", frozenset()))
+        if slug in slugs:
+            let_in = (slug, key)
+    if let_in is None:
+        return [SERVICE]
+    return [SERVICE, _scope(let_in[0]), _key_in_scope(*let_in)]
+
+
+def tally(names: list[str], status: int, reason: str | None, now: float | None = None) -> None:
+    """One API request answered: counted under each name, by cause where refused."""
     now = time.time() if now is None else now
+    if now < _away_until[0]:
+        return
     slot = int(now // SLOT_S)
     cause = CAUSES.get(reason or "", "other") if status == 503 else None
-    who = [SERVICE]
-    if slug and slug in _known:
-        who.append(_scope(slug))
-    with _lock:
-        for name in who:
-            _pending[(slot, name, "requests")] += 1
-            if cause:
-                _pending[(slot, name, cause)] += 1
-        due = now - _last_flush[0] >= FLUSH_S
-        if due:
-            flushing = dict(_pending)
-            _pending.clear()
-            _last_flush[0] = now
-    if due:
-        _flush(flushing)
+    keys = [_key(slot, name, what) for name in names for what in ("requests", cause) if what]
+    try:
+        _add(keys)
+    except Exception:  # noqa: BLE001 -- a cache that is away loses these counts, never a request
+        _away_until[0] = time.time() + AWAY_S
 
 
 def _key(slot: int, name: str, what: str) -> str:
@@ -95,18 +119,43 @@ def _key(slot: int, name: str, what: str) -> str:
     return f"rt:refusals:{slot}:{name}:{what.replace(' ', '-')}"
 
 
-def _flush(counts: dict) -> None:
+def _add(keys: list[str]) -> None:
     from django.core.cache import caches
 
-    cache = caches["heartbeats"]
+    cache, ttl = caches["heartbeats"], SLOT_S * (WINDOW_SLOTS + 5)
+    client = getattr(getattr(cache, "_cache", None), "get_client", None)
+    if client is not None:  # Django's Redis backend: one round trip for every count
+        names = [cache.make_and_validate_key(key) for key in keys]
+        pipe = client(names[0], write=True).pipeline(transaction=False)
+        for name in names:
+            pipe.incr(name)
+            pipe.expire(name, ttl)
+        pipe.execute()
+        return
+    for key in keys:
+        cache.add(key, 0, timeout=ttl)
+        cache.incr(key)
+
+
+def _read(names: list[str], now: float | None) -> dict[str, dict] | None:
+    from django.core.cache import caches
+
+    now = time.time() if now is None else now
+    current = int(now // SLOT_S)
+    slots = range(current - WINDOW_SLOTS + 1, current + 1)
+    keys = {_key(s, name, what): (name, what) for s in slots for name in names for what in WHATS}
     try:
-        for (slot, name, what), n in counts.items():
-            key = _key(slot, name, what)
-            cache.add(key, 0, timeout=SLOT_S * (WINDOW_SLOTS + 5))
-            cache.incr(key, n)
-    except Exception:  # noqa: BLE001 -- a cache that is away loses these counts, never a request
-        # and is not asked again for a minute: a request pays its socket timeout once, not every flush.
-        _last_flush[0] = time.time() + 55.0
+        found = caches["heartbeats"].get_many(list(keys))
+    except Exception:  # noqa: BLE001 -- unknown, not an error page
+        return None
+    totals: dict[str, dict] = {name: {"requests": 0, "refused": {}} for name in names}
+    for key, (name, what) in keys.items():
+        n = int(found.get(key) or 0)
+        if what == "requests":
+            totals[name]["requests"] += n
+        elif n:
+            totals[name]["refused"][what] = totals[name]["refused"].get(what, 0) + n
+    return totals
 
 
 def window(slug: str, now: float | None = None) -> dict | None:
@@ -116,25 +165,14 @@ def window(slug: str, now: float | None = None) -> dict | None:
     Returns:
         {"minutes": 5, "scope": {"requests": n, "refused": {cause: n}}, "service": {...}}
     """
-    from django.core.cache import caches
-
-    now = time.time() if now is None else now
-    current = int(now // SLOT_S)
-    slots = range(current - WINDOW_SLOTS + 1, current + 1)
-    whats = ("requests", *sorted(set(CAUSES.values())), "other")
-    keys = {_key(s, name, what): (name, what) for s in slots for name in (_scope(slug), SERVICE) for what in whats}
-    try:
-        found = caches["heartbeats"].get_many(list(keys))
-    except Exception:  # noqa: BLE001 -- unknown, not an error page
+    totals = _read([_scope(slug), SERVICE], now)
+    if totals is None:
         return None
-    with _lock:  # this process's own counts not yet added to the cache
-        unflushed = {_key(*k): n for k, n in _pending.items() if k[0] in slots}
-    totals = {name: {"requests": 0, "refused": Counter()} for name in (_scope(slug), SERVICE)}
-    for key, (name, what) in keys.items():
-        n = int(found.get(key) or 0) + unflushed.get(key, 0)
-        if what == "requests":
-            totals[name]["requests"] += n
-        elif n:
-            totals[name]["refused"][what] += n
-    shape = lambda t: {"requests": t["requests"], "refused": dict(t["refused"])}  # noqa: E731
-    return {"minutes": WINDOW_SLOTS, "scope": shape(totals[_scope(slug)]), "service": shape(totals[SERVICE])}
+    return {"minutes": WINDOW_SLOTS, "scope": totals[_scope(slug)], "service": totals[SERVICE]}
+
+
+def by_key(slug: str, keys: list[str], now: float | None = None) -> dict[str, dict] | None:
+    """The last minutes' requests and refusals by cause of each of these keys (lookups) in
+    this scope, as `window` counts them; None when the shared cache cannot be read."""
+    totals = _read([_key_in_scope(slug, key) for key in keys], now)
+    return None if totals is None else {key: totals[_key_in_scope(slug, key)] for key in keys}

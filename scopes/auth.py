@@ -79,7 +79,8 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
     scope = request.auth.grants(slug)
     if scope is None:
         raise RequestRefused(404, "not_found", "no such scope", field="scope")
-    refusals.scope_seen(scope.slug)  # a real scope: its refusals are now tallied under it
+    # Let in: its requests and refusals count for this scope and key from now on.
+    refusals.admitted(scope.slug, request.auth.lookup, refusals.credential(request.headers.get("Authorization", "")))
     return scope
 
 

@@ -1,6 +1,6 @@
 """The overview's verdict from plain figures: which signal makes it watch or broken."""
 
-from trails.core.health import in_words, judge
+from trails.core.health import in_words, judge, service_refusals
 
 CALM = dict(
     false_hits_verdict="ok",
@@ -52,12 +52,17 @@ def test_a_scopes_own_refusals_judge_it_by_cause_and_the_services_only_watch():
         "(100 queued past the budget, 30 database)" in own.because
     )
     assert judge(**{**CALM, "refusals": refusals({"model busy": 12}, {"model busy": 12})}).verdict == "watch"  # 3 %
-    # A quiet tenant beside a flooded one: a watch that says whose refusals they are.
-    quiet = judge(**{**CALM, "refusals": refusals({}, {"queued past the budget": 500, "model busy": 20})})
-    assert quiet.verdict == "watch" and (
+    # A quiet tenant beside a flooded one (keyless floods included): the service's, not the tenant's verdict.
+    flooded = refusals({}, {"queued past the budget": 500, "model busy": 20})
+    assert judge(**{**CALM, "refusals": flooded}).verdict == "ok"
+    service = service_refusals(flooded)
+    assert service.level == "broken" and (
         "the service refused 520 of 1000 API requests with 503 in the last 5 min "
-        "(500 queued past the budget, 20 model busy); 0 of them to this scope" in quiet.because
+        "(500 queued past the budget, 20 model busy), of every client, keyless ones included; "
+        "0 of them to this scope's keys" == service.words
     )
+    assert service_refusals(refusals({}, {"model busy": 30})).level == "watch"  # 3 %
+    assert service_refusals(refusals({}, {"model busy": 10})) is None
     # Refusals that ended before the window are none; counts that cannot be read are no verdict.
     assert judge(**{**CALM, "refusals": refusals({}, {})}).verdict == "ok"
     assert judge(**{**CALM, "refusals": None}).verdict == "ok"

@@ -1001,7 +1001,10 @@ def test_refusals_over_the_last_minutes_name_their_tenant_and_cause(staff, db, s
     late = {"X-Request-Start": f"t={time.time() - 30:.3f}"}  # queued 30 s before it reached a worker
     for _ in range(4):
         shed = agents[busy.slug].client.post(
-            f"/api/v1/scopes/{busy.slug}/recall", {"query": "x"}, content_type="application/json", headers=late
+            f"/api/v1/scopes/{busy.slug}/recall",
+            {"query": "x"},
+            content_type="application/json",
+            headers={**agents[busy.slug].headers, **late},
         )
         assert shed.status_code == 503
     page = staff.get(f"/ops/{busy.slug}/").content.decode()
@@ -1009,8 +1012,97 @@ def test_refusals_over_the_last_minutes_name_their_tenant_and_cause(staff, db, s
         "4 of 5 API requests to this scope refused with 503 in the last 5 min (4 queued past the budget)" in page
     )
     page = staff.get(f"/ops/{quiet.slug}/").content.decode()
-    assert "0 of them to this scope" in page and "the service refused" in page
+    assert 'id="health-verdict">ok<' in page
+    assert "0 of them to this scope&#x27;s keys" in page and "service refused 4 of 6" in page
     assert "this scope 0 of 1 API requests refused with 503" in page
+
+
+def test_a_keyless_or_wrong_key_flood_leaves_a_tenants_verdict_and_counts_unchanged(staff, db, settings):
+    """Shed 503s and 401s of requests with no key or a made-up one are the service's figures, said
+    as the service's; the tenant's own counts, verdict and per-key table do not move."""
+    import time
+    import uuid
+
+    from scopes.models import ApiKey, Scope
+    from tests.conftest import ApiClient
+
+    jobs_heard_from()
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})
+    tenant = Scope.objects.create(slug=f"tenant-{uuid.uuid4().hex[:6]}", matcher="lexical")
+    agent = ApiClient(ApiKey.issue([tenant], name="support agents")[1])
+    for _ in range(3):
+        assert agent.recall(tenant.slug, query="Where do visitors park?").status_code == 200
+
+    def verdict_and_counts() -> tuple[str, str, str]:
+        page = staff.get(f"/ops/{tenant.slug}/").content.decode()
+        verdict = page.split('id="health-verdict">', 1)[1].split("<", 1)[0]
+        own = page.split("this scope ", 1)[1].split(";", 1)[0]
+        return verdict, own, page.split('id="key-refusals"', 1)[1].split("</table>", 1)[0]
+
+    before = verdict_and_counts()
+    assert before[0] == "ok" and before[1].startswith("0 of 3 API requests refused")
+    path = f"/api/v1/scopes/{tenant.slug}/recall"
+    late = {"X-Request-Start": f"t={time.time() - 30:.3f}"}
+    for headers, status in (
+        (late, 503),  # no key, shed before the key check
+        ({"Authorization": "Bearer rt_madeup_secret", **late}, 503),
+        ({}, 401),
+        ({"Authorization": "Bearer rt_madeup_secret"}, 401),
+    ):
+        for _ in range(20):
+            answer = staff.post(path, {"query": "x"}, content_type="application/json", headers=headers)
+            assert answer.status_code == status
+    assert verdict_and_counts() == before
+    page = staff.get(f"/ops/{tenant.slug}/").content.decode()
+    assert "The service (not this scope's verdict): broken." in page
+    assert "service refused 40 of 83 API requests with 503" in page
+
+
+def test_refusals_are_listed_by_key_name_and_read_whole_whatever_process_tallied_them(staff, db, settings):
+    """Each key's requests and refusals in the scope, by its name; counts another process
+    tallied a moment ago are on the page at once, and the same on every refresh."""
+    import multiprocessing
+    import time
+    import uuid
+
+    from infra import refusals
+    from scopes.models import ApiKey, Scope
+    from tests.conftest import ApiClient
+
+    jobs_heard_from()
+    settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})
+    tenant = Scope.objects.create(slug=f"keys-{uuid.uuid4().hex[:6]}", matcher="lexical")
+    (flooder, flood_key), (_, calm_key) = (
+        ApiKey.issue([tenant], name="nightly crawler"),
+        ApiKey.issue([tenant], name="helpdesk bot"),
+    )
+    calm, flood = ApiClient(calm_key), ApiClient(flood_key)
+    assert calm.recall(tenant.slug, query="Where do visitors park?").status_code == 200
+    assert flood.recall(tenant.slug, query="Where do visitors park?").status_code == 200
+    late = {**flood.headers, "X-Request-Start": f"t={time.time() - 30:.3f}"}
+    for _ in range(6):
+        answer = flood.client.post(
+            f"/api/v1/scopes/{tenant.slug}/recall", {"query": "x"}, content_type="application/json", headers=late
+        )
+        assert answer.status_code == 503
+    # Another web process tallies three more of the crawler's refusals and exits.
+    names = refusals.whose(tenant.slug, (tenant.slug, flooder.lookup), None, 503)
+    child = multiprocessing.get_context("fork").Process(
+        target=lambda: [refusals.tally(names, 503, "model busy") for _ in range(3)]
+    )
+    child.start()
+    child.join(30)
+    pages = [staff.get(f"/ops/{tenant.slug}/").content.decode() for _ in range(2)]
+    rows = [p.split('id="key-refusals"', 1)[1].split("</tbody>", 1)[0] for p in pages]
+    assert rows[0] == rows[1]
+    cells = [
+        [cell.split(">", 1)[1] for cell in row.split("</td>")[:-1]] for row in rows[0].split("<tr>")[2:]
+    ]  # after the header's row
+    assert cells == [
+        ["nightly crawler", "10", "9", "6 queued past the budget, 3 model busy"],
+        ["helpdesk bot", "1", "0", "—"],
+    ]
+    assert "this scope 9 of 11 API requests refused with 503" in pages[0]
 
 
 def test_a_docs_sync_left_in_the_queue_is_listed_with_its_age_and_flagged(staff, db):

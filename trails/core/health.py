@@ -91,14 +91,14 @@ def causes_in_words(refused: dict[str, float]) -> str:
 
 
 def refusal_findings(refusals: dict | None) -> list[Finding]:
-    """This scope's own refusals judge it (watch past 2 %, broken past 20 % of its requests);
-    the service's, where this scope's are few, are a watch that says they are not this scope's."""
+    """This scope's own refusals judge it (watch past 2 %, broken past 20 % of its requests):
+    requests its keys were let in with (or refused before the check with a key let in before).
+    The service's refusals (keyless floods included) never do: `service_refusals` tells them."""
     if refusals is None:
         return []
-    minutes, own, service = refusals["minutes"], refusals["scope"], refusals["service"]
-    own_refused, service_refused = sum(own["refused"].values()), sum(service["refused"].values())
+    minutes, own = refusals["minutes"], refusals["scope"]
+    own_refused = sum(own["refused"].values())
     own_share = own_refused / own["requests"] if own["requests"] else 0.0
-    service_share = service_refused / service["requests"] if service["requests"] else 0.0
     if own_share >= REFUSED_WATCH:
         return [
             Finding(
@@ -108,16 +108,26 @@ def refusal_findings(refusals: dict | None) -> list[Finding]:
                 f"last {minutes} min ({causes_in_words(own['refused'])})",
             )
         ]
-    if service_share >= REFUSED_WATCH:
-        return [
-            Finding(
-                "watch",
-                "refused requests",
-                f"the service refused {service_refused:.0f} of {service['requests']:.0f} API requests with 503 in the "
-                f"last {minutes} min ({causes_in_words(service['refused'])}); {own_refused:.0f} of them to this scope",
-            )
-        ]
     return []
+
+
+def service_refusals(refusals: dict | None) -> Finding | None:
+    """The whole service's refusals, said as the service's (watch past 2 %, broken past 20 % of
+    every API request, keyless and wrong-key ones included); None below that."""
+    if refusals is None:
+        return None
+    minutes, service = refusals["minutes"], refusals["service"]
+    refused = sum(service["refused"].values())
+    share = refused / service["requests"] if service["requests"] else 0.0
+    if share < REFUSED_WATCH:
+        return None
+    return Finding(
+        "broken" if share >= REFUSED_BROKEN else "watch",
+        "service",
+        f"the service refused {refused:.0f} of {service['requests']:.0f} API requests with 503 in the last "
+        f"{minutes} min ({causes_in_words(service['refused'])}), of every client, keyless ones included; "
+        f"{sum(refusals['scope']['refused'].values()):.0f} of them to this scope's keys",
+    )
 
 
 def judge(

@@ -21,7 +21,7 @@ from scopes.models import Scope, SectionSync, SectionSyncJob
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
-from trails.core.health import WaitingJob, causes_in_words, in_words
+from trails.core.health import WaitingJob, causes_in_words, in_words, service_refusals
 from trails.core.health import judge as judge_health
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
@@ -46,7 +46,7 @@ from trails.models.recalls import (
 from trails.serving.matching import matching_settings
 from trails.upkeep.reindex import resigning
 from trails.upkeep.sync import JOB_DEADLINE_SECONDS
-from trails.views.common import last_scope, scope_or_404, scope_page, staff_required
+from trails.views.common import key_names, last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
 # The jobs whose heartbeat the overview shows, and how often beat runs each (settings).
@@ -57,6 +57,23 @@ JOB_PERIODS = {
 }
 # What the page calls each: the heartbeat's success is the worker's pulse; its sending, beat's.
 JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
+
+
+def refusals_by_key(scope: Scope) -> list[dict] | None:
+    """The last minutes' requests and refusals of each of the scope's keys, by name, busiest
+    first (keys with none left out); None when the shared cache cannot be read."""
+    names = key_names(scope)
+    counted = refusals.by_key(scope.slug, list(names))
+    if counted is None:
+        return None
+    rows = [
+        {"key": names[key], **tally, "refused_total": sum(tally["refused"].values())}
+        for key, tally in counted.items()
+        if tally["requests"]
+    ]
+    for row in rows:
+        row["causes"] = causes_in_words(row["refused"])
+    return sorted(rows, key=lambda row: (-row["refused_total"], -row["requests"], row["key"]))
 
 
 def job_name(task: str) -> str:
@@ -203,6 +220,8 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     for part in ("scope", "service") if health["refusals"] else ():
         counted = health["refusals"][part]
         counted.update(refused_total=sum(counted["refused"].values()), causes=causes_in_words(counted["refused"]))
+    health["service"] = service_refusals(health["refusals"])
+    health["keys"] = refusals_by_key(scope)
     return scope_page(
         request,
         "trails/overview/overview.html",
