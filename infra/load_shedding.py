@@ -33,6 +33,7 @@ from django.conf import settings
 
 from infra import metrics
 from infra.errors import Overloaded
+from infra.queue_stamps import UNIX
 
 _deadline: ContextVar[float | None] = ContextVar("ragtrail_deadline", default=None)
 
@@ -47,10 +48,11 @@ def arrival(meta: dict, now: float, trusted: frozenset[str] | set[str]) -> float
     """When a request was first queued, from stamps no client can forge: the worker's own
     (only under gunicorn, whose worker replaces any the client sent) and a trusted proxy's;
     the earlier, never later than now. None where neither is there."""
-    stamps = []
-    if meta.get("SERVER_SOFTWARE", "").startswith("gunicorn"):
+    stamps, gunicorn = [], meta.get("SERVER_SOFTWARE", "").startswith("gunicorn")
+    if gunicorn:
         stamps.append(queued_since(meta.get("HTTP_X_RAGTRAIL_QUEUED_AT"), now))
-    if meta.get("REMOTE_ADDR") in trusted:
+    # gunicorn on a unix socket gives no peer address: the socket is the proxy's ("unix").
+    if (meta.get("REMOTE_ADDR") or (UNIX if gunicorn else None)) in trusted:
         stamps.append(queued_since(meta.get("HTTP_X_REQUEST_START"), now))
     found = [min(stamp, now) for stamp in stamps if stamp is not None]
     return min(found) if found else None

@@ -7,7 +7,7 @@ served late. This worker stamps the moment a connection with a request is handed
 thread pool (a new connection, or a kept-alive one that became readable), in a header of its
 own that it first strips from what the client sent, so the same check sheds with no proxy
 and no client can forge its wait. A proxy's X-Request-Start is kept only from an address in
-RAGTRAIL_TRUSTED_PROXIES; from anyone else it is dropped (a stamp in the future read as no
+RAGTRAIL_TRUSTED_PROXIES ("unix": gunicorn's unix socket); from anyone else it is dropped (a stamp in the future read as no
 wait at all, which is never shed).
 """
 
@@ -18,7 +18,7 @@ import time
 
 from gunicorn.workers.gthread import ThreadWorker
 
-from infra.queue_stamps import OWN_STAMP, PROXY_STAMP, trusted_proxies
+from infra.queue_stamps import OWN_STAMP, PROXY_STAMP, peer_of, trusted_proxies
 
 TRUSTED = trusted_proxies(os.environ.get("RAGTRAIL_TRUSTED_PROXIES", ""))
 
@@ -38,15 +38,11 @@ def stamp(
         headers.append((OWN_STAMP, f"t={queued_at:.6f}"))
 
 
-def _peer(client) -> str | None:
-    return client[0] if isinstance(client, (tuple, list)) and client else None
-
-
 class StampingThreadWorker(ThreadWorker):
     def enqueue_req(self, conn):
         conn.queued_at = time.time()
         super().enqueue_req(conn)
 
     def handle_request(self, req, conn):
-        stamp(req.headers, getattr(conn, "queued_at", None), _peer(getattr(conn, "client", None)))
+        stamp(req.headers, getattr(conn, "queued_at", None), peer_of(getattr(conn, "client", None)))
         return super().handle_request(req, conn)

@@ -30,6 +30,7 @@ ALLOWED_HOSTS = env_list("RAGTRAIL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[
 # Behind TLS (production): secure cookies, HSTS, redirects to https, and the proxy's
 # X-Forwarded-Proto trusted. `manage.py check --deploy` passes with this on (a test runs it).
 RAGTRAIL_HTTPS = env_bool("RAGTRAIL_HTTPS", False)
+SECURE_REDIRECT_EXEMPT = [r"^health/"]  # probes speak plain http to the host
 if RAGTRAIL_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env_bool("RAGTRAIL_SSL_REDIRECT", True)
@@ -65,6 +66,8 @@ MIDDLEWARE = [
     "infra.metrics.MetricsMiddleware",
     # Then: a request already past its time budget is answered before any other work.
     "infra.load_shedding.LoadSheddingMiddleware",
+    # A chunked body without its length is refused, never read as empty.
+    "infra.body_length.LengthRequiredMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Operator pages compressed (BREACH-safe); listed early so it sees the final page.
     "infra.compression.HtmlGZipMiddleware",

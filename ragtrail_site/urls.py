@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 
 from infra.metrics import metrics_view
 
+from . import health
 from .api import api
 
 urlpatterns = [
@@ -13,6 +14,8 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("api/docs", RedirectView.as_view(url="/api/v1/docs", permanent=False)),
     path("metrics", metrics_view, name="metrics"),
+    path("health/live", health.live, name="live"),
+    path("health/ready", health.ready, name="ready"),
 ]
 
 # Whatever raises, in any layer, an API path answers JSON (infra.errors.server_error).

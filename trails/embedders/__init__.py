@@ -52,6 +52,17 @@ def _entered(what: str) -> AbstractContextManager:
     return _inference_gate[0](what) if _inference_gate else nullcontext()
 
 
+# The (module, model) pairs this process has loaded: what readiness asks, without loading one.
+_loaded: set[tuple[str, str]] = set()
+
+
+def loaded() -> bool:
+    """Whether the embedder the settings name is loaded in this process (never loads it)."""
+    from django.conf import settings
+
+    return bool(_override) or (settings.RAGTRAIL_EMBEDDER, settings.RAGTRAIL_EMBEDDING_MODEL) in _loaded
+
+
 @lru_cache(maxsize=4)
 def load_embedder(module: str, model: str) -> BaseEmbedder:
     """Returns the embedder of a backend module, built once per process for each model,
@@ -61,6 +72,7 @@ def load_embedder(module: str, model: str) -> BaseEmbedder:
     started = time.perf_counter()
     embedder = CachedEmbedder(importlib.import_module(module).Embedder(model), settings.RAGTRAIL_EMBEDDING_CACHE_SIZE)
     _observe_load(time.perf_counter() - started)
+    _loaded.add((module, model))
     return embedder
 
 

@@ -1,0 +1,58 @@
+"""Liveness and readiness, as a load balancer or systemd polls them."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError
+from django.test import Client
+
+from infra import refusals
+from trails import embedders
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def probe(settings) -> Client:
+    settings.RAGTRAIL_EMBEDDER = "trails.embedders.hashing"
+    return Client()
+
+
+def test_readiness_is_false_until_the_model_is_loaded_and_the_database_answers(probe, monkeypatch):
+    monkeypatch.setattr(embedders, "_loaded", set())
+    answer = probe.get("/health/ready")
+    assert answer.status_code == 503 and answer.json() == {
+        "ready": False,
+        "checks": {"database": "ok", "cache": "ok", "model": "not loaded"},
+    }
+    embedders.load_embedder.cache_clear()
+    embedders.get_embedder()
+    assert probe.get("/health/ready").json() == {
+        "ready": True,
+        "checks": {"database": "ok", "cache": "ok", "model": "ok"},
+    }
+
+    from django.db import connection
+
+    def away():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection, "cursor", away)
+    answer = probe.get("/health/ready")
+    assert answer.status_code == 503 and answer.json()["checks"]["database"] == "unreachable (OperationalError)"
+    # Liveness asks nothing of the database: the process answers, so it is not restarted.
+    assert probe.get("/health/live").json() == {"live": True}
+
+
+def test_probes_need_no_key_and_are_never_counted_as_api_traffic(probe, scope):
+    before = refusals.window(scope.slug)
+    for _ in range(5):
+        assert probe.get("/health/live").status_code == 200
+        probe.get("/health/ready")
+    assert refusals.window(scope.slug) == before
+
+
+def test_probes_over_plain_http_are_answered_where_https_is_enforced(probe, settings):
+    settings.SECURE_SSL_REDIRECT = True
+    assert probe.get("/api/v1/docs").status_code == 301
+    assert probe.get("/health/live").status_code == 200
