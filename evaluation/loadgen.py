@@ -44,6 +44,8 @@ class Connection:
     # (an address the server does not trust as a proxy).
     forge_every = 0
     source: str | None = None
+    # TLS to the server (nginx in front, evaluation.deployment), None for plain HTTP.
+    tls = None
 
     def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
         self.host, self.port, self.headers = host, port, headers
@@ -55,7 +57,9 @@ class Connection:
     async def send(self, request: Request, stamp: float) -> int:
         if self.writer is None:
             local = (self.source, 0) if self.source else None
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, local_addr=local)
+            self.reader, self.writer = await asyncio.open_connection(
+                self.host, self.port, local_addr=local, ssl=self.tls, server_hostname=self.host if self.tls else None
+            )
         body = (
             request.raw
             if request.raw is not None

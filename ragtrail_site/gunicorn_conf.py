@@ -12,7 +12,18 @@ import time
 
 from infra.env import env_int, env_str
 
+# Production binds a unix socket only nginx may open (RAGTRAIL_BIND=unix:/run/ragtrail/web.sock,
+# deploy/): slow clients then reach nginx, which buffers them, never a gunicorn thread.
 bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
+# The socket is the owner's and its group's (nginx's user joins the group), nobody else's.
+umask = 0o007
+# gunicorn's control socket in this deployment's own state folder, not one $HOME shared by all.
+_state_dir = env_str("RAGTRAIL_STATE_DIR", "") or os.path.join(os.path.dirname(os.path.dirname(__file__)), ".celery")
+os.makedirs(_state_dir, exist_ok=True)
+control_socket = os.path.join(_state_dir, "gunicorn.ctl")
+# systemd (Type=notify) hears "ready" from the first worker with its model warm, not from the
+# master as it binds (gunicorn's own notice, which would come before any worker can answer).
+_notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
 # Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
 # with a few threads for the time spent waiting on PostgreSQL and Redis.
 workers = env_int("RAGTRAIL_WORKERS", os.cpu_count() or 2)
@@ -43,6 +54,8 @@ preload_app = True
 _metrics_dir = os.environ.setdefault(
     "PROMETHEUS_MULTIPROC_DIR",
     env_str("RAGTRAIL_METRICS_DIR", "")
+    # On a unix socket, the deployment's own state folder (the systemd units' PrivateTmp keeps /tmp apart).
+    or (os.path.join(_state_dir, "metrics") if bind.startswith("unix:") else "")
     or os.path.join(tempfile.gettempdir(), f"ragtrail-metrics-{bind.rsplit(':', 1)[-1]}"),
 )
 os.makedirs(_metrics_dir, exist_ok=True)
@@ -86,3 +99,8 @@ def post_worker_init(worker) -> None:
         embedder.name,
         time.perf_counter() - started,
     )
+    if _notify_socket:
+        from gunicorn import systemd
+
+        os.environ["NOTIFY_SOCKET"] = _notify_socket
+        systemd.sd_notify(f"READY=1\nSTATUS=worker {worker.pid} serving, its model warm", worker.log, True)

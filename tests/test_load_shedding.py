@@ -225,6 +225,29 @@ def test_gunicorn_alone_stamps_when_a_request_was_queued_so_overload_is_shed_wit
     assert proxied == [("X-Request-Start", "t=1764000000.1"), ("X-RAGTRAIL-QUEUED-AT", "t=1764000000.900000")]
 
 
+def test_the_proxy_on_gunicorns_unix_socket_is_trusted_by_the_name_unix_and_nothing_else():
+    from infra.load_shedding import arrival
+    from infra.queue_stamps import peer_of
+    from ragtrail_site.gunicorn_worker import stamp
+
+    now = 1_800_000_000.0
+    assert [peer_of(a) for a in ("", b"", ("10.0.0.2", 5123), None)] == ["unix", "unix", "10.0.0.2", None]
+    proxied = [("X-Request-Start", f"t={now - 5}")]
+    stamp(proxied, now - 1.0, peer=peer_of(""), trusted=frozenset({"unix"}))
+    assert dict(proxied)["X-Request-Start"] == f"t={now - 5}"
+    stamp(
+        dropped := [("X-Request-Start", f"t={now - 5}")],
+        now - 1.0,
+        peer=peer_of(("127.0.0.1", 1)),
+        trusted=frozenset({"unix"}),
+    )
+    assert "X-Request-Start" not in dict(dropped)
+    # gunicorn on a unix socket gives REMOTE_ADDR "": the proxy's stamp counts only where "unix" is trusted.
+    meta = {"SERVER_SOFTWARE": "gunicorn/27.0.1", "REMOTE_ADDR": "", "HTTP_X_REQUEST_START": f"t={now - 5}"}
+    assert arrival(meta, now, {"unix"}) == now - 5
+    assert arrival(meta, now, {"127.0.0.1"}) is None
+
+
 def test_a_client_cannot_forge_its_wait_nor_switch_shedding_off_with_a_stamp_in_the_future():
     from infra.load_shedding import arrival
     from ragtrail_site.gunicorn_worker import stamp
