@@ -17,6 +17,8 @@ from infra.env import env_int, env_str
 bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
 # The socket is the owner's and its group's (nginx's user joins the group), nobody else's.
 umask = 0o007
+if bind.startswith("unix:"):
+    os.makedirs(os.path.dirname(bind.removeprefix("unix:")), exist_ok=True)
 # gunicorn's control socket in this deployment's own state folder, not one $HOME shared by all.
 _state_dir = env_str("RAGTRAIL_STATE_DIR", "") or os.path.join(os.path.dirname(os.path.dirname(__file__)), ".celery")
 os.makedirs(_state_dir, exist_ok=True)

@@ -24,7 +24,9 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -237,38 +239,48 @@ def production_clone(tmp_path_factory) -> Path:
     return copy_tracked(tmp_path_factory.mktemp("production") / "ragtrail")
 
 
-def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(production_clone, clean_env):
+def exported(line: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    """The environment after an `export` line, as bash leaves it (its $(...) and $VAR expanded)."""
+    done = subprocess.run(["bash", "-c", f"{line} && env -0"], cwd=cwd, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, f"{line}\n{done.stderr.decode()[-2000:]}"
+    return dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
+
+
+def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(production_clone, clean_env, tmp_path):
+    from evaluation import deployment
+
     if not shutil.which("createuser") or not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         pytest.skip("the production recipe runs on PostgreSQL (as CI does)")
+    if not deployment.nginx_available():
+        pytest.skip("nginx is not installed (.ci/run installs Debian's package)")
     clone = production_clone
     setup = next(b for b in blocks(PRODUCTION) if "createsuperuser" in b)
     processes = next(b for b in blocks(PRODUCTION) if "gunicorn -c" in b)
-    name, port = f"ragtrail_readme_{secrets.token_hex(3)}", free_port()
+    units = next(b for b in blocks(PRODUCTION) if "systemctl" in b)
+    name = f"ragtrail_readme_{secrets.token_hex(3)}"
+    run_dir, state = Path(tempfile.mkdtemp(prefix="rt-run-")), tmp_path / "state"  # a socket's path is short
     for old, new in (
-        ("postgres ragtrail &&", f"postgres {name} &&"),
+        ("CREATE ROLE ragtrail LOGIN", f"CREATE ROLE {name} LOGIN"),
         ("-O ragtrail ragtrail", f"-O {name} {name}"),
-        ("postgres://ragtrail@db:5432/ragtrail", f"postgres://{name}@127.0.0.1:5432/{name}"),
+        (
+            "postgres://ragtrail:$RAGTRAIL_DB_PASSWORD@db:5432/ragtrail",
+            f"postgres://{name}:$RAGTRAIL_DB_PASSWORD@127.0.0.1:5432/{name}",
+        ),
         ("-h db", "-h 127.0.0.1"),
-        ("RAGTRAIL_SECRET_KEY=…", f"RAGTRAIL_SECRET_KEY={secrets.token_urlsafe(40)}"),
-        ("ragtrail.example.org", "127.0.0.1"),
+        ("RAGTRAIL_ALLOWED_HOSTS=ragtrail.example.org", "RAGTRAIL_ALLOWED_HOSTS=127.0.0.1"),
         ("cache:6379", urlsplit(os.environ.get("RAGTRAIL_CACHE_URL") or "redis://127.0.0.1:6379").netloc),
-        ("RAGTRAIL_BIND=0.0.0.0:8000", f"RAGTRAIL_BIND=127.0.0.1:{port}"),
+        ("unix:/run/ragtrail/web.sock", f"unix:{run_dir}/web.sock"),
+        ("RAGTRAIL_STATE_DIR=/var/lib/ragtrail", f"RAGTRAIL_STATE_DIR={state}"),
         # The export's venv is the test venv (torch and all), linked rather than installed again.
         (
             "python3 -m venv .venv-export && .venv-export/bin/pip install -r requirements/export.txt",
             f"ln -s {ROOT / '.venv'} .venv-export",
-        ),
-        # createsuperuser prompts on a terminal; its documented non-interactive form.
-        (
-            "manage.py createsuperuser ",
-            "manage.py createsuperuser --noinput --username admin --email admin@example.org ",
         ),
     ):
         setup = rewrite(setup, old, new)
     # This run's own job queue and cache prefix: its worker takes no job of another run's.
     env = {
         **clean_env,
-        "DJANGO_SUPERUSER_PASSWORD": secrets.token_urlsafe(12),
         "RAGTRAIL_JOB_QUEUE": os.environ["RAGTRAIL_JOB_QUEUE"],
         "RAGTRAIL_CACHE_PREFIX": os.environ["RAGTRAIL_CACHE_PREFIX"],
     }
@@ -276,9 +288,16 @@ def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(produ
     try:
         for line in lines(setup):
             if line.startswith("export "):
-                env.update(re.findall(r"(\w+)=(\S+)", line.removeprefix("export ")))
+                env = exported(line.split("   #")[0], clone, env)
             else:
                 run(line.split("   #")[0], clone, env, timeout=900)
+        # The secret key, the database password and the admin's came from the one-liners, not from this test.
+        assert len(env["RAGTRAIL_SECRET_KEY"]) >= 50 and len(env["RAGTRAIL_DB_PASSWORD"]) >= 24
+        assert env["DATABASE_URL"] == f"postgres://{name}:{env['RAGTRAIL_DB_PASSWORD']}@127.0.0.1:5432/{name}"
+        written = (clone / "ragtrail.env").read_text()
+        assert (
+            clone / "ragtrail.env"
+        ).stat().st_mode & 0o077 == 0 and f"RAGTRAIL_SECRET_KEY={env['RAGTRAIL_SECRET_KEY']}" in written
         # The production install: no torch, no test or benchmark packages, and small.
         installed = run(".venv/bin/pip list --format freeze", clone, env).lower()
         for lab in ("torch==", "transformers==", "sentence-transformers==", "pytest==", "plotly==", "playwright=="):
@@ -297,17 +316,65 @@ def test_the_production_recipe_runs_as_written_on_postgresql_without_torch(produ
                     text=True,
                 )
             )
-        wait_for(lambda: not port_is_free(port) or started[0].poll() is not None, 120, "gunicorn listening")
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/docs", headers={"X-Forwarded-Proto": "https"})
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        # nginx with the repo's site file (its ports, socket and certificate this machine's).
+        cert, key = deployment.self_signed(tmp_path)
+        http_port, https_port = deployment.free_port(), deployment.free_port()
+        site = tmp_path / "ragtrail.conf"
+        site.write_text(deployment.site_config(run_dir / "web.sock", http_port, https_port, cert, key))
+        (tmp_path / "nginx.conf").write_text(deployment.main_config(tmp_path, site))
+        started.append(
+            subprocess.Popen(
+                ["nginx", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        # The recipe's readiness line, through nginx: it waits until a worker has its model warm.
+        ready = next(line for line in lines(units) if line.startswith("curl "))
+        ready = rewrite(ready, "http://ragtrail.example.org/", f"http://127.0.0.1:{http_port}/").split("   #")[0]
+        assert '"ready": true' in run(ready, clone, env, timeout=120)
+        request = urllib.request.Request(f"https://127.0.0.1:{https_port}/api/v1/docs")
+        context = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
             assert answer.status == 200
         time.sleep(3)
         for process in started:
             assert process.poll() is None, process.stderr.read()[-2000:]
+        # What the service keeps between runs is in its state folder, nothing in the checkout.
+        assert (state / "gunicorn.ctl").exists() and any(state.glob("beat-schedule*"))
+        assert not list(clone.glob("celerybeat-schedule*"))
     finally:
         stop(*started)
+        shutil.rmtree(run_dir, ignore_errors=True)
         subprocess.run(["dropdb", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
         subprocess.run(["dropuser", "-h", "127.0.0.1", "-U", "postgres", "--if-exists", name], capture_output=True)
+
+
+def test_the_service_units_pass_systemd_analyze_and_run_the_recipes_lines(tmp_path):
+    """Each unit is what systemd accepts (`systemd-analyze verify`, with the checkout where the
+    units expect it), and starts the very line the recipe runs without systemd."""
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed (Debian's systemd package has it)")
+    processes = [
+        line.split("#")[0].strip() for line in lines(next(b for b in blocks(PRODUCTION) if "gunicorn -c" in b))
+    ]
+    units = sorted((ROOT / "deploy" / "systemd").glob("ragtrail-*.service"))
+    assert [u.name for u in units] == ["ragtrail-beat.service", "ragtrail-web.service", "ragtrail-worker.service"]
+    commands = []
+    for unit in units:
+        text = unit.read_text()
+        commands.append(re.search(r"^ExecStart=/srv/ragtrail/(.*)$", text, flags=re.M).group(1))
+        (tmp_path / unit.name).write_text(text.replace("/srv/ragtrail", str(ROOT)))
+    assert sorted(commands) == sorted(processes)
+    checked = subprocess.run(
+        ["systemd-analyze", "verify", *[str(tmp_path / u.name) for u in units]], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # A unit naming a program that is not there fails the same check.
+    broken = tmp_path / "ragtrail-web.service"
+    broken.write_text(broken.read_text().replace(".venv/bin/gunicorn", ".venv/bin/gunicorn-missing"))
+    assert subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True).returncode != 0
 
 
 # The production recipe is run as written by its own test; every other page's lines are checked here.
