@@ -4,6 +4,8 @@ gunicorn on a unix socket, and the hostile clients the proxy is there to absorb.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import socket
@@ -130,7 +132,7 @@ def _stop(*processes: subprocess.Popen) -> None:
 
 
 @contextmanager
-def deployed(folder: Path, env: dict[str, str], workers: int = 2) -> Iterator[Deployment]:
+def deployed(folder: Path, env: dict[str, str], workers: int = 2, wait: bool = True) -> Iterator[Deployment]:
     """gunicorn (the repo's config) on a unix socket in `folder`, nginx (the repo's site file)
     in front on two free ports; `env` is gunicorn's environment (database, cache, secret key)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -162,13 +164,14 @@ def deployed(folder: Path, env: dict[str, str], workers: int = 2) -> Iterator[De
     )
     nginx = None
     try:
-        _wait(lambda: _unix_answers(socket_path), 120, "gunicorn listening on its socket", web)
         nginx = subprocess.Popen(
             [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(folder / "nginx.conf"), "-p", str(folder)],
             stdout=subprocess.DEVNULL,
             stderr=open(folder / "nginx.stderr", "w"),
         )
         _wait(lambda: _tcp_answers(https_port), 30, "nginx listening", nginx)
+        if wait:  # the socket nginx opens appears once a worker has its model warm
+            _wait(lambda: _unix_answers(socket_path), 120, "gunicorn answering on its socket", web)
         yield Deployment(folder, socket_path, http_port, https_port, web, nginx)
     finally:
         _stop(*([nginx] if nginx else []), web)
@@ -189,12 +192,38 @@ def through_proxy(deployment: Deployment) -> Iterator[None]:
         Connection.tls, Connection.proxy_stamp = saved
 
 
-# The hostile clients: each holds one connection and sends as slowly as a proxy allows.
+def post(deployment: Deployment, path: str, key: str, body: dict) -> int:
+    """A JSON POST through nginx, as an agent sends it; its status."""
+    conn = http.client.HTTPSConnection("127.0.0.1", deployment.https_port, context=deployment.tls, timeout=30)
+    try:
+        conn.request(
+            "POST", path, json.dumps(body), {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        )
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        conn.close()
 
 
-def _connect(deployment: Deployment) -> socket.socket:
-    raw = socket.create_connection(("127.0.0.1", deployment.https_port), timeout=30)
-    return deployment.tls.wrap_socket(raw, server_hostname="127.0.0.1")
+# The hostile clients: each holds one connection and sends as slowly as the server allows.
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where hostile clients connect: nginx's TLS port, or gunicorn alone on plain TCP."""
+
+    port: int
+    tls: ssl.SSLContext | None = None
+
+    @classmethod
+    def of(cls, deployment: Deployment) -> "Target":
+        return cls(deployment.https_port, deployment.tls)
+
+
+def _connect(target: Target) -> socket.socket:
+    raw = socket.create_connection(("127.0.0.1", target.port), timeout=30)
+    return target.tls.wrap_socket(raw, server_hostname="127.0.0.1") if target.tls else raw
 
 
 def _head(path: str, key: str | None, length: int | None) -> bytes:
@@ -206,15 +235,18 @@ def _head(path: str, key: str | None, length: int | None) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def hostile(deployment: Deployment, kind: str, path: str, key: str | None, stop: threading.Event, every_s: float = 2.0):
-    """One client until `stop`, reconnecting whenever the proxy drops it:
+KINDS = ("slow-headers", "slow-body", "lying-length")
+
+
+def hostile(target: Target, kind: str, path: str, key: str | None, stop: threading.Event, every_s: float = 2.0):
+    """One client until `stop`, reconnecting whenever the server drops it:
     "slow-headers" (its request line and headers a byte every `every_s`), "slow-body" (whole
     headers, then its body a byte at a time), "lying-length" (a Content-Length far past what it
     sends, then nothing)."""
     body = b'{"query": "Where do visitors park?"}'
     while not stop.is_set():
         try:
-            with _connect(deployment) as conn:
+            with _connect(target) as conn:
                 if kind == "slow-headers":
                     for byte in _head(path, key, len(body)):
                         conn.sendall(bytes([byte]))
@@ -232,7 +264,7 @@ def hostile(deployment: Deployment, kind: str, path: str, key: str | None, stop:
                     while not stop.is_set():
                         try:
                             if not conn.recv(4096):
-                                break  # the proxy gave up on it: come back
+                                break  # the server gave up on it: come back
                         except socket.timeout:
                             continue
         except (OSError, ssl.SSLError):
@@ -241,12 +273,13 @@ def hostile(deployment: Deployment, kind: str, path: str, key: str | None, stop:
 
 
 @contextmanager
-def attackers(deployment: Deployment, path: str, key: str | None, each: int = 8) -> Iterator[None]:
-    """`each` clients of every hostile kind, keyless and keyed, running while the block runs."""
+def attackers(target: Deployment | Target, path: str, key: str | None, each: int = 8) -> Iterator[None]:
+    """`each` clients of every hostile kind, keyless and as many keyed, running while the block runs."""
+    target = Target.of(target) if isinstance(target, Deployment) else target
     stop = threading.Event()
     threads = [
-        threading.Thread(target=hostile, args=(deployment, kind, path, who, stop), daemon=True)
-        for kind in ("slow-headers", "slow-body", "lying-length")
+        threading.Thread(target=hostile, args=(target, kind, path, who, stop), daemon=True)
+        for kind in KINDS
         for who in (None, key)
         for _ in range(each)
     ]

@@ -17,8 +17,16 @@ from infra.env import env_int, env_str
 bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
 # The socket is the owner's and its group's (nginx's user joins the group), nobody else's.
 umask = 0o007
-if bind.startswith("unix:"):
-    os.makedirs(os.path.dirname(bind.removeprefix("unix:")), exist_ok=True)
+# On a unix socket, the path clients open (RAGTRAIL_BIND's) appears only once a worker has its
+# model warm: gunicorn listens at PATH.listening, and that worker links PATH to it. Until then
+# nginx finds no socket and answers a quick 503 with Retry-After (deploy/nginx), where
+# requests would otherwise wait in the socket's queue through the model's load and be shed late.
+_public = bind.removeprefix("unix:") if bind.startswith("unix:") else None
+if _public:
+    os.makedirs(os.path.dirname(_public), exist_ok=True)
+    if os.path.islink(_public):
+        os.unlink(_public)  # a previous run's link, to a socket nobody listens on
+    bind = f"unix:{_public}.listening"
 # gunicorn's control socket in this deployment's own state folder, not one $HOME shared by all.
 _state_dir = env_str("RAGTRAIL_STATE_DIR", "") or os.path.join(os.path.dirname(os.path.dirname(__file__)), ".celery")
 os.makedirs(_state_dir, exist_ok=True)
@@ -79,6 +87,18 @@ for _name in os.listdir(_metrics_dir):
         os.remove(os.path.join(_metrics_dir, _name))
 
 
+def _link(target: str, path: str) -> None:
+    # Made beside and renamed into place: the path is never missing once it was there.
+    fresh = f"{path}.{os.getpid()}"
+    os.symlink(target, fresh)
+    os.replace(fresh, path)
+
+
+def on_exit(server) -> None:
+    if _public and os.path.islink(_public):
+        os.unlink(_public)
+
+
 def child_exit(server, worker) -> None:
     from prometheus_client import multiprocess
 
@@ -101,6 +121,8 @@ def post_worker_init(worker) -> None:
         embedder.name,
         time.perf_counter() - started,
     )
+    if _public:
+        _link(os.path.basename(_public) + ".listening", _public)
     if _notify_socket:
         from gunicorn import systemd
 

@@ -102,6 +102,28 @@ def test_the_service_tells_systemd_it_is_ready_once_a_worker_is_warm_and_probes_
     assert moved.value.code == 301 and moved.value.headers["Location"].startswith("https://")
 
 
+def test_while_no_worker_has_its_model_warm_nginx_answers_a_quick_503_and_then_recall_is_served(tmp_path, notify):
+    if not deploy.nginx_available():
+        pytest.skip("nginx is not installed (.ci/run installs Debian's package)")
+    if connection.vendor != "postgresql":
+        pytest.skip("the deployment runs on PostgreSQL (as CI does)")
+    scope = Scope.objects.create(slug="starting", matcher="lexical")
+    _, key = ApiKey.issue([scope], name="agents")
+    env = service_env(
+        RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,
+        RAGTRAIL_EMBEDDER="tests.slow_loading_embedder",
+        RAGTRAIL_SLOW_LOAD_S="6",
+        NOTIFY_SOCKET=notify[0],
+    )
+    with deploy.deployed(tmp_path / "deploy", env, workers=1, wait=False) as running:
+        started = time.monotonic()
+        status, body = https(running, "POST", f"/api/v1/scopes/{scope.slug}/recall", key, {"query": QUESTION})
+        assert status == 503 and b"starting" in body and time.monotonic() - started < 2.0
+        assert notify[1].recv(1024).startswith(b"READY=1")
+        status, body = https(running, "POST", f"/api/v1/scopes/{scope.slug}/recall", key, {"query": QUESTION})
+        assert status == 200, body
+
+
 def test_a_chunked_body_is_read_through_the_proxy_and_answered_411_by_gunicorn_alone(site):
     running, scope, key = site
     record(running, scope, key)
