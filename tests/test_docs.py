@@ -82,6 +82,7 @@ def test_the_settings_table_lists_every_setting_with_its_default():
             "RAGTRAIL_REPORTS_DIR",
             "RAGTRAIL_WORKERS",
             "RAGTRAIL_METRICS_DIR",
+            "RAGTRAIL_STATE_DIR",
         ):
             assert cell.startswith("(none"), name
 
