@@ -7,32 +7,40 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 import time
 
 from infra.env import env_int, env_str
 
-# Production binds a unix socket only nginx may open (RAGTRAIL_BIND=unix:/run/ragtrail/web.sock,
-# deploy/): slow clients then reach nginx, which buffers them, never a gunicorn thread.
+# Production: a unix socket behind nginx, which buffers slow clients (docs/production.md).
 bind = env_str("RAGTRAIL_BIND", "127.0.0.1:8000")
 # The socket is the owner's and its group's (nginx's user joins the group), nobody else's.
 umask = 0o007
-# On a unix socket, the path clients open (RAGTRAIL_BIND's) appears only once a worker has its
-# model warm: gunicorn listens at PATH.listening, and that worker links PATH to it. Until then
-# nginx finds no socket and answers a quick 503 with Retry-After (deploy/nginx), where
-# requests would otherwise wait in the socket's queue through the model's load and be shed late.
+
+
+def _answers(path: str) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(0.5)
+            probe.connect(path)
+        return True
+    except OSError:
+        return False
+
+
+# On unix:PATH gunicorn listens at PATH.listening; PATH is linked once a worker is warm (operating.md).
 _public = bind.removeprefix("unix:") if bind.startswith("unix:") else None
 if _public:
     os.makedirs(os.path.dirname(_public), exist_ok=True)
-    if os.path.islink(_public):
-        os.unlink(_public)  # a previous run's link, to a socket nobody listens on
+    if os.path.islink(_public) and not _answers(_public):
+        os.unlink(_public)  # a previous run's link (a reload keeps a live one)
     bind = f"unix:{_public}.listening"
 # gunicorn's control socket in this deployment's own state folder, not one $HOME shared by all.
 _state_dir = env_str("RAGTRAIL_STATE_DIR", "") or os.path.join(os.path.dirname(os.path.dirname(__file__)), ".celery")
 os.makedirs(_state_dir, exist_ok=True)
 control_socket = os.path.join(_state_dir, "gunicorn.ctl")
-# systemd (Type=notify) hears "ready" from the first worker with its model warm, not from the
-# master as it binds (gunicorn's own notice, which would come before any worker can answer).
+# systemd (Type=notify) hears "ready" from the first warm worker, not from the master as it binds.
 _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
 # Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
 # with a few threads for the time spent waiting on PostgreSQL and Redis.

@@ -244,8 +244,7 @@ RAGTRAIL_REPORTS_DIR = Path(env_str("RAGTRAIL_REPORTS_DIR", str(BASE_DIR / "repo
 # beat. A laptop needs no server: kombu's filesystem transport queues tasks as files
 # in .celery/, and `make run` starts a worker with beat beside the web server.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
-# What the service keeps between runs outside the checkout: beat's schedule, gunicorn's control
-# socket (the systemd units give /var/lib/ragtrail; a laptop keeps them in .celery/).
+# Beat's schedule and gunicorn's control socket, outside the checkout in production (/var/lib/ragtrail).
 RAGTRAIL_STATE_DIR = Path(env_str("RAGTRAIL_STATE_DIR", str(BASE_DIR / ".celery")))
 CELERY_BEAT_SCHEDULE_FILENAME = str(RAGTRAIL_STATE_DIR / "beat-schedule")
 if CELERY_BROKER_URL == "filesystem://":

@@ -16,6 +16,7 @@ from django.db import connection
 
 from evaluation import deployment as deploy
 from evaluation.loadgen import Request, closed_loop
+from evaluation.timing import percentile
 from scopes.models import ApiKey, Scope, Section
 from tests.conftest import service_env
 from trails.models import Trail
@@ -163,26 +164,25 @@ def test_slow_and_lying_clients_keyless_and_keyed_leave_recalls_answered_inside_
     assert Trail.objects.filter(scope=scope).count() == 1
     path = f"/api/v1/scopes/{scope.slug}/recall"
     recall = Request("POST", path, {"query": QUESTION})
-    with deploy.through_proxy(running), deploy.attackers(running, path, key, each=8):
-        results = asyncio.run(
-            closed_loop(
-                "127.0.0.1",
-                running.https_port,
-                {"Authorization": f"Bearer {key}"},
-                lambda n: recall,
-                clients=8,
-                seconds=8.0,
-            )
-        )
-    statuses = [r.status for r in results]
-    assert len(results) >= 50 and set(statuses) <= {200, 503}, sorted(set(statuses))
+    headers = {"Authorization": f"Bearer {key}"}
+
+    def load() -> list:
+        return asyncio.run(closed_loop("127.0.0.1", running.https_port, headers, lambda n: recall, 8, 6.0))
+
+    with deploy.through_proxy(running):
+        load()  # unmeasured: each client's TLS handshake and the workers' first requests
+        quiet = load()
+        with deploy.attackers(running, path, key, each=8):
+            attacked = load()
+    # Unprotected, these clients held every thread: no recall was answered for 25-30 s. Here every
+    # recall is answered or shed, and their p99 stays near the same load's without them (side by side).
+    for run in (quiet, attacked):
+        assert len(run) >= 50 and {r.status for r in run} <= {200, 503}, sorted({r.status for r in run})
+    assert sum(r.status == 200 for r in attacked) >= len(attacked) / 2
+    p99 = {
+        name: percentile([r.latency_ms for r in run], 0.99) for name, run in (("quiet", quiet), ("attacked", attacked))
+    }
     budget = settings.RAGTRAIL_RECALL_BUDGET_MS
-    # (Unprotected, these clients held every thread: recalls failed for 25-30 s.) The first
-    # second holds each client's TLS handshake on a shared machine: its p99 is read apart.
-    slowest = max(r.latency_ms for r in results)
-    settled = sorted(r.latency_ms for r in results if r.started >= 1.0)
-    p99 = settled[int(0.99 * (len(settled) - 1))]
-    assert slowest < 5000 and p99 < 2 * budget, f"slowest {slowest:.0f} ms, p99 {p99:.0f} ms (budget {budget} ms)"
-    assert statuses.count(200) >= len(statuses) / 2, statuses.count(200)
+    assert p99["attacked"] <= 2 * p99["quiet"] + budget, p99
     log = (running.folder / "web.log").read_text()
     assert "WORKER TIMEOUT" not in log and "Booting worker" in log and log.count("Booting worker") == 2
