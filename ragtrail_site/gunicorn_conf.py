@@ -39,7 +39,9 @@ if _public:
 # gunicorn's control socket in this deployment's own state folder, not one $HOME shared by all.
 _state_dir = env_str("RAGTRAIL_STATE_DIR", "") or os.path.join(os.path.dirname(os.path.dirname(__file__)), ".celery")
 os.makedirs(_state_dir, exist_ok=True)
-control_socket = os.path.join(_state_dir, "gunicorn.ctl")
+# Without a state folder of its own, one per port: servers of one checkout (tests, benchmarks) keep apart.
+_own = env_str("RAGTRAIL_STATE_DIR", "") or _public
+control_socket = os.path.join(_state_dir, "gunicorn.ctl" if _own else f"gunicorn-{bind.rsplit(':', 1)[-1]}.ctl")
 # systemd (Type=notify) hears "ready" from the first warm worker, not from the master as it binds.
 _notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
 # Recall is CPU-bound (a query embedding is ~5 ms of CPU in ONNX Runtime): one process per core, each
