@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -36,6 +37,7 @@ def notify(tmp_path_factory):
     listener.settimeout(120)
     yield path, listener
     listener.close()
+    os.unlink(path)
 
 
 @pytest.fixture
