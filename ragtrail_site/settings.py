@@ -233,6 +233,8 @@ RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 *
 # A purge from the operator pages runs in the request when the scope holds at most
 # this many trails (a second or so); bigger ones go to a worker with a progress bar.
 RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
+# How often each process asks the database whether a purge finished, to forget what it holds in memory.
+RAGTRAIL_FORGET_CHECK_SECONDS = env_int("RAGTRAIL_FORGET_CHECK_SECONDS", 2)
 # A matching change re-signs up to this many trails in the saving request; more go to the re-signing task.
 RAGTRAIL_RESIGN_INLINE_LIMIT = env_int("RAGTRAIL_RESIGN_INLINE_LIMIT", 2000)
 # The demo's admin password and API key, kept between `make run`s (ignored by git).
