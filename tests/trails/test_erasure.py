@@ -259,3 +259,19 @@ def test_any_spelling_of_a_name_planted_in_every_store_is_gone_and_another_name_
         assert holding(stored, [f"{first} {last}"]) == []
         assert len(holding(stored, [bystander])) >= 5
         transaction.set_rollback(True)
+
+
+def test_trails_signed_under_the_older_fold_are_brought_up_and_match_again(api, scope, sections):
+    from trails.upkeep.reindex import catch_up_fold
+
+    for query in ("Where does Søren park?", "Where do visitors park?"):
+        assert api.record("hospital", query=query, cited=["parking"]).status_code == 201
+    Trail.objects.update(lexical_params="minhash:128:1")  # as stored before the fold had a number
+    # Not compared lexically meanwhile, and no error either.
+    assert api.recall("hospital", query="Where does Søren park?").json()["outcome"] == "miss"
+    assert catch_up_fold() == (1, 1)
+    assert set(Trail.objects.values_list("lexical_params", flat=True)) == {"minhash:128:1:fold2"}
+    assert Trail.objects.get(query="Where does Søren park?").normalised_query == "where does soren park"
+    assert api.recall("hospital", query="Where does Soren park?").json()["outcome"] == "prefetch"
+    assert api.recall("hospital", query="Where do visitors park?").json()["outcome"] == "prefetch"
+    assert catch_up_fold() == (0, 0)

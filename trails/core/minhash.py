@@ -41,8 +41,13 @@ class MinHashParams:
             ValueError: the label is not a MinHash label.
         """
         parts = label.split(":")
-        fold = parts[3].removeprefix("fold") if len(parts) == 4 and parts[3].startswith("fold") else "1"
-        if parts[0] != "minhash" or len(parts) not in (3, 4) or not all(p.isdigit() for p in (*parts[1:3], fold)):
+        fold = parts[3].removeprefix("fold") if len(parts) == 4 else "1"
+        if (
+            parts[0] != "minhash"
+            or len(parts) not in (3, 4)
+            or (len(parts) == 4 and not parts[3].startswith("fold"))
+            or not all(p.isdigit() for p in (*parts[1:3], fold))
+        ):
             raise ValueError(f"not a MinHash parameter label: {label!r}")
         return cls(num_perm=int(parts[1]), seed=int(parts[2]), fold=int(fold))
 
