@@ -154,7 +154,7 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
 def preview_records(run: PurgeRun) -> dict[str, int]:
     """Every kind of record the run would touch, counted: the previewed trails (`run.total`,
     from preview) and the others (documentation text and its kept revisions included)."""
-    return records_matching(run.scope_id, purge_rules(run), trails=run.total)
+    return records_matching(run.scope_id, purge_rules(run), trails=run.total, documents=bool(run.subject))
 
 
 def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
@@ -200,12 +200,13 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             run.matched += len(doomed) + len(dirty)
             run.save(update_fields=["last_trail_id", "processed", "matched"])
     counts = {"trails": [run.processed, run.matched]}
-    for store in stores(run.scope):
+    for store in stores(run.scope, documents=bool(run.subject)):
         counts[store.kind] = list(_redact_store(run.scope, store, rules))
     tool_results.forget_scope(run.scope)
     run.counts = counts
     # What still matches, checked while the subject is known (it is forgotten at the end).
-    run.left = {kind: n for kind, n in records_matching(run.scope_id, rules).items() if n}
+    left = records_matching(run.scope_id, rules, documents=bool(run.subject))
+    run.left = {kind: n for kind, n in left.items() if n}
     run.finish()
     # This process forgets now; every other one at its next request or task (trails.memory).
     memory.forget_here()
@@ -224,9 +225,11 @@ class Store:
     key: str = "id"
 
 
-def stores(scope: Scope) -> list[Store]:
-    """Every store of a scope a purge checks besides trails, in the order it redacts them
-    (section texts before their kept revisions: rewriting a section keeps its old text)."""
+def stores(scope: Scope, documents: bool = False) -> list[Store]:
+    """Every store of a scope a purge checks besides trails, in the order it redacts them;
+    with `documents` (an erasure: the built-in rules would find a docs page's own contact
+    address), the section texts too, before their kept revisions (rewriting a section keeps
+    its old text)."""
     scope_id = scope.pk
 
     def update(model, field):
@@ -239,6 +242,30 @@ def stores(scope: Scope) -> list[Store]:
     def delete_revision(scope: Scope, key: int, text: str) -> None:
         SectionRevision.objects.filter(id=key).delete()
 
+    in_documents = [
+        Store(
+            "section texts",
+            Section.objects.filter(scope_id=scope_id).exclude(text=""),
+            "text",
+            rewrite_section if scope.keeps_text else None,
+            key="section_id",
+        ),
+        # An id is the source's path and heading: renamed at the source, never here.
+        Store("section ids (rename at the source)", Section.objects.filter(scope_id=scope_id), "section_id", None),
+        Store(
+            "kept section revisions",
+            SectionRevision.objects.filter(scope_id=scope_id).exclude(text=""),
+            "text",
+            update(SectionRevision, "text"),
+        ),
+        # A revision is kept for the trails citing its id; those trails were deleted above.
+        Store(
+            "kept revisions' section ids",
+            SectionRevision.objects.filter(scope_id=scope_id),
+            "section_id",
+            delete_revision,
+        ),
+    ]
     return [
         Store(
             "recall queries",
@@ -278,29 +305,7 @@ def stores(scope: Scope) -> list[Store]:
             "source",
             update(SectionSync, "source"),
         ),
-        Store(
-            "section texts",
-            Section.objects.filter(scope_id=scope_id).exclude(text=""),
-            "text",
-            rewrite_section if scope.keeps_text else None,
-            key="section_id",
-        ),
-        # An id is the source's path and heading: renamed at the source, never here.
-        Store("section ids (rename at the source)", Section.objects.filter(scope_id=scope_id), "section_id", None),
-        Store(
-            "kept section revisions",
-            SectionRevision.objects.filter(scope_id=scope_id).exclude(text=""),
-            "text",
-            update(SectionRevision, "text"),
-        ),
-        # A revision is kept for the trails citing its id; those trails were deleted above.
-        Store(
-            "kept revisions' section ids",
-            SectionRevision.objects.filter(scope_id=scope_id),
-            "section_id",
-            delete_revision,
-        ),
-    ]
+    ] + (in_documents if documents else [])
 
 
 def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
@@ -315,13 +320,13 @@ def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
     return checked, changed
 
 
-def records_matching(scope_id: int, rules: list, trails: int | None = None) -> dict[str, int]:
+def records_matching(scope_id: int, rules: list, trails: int | None = None, documents: bool = False) -> dict[str, int]:
     """How many of each kind of record in the scope hold a match: trails (unless counted
-    already, as a preview has), then every other store."""
+    already, as a preview has), then every other store (`stores`)."""
     if trails is None:
         trails = sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])
     counts = {"trails": trails}
-    for store in stores(Scope.objects.get(pk=scope_id)):
+    for store in stores(Scope.objects.get(pk=scope_id), documents):
         counts[store.kind] = sum(
             1 for text in store.rows.values_list(store.field, flat=True).iterator() if pii.find(text, rules)
         )
