@@ -4,8 +4,9 @@ Rules, in order (docs/matching.md and docs/promises.md say them for users):
 
 1. Unicode's default-ignorable code points are removed (zero-width space and joiners, soft
    hyphen, variation selectors...), read from the Unicode property by the `regex` library.
-2. A base character and the marks that follow it are NFKC-normalised together, so NFC and
-   NFD spellings, ligatures, full-width and other compatibility forms agree.
+2. Each grapheme cluster (a base character and its marks, a Hangul syllable's jamo) is
+   NFKC-normalised as one, so NFC and NFD spellings, ligatures, full-width and other
+   compatibility forms agree.
 3. Apostrophes and quotes people type for one another become "'".
 4. Latin letters are transliterated to ASCII by `anyascii` (é→e, ł→l, ø→o, ı→i, ß→ss, æ→ae);
    other scripts keep their letters and marks (が stays が), since transliterating them would
@@ -18,6 +19,7 @@ Rules, in order (docs/matching.md and docs/promises.md say them for users):
 from __future__ import annotations
 
 import unicodedata
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,35 +31,37 @@ FOLD_VERSION = 2
 _IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
 # Apostrophes and quotes people type for one another (O'Brien, O’Brien, Oʼbrien).
 _QUOTES = frozenset("\u2018\u2019\u201a\u201b\u02bc\u02bb\u0060\u00b4\u2032")
-# Hangul vowel and final jamo continue a syllable begun by a leading jamo (NFD Korean).
-_HANGUL_CONTINUING = ((0x1160, 0x11FF), (0xD7B0, 0xD7FF))
 
 
 @dataclass(frozen=True)
 class Folded:
-    """Folded text and, per folded character, the span of the original text it came from."""
+    """Folded text and where its pieces came from: (folded start, original start, original end,
+    whether the piece is an ASCII run folded character for character)."""
 
     text: str
-    starts: tuple[int, ...] | None  # None: the identity (ASCII text folds character for character)
-    ends: tuple[int, ...] | None
+    pieces: tuple[tuple[int, int, int, bool], ...] | None  # None: the whole text is one ASCII run
+
+    def _at(self, index: int) -> tuple[int, int]:
+        """The original span of the folded character at `index`."""
+        if self.pieces is None:
+            return index, index + 1
+        piece = self.pieces[bisect_right(self.pieces, (index, _END)) - 1]
+        folded_start, start, end, ascii_run = piece
+        return (start + index - folded_start, start + index - folded_start + 1) if ascii_run else (start, end)
 
     def origin(self, a: int, b: int) -> tuple[int, int]:
         """The span of the original text that folded characters a..b (b > a) came from."""
-        if self.starts is None or self.ends is None:
-            return a, b
-        return self.starts[a], self.ends[b - 1]
+        return self._at(a)[0], self._at(b - 1)[1]
 
 
-def _continues(char: str) -> bool:
-    if unicodedata.combining(char):
-        return True
-    code = ord(char)
-    return any(low <= code <= high for low, high in _HANGUL_CONTINUING)
+_END = float("inf")
+# An ASCII run (not its last letter where a mark follows: e + U+0301 is é), else one grapheme cluster.
+_PIECE = regex.compile(r"(?:[\x00-\x7f](?!\p{M}))+|\X")
 
 
 @lru_cache(maxsize=65536)
 def _fold_cluster(cluster: str) -> str:
-    """A base character with its marks, folded (rules 2-5)."""
+    """A grapheme cluster (a base character with its marks), folded (rules 1-5)."""
     out = []
     for char in unicodedata.normalize("NFKC", cluster):
         if char.isascii():
@@ -77,29 +81,28 @@ def fold(text: str) -> Folded:
     """Folds text by the module's rules, keeping where each folded character came from.
 
     Returns:
-        The folded text with its origin spans (a redaction cuts the original there).
+        The folded text with its origins (a redaction cuts the original there).
     """
     if text.isascii():
-        return Folded(text.lower(), None, None)
+        return Folded(text.lower(), None)
     out: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    length, i = len(text), 0
-    while i < length:
-        if _IGNORABLE.match(text, i):
-            i += 1
-            continue
-        j = i + 1
-        while j < length and _continues(text[j]) and not _IGNORABLE.match(text, j):
-            j += 1
-        folded = _fold_cluster(text[i:j])
-        out.append(folded)
-        starts.extend([i] * len(folded))
-        ends.extend([j] * len(folded))
-        i = j
-    return Folded("".join(out), tuple(starts), tuple(ends))
+    pieces: list[tuple[int, int, int, bool]] = []
+    length = 0
+    for match in _PIECE.finditer(text):
+        piece = match.group()
+        ascii_run = piece.isascii()
+        folded = piece.lower() if ascii_run else _fold_cluster(piece)
+        if folded:
+            pieces.append((length, match.start(), match.end(), ascii_run))
+            out.append(folded)
+            length += len(folded)
+    return Folded("".join(out), tuple(pieces))
 
 
 def fold_text(text: str) -> str:
     """The folded text alone."""
-    return text.lower() if text.isascii() else fold(text).text
+    return (
+        text.lower()
+        if text.isascii()
+        else "".join(piece.lower() if piece.isascii() else _fold_cluster(piece) for piece in _PIECE.findall(text))
+    )

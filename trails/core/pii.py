@@ -144,6 +144,8 @@ def identifiers(subject: str) -> list[str]:
 
 def find(text: str, rules: Sequence[Rule | SubjectRule]) -> list[tuple[str, int, int]]:
     """Returns (rule name, start, end) for every match, in text order; the text is folded once."""
+    if not text:
+        return []
     folded = fold(text) if any(rule.folded for rule in rules) else None
     return sorted(((rule.name, a, b) for rule in rules for a, b in rule.spans(text, folded)), key=lambda m: m[1])
 

@@ -96,33 +96,83 @@ def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: i
     return trails[:limit] if limit else trails
 
 
-def _trail_texts(trail: Trail) -> list[str]:
-    """Every caller-written text of a trail (steps and citations prefetched), section ids included."""
-    texts = [trail.query, trail.normalised_query, trail.partition, trail.idempotency_key or ""]
-    for step in trail.steps.all():
-        texts.append(step.tool)
-        texts.extend(_strings(step.args))
-        texts.extend(step.section_ids)
-    texts.extend(c.section_id for c in trail.citations.all())
-    return texts
+@dataclass(frozen=True)
+class TrailText:
+    """What a purge reads of one trail: its caller-written texts and the section ids it cites."""
+
+    id: int
+    public_id: str
+    query: str
+    texts: tuple[str, ...]  # query, normalised form, partition, idempotency key, step tools and args
+    section_ids: tuple[str, ...]  # cited and returned by steps
+
+    @classmethod
+    def of(cls, trail: Trail) -> "TrailText":
+        """From a trail with its steps and citations prefetched."""
+        steps = [(s.tool, s.args, s.section_ids) for s in trail.steps.all()]
+        return cls.build(trail, steps, [c.section_id for c in trail.citations.all()])
+
+    @classmethod
+    def build(cls, trail, steps: list[tuple[str, Any, list[str]]], cited: list[str]) -> "TrailText":
+        texts = [trail.query, trail.normalised_query, trail.partition, trail.idempotency_key or ""]
+        for tool, args, _ in steps:
+            texts.append(tool)
+            texts.extend(_strings(args))
+        ids = cited + [i for _, _, returned in steps for i in returned]
+        return cls(trail.id, str(trail.public_id), trail.query, tuple(t for t in texts if t), tuple(ids))
 
 
-def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
+def trail_texts(scope_id: int, chunk: int = 2000) -> Iterable[TrailText]:
+    """Every trail of a scope as a purge reads it, in id order, by plain reads in chunks (a
+    preview reads a whole scope: model instances with prefetched rows cost it most of its time)."""
+    after = 0
+    while True:
+        rows = list(
+            Trail.objects.filter(scope_id=scope_id, id__gt=after)
+            .order_by("id")
+            .values_list("id", "public_id", "query", "normalised_query", "partition", "idempotency_key")[:chunk]
+        )
+        if not rows:
+            return
+        after = rows[-1][0]
+        ids = [row[0] for row in rows]
+        steps: dict[int, list] = {}
+        for trail_id, tool, args, returned in (
+            Step.objects.filter(trail_id__in=ids)
+            .order_by("trail_id", "position")
+            .values_list("trail_id", "tool", "args", "section_ids")
+        ):
+            steps.setdefault(trail_id, []).append((tool, args, returned))
+        cited: dict[int, list[str]] = {}
+        for trail_id, section_id in Citation.objects.filter(trail_id__in=ids).values_list("trail_id", "section_id"):
+            cited.setdefault(trail_id, []).append(section_id)
+        for row in rows:
+            trail = _Row(*row)
+            yield TrailText.build(trail, steps.get(trail.id, []), cited.get(trail.id, []))
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: int
+    public_id: Any
+    query: str
+    normalised_query: str
+    partition: str
+    idempotency_key: str | None
+
+
+def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str], bool]:
     """Names of the rules matching any caller-written field of a trail, and whether the
     data sits in a section id (the trail must then go rather than be redacted).
 
-    `trail` needs its steps and citations prefetched.
+    A `Trail` needs its steps and citations prefetched.
     """
+    read = trail if isinstance(trail, TrailText) else TrailText.of(trail)
     names: set[str] = set()
-    texts = [trail.query, trail.normalised_query, trail.partition, trail.idempotency_key or ""]
-    for step in trail.steps.all():
-        texts.append(step.tool)
-        texts.extend(_strings(step.args))
-    for text in texts:
+    for text in read.texts:
         names.update(name for name, _, _ in pii.find(text, rules))
     in_ids = False
-    ids = [c.section_id for c in trail.citations.all()] + [i for step in trail.steps.all() for i in step.section_ids]
-    for section_id in ids:
+    for section_id in read.section_ids:
         found = pii.find(section_id, rules)
         if found:
             in_ids = True
@@ -132,7 +182,7 @@ def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
 
 def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
     """Finds the trails a run would touch and stores them on the run (which must be
-    saved), so that confirming it purges exactly this set.
+    saved), so that confirming it purges exactly this set. Each text is folded once.
 
     Returns:
         How many trails match, and some (trail id, query, names of the rules that matched,
@@ -140,13 +190,14 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
     """
     rules = purge_rules(run)
     matched, shown = [], []
-    for trail in trails_to_check(run.scope_id).iterator(chunk_size=500):
+    for trail in trail_texts(run.scope_id):
         names, _ = findings(trail, rules)
         if names:
             matched.append(trail.id)
             if len(shown) < limit:
-                contexts = [shown_text for text in _trail_texts(trail) for shown_text in pii.in_context(text, rules)]
-                shown.append((str(trail.public_id), trail.query, sorted(names), contexts[:5]))
+                texts = trail.texts + trail.section_ids
+                contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
+                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
     run.trail_ids, run.total = matched, len(matched)
     return len(matched), shown
 
@@ -324,7 +375,7 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     """How many of each kind of record in the scope hold a match: trails (unless counted
     already, as a preview has), then every other store (`stores`)."""
     if trails is None:
-        trails = sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])
+        trails = sum(1 for trail in trail_texts(scope_id) if findings(trail, rules)[0])
     counts = {"trails": trails}
     for store in stores(Scope.objects.get(pk=scope_id), documents):
         counts[store.kind] = sum(
