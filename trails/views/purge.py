@@ -129,7 +129,7 @@ def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[tuple[object,
     rules = purge_rules(run)
     found = []
     for other in granted_scopes(request.user, Access.ACT).exclude(pk=scope.pk).order_by("slug"):
-        count = sum(records_matching(other.pk, rules).values())
+        count = sum(records_matching(other.pk, rules, documents=True).values())
         if count:
             found.append((other, count))
     return found
