@@ -278,3 +278,24 @@ def test_trails_signed_under_the_older_fold_are_brought_up_and_match_again(api, 
     assert api.recall("hospital", query="Where does Soren park?").json()["outcome"] == "prefetch"
     assert api.recall("hospital", query="Where do visitors park?").json()["outcome"] == "prefetch"
     assert catch_up_fold() == (0, 0)
+
+
+def test_the_purge_page_counts_documentation_and_says_what_is_left_per_store(api, scope):
+    import re
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    staff = Client()
+    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True, is_superuser=True))
+    Section.upsert(scope, {"people/jane-doe": "Our head nurse.", "parking": "Ask JANE DOE for a permit."})
+    api.record("hospital", query="Where does Jane Doe park?", cited=["parking"])
+    html = staff.post(
+        "/ops/hospital/purge/", {"step": "preview", "action": "redact", "subject": "Jane Doe"}
+    ).content.decode()
+    assert re.search(r"1 trails, .*1 section texts, 1 section ids \(rename at the source\)", html)
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', html).group(1)
+    page = staff.get(staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})["Location"]).content.decode()
+    assert "Still holding it afterwards: 1 section ids (rename at the source)." in page
+    assert "nothing in this scope matches" not in page
+    assert Section.objects.get(scope=scope, section_id="parking").text == "Ask [redacted] for a permit."
