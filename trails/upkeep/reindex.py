@@ -176,7 +176,18 @@ def catch_up_fold(batch_size: int = 500) -> tuple[int, int]:
 @receiver(post_migrate, dispatch_uid="trails.upkeep.reindex.catch_up_fold")
 def catch_up_fold_after_migrate(sender, app_config=None, **kwargs) -> None:
     """After a deploy's migrate, trails signed under an older fold are brought up to date."""
-    if app_config is not None and app_config.label == "trails":
+    if app_config is None or app_config.label != "trails":
+        return
+    try:
         done = catch_up_fold()
-        if any(done):
-            logger.warning("text fold %s: %s trail(s) relabelled, %s re-signed", FOLD_VERSION, *done)
+    except Exception as problem:  # noqa: BLE001 -- the schema is migrated; the catch-up reruns with the next migrate
+        logger.error(
+            "text fold %s: trails signed under an older fold not brought up (%s: %s); they are not compared "
+            "lexically until `manage.py migrate` runs again",
+            FOLD_VERSION,
+            type(problem).__name__,
+            problem,
+        )
+        return
+    if any(done):
+        logger.warning("text fold %s: %s trail(s) relabelled, %s re-signed", FOLD_VERSION, *done)
