@@ -4,6 +4,7 @@ their first word, side by side with the shape before (every identifier folding e
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from datetime import timedelta
@@ -92,7 +93,8 @@ class Command(BaseCommand):
                 command="`benchmark_erasure --record` (trails and as many recall events with raw queries; a "
                 f"{pii.MAX_IDENTIFIERS}-identifier subject, the most a subject may have)",
                 measured="; ".join(f"{count:,} trails: {seconds:.1f} s" for count, seconds in measured)
-                + f"; a 499-line subject per text {per_text_now * 1e6:.0f} µs against {per_text_before * 1e6:.0f} µs before",
+                + f"; a 499-line subject per text {per_text_now * 1e6:.0f} µs against {per_text_before * 1e6:.0f} µs "
+                f"folding per identifier (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)",
                 met=all(seconds < 30 for _, seconds in measured),
             )
 
