@@ -89,7 +89,7 @@ class Command(BaseCommand):
             results.record(
                 "erasure-preview",
                 say=self.stdout.write,
-                target="an erasure's preview with a long subject stays in a request's seconds at 100,000 trails",
+                target="an erasure's preview with the longest subject allowed ends within gunicorn's 30 s worker timeout at 100,000 trails",
                 command="`benchmark_erasure --record` (trails and as many recall events with raw queries; a "
                 f"{pii.MAX_IDENTIFIERS}-identifier subject, the most a subject may have)",
                 measured="; ".join(f"{count:,} trails: {seconds:.1f} s" for count, seconds in measured)
