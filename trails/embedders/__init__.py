@@ -172,9 +172,15 @@ class PrecomputedEmbedder(BaseEmbedder):
         return np.stack([self.vectors[t] for t in texts])
 
 
+def standing_in() -> bool:
+    """Whether an embedder put in place by `serving` answers instead of the configured one."""
+    return bool(_override)
+
+
 @contextmanager
 def serving(embedder: BaseEmbedder) -> Iterator[BaseEmbedder]:
-    """Makes `get_embedder` return this embedder inside the block."""
+    """Makes `get_embedder` return this embedder inside the block (benchmarks, the evaluation
+    and tests: recall does not ask whether thresholds were fitted for it)."""
     _override.append(embedder)
     try:
         yield embedder
