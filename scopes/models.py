@@ -112,8 +112,7 @@ class Scope(models.Model):
     # configured threshold stands. Every move is a ThresholdChange row with its evidence.
     learned_lexical_threshold = models.FloatField(null=True, blank=True, editable=False)
     learned_embedding_threshold = models.FloatField(null=True, blank=True, editable=False)
-    # The embedder the embedding threshold was fitted for ("" : the shipped calibration's model);
-    # recall refuses semantic matching while another embedder serves (manage.py calibrate_embedder).
+    # The embedder the embedding threshold was fitted for ("": the shipped model's); recall refuses others.
     embedding_fitted_for = models.CharField(max_length=200, blank=True, default="", editable=False)
     threshold_pinned = models.BooleanField(
         default=False,

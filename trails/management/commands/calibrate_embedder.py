@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
-from trails.core.calibration import ScoredPair, fit_pairs
+from trails.core.embedder_fit import ScoredPair, fit_pairs
 from trails.core.guard import EMPTY_LEXICON, Lexicon, check_pair, question_terms
 from trails.embedders import get_embedder
 from trails.learning import embedder_calibration

@@ -1,0 +1,128 @@
+"""Switching the embedder asks for its own calibration: thresholds are fitted, stored and served
+per embedder, and a scope fitted for another embedder is refused semantic matching."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scopes.demo import faq_questions
+from scopes.models import ApiKey, Scope, Section
+from tests.conftest import ApiClient
+from tests.embedding_endpoint import KEY, EmbeddingEndpoint
+from trails.embedders import load_embedder
+from trails.models import EmbedderCalibration, Trail
+
+pytestmark = pytest.mark.django_db
+
+SERVING = "stand-in-embedding-1+words"
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    served = EmbeddingEndpoint()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def on_endpoint(endpoint, settings):
+    """The service configured for the stand-in endpoint, and a scope created before the switch."""
+    scope = Scope.objects.create(slug="help")
+    Section.upsert(scope, {"s1": "Visitors park in car park B."})
+    settings.RAGTRAIL_EMBEDDER = "trails.embedders.openai_compatible"
+    settings.RAGTRAIL_EMBEDDING_MODEL = "stand-in-embedding-1"
+    settings.RAGTRAIL_EMBEDDING_URL = endpoint.url
+    settings.RAGTRAIL_EMBEDDING_API_KEY = KEY
+    load_embedder.cache_clear()
+    endpoint.fail.clear()
+    _, key = ApiKey.issue([scope])
+    yield scope, ApiClient(key), endpoint
+    endpoint.fail.clear()
+    load_embedder.cache_clear()
+
+
+@pytest.fixture
+def pairs(tmp_path):
+    """Labelled pairs from the FAQ's questions: each with a rewording (duplicates), and each
+    with another question (non-duplicates)."""
+    questions = [q["question"] for q in faq_questions()]
+    rows = [{"a": q, "b": f"{q.rstrip('?')} please?", "duplicate": True} for q in questions]
+    rows += [{"a": q, "b": questions[(i + 7) % len(questions)], "duplicate": False} for i, q in enumerate(questions)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows[::2] + rows[1::2]))
+    return path
+
+
+def calibrate(**options) -> str:
+    out = io.StringIO()
+    call_command("calibrate_embedder", stdout=out, **options)
+    return out.getvalue()
+
+
+def test_a_scope_fitted_for_another_embedder_is_refused_semantic_matching_with_the_reason(on_endpoint):
+    _, api, _ = on_endpoint
+    answer = api.recall("help", query="Where do visitors park?")
+    error = answer.json()["error"]
+    assert answer.status_code == 503 and error["code"] == "embedder_not_calibrated"
+    assert (error["fitted_for"], error["serving"]) == ("all-MiniLM-L6-v2+words", SERVING)
+    assert "manage.py calibrate_embedder" in error["message"]
+
+
+def test_a_lexical_scope_is_served_whatever_the_embedder(on_endpoint):
+    scope, api, _ = on_endpoint
+    scope.matcher = "lexical"
+    scope.save()
+    assert api.record("help", query="Where do visitors park?", cited=["s1"]).status_code == 201
+    assert api.recall("help", query="where do visitors park").json()["outcome"] == "prefetch"
+
+
+def test_calibration_prints_the_fit_and_held_out_rates_stores_it_by_model_and_serves_the_scopes(on_endpoint, pairs):
+    scope, api, _ = on_endpoint
+    printed = calibrate(pairs=str(pairs), bound=0.05)
+    fit = EmbedderCalibration.objects.get(model=SERVING, scope=None).fit
+    threshold = fit["matchers"]["embedding"]["threshold"]
+    assert f"374 pairs from pairs.jsonl embedded by {SERVING}" in printed
+    assert f"embedding threshold {threshold} for a false-hit bound of 5.0% (holds)" in printed
+    assert "held out (75 pairs never fitted on): false hits " in printed and "paraphrases matched " in printed
+    assert fit["held_out"]["pairs"] == 75 and fit["pairs"] == 299
+    scope.refresh_from_db()
+    # The scope's own bound (2 %) reads its threshold from the stored fit.
+    assert (
+        scope.embedding_fitted_for == SERVING
+        and f"scope help: embedding threshold 0.9425 → {scope.embedding_threshold}" in printed
+    )
+    assert api.record("help", query="Where do visitors park?", cited=["s1"]).status_code == 201
+    body = api.recall("help", query="Where do visitors park?").json()
+    assert (body["outcome"], body["matcher"]) == ("prefetch", "embedding")
+    # A scope created now takes the serving embedder's fit.
+    created = Scope.objects.create(slug="later")
+    assert (created.embedding_fitted_for, created.embedding_threshold) == (SERVING, scope.embedding_threshold)
+
+
+def test_an_endpoint_that_fails_answers_503_and_records_nothing(on_endpoint, pairs):
+    scope, api, endpoint = on_endpoint
+    calibrate(pairs=str(pairs), bound=0.05)
+    endpoint.fail[:] = [500] * 10
+    answer = api.recall("help", query="Is there parking for visitors?")
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "embedder_unavailable"
+    endpoint.fail[:] = [500] * 10
+    assert api.record("help", query="Is there parking for visitors?", cited=["s1"]).status_code == 503
+    assert not Trail.objects.filter(scope=scope).exists()
+
+
+def test_a_dry_run_stores_and_changes_nothing(on_endpoint, pairs):
+    scope, _, _ = on_endpoint
+    printed = calibrate(pairs=str(pairs), bound=0.05, dry_run=True)
+    assert "held out" in printed and "nothing stored" in printed
+    assert not EmbedderCalibration.objects.exists()
+    scope.refresh_from_db()
+    assert scope.embedding_fitted_for == "" and scope.embedding_threshold == 0.9425
+
+
+def test_a_scope_without_kept_labels_has_nothing_to_fit_on(on_endpoint):
+    with pytest.raises(CommandError, match="no labelled pairs in labels of scope help"):
+        calibrate(scope="help")
