@@ -69,7 +69,8 @@ test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed $(TS_CLIE
 	$(PY) manage.py makemigrations --check --dry-run
 	@# The model's ONNX export, made once before the tests (a deploy step), not inside the first request that needs it.
 	$(PY) manage.py export_model
-	$(PY) -m pytest
+	@# -rs: every skipped test is listed with its reason (what this machine lacks: PostgreSQL, Redis, Chromium...).
+	$(PY) -m pytest -rs
 
 # The long run of the stateful property test (CI runs 300 examples on PostgreSQL).
 test-properties: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop

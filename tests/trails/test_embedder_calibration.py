@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 
 from scopes.demo import faq_questions
@@ -126,3 +129,25 @@ def test_a_dry_run_stores_and_changes_nothing(on_endpoint, pairs):
 def test_a_scope_without_kept_labels_has_nothing_to_fit_on(on_endpoint):
     with pytest.raises(CommandError, match="no labelled pairs in labels of scope help"):
         calibrate(scope="help")
+
+
+def test_the_docs_lines_point_the_service_at_an_endpoint_and_fit_it(on_endpoint, pairs, settings):
+    """docs/matching.md's lines, run as written but for the address and key of the stand-in
+    and the pairs file: every setting they name is one the service reads."""
+    page = (Path(settings.BASE_DIR) / "docs" / "matching.md").read_text(encoding="utf-8")
+    block = page.split("<!-- endpoint:start -->", 1)[1].split("<!-- endpoint:end -->", 1)[0]
+    lines = [line for line in block.strip().strip("`").splitlines() if line and not line.startswith("sh")]
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
+    assert (
+        all(hasattr(django_settings, name) for name in exports)
+        and exports["RAGTRAIL_EMBEDDER"] == "trails.embedders.openai_compatible"
+    )
+    stand_in = {"RAGTRAIL_EMBEDDING_URL": on_endpoint[2].url, "RAGTRAIL_EMBEDDING_API_KEY": KEY}
+    for name, value in {**exports, **stand_in}.items():
+        setattr(settings, name, value)
+    load_embedder.cache_clear()
+    command = shlex.split(next(line for line in lines if "manage.py" in line))
+    assert command[:3] == [".venv/bin/python", "manage.py", "calibrate_embedder"] and command[3] == "--pairs"
+    printed = calibrate(pairs=str(pairs))
+    assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}+words" in printed and "held out" in printed
+    assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}+words"
