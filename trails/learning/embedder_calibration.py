@@ -68,6 +68,12 @@ def scope_fit(scope: Scope) -> dict:
     return calibration_for(fitted_for(scope), scope) or shipped.shipped()
 
 
+def matcher_fit(scope: Scope, matcher: str) -> dict | None:
+    """The fit a matcher's limits and rates are read from: the scope's embedder's for embedding,
+    the shipped one (None) for lexical matching, which has no model."""
+    return scope_fit(scope) if matcher == "embedding" else None
+
+
 def embedding_threshold_for(scope: Scope, fit: dict) -> float:
     """The scope's embedding threshold from a fit, for its bound and matcher (a scope matching by
     both gives each matcher half its bound)."""

@@ -86,7 +86,7 @@ def decide(scope: Scope, matcher: str) -> LearnedThreshold:
     """What the scope's labels decide for one matcher now (nothing is written)."""
     configured = getattr(scope, f"{matcher}_threshold")
     labels, oldest = scope_labels(scope, matcher)
-    fit = embedder_calibration.scope_fit(scope) if matcher == "embedding" else None
+    fit = embedder_calibration.matcher_fit(scope, matcher)
     return learned_threshold(
         labels,
         questions_asked(scope, oldest),
