@@ -151,3 +151,25 @@ def test_the_docs_lines_point_the_service_at_an_endpoint_and_fit_it(on_endpoint,
     printed = calibrate(pairs=str(pairs))
     assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}+words" in printed and "held out" in printed
     assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}+words"
+
+
+def test_a_scope_is_fitted_on_its_own_labels_and_no_other_scope_moves(on_endpoint, pairs):
+    scope, api, _ = on_endpoint
+    calibrate(pairs=str(pairs), bound=0.05)
+    other = Scope.objects.create(slug="other")
+    other_threshold = other.embedding_threshold
+    Scope.objects.filter(pk=scope.pk).update(keep_raw_queries=True)
+    questions = [f"Where do visitors park on level {n}?" for n in range(6)]
+    for n, question in enumerate(questions):
+        assert api.record("help", query=question, cited=["s1"]).status_code == 201
+        served = api.recall("help", query=question).json()
+        assert served["outcome"] == "prefetch"
+        feedback = api.call("post", f"/scopes/help/recalls/{served['recall_id']}/feedback", {"helpful": n % 2 == 0})
+        assert feedback.status_code == 200
+    printed = calibrate(scope="help")
+    assert f"6 pairs from labels of scope help embedded by {SERVING}" in printed
+    assert EmbedderCalibration.objects.filter(model=SERVING, scope=scope).exists()
+    changed = [line.split(":")[0] for line in printed.splitlines() if line.startswith("scope ")]
+    assert changed == ["scope help"]
+    other.refresh_from_db()
+    assert other.embedding_threshold == other_threshold
