@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('scopes', '0014_scope_embedding_fitted_for'),
-        ('trails', '0018_audit_events_from_before'),
+        ('trails', '0019_purge_counts_per_store'),
     ]
 
     operations = [
