@@ -24,10 +24,20 @@ from trails.serving.record import RecordInput, TrailRows
 TRAILS = 3000
 
 
-def rows_read(plan: dict, table: str) -> int:
-    """Rows a plan node tree examined in `table` (returned or filtered away), over all loops."""
+def index_names(table: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", [table])
+        return {name for (name,) in cursor.fetchall()}
+
+
+def rows_read(plan: dict, table: str, indexes: set[str] | None = None) -> int:
+    """Rows a plan node tree examined in `table` or its index entries a bitmap scan read
+    (returned or filtered away), over all loops."""
+    indexes = index_names(table) if indexes is None else indexes
     total = 0
-    if plan.get("Relation Name") == table:
+    if plan.get("Relation Name") == table or (
+        plan.get("Node Type") == "Bitmap Index Scan" and plan.get("Index Name") in indexes
+    ):
         per_loop = (
             plan.get("Actual Rows", 0)
             + plan.get("Rows Removed by Filter", 0)
@@ -35,7 +45,7 @@ def rows_read(plan: dict, table: str) -> int:
         )
         total += per_loop * plan.get("Actual Loops", 1)
     for child in plan.get("Plans", []):
-        total += rows_read(child, table)
+        total += rows_read(child, table, indexes)
     return total
 
 

@@ -287,9 +287,14 @@ def _read(
     def per_found(table: str, alias: str, column: str) -> str:
         # On PostgreSQL each table is probed by key for each found id (a LATERAL that
         # OFFSET 0 keeps from being flattened), whatever row counts stale statistics
-        # suggest; a hash join over a table the statistics think small reads all of it.
+        # suggest; a hash join over a table the statistics think small reads all of it. The
+        # scope is checked outside the probe (a second OFFSET 0), so only the trail's index
+        # can serve it: without statistics, ANDed with the scope's index, it read every citation of the scope.
         if postgres:
-            return f"{pathed} CROSS JOIN LATERAL (SELECT * FROM {table} WHERE {column} = f.id AND scope_id = %s OFFSET 0) {alias}"
+            return (
+                f"{pathed} CROSS JOIN LATERAL (SELECT * FROM (SELECT * FROM {table} WHERE {column} = f.id OFFSET 0) "
+                f"by_trail WHERE scope_id = %s OFFSET 0) {alias}"
+            )
         return f"{pathed} JOIN {table} {alias} ON {alias}.{column} = f.id AND {alias}.scope_id = %s"
 
     current_section = (
