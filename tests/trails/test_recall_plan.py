@@ -17,6 +17,7 @@ from evaluation.questions import QuestionMaker
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.models import BandKeys, Citation, Step, Trail
+from trails.serving.candidates import add_paths
 from trails.serving.candidates import candidates as read_candidates
 from trails.serving.matching import sign
 from trails.serving.record import RecordInput, TrailRows
@@ -113,3 +114,25 @@ def test_candidate_read_touches_a_few_trails_not_the_scope_without_fresh_statist
     assert trails_read <= 50, f"{trails_read} trail rows read of {TRAILS}: {json.dumps(plan)[:3000]}"
     assert keys_read <= 500, f"{keys_read} band-key rows read: {json.dumps(plan)[:4000]}"
     assert rows_read(plan, Citation._meta.db_table) <= 50 and rows_read(plan, Step._meta.db_table) <= 50
+
+
+def test_path_read_of_a_winner_probes_its_citations_not_the_scopes_without_fresh_statistics(grown_scope):
+    # An embedding scope reads the winner's path on its own (add_paths): one trail's rows, not the scope's.
+    found = read_candidates(
+        grown_scope, "", sign(grown_scope, grown_scope.asked, "").lookup(grown_scope), timezone.now()
+    )
+    captured = []
+
+    def capture(execute, sql, params, many, context):
+        captured.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        add_paths(grown_scope, found[:1])
+    sql, params = captured[-1]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    assert rows_read(plan, Citation._meta.db_table) <= 5, json.dumps(plan)[:3000]
+    assert rows_read(plan, Step._meta.db_table) <= 5, json.dumps(plan)[:3000]
