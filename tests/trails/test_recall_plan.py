@@ -50,6 +50,24 @@ def rows_read(plan: dict, table: str, indexes: set[str] | None = None) -> int:
     return total
 
 
+def fill(scope: Scope, questions: list[str]) -> None:
+    Section.upsert(scope, {"s": "a section"})
+    current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
+    now = timezone.now()
+    TrailRows.save_all(
+        [
+            TrailRows.build(
+                scope,
+                RecordInput(query=q, cited=["s"], steps=[RecordedStep("search", {"q": q}, ["s"])], signal="accepted"),
+                current,
+                "",
+                now,
+            )
+            for q in questions
+        ]
+    )
+
+
 @pytest.fixture
 def grown_scope(db):
     if connection.vendor != "postgresql":
@@ -61,24 +79,9 @@ def grown_scope(db):
         for model in (Trail, BandKeys, Citation, Step):
             cursor.execute(f"ANALYZE {model._meta.db_table}")  # the last ANALYZE: before the scope grew
     scope = Scope.objects.create(slug="grown", matcher="lexical")
-    Section.upsert(scope, {"s": "a section"})
-    current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
-    now = timezone.now()
     maker = QuestionMaker(seed=3)
     questions = [maker.question() for _ in range(TRAILS)]
-    rows = [
-        TrailRows.build(
-            scope,
-            RecordInput(
-                query=query, cited=["s"], steps=[RecordedStep("search", {"q": query}, ["s"])], signal="accepted"
-            ),
-            current,
-            "",
-            now,
-        )
-        for query in questions
-    ]
-    TrailRows.save_all(rows)
+    fill(scope, questions)
     scope.asked = questions[1234]
     return scope
 

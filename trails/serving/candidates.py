@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Sequence
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from infra.prepared import prepared_cursor
 from scopes.models import Scope, Section
@@ -140,7 +141,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     if connection.vendor == "postgresql":
         # Keys travel as array parameters, so the statement text is the same on every
         # recall and can be prepared (planning took longer than running it). Key rows are
-        # found through the inverted index on their keys, trails then by scope and id,
+        # found through the inverted index on their keys, trails then by id (trail_probe),
         # filtered after (OFFSET 0 keeps each subquery apart): without statistics (a scope
         # grown since the last ANALYZE) the planner otherwise walked every trail of the
         # scope, 21.9 s for one recall. Every subquery names the scope's id itself, so on
@@ -150,6 +151,8 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         # key's rows, which it puts at 0.5 % of the table (the keys column keeps no statistics,
         # as its elements are near unique), and always takes the index; given all keys at once,
         # with statistics, it guessed 12 % and read the whole table.
+        by_id = trail_probe("n.trail_id")
+
         def sharing(columns_read: str) -> str:
             return (
                 f"unnest(CAST(%s AS BIGINT[])) k(key) CROSS JOIN LATERAL (SELECT {columns_read} FROM {bands} "
@@ -159,7 +162,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         if lexical_keys:
             parts.append(
                 f"SELECT {columns} FROM (SELECT DISTINCT b.trail_id FROM {sharing('trail_id')}) n "
-                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
+                f"CROSS JOIN LATERAL {by_id} t "
                 f"WHERE {where_servable}"
             )
             params += [lexical_keys, scope.id, scope.id, *servable]
@@ -171,7 +174,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
             parts.append(
                 f"SELECT * FROM (SELECT {columns}{with_distance} FROM (SELECT DISTINCT b.trail_id, {distance} AS distance "
                 f"FROM {sharing('trail_id, sketch_high, sketch_low')} WHERE {distance} <= %s ORDER BY 2, 1 DESC) n "
-                f"CROSS JOIN LATERAL (SELECT * FROM {trails} WHERE scope_id = %s AND id = n.trail_id OFFSET 0) t "
+                f"CROSS JOIN LATERAL {by_id} t "
                 f"WHERE {where_servable} ORDER BY n.distance, n.trail_id DESC LIMIT %s) nearest"
             )
             params += [
@@ -232,6 +235,31 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     )
 
 
+# Whether the trails table a connection reads is partitioned (docs/scaling.md), by connection.
+_partitioned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def trail_probe(trail_id: str) -> str:
+    """A subquery reading the trail `trail_id` names if it is the scope's (whose id is its one
+    parameter), through an index that finds exactly that row whatever the statistics say.
+
+    On the plain table that is the primary key alone, the scope checked outside (OFFSET 0): given
+    both, without statistics of a new scope the planner took a scope index and read the scope's
+    every trail. On a table partitioned by scope the key is (id, scope) and the scope goes inside, so
+    the probe reads one partition.
+    """
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper not in _partitioned:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [Trail._meta.db_table])
+            row = cursor.fetchone()
+        _partitioned[wrapper] = bool(row and row[0])
+    trails = Trail._meta.db_table
+    if _partitioned[wrapper]:
+        return f"(SELECT * FROM {trails} WHERE scope_id = %s AND id = {trail_id} OFFSET 0)"
+    return f"(SELECT * FROM (SELECT * FROM {trails} WHERE id = {trail_id} OFFSET 0) by_id WHERE scope_id = %s OFFSET 0)"
+
+
 def trail_columns(with_lexical: bool) -> str:
     """What the candidate read returns of each trail, in TrailRow's order after the id."""
     # A scope that does not match lexically never compares signatures: not sent.
@@ -248,11 +276,17 @@ def add_paths(scope: Scope, found: Sequence[Candidate]) -> None:
         return
     postgres = connection.vendor == "postgresql"
     ids = [c.id for c in found]
-    match = "= ANY(%s)" if postgres else f"IN ({', '.join(['%s'] * len(ids))})"
-    sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.scope_id = %s AND t.id {match}"
+    if postgres:
+        sql, params = (
+            f"SELECT t.id FROM unnest(CAST(%s AS BIGINT[])) f(id) CROSS JOIN LATERAL {trail_probe('f.id')} t",
+            [ids],
+        )
+    else:
+        sql = f"SELECT t.id FROM {Trail._meta.db_table} t WHERE t.scope_id = %s AND t.id IN ({', '.join(['%s'] * len(ids))})"
+        params = [scope.id, *ids]
     _read(
         sql,
-        [scope.id, ids] if postgres else [scope.id, *ids],
+        params + [scope.id] if postgres else params,
         scope.id,
         with_trails=False,
         with_paths=True,
