@@ -38,6 +38,16 @@ def env_int(name: str, default: int) -> int:
         raise SettingError(f"{name} must be a whole number, got {raw!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingError(f"{name} must be a number, got {raw!r}") from None
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from infra.env import SettingError, database_from_url, env_bool, env_int, env_list, env_str
+from infra.env import SettingError, database_from_url, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -247,6 +247,10 @@ RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
 RAGTRAIL_FORGET_CHECK_SECONDS = env_int("RAGTRAIL_FORGET_CHECK_SECONDS", 2)
 # A matching change re-signs up to this many trails in the saving request; more go to the re-signing task.
 RAGTRAIL_RESIGN_INLINE_LIMIT = env_int("RAGTRAIL_RESIGN_INLINE_LIMIT", 2000)
+# After a write of at least this many rows to a table, and this share of the rows its statistics
+# count, the product runs ANALYZE on it itself (infra/statistics.py); autovacuum's own share is a tenth.
+RAGTRAIL_ANALYZE_MIN_ROWS = env_int("RAGTRAIL_ANALYZE_MIN_ROWS", 1000)
+RAGTRAIL_ANALYZE_FRACTION = env_float("RAGTRAIL_ANALYZE_FRACTION", 0.1)
 # The demo's admin password and API key, kept between `make run`s (ignored by git).
 RAGTRAIL_DEMO_CREDENTIALS = Path(env_str("RAGTRAIL_DEMO_CREDENTIALS", str(BASE_DIR / ".demo-credentials.json")))
 # Where `evaluate` writes reports by default, and where the dashboard lists them.

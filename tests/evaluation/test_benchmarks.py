@@ -162,3 +162,44 @@ def test_the_http_benchmark_refuses_impossible_run_lengths_before_filling_anythi
     # No database fixture: the refusal comes before the fill (a 0 s run once divided by zero at its end).
     with pytest.raises(CommandError, match=f"--{option.replace('_', '-')} must be at least"):
         call_command("benchmark_http", **{option: value})
+
+
+def test_brute_force_nearest_is_the_highest_cosine_whatever_the_lengths():
+    import numpy as np
+
+    from evaluation.peer.pgvector_peer import brute_force_nearest
+
+    stored = np.array([[1.0, 0.0], [0.0, 5.0], [3.0, 3.0]], dtype=np.float32)
+    asked = np.array([[0.1, 1.0], [2.0, 1.9], [9.0, 0.5]], dtype=np.float32)
+    nearest, cosine = brute_force_nearest(stored, asked, chunk=2)
+    assert nearest.tolist() == [1, 2, 0]
+    assert round(float(cosine[1]), 4) == round(float((2.0 + 1.9) / (np.hypot(2.0, 1.9) * np.sqrt(2))), 4)
+
+
+def test_the_hit_path_summary_names_each_scan_with_the_rows_it_read_over_its_loops():
+    from evaluation.management.commands.benchmark_peer import plan_nodes
+
+    plan = {
+        "Node Type": "Nested Loop",
+        "Plans": [
+            {"Node Type": "CTE Scan", "CTE Name": "found", "Actual Rows": 9, "Actual Loops": 1},
+            {
+                "Node Type": "Bitmap Heap Scan",
+                "Relation Name": "trails_citation",
+                "Actual Rows": 2,
+                "Actual Loops": 3,
+                "Plans": [
+                    {
+                        "Node Type": "Bitmap Index Scan",
+                        "Index Name": "citation_scope_section",
+                        "Actual Rows": 200000,
+                        "Actual Loops": 1,
+                    }
+                ],
+            },
+        ],
+    }
+    assert plan_nodes(plan, []) == [
+        "Bitmap Heap Scan trails_citation (6 rows)",
+        "Bitmap Index Scan citation_scope_section (200000 rows)",
+    ]

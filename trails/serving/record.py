@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from infra import metrics
 from infra.errors import Conflict, Invalid
+from infra.statistics import analyse_after_large_write
 from scopes.models import Scope, Section
 from trails.core.banding import scoped_keys
 from trails.core.budget import count_tokens
@@ -227,7 +228,13 @@ class TrailRows:
                     # bulk_create filled in the trail ids after the children were built.
                     child.trail_id = child.trail.id
                 model.objects.bulk_create(children, batch_size=2000)
-            BandKeys.insert_many([row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)])
+            keys = [row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)]
+            BandKeys.insert_many(keys)
+            # A bulk record: the planner's counts are stale until its tables are analysed (a single one never is).
+            written = {Trail._meta.db_table: len(all_rows), BandKeys._meta.db_table: len(keys)}
+            for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
+                written[model._meta.db_table] = sum(len(getattr(rows, attribute)) for rows in all_rows)
+            analyse_after_large_write(written)
 
 
 def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:

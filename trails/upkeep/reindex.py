@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models.signals import post_migrate, post_save
 from django.dispatch import receiver
 
+from infra.statistics import analyse_after_large_write
 from scopes.models import Scope
 from trails.core.fold import FOLD_VERSION
 from trails.core.normalise import normalise_query
@@ -85,6 +86,8 @@ def reindex_scope(
             .only("id", "scope_id", "query", "partition")[:batch_size]
         )
         if not batch:
+            # Every key row rewritten: analysed now where that is much of the table, not at autovacuum's next round.
+            analyse_after_large_write({BandKeys._meta.db_table: done, Trail._meta.db_table: done})
             return done
         with transaction.atomic():
             resign(scope, batch)

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from infra.errors import Conflict, Invalid, Refused
 from infra.hashing import section_hash
+from infra.statistics import analyse_after_large_write
 from scopes import audit
 from scopes.audit import AuditEvent
 from scopes.models import Scope, Section, SectionSync, SectionSyncJob
@@ -260,6 +261,7 @@ def sync_sections(
             Section.upsert_hashes(scope, {section_id: incoming[section_id] for section_id in to_write}, now)
         if summary.removed:
             Section.objects.filter(scope=scope, section_id__in=summary.removed).delete()
+        analyse_after_large_write({Section._meta.db_table: len(to_write) + len(summary.removed)})
         Section.set_anchors(scope, {section.id: section.anchor or "" for section in sections})
         if to_write or summary.removed:
             made = SectionSync.objects.create(
