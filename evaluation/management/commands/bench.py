@@ -44,6 +44,10 @@ WATCHED = [
     ("GPTCache get() p99 / recall() p99 at 100k", ("peer", "sizes", "100000", "ratio_p99"), True),
     ("GPTCache get() p50 / recall() p50 at 1M", ("peer", "sizes", "1000000", "ratio_p50"), True),
     ("GPTCache get() p99 / recall() p99 at 1M", ("peer", "sizes", "1000000", "ratio_p99"), True),
+    ("recall() p50 / pgvector p50 at 100k, fresh", ("peer", "sizes", "100000", "fresh", "pgvector_p50"), False),
+    ("recall() p99 / pgvector p99 at 100k, fresh", ("peer", "sizes", "100000", "fresh", "pgvector_p99"), False),
+    ("recall() p50 / pgvector p50 at 100k, analysed", ("peer", "sizes", "100000", "analysed", "pgvector_p50"), False),
+    ("recall() p99 / pgvector p99 at 100k, analysed", ("peer", "sizes", "100000", "analysed", "pgvector_p99"), False),
 ]
 
 
@@ -99,7 +103,7 @@ class Command(BaseCommand):
             "benchmark_http", seconds=seconds, memory_requests=memory_requests, json_path=http_file, stdout=self.stdout
         )
         self.stdout.write(
-            f"\n== against GPTCache 0.1.44 at {', '.join(f'{n:,}' for n in peer_sizes)} questions, embedding excluded on both sides =="
+            f"\n== against pgvector and GPTCache 0.1.44 at {', '.join(f'{n:,}' for n in peer_sizes)} questions, embedding excluded on every side =="
         )
         call_command("benchmark_peer", sizes=peer_sizes, json_path=peer_file, stdout=self.stdout)
         scale = json.loads(scale_file.read_text())
