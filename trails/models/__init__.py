@@ -53,10 +53,12 @@ from trails.models.trail import (
     TrailQuerySet,
     delete_rows,
     flag_trails_citing,
+    trails_partitioned,
     validations_now,
 )
 
 __all__ = [
+    "trails_partitioned",
     "DISPLAY_STATUSES",
     "EXPIRED",
     "POSITIVE_SIGNALS",

@@ -15,7 +15,7 @@ from scopes.models import Scope
 from trails.core.charts import HourCounts
 from trails.core.validation import Outcome
 from trails.models.lifecycle import mark_stale_statements
-from trails.models.trail import Trail
+from trails.models.trail import Trail, trails_partitioned
 
 # The database's choices of the one outcome enum (trails/core/validation.py).
 RecallOutcome = models.TextChoices("RecallOutcome", [(o.name, o.value) for o in Outcome])
@@ -210,10 +210,18 @@ def write_recall_effects(
     if stale_ids:
         statements += mark_stale_statements(trail, scope.id, stale_ids, _prep(Trail, "stale_at", now))
     if hit and trail_id is not None:
+        # By primary key alone, the scope checked apart: given both, a new scope's missing statistics drew a scope index.
+        if connection.vendor == "postgresql" and not trails_partitioned():
+            where = (
+                f"id = (SELECT id FROM (SELECT id, scope_id FROM {trail} WHERE id = %s OFFSET 0) t WHERE scope_id = %s)"
+            )
+            found = [trail_id, scope.id]
+        else:
+            where, found = "scope_id = %s AND id = %s", [scope.id, trail_id]
         statements.append(
             (
-                f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE scope_id = %s AND id = %s",
-                [_prep(Trail, "last_hit_at", now), scope.id, trail_id],
+                f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE {where}",
+                [_prep(Trail, "last_hit_at", now), *found],
             )
         )
     statements.append(

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from datetime import datetime
 from typing import Iterable, Sequence
 
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models import Q
 from django.dispatch import receiver
 from django.utils import timezone
@@ -325,3 +326,18 @@ class BandKeys(models.Model):
             f"SELECT trail_id FROM {table} WHERE scope_id = %s AND EXISTS (SELECT 1 FROM json_each(keys) WHERE value = %s)",
             [scope.id, stored],
         )
+
+
+# Whether the trails table a connection reads is partitioned by scope (docs/scaling.md), by connection.
+_partitioned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def trails_partitioned() -> bool:
+    """Whether the trails table the default connection reads is partitioned (PostgreSQL; read once a connection)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper not in _partitioned:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [Trail._meta.db_table])
+            row = cursor.fetchone()
+        _partitioned[wrapper] = bool(row and row[0])
+    return _partitioned[wrapper]

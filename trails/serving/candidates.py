@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, Sequence
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connection
 
 from infra.prepared import prepared_cursor
 from scopes.models import Scope, Section
@@ -27,7 +26,7 @@ from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
-from trails.models import BandKeys, Citation, Step, Trail, TrailStatus
+from trails.models import BandKeys, Citation, Step, Trail, TrailStatus, trails_partitioned
 
 
 @dataclass
@@ -235,10 +234,6 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     )
 
 
-# Whether the trails table a connection reads is partitioned (docs/scaling.md), by connection.
-_partitioned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def trail_probe(trail_id: str) -> str:
     """A subquery reading the trail `trail_id` names if it is the scope's (whose id is its one
     parameter), through an index that finds exactly that row whatever the statistics say.
@@ -248,14 +243,8 @@ def trail_probe(trail_id: str) -> str:
     every trail. On a table partitioned by scope the key is (id, scope) and the scope goes inside, so
     the probe reads one partition.
     """
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    if wrapper not in _partitioned:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)", [Trail._meta.db_table])
-            row = cursor.fetchone()
-        _partitioned[wrapper] = bool(row and row[0])
     trails = Trail._meta.db_table
-    if _partitioned[wrapper]:
+    if trails_partitioned():
         return f"(SELECT * FROM {trails} WHERE scope_id = %s AND id = {trail_id} OFFSET 0)"
     return f"(SELECT * FROM (SELECT * FROM {trails} WHERE id = {trail_id} OFFSET 0) by_id WHERE scope_id = %s OFFSET 0)"
 
