@@ -1,16 +1,17 @@
 """Every statement recall and record send about a scope's rows names the scope, so the
 tables that hold them can be partitioned by scope in PostgreSQL (or distributed by it with
-Citus) with no change to a query: a statement without the scope's id would read every
-partition (or every shard)."""
+Citus): a statement without the scope's id would read every partition (or every shard). On
+such tables the trail probes take their scoped form (trails_partitioned), which is read here."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from trails.models import BandKeys, Citation, RecallEvent, Step, Trail, TrailSignal
+from trails.models import trail as trail_module
 
 # The tables partitioned (or distributed) by scope, and what each statement must say of it.
 SCOPED_TABLES = {model._meta.db_table for model in (Trail, BandKeys, Citation, Step, TrailSignal, RecallEvent)}
@@ -50,7 +51,9 @@ def unscoped(statements: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("matcher", ["lexical", "embedding", "both"])
-def test_recall_and_record_name_the_scope_in_every_statement_about_its_rows(api, scope, sections, matcher):
+def test_recall_and_record_name_the_scope_in_every_statement_about_its_rows(api, scope, sections, matcher, monkeypatch):
+    # As sent to tables partitioned by scope (on the plain table a trail is probed by its key alone).
+    monkeypatch.setitem(trail_module._partitioned, connections[DEFAULT_DB_ALIAS], True)
     scope.matcher = matcher
     scope.save()
     query = "What are the ICU visiting hours?"
