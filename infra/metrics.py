@@ -266,9 +266,24 @@ def count_task_runs() -> None:
 
     before_task_publish.connect(sent, weak=False, dispatch_uid="ragtrail.metrics.beat_sent")
 
+    from celery.signals import beat_embedded_init, beat_init
+
+    def started(sender=None, **kwargs) -> None:
+        # Beat sends each job one period after it starts: a job not run since is not late before then.
+        try:
+            from django.core.cache import caches
+
+            caches["heartbeats"].set(BEAT_STARTED, time.time(), None)
+        except Exception:  # noqa: BLE001 -- best effort, as above
+            pass
+
+    beat_init.connect(started, weak=False, dispatch_uid="ragtrail.metrics.beat_started")
+    beat_embedded_init.connect(started, weak=False, dispatch_uid="ragtrail.metrics.beat_embedded_started")
+
 
 HEARTBEAT_TASK = "trails.tasks.heartbeat_task"
 BEAT_SENT = "rt:beat-sent-heartbeat"
+BEAT_STARTED = "rt:beat-started"
 
 
 def beat_last_sent() -> float | None:
@@ -277,6 +292,39 @@ def beat_last_sent() -> float | None:
 
     try:
         return caches["heartbeats"].get(BEAT_SENT)
+    except Exception:  # noqa: BLE001 -- a cache that is away: unknown
+        return None
+
+
+def beat_started() -> float | None:
+    """When beat last started, as it told the shared cache (None: unknown)."""
+    from django.core.cache import caches
+
+    try:
+        return caches["heartbeats"].get(BEAT_STARTED)
+    except Exception:  # noqa: BLE001 -- a cache that is away: unknown
+        return None
+
+
+ROLLED_UP = "rt:rolled-up-to"
+
+
+def stamp_rolled_up(until: float) -> None:
+    """The roll-up counted recalls up to `until` (a timestamp), whoever ran it."""
+    from django.core.cache import caches
+
+    try:
+        caches["heartbeats"].set(ROLLED_UP, until, None)
+    except Exception:  # noqa: BLE001 -- best effort, as the heartbeats
+        pass
+
+
+def rolled_up_until() -> float | None:
+    """Until when the last roll-up counted recalls (None: no roll-up has run)."""
+    from django.core.cache import caches
+
+    try:
+        return caches["heartbeats"].get(ROLLED_UP)
     except Exception:  # noqa: BLE001 -- a cache that is away: unknown
         return None
 

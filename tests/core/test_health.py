@@ -76,6 +76,47 @@ def test_a_job_never_heard_from_is_watch_and_one_silent_for_three_periods_broken
     )
 
 
+JOBS = {"worker": 60.0, "beat": 60.0, "roll_up_task": 600.0, "sweep_expired_task": 3600.0}
+
+
+def jobs(**ages) -> dict:
+    """Every job heard from 20 s ago, but those given."""
+    return {**CALM, "job_ages": {job: ages.get(job, 20.0) for job in JOBS}, "job_periods": JOBS}
+
+
+def test_a_beat_outage_beside_a_healthy_worker_names_beat_and_not_the_worker():
+    # Beat stopped 4 min ago; the worker ran the last heartbeat it sent, and nothing since.
+    health = judge(**jobs(beat=240.0, worker=235.0, roll_up_task=235.0))
+    assert health.verdict == "broken"
+    assert health.because == (
+        "beat silent for 4 min (it sends a heartbeat every 1 min): is beat running? No job is sent until it is"
+    )
+    # Both stopped: the worker left the heartbeats beat sent unanswered, so both are named.
+    both = judge(**jobs(beat=240.0, worker=900.0))
+    assert "beat silent for 4 min" in both.because
+    assert "worker silent for 15 min (a heartbeat every 1 min, beat silent too): is the worker running?" in both.because
+    # The worker stopped, beat still sends: the worker alone.
+    worker = judge(**jobs(worker=200.0))
+    assert (
+        worker.because
+        == "worker silent for 3 min (a heartbeat every 1 min, beat still sends it): is the worker running?"
+    )
+
+
+def test_a_job_not_yet_due_after_a_deploy_is_not_late():
+    # Ten minutes after beat started: the hourly sweep has not come due, and the verdict is calm.
+    fresh = judge(**jobs(sweep_expired_task=None), beat_started_age=600.0)
+    assert (fresh.verdict, fresh.because) == ("ok", "")
+    # Past its first hour without a run, it is a watch that points at the worker's log, not at beat.
+    late = judge(**jobs(sweep_expired_task=None), beat_started_age=3700.0)
+    assert late.verdict == "watch" and late.because == (
+        "sweep_expired_task has not run since it came due (every 1 h): see the worker's log"
+    )
+    # Beat never heard from at all: beat is named, the jobs it never sent are not.
+    nothing = judge(**jobs(beat=None, worker=None, roll_up_task=None, sweep_expired_task=None))
+    assert nothing.because == "beat never heard from: is beat running?"
+
+
 def test_ages_read_in_words():
     assert [in_words(s) for s in (None, 40, 600, 7200, 86_400, 3 * 86_400)] == [
         "never",

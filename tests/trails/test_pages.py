@@ -27,6 +27,7 @@ def jobs_heard_from(seconds_ago: float = 60.0) -> None:
     for task in ("trails.tasks.roll_up_task", "trails.tasks.sweep_expired_task", "trails.tasks.heartbeat_task"):
         caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - seconds_ago, None)
     caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - seconds_ago, None)  # beat's own
+    caches["heartbeats"].delete("rt:beat-started")  # long ago: every job is due
 
 
 def windowed(own: dict, requests: int) -> dict:
@@ -952,6 +953,10 @@ def test_an_operator_accepts_a_learned_raise_and_it_becomes_the_configured_thres
 
 
 def test_the_verdict_names_what_made_it_and_turns_on_refused_requests_and_silent_jobs(staff, db, monkeypatch):
+    import time
+
+    from django.core.cache import caches
+
     from infra import refusals
     from scopes.models import Scope
 
@@ -965,20 +970,30 @@ def test_the_verdict_names_what_made_it_and_turns_on_refused_requests_and_silent
         "27 of 80 API requests to this scope refused with 503 in the last 5 min (27 queued past the budget)" in page
     )
     monkeypatch.setattr(refusals, "window", lambda slug: windowed({}, 80))
-    # The worker stopped: silent for three of the roll-up's periods is broken, its age in words.
+    # Beat stopped three hours ago, and with it every job it sends: beat is named, not the worker.
     jobs_heard_from(seconds_ago=3 * 3600)
+    page = staff.get("/ops/calm/").content.decode()
+    assert 'id="health-verdict">broken<' in page and "beat silent for 3 h" in page
+    assert "is the worker running?" not in page and "roll_up_task last succeeded" not in page
+    # Beat and the worker well, the roll-up failing for three hours: the roll-up, its age in words.
+    jobs_heard_from()
+    caches["heartbeats"].set("rt:task-last-success:trails.tasks.roll_up_task", time.time() - 3 * 3600, None)
     page = staff.get("/ops/calm/").content.decode()
     assert 'id="health-verdict">broken<' in page and "roll_up_task last succeeded 3 h ago" in page
     # A fresh deploy whose jobs never reported: watch, never a calm ok.
-    from django.core.cache import caches
-
     # (only these keys: a clear() would empty a Redis another run shares)
     caches["heartbeats"].delete_many(
         ["rt:beat-sent-heartbeat"]
         + [f"rt:task-last-success:trails.tasks.{t}" for t in ("roll_up_task", "sweep_expired_task", "heartbeat_task")]
     )
     page = staff.get("/ops/calm/").content.decode()
-    assert 'id="health-verdict">watch<' in page and "never heard from: is the worker running?" in page
+    assert 'id="health-verdict">watch<' in page and "beat never heard from: is beat running?" in page
+    # The first hour after a deploy: beat started ten minutes ago, the hourly sweep is not yet due.
+    jobs_heard_from()
+    caches["heartbeats"].delete("rt:task-last-success:trails.tasks.sweep_expired_task")
+    caches["heartbeats"].set("rt:beat-started", time.time() - 590, None)
+    page = staff.get("/ops/calm/").content.decode()
+    assert 'id="health-verdict">ok<' in page and "sweep_expired_task not yet due (first run in 50 min)" in page
 
 
 def test_refusals_over_the_last_minutes_name_their_tenant_and_cause(staff, db, settings):
@@ -1127,9 +1142,14 @@ def test_the_counts_are_said_rolled_up_to_the_roll_ups_last_run_not_the_hours_en
     from django.core.cache import caches
 
     api.recall("hospital", query="When are ICU visiting hours?")
+    # No roll-up has run: the counts say never, and the recalls waiting for one are counted.
+    caches["heartbeats"].delete_many(["rt:rolled-up-to", "rt:task-last-success:trails.tasks.roll_up_task"])
+    page = staff.get("/ops/hospital/").content.decode()
+    assert "rolled up to <strong>never</strong>" in page and "Roll-up current" not in page
+    assert "No roll-up has run yet: 1 recalls in this window are not in the charts" in page
     roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
     ran = clock.time() - 120  # the roll-up last ran two minutes ago, inside the current hour
-    caches["heartbeats"].set("rt:task-last-success:trails.tasks.roll_up_task", ran, None)
+    caches["heartbeats"].set("rt:rolled-up-to", ran, None)
     page = staff.get("/ops/hospital/").content.decode()
     hour_end = RecallEvent.objects.latest("created_at").created_at.replace(minute=0, second=0, microsecond=0)
     expected = min(datetime.fromtimestamp(ran, tz=dt_timezone.utc), hour_end + timedelta(hours=1))
@@ -1165,7 +1185,7 @@ def test_a_jobs_success_is_the_workers_heartbeat_on_the_overview(staff, db):
     from trails.tasks import roll_up_task
 
     Scope.objects.create(slug="beat", matcher="lexical")
-    caches["heartbeats"].delete("rt:task-last-success:trails.tasks.roll_up_task")
+    caches["heartbeats"].delete_many(["rt:task-last-success:trails.tasks.roll_up_task", "rt:beat-started"])
     assert "roll_up_task <strong>not heard from</strong>" in staff.get("/ops/beat/").content.decode()
     roll_up_task.apply()
     assert "roll_up_task <strong>not heard from</strong>" not in staff.get("/ops/beat/").content.decode()
@@ -1273,11 +1293,18 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
 
     # The worker stopped three minutes ago, beat still sends: the worker is named, not beat.
     fresh["trails.tasks.heartbeat_task"] = now.timestamp() - 190
-    assert "Broken because:" in strip() and "worker silent for 3 min (a heartbeat every 1 min)" in strip()
+    assert (
+        "Broken because:" in strip()
+        and "worker silent for 3 min (a heartbeat every 1 min, beat still sends it)" in strip()
+    )
     assert "beat silent" not in strip()
-    # Beat stopped too: both are named.
+    # The worker stopped first, then beat: both are named.
+    fresh["trails.tasks.heartbeat_task"] = now.timestamp() - 400
     sent["beat"] = now.timestamp() - 200
-    assert "worker silent" in strip() and "beat silent for 3 min" in strip()
+    assert "worker silent for 6 min" in strip() and "beat silent for 3 min" in strip()
+    # Beat stopped, the worker ran the last heartbeat it sent: beat alone is named.
+    fresh["trails.tasks.heartbeat_task"] = now.timestamp() - 195
+    assert "beat silent for 3 min" in strip() and "worker" not in strip()
     # Both back: ok again.
     fresh["trails.tasks.heartbeat_task"], sent["beat"] = now.timestamp() - 20, now.timestamp() - 20
     assert strip() == "ok"

@@ -85,6 +85,81 @@ def waiting_findings(jobs: list[WaitingJob]) -> list[Finding]:
     ]
 
 
+def beat_silent(job_ages: dict[str, float | None], job_periods: dict[str, float]) -> bool:
+    """Whether beat has not sent the heartbeat for three of its periods (or was never heard from)."""
+    age, period = job_ages.get("beat", 0.0), job_periods.get("beat", 60.0)
+    return age is None or age > SILENT_PERIODS * period
+
+
+def due_in(job: str, age: float | None, period: float, beat_started_age: float | None) -> float | None:
+    """Seconds until a job that never ran comes due (beat first sends it one period after it
+    starts), or None where it is due already or ran before (its own age judges it then)."""
+    if age is not None or beat_started_age is None or not period:
+        return None
+    left = period - beat_started_age
+    return left if left > 0 else None
+
+
+def job_findings(
+    job_ages: dict[str, float | None], job_periods: dict[str, float], beat_started_age: float | None = None
+) -> list[Finding]:
+    """Each job judged by its own schedule and heartbeat, and the process to look at named.
+
+    Beat sends every job, the worker runs it: "beat" is when beat last sent the heartbeat,
+    "worker" when the worker last ran it. While beat is silent nothing reaches the worker, so
+    a worker that ran the last heartbeat beat sent is not blamed, nor are the jobs beat did not
+    send. A job that never ran is not late before its first run is due (after a deploy).
+    """
+    findings: list[Finding] = []
+    silent_beat = beat_silent(job_ages, job_periods)
+    beat_age = job_ages.get("beat", 0.0)
+    for job, age in job_ages.items():
+        period = job_periods.get(job) or 0.0
+        if due_in(job, age, period, beat_started_age) is not None:
+            continue  # not yet due: the first hour after a deploy is not late
+        if job == "beat":
+            if age is None:
+                findings.append(Finding("watch", "jobs", "beat never heard from: is beat running?"))
+            elif period and age > SILENT_PERIODS * period:
+                findings.append(
+                    Finding(
+                        "broken",
+                        "jobs",
+                        f"beat silent for {in_words(age)} (it sends a heartbeat every {in_words(period)}): "
+                        "is beat running? No job is sent until it is",
+                    )
+                )
+            continue
+        # With beat silent, a job it did not send is not the job's fault, nor the worker's
+        # where the worker ran what beat last sent (its last run no older than beat's last send).
+        if silent_beat and (beat_age is None or age is None or age <= beat_age + period):
+            continue
+        if job == "worker":
+            if age is None:
+                findings.append(Finding("watch", "jobs", "worker never heard from: is the worker running?"))
+            elif period and age > SILENT_PERIODS * period:
+                findings.append(
+                    Finding(
+                        "broken",
+                        "jobs",
+                        f"worker silent for {in_words(age)} (a heartbeat every {in_words(period)}, "
+                        + ("beat silent too" if silent_beat else "beat still sends it")
+                        + "): is the worker running?",
+                    )
+                )
+            continue
+        if age is None:
+            words = f"{job} has not run since it came due"
+            findings.append(Finding("watch", "jobs", f"{words} (every {in_words(period)}): see the worker's log"))
+        elif period and age > SILENT_PERIODS * period:
+            findings.append(
+                Finding(
+                    "broken", "jobs", f"{job} last succeeded {in_words(age)} ago (it runs every {in_words(period)})"
+                )
+            )
+    return findings
+
+
 def causes_in_words(refused: dict[str, float]) -> str:
     """ "40 queued past the budget, 12 database": the largest cause first."""
     return ", ".join(f"{n:.0f} {cause}" for cause, n in sorted(refused.items(), key=lambda c: (-c[1], c[0])) if n)
@@ -141,6 +216,7 @@ def judge(
     rollup_behind: bool,
     flags: list[str],
     waiting: list[WaitingJob] = (),
+    beat_started_age: float | None = None,
 ) -> Health:
     """The verdict from every signal the overview shows, and the findings behind it.
 
@@ -152,6 +228,7 @@ def judge(
             None where they cannot be read.
         job_ages: seconds since each job's last success (None: never heard from).
         job_periods: each job's schedule, in seconds.
+        beat_started_age: seconds since beat last started (None: unknown); see job_findings.
     """
     findings: list[Finding] = []
     if false_hits_verdict == "over":
@@ -167,25 +244,7 @@ def judge(
             Finding("watch", "latency", f"recall p95 {latency_p95_ms:.0f} ms, near its {budget_ms:.0f} ms budget")
         )
     findings += refusal_findings(refusals)
-    for job, age in job_ages.items():
-        period = job_periods.get(job)
-        if age is None:
-            who = "beat" if job == "beat" else "the worker"
-            findings.append(Finding("watch", "jobs", f"{job} never heard from: is {who} running?"))
-        elif period and age > SILENT_PERIODS * period and job in ("worker", "beat"):
-            findings.append(
-                Finding(
-                    "broken",
-                    "jobs",
-                    f"{job} silent for {in_words(age)} (a heartbeat every {in_words(period)}): is {job} running?",
-                )
-            )
-        elif period and age > SILENT_PERIODS * period:
-            findings.append(
-                Finding(
-                    "broken", "jobs", f"{job} last succeeded {in_words(age)} ago (it runs every {in_words(period)})"
-                )
-            )
+    findings += job_findings(job_ages, job_periods, beat_started_age)
     findings += waiting_findings(list(waiting))
     if rollup_behind:
         findings.append(

@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Floor, TruncHour
+from django.utils import timezone
 
+from infra import metrics
 from scopes.models import Scope, SectionRevision
 from trails.core.calibration import FLAG_KINDS, false_hit_verdict
 from trails.learning.embedder_calibration import matcher_fit
@@ -123,6 +125,8 @@ def roll_up(start: datetime, end: datetime) -> int:
         RecallStat.objects.bulk_create(buckets, batch_size=2000)
         SimilarityStat.objects.filter(hour__gte=first, hour__lt=last).delete()
         SimilarityStat.objects.bulk_create(histogram, batch_size=2000)
+    # Whoever ran it (the worker, the command, a demo load): the page's "rolled up to".
+    transaction.on_commit(lambda: metrics.stamp_rolled_up(min(end, timezone.now()).timestamp()))
     return len(buckets)
 
 

@@ -21,7 +21,7 @@ from scopes.models import Scope, SectionSync, SectionSyncJob
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
-from trails.core.health import WaitingJob, causes_in_words, in_words, service_refusals
+from trails.core.health import WaitingJob, causes_in_words, due_in, in_words, service_refusals
 from trails.core.health import judge as judge_health
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
@@ -81,13 +81,13 @@ def job_name(task: str) -> str:
     return JOB_NAMES.get(task, task.rsplit(".", 1)[-1])
 
 
-def rolled_up_to(last_hour, now, ran: float | None):
-    """Until when the charts' counts go: the latest hour's end, or the roll-up's last success
-    `ran` inside it (or now, where the worker never said)."""
-    if last_hour is None:
+def rolled_up_to(last_hour, ran: float | None):
+    """Until when the charts' counts go: the latest hour's end, or the roll-up's last run `ran`
+    inside it; None where no roll-up has run (the page says never)."""
+    if not ran:
         return None
-    until = datetime.fromtimestamp(ran, tz=dt_timezone.utc) if ran else now
-    return min(last_hour + timedelta(hours=1), until)
+    until = datetime.fromtimestamp(ran, tz=dt_timezone.utc)
+    return until if last_hour is None else min(last_hour + timedelta(hours=1), until)
 
 
 def waiting_jobs(scope, now) -> list[WaitingJob]:
@@ -183,6 +183,9 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     last_hour = RecallStat.last_hour(scope)
     # The heartbeats read once: the jobs' ages and how far the roll-up has counted.
     successes = metrics.last_successes(list(JOB_PERIODS))
+    rolled_until = metrics.rolled_up_until() or successes.get("trails.tasks.roll_up_task")
+    beat_started = metrics.beat_started()
+    beat_started_age = now.timestamp() - beat_started if beat_started else None
     health = {
         "false_hits": false_hits,
         "false_hit_window_hours": int(FALSE_HIT_WINDOW.total_seconds() // 3600),
@@ -190,9 +193,14 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         "budget_ms": settings.RAGTRAIL_RECALL_BUDGET_MS,
         # The roll-up runs every 10 minutes: an hour behind means the worker is not running.
         "waiting": waiting_jobs(scope, now),
-        "rollup_behind": last_hour is not None
-        and RecallEvent.objects.filter(
-            scope=scope, created_at__gte=last_hour + timedelta(hours=1), created_at__lt=now - timedelta(minutes=30)
+        # Recalls no roll-up has counted, where none has run yet (the charts show none of them).
+        "never_rolled_up": None
+        if rolled_until
+        else RecallEvent.objects.filter(scope=scope, created_at__gte=start).count(),
+        "rollup_behind": RecallEvent.objects.filter(
+            scope=scope,
+            created_at__gte=last_hour + timedelta(hours=1) if last_hour else start,
+            created_at__lt=now - timedelta(minutes=30),
         ).exists(),
         "flags": [thresholds.describe_flag(flag) for flag in scope.threshold_flags.split(",") if flag],
         "refusals": refusals.window(scope.slug),
@@ -200,6 +208,10 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             **{job_name(name): (now.timestamp() - at if at else None) for name, at in successes.items()},
             "beat": (now.timestamp() - sent) if (sent := metrics.beat_last_sent()) else None,
         },
+    }
+    job_periods = {
+        **{job_name(name): period for name, period in JOB_PERIODS.items()},
+        "beat": JOB_PERIODS.get(metrics.HEARTBEAT_TASK, 60.0),
     }
     # ok / watch / broken, and which signal made it so: red only when something needs a person.
     judged_health = judge_health(
@@ -209,15 +221,18 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         refusals=health["refusals"],
         job_ages=health["jobs"],
         waiting=health["waiting"],
-        job_periods={
-            **{job_name(name): period for name, period in JOB_PERIODS.items()},
-            "beat": JOB_PERIODS.get(metrics.HEARTBEAT_TASK, 60.0),
-        },
+        job_periods=job_periods,
         rollup_behind=health["rollup_behind"],
         flags=health["flags"],
+        beat_started_age=beat_started_age,
     )
     health["verdict"], health["because"] = judged_health.verdict, judged_health.because
     health["job_ages"] = {name: in_words(age) for name, age in health["jobs"].items()}
+    health["job_due"] = {
+        name: in_words(left)
+        for name, age in health["jobs"].items()
+        if (left := due_in(name, age, job_periods.get(name, 0.0), beat_started_age)) is not None
+    }
     for part in ("scope", "service") if health["refusals"] else ():
         counted = health["refusals"][part]
         counted.update(refused_total=sum(counted["refused"].values()), causes=causes_in_words(counted["refused"]))
@@ -237,7 +252,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "stale_now": voted_down["stale"],
             "since_cut": cut,
             # The latest hour's row is filled as the hour goes: counted up to the roll-up's last run, not the hour's end.
-            "rolled_up_to": rolled_up_to(last_hour, now, successes.get("trails.tasks.roll_up_task")),
+            "rolled_up_to": rolled_up_to(last_hour, rolled_until),
             "previous": previous,
             "tool_counts": {tool: counts for tool, counts in tool_counts.items() if any(counts.values())},
             "tool_error": tool_error,
