@@ -28,6 +28,7 @@ class AuditEvent(models.Model):
         KEY_SET_ASIDE = "key set aside"
         KEY_COUNTED_AGAIN = "key counted again"
         KEY_REVOKED = "key revoked"
+        KEY_RESTORED = "key restored"
         ACCESS = "access changed"
         THRESHOLD = "threshold"
         SETTINGS = "settings changed"

@@ -41,6 +41,24 @@ def revoke(keys, by: str) -> int:
     return done
 
 
+def unrevoke(key: ApiKey, by: str) -> bool:
+    """Lets a suspended key in again, in its scopes' audit logs, its reports and labels counted
+    again where they were set aside (the undo of a suspension). Returns whether it was revoked."""
+    with transaction.atomic():
+        changed = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=False).update(revoked_at=None)
+        if changed:
+            audit.record(
+                key.scopes.all(),
+                by,
+                AuditEvent.Kind.KEY_RESTORED,
+                detail={"key": key.lookup},
+                what=f"{key.name or key.lookup} (key:{key.lookup}): restored, let in again",
+            )
+        restore(key, by)
+    key.refresh_from_db()
+    return bool(changed)
+
+
 def set_aside_reporters() -> set[str]:
     """The reporters ("key:<lookup>") whose reports and labels no longer count."""
     return {

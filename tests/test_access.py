@@ -174,11 +174,22 @@ def test_a_scope_operator_suspends_a_key_of_their_scope_from_the_audit_page(tena
     theirs = ApiKey.objects.get(name="acme-support")
     assert acting.post(f"/ops/{scope.slug}/keys/{theirs.pk}/suspend/").status_code == 404
     assert not ApiKey.objects.filter(revoked_at__isnull=False).exists()
-    assert acting.post(f"/ops/{scope.slug}/keys/{own.pk}/suspend/").status_code == 302
+    # Unconfirmed, the page asks first and does nothing; confirmed, the key is refused from then on.
+    asked = acting.post(f"/ops/{scope.slug}/keys/{own.pk}/suspend/")
+    assert asked.status_code == 200 and "Suspend key flooding?" in asked.content.decode()
+    assert not ApiKey.objects.filter(revoked_at__isnull=False).exists()
+    assert acting.post(f"/ops/{scope.slug}/keys/{own.pk}/suspend/", {"confirm": "yes"}).status_code == 302
     own.refresh_from_db()
     assert own.revoked_at is not None and own.set_aside_at is None
     assert AuditEvent.objects.filter(scope=scope, kind=AuditEvent.Kind.KEY_REVOKED, who=f"op-{scope.slug}-2").exists()
-    assert "revoked" in acting.get(f"/ops/{scope.slug}/audit/").content.decode()
+    page = acting.get(f"/ops/{scope.slug}/audit/").content.decode()
+    assert "revoked" in page and f"/ops/{scope.slug}/keys/{own.pk}/restore/" in page
+    # Restored from the same table: let in again, audited; view access may not.
+    assert looking.post(f"/ops/{scope.slug}/keys/{own.pk}/restore/").status_code == 403
+    assert acting.post(f"/ops/{scope.slug}/keys/{own.pk}/restore/").status_code == 302
+    own.refresh_from_db()
+    assert own.revoked_at is None
+    assert AuditEvent.objects.filter(scope=scope, kind=AuditEvent.Kind.KEY_RESTORED, who=f"op-{scope.slug}-2").exists()
 
 
 def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):

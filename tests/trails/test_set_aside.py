@@ -28,6 +28,8 @@ def flooded(api, scope, sections, committed):
     flood_key, flood_text = ApiKey.issue([scope], name="scraper")
     honest_key, honest_text = ApiKey.issue([scope], name="support-bot")
     flood, honest = ApiClient(flood_text), ApiClient(honest_text)
+    flood_key.client, honest_key.client = flood, honest  # their votes, where a test needs them
+    flood_key.not_helpful = lambda question: not_helpful(honest, question)
 
     def not_helpful(client, question):
         served = client.recall("hospital", query=question).json()
@@ -90,3 +92,51 @@ def test_the_recall_log_names_each_key_and_filters_by_it(flooded, scope, django_
     assert f"scraper (key:{flood_key.lookup})" in detail and f"support-bot (key:{honest_key.lookup})" in detail
     csv = b"".join(browser.get(f"/ops/hospital/recalls/?key={flood_key.lookup}&format=csv").streaming_content).decode()
     assert csv.count("\n") == 1 + len(QUESTIONS) and "scraper" in csv
+
+
+def test_setting_aside_a_key_that_rejected_what_its_reports_held_brings_the_trail_back_and_lists_it(
+    flooded, scope, api, committed, django_user_model
+):
+    """The flood's own down vote rejected the trail its report had held (one key and one other
+    report are enough): setting the key aside takes the vote back, then its report, and the
+    trail serves again; a trail an operator changed since is left as the operator left it."""
+    flood_key, honest_key = flooded
+    icu = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
+    ward = Trail.objects.get(scope=scope, query="When is the general ward open to visitors?")
+    flood_key.not_helpful(ward.query)  # the honest key's report: held by two, the flood's among them
+    for trail in (icu, ward):
+        with committed():
+            answer = flood_key.client.call(
+                "post", f"/scopes/hospital/trails/{trail.public_id}/feedback", {"vote": "down"}
+            )
+        assert answer.status_code == 200, answer.content
+    icu.refresh_from_db()
+    assert icu.status == "rejected"
+    # The ward's rejection is then reversed by an operator: that change stays as the operator left it.
+    from trails.core.lifecycle import Actor
+    from trails.models import writes
+
+    writes.act(ward, "reinstate", Actor.OPERATOR, by="olga")
+
+    with committed():
+        set_aside(flood_key, by="olga")
+    icu.refresh_from_db()
+    assert (icu.status, icu.held_by, icu.false_hit_reporters) == ("active", "", 1)
+    assert list(TrailSignal.objects.filter(trail=icu).order_by("-id").values_list("signal", flat=True)[:2]) == [
+        "released",
+        "set-aside",
+    ]
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+    ward.refresh_from_db()
+    assert (ward.status, ward.held_by) == ("pending", "operator")
+
+    # The audit page lists the trails the key moved, each as it is now.
+    operator = django_user_model.objects.create_user("ann", password="x", is_staff=True)
+    grant(operator, scope)
+    staff = Client()
+    staff.force_login(operator)
+    page = staff.get("/ops/hospital/audit/").content.decode()
+    moved = page.split('id="moved-', 1)[1].split("</ul>", 1)[0]
+    assert "What are the ICU visiting hours?" in moved and "active" in moved
+    assert "When is the general ward open to visitors?" in moved and "pending (held by operator)" in moved
+    assert "Where do visitors park?" in moved  # reported only: counted again, still active

@@ -128,6 +128,7 @@ REPORT = "report"
 RECORD_SIGNALLED, RECORD_UNSIGNALLED, RECORD_REFUSED = "record", "record-unsignalled", "record-refused"
 MARK_STALE, EXPIRE = "mark-stale", "expire"
 RELEASE = "release"
+SET_ASIDE = "set-aside"
 
 # The table. One row per (action, actor); an action absent for an actor is refused to it.
 RULES: tuple[Rule, ...] = (
@@ -266,6 +267,17 @@ RULES: tuple[Rule, ...] = (
         "has the scope's number of reporters",
     ),
     Rule(
+        SET_ASIDE,
+        S,
+        (REJECTED, ACTIVE),
+        None,
+        labels=Labels.WITHDRAW,
+        restores=True,
+        reason="back to where it was: the vote that moved it was set aside with its key",
+        note="an operator set a key aside and the trail's latest change was that key's vote (a rejection, an "
+        "approval): back to the state before it, a rejection's labels withdrawn; then counted again as release does",
+    ),
+    Rule(
         MARK_STALE,
         S,
         (ACTIVE,),
@@ -288,6 +300,7 @@ VERBS = {
     MARK_STALE: "mark stale",
     EXPIRE: "expire",
     RELEASE: "release",
+    SET_ASIDE: "set aside",
 }
 # The actions an API caller or operator may name (the others are the system's or record's).
 NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO)

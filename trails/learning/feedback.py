@@ -32,8 +32,10 @@ from trails.models import (
     MatchLabel,
     RecallEvent,
     RecallOutcome,
+    Signal,
     Trail,
     TrailReport,
+    TrailSignal,
     trail_status_changed,
     writes,
 )
@@ -173,15 +175,26 @@ def give_feedback(
     return event
 
 
+def moved_by(reporter: str) -> list[int]:
+    """The ids of the trails a reporter reported or voted on (held, pending, rejected or approved by it)."""
+    reported = TrailReport.objects.filter(reporter=reporter).values_list("trail_id", flat=True)
+    voted = TrailSignal.objects.filter(
+        by=reporter[:150], source=TrailSignal.Source.FEEDBACK, signal__in=[Signal.UP, Signal.DOWN]
+    ).values_list("trail_id", flat=True)
+    return sorted({*reported, *voted})
+
+
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")
 def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> None:
     """A key's standing changed: the trails it reported are counted again (in id order, one
     lock at a time), a trail its reports held going back into service; the scopes it judged
     learn again from the labels that still count."""
     excluded = set_aside_reporters()
-    trail_ids = sorted(set(TrailReport.objects.filter(reporter=key.reporter).values_list("trail_id", flat=True)))
-    for trail in Trail.objects.filter(id__in=trail_ids).order_by("id"):
-        writes.recount(trail, excluded, by=by)
+    for trail in Trail.objects.filter(id__in=moved_by(key.reporter)).order_by("id"):
+        with transaction.atomic():
+            if set_aside:  # its vote, where nothing changed the trail since, goes first (the table's set-aside)
+                writes.set_aside_vote(trail, key.reporter, by=by)
+            writes.recount(trail, excluded, by=by)
     for scope in key.scopes.all():
         learn_thresholds(scope, timezone.now())
 

@@ -43,6 +43,7 @@ class Signal(models.TextChoices):
     STALE = "stale", "Marked stale: every cited section changed"
     RELEASED = "released", "Back in service: the reports that held it were set aside"
     UNDONE = "undone", "An operator's rejection or send-back undone"
+    SET_ASIDE = "set-aside", "Back to where it was: the vote that moved it was set aside with its key"
 
 
 POSITIVE_SIGNALS = frozenset({Signal.ACCEPTED, Signal.USER, Signal.VERIFIER})
@@ -56,6 +57,7 @@ HISTORY_SIGNAL = {
     table.MARK_STALE: Signal.STALE,
     table.RELEASE: Signal.RELEASED,
     table.UNDO: Signal.UNDONE,
+    table.SET_ASIDE: Signal.SET_ASIDE,
 }
 
 # What an operator sees a trail as: its status, except that an active trail past its

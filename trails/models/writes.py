@@ -62,6 +62,7 @@ AUDITED = {
     table.UNDO: AuditEvent.Kind.UNDONE,
     table.DELETE: AuditEvent.Kind.DELETED,
     table.RELEASE: AuditEvent.Kind.RELEASED,
+    table.SET_ASIDE: AuditEvent.Kind.RELEASED,
 }
 # The most recalls one rejection labels: the recalls of one popular trail are not
 # independent evidence about the scope's threshold.
@@ -232,7 +233,7 @@ def _write(
         by=by[:150],
         reason=reason[:500],
         created_at=at,
-        before=prior if rule.actor is Actor.OPERATOR else None,
+        before=prior if rule.actor is not Actor.SYSTEM else None,  # an undo or a set-aside goes back to it
     )
     _audit(locked, rule, by, at, before, locked.status)
     _after_commit(
@@ -363,6 +364,35 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
         _write(locked, rule, by=by, reason="undo", at=at, before=before, restore=last.before)
     _copy_state(trail, locked)
     return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
+
+
+def set_aside_vote(trail: Trail, reporter: str, by: str, now: datetime | None = None) -> bool:
+    """Where the trail's latest change was this reporter's vote (a rejection, an approval),
+    the table's set-aside puts it back in the state before that vote, a rejection's labels
+    withdrawn (by the system on `by`'s set-aside; a change made since is left for an
+    operator). Call before `recount`. Returns whether it did."""
+    with transaction.atomic():
+        locked = _lock(trail.pk, trail.scope_id)
+        if locked is None:
+            return False
+        at = now or timezone.now()
+        last = TrailSignal.objects.filter(trail_id=locked.pk).order_by("-created_at", "-id").first()
+        if (
+            last is None
+            or last.by != reporter[:150]
+            or last.source != TrailSignal.Source.FEEDBACK
+            or last.signal not in (Signal.UP, Signal.DOWN)
+            or not last.before
+        ):
+            return False
+        state = locked.lifecycle_state(at)
+        try:
+            rule = table.decide(table.SET_ASIDE, Actor.SYSTEM, state)
+        except ActionRefused:
+            return False  # expired meanwhile: only the sweep or a deletion applies
+        _write(locked, rule, by=by, reason=f"{reporter}'s vote set aside", at=at, before=state, restore=last.before)
+    _copy_state(trail, locked)
+    return True
 
 
 def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = None) -> bool:

@@ -15,12 +15,13 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from scopes.access import Access, granted_scopes
 from scopes.audit import AuditEvent
-from scopes.keys import revoke
+from scopes.keys import revoke, set_aside, unrevoke
 from scopes.models import ApiKey
+from trails.learning.feedback import moved_by
 from trails.models import Trail
 from trails.views.common import csv_response, scope_or_404, scope_page, staff_required, wants_csv
 
@@ -102,28 +103,72 @@ def audit(request: HttpRequest, scope_slug: str) -> HttpResponse:
 
 
 def scope_keys(request: HttpRequest, scope) -> list[dict]:
-    """The keys granted this scope, each with whether this operator may suspend it: act access
-    to every scope the key reaches (a key that reaches another tenant is a superuser's)."""
+    """The keys granted this scope, each with whether this operator may suspend it (act access
+    to every scope the key reaches: a key that reaches another tenant is a superuser's) and,
+    where its reports are set aside, the trails here it reported or voted on, as they are now."""
     acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
     found = []
     for key in ApiKey.objects.filter(scopes=scope).prefetch_related("scopes").order_by("-created_at")[:200]:
         reaches = {s.pk for s in key.scopes.all()}
-        found.append({"key": key, "others": len(reaches - {scope.pk}), "may_suspend": reaches <= acting})
+        moved = (
+            list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter)).order_by("-id")[:50])
+            if key.set_aside_at
+            else []
+        )
+        found.append(
+            {"key": key, "others": len(reaches - {scope.pk}), "may_suspend": reaches <= acting, "moved": moved}
+        )
     return found
 
 
-@staff_required
-@require_POST
-def suspend_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
-    """A scope operator stops a key of their scope at once (a flood, a leak): revoked, recorded
-    in the audit of every scope it reached. Setting its reports aside stays a superuser's (admin)."""
+def _operated_key(request: HttpRequest, scope_slug: str, key_id: int):
+    """The scope and its key, where this operator may act on every scope the key reaches."""
     scope = scope_or_404(request, scope_slug, Access.ACT)
     key = get_object_or_404(ApiKey, pk=key_id, scopes=scope)
     acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
     if not set(key.scopes.values_list("pk", flat=True)) <= acting:
         raise PermissionDenied("this key reaches scopes you may not act on: a superuser may revoke it")
-    if revoke(ApiKey.objects.filter(pk=key.pk), by=request.user.get_username()):
-        messages.success(request, f"Key {key.name or key.lookup} suspended: it is refused from now on.")
+    return scope, key
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def suspend_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
+    """A scope operator stops a key of their scope (a flood, a leak), after a page that says
+    what it does: revoked at once, and with "set aside" its reports and votes stop counting and
+    the trails they moved are decided again. Recorded in the audit of every scope it reached;
+    the keys table restores it."""
+    scope, key = _operated_key(request, scope_slug, key_id)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        return scope_page(
+            request,
+            "trails/audit/suspend.html",
+            scope,
+            {"key": key, "tab": "audit", "moved": Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter))},
+        )
+    by, name = request.user.get_username(), key.name or key.lookup
+    if request.POST.get("set_aside"):
+        set_aside(key, by=by)
+        messages.success(
+            request,
+            f"Key {name} suspended and its reports and votes set aside: the trails they moved are decided again "
+            "and listed under the key. Restore undoes both.",
+        )
+    elif revoke(ApiKey.objects.filter(pk=key.pk), by=by):
+        messages.success(request, f"Key {name} suspended: it is refused from now on. Restore lets it in again.")
     else:
-        messages.info(request, f"Key {key.name or key.lookup} was already revoked.")
+        messages.info(request, f"Key {name} was already revoked.")
+    return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")
+
+
+@staff_required
+@require_POST
+def restore_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
+    """Undoes a suspension: the key is let in again and its reports and votes count again."""
+    scope, key = _operated_key(request, scope_slug, key_id)
+    name = key.name or key.lookup
+    if unrevoke(key, by=request.user.get_username()):
+        messages.success(request, f"Key {name} restored: it is let in again, its reports and votes count again.")
+    else:
+        messages.info(request, f"Key {name} was not suspended.")
     return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")
