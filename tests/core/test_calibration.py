@@ -157,3 +157,18 @@ def test_a_fit_on_pairs_takes_the_lowest_threshold_within_the_bound_and_measures
     assert (held_out["false_hits"], held_out["distinct"], held_out["reused"], held_out["duplicates"]) == (1, 2, 2, 2)
     strict = fit_pairs(fitted + held, bound=0.01, grid=[0.7, 0.8, 0.85, 0.9, 0.95])["matchers"]["embedding"]
     assert (strict["threshold"], strict["false_hits"], strict["holds"]) == (0.95, 0, False)
+
+
+def test_too_few_judged_says_how_many_at_the_same_share_would_tell():
+    from trails.core.calibration import false_hit_verdict, interval, judged_to_tell
+
+    # 2 of 50 reported (4 %) against a 2 % bound: the interval straddles it until 263 judged.
+    assert judged_to_tell(2, 50, 0.02) == 263
+    low, high = interval(round(0.04 * 263), 263)
+    assert low > 0.02 and not interval(round(0.04 * 262), 262)[0] > 0.02
+    assert false_hit_verdict(2, 50, 0.02).enough_to_tell == 263
+    # 3 of 100 (3 %): within reach; a share at the bound itself never tells.
+    assert judged_to_tell(3, 100, 0.02) == 951
+    assert judged_to_tell(1, 50, 0.02) is None
+    # A verdict already told needs no more.
+    assert false_hit_verdict(10, 20, 0.02).enough_to_tell is None

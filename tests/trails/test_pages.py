@@ -654,6 +654,14 @@ def test_the_find_box_lands_on_a_recall_a_trail_or_a_trail_search(staff, db):
     )
     assert staff.get(f"/ops/finder/find/?q={trail.public_id}")["Location"] == f"/ops/finder/trails/{trail.public_id}/"
     assert staff.get("/ops/finder/find/?q=visiting hours")["Location"] == "/ops/finder/trails/?q=visiting+hours"
+    # Part of a trail id, as a log prints its first characters: the box lands on it, the table finds it.
+    part = str(trail.public_id)[:8]
+    assert staff.get(f"/ops/finder/find/?q={part}")["Location"] == f"/ops/finder/trails/{trail.public_id}/"
+    assert staff.get(f"/ops/finder/find/?q={str(trail.public_id)[9:18].upper()}")["Location"] == (
+        f"/ops/finder/trails/{trail.public_id}/"
+    )
+    listed = staff.get(f"/ops/finder/trails/?q={part}").content.decode()
+    assert listed.count('<tr id="trail-') == 1 and "What are the visiting hours?" in listed
     page = staff.get(f"/ops/finder/recalls/{answer.recall_id}/")
     assert page.status_code == 200 and b"What are the visiting hours?" in page.content
     other = Scope.objects.create(slug="other", matcher="lexical")
@@ -712,6 +720,23 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
     jobs_heard_from()
     calm_page = staff.get("/ops/calm/").content.decode()
     assert "none judged yet" in calm_page and 'id="health-verdict">ok<' in calm_page
+    # 2 of 50 reported against a 2 % bound: too few to tell, and how many at that share would.
+    unsure = Scope.objects.create(slug="unsure", matcher="lexical", max_false_hit_rate=0.02)
+    RecallEvent.objects.bulk_create(
+        RecallEvent(
+            scope=unsure,
+            created_at=now,
+            outcome="prefetch",
+            similarity=0.96,
+            latency_ms=4.0,
+            matcher="lexical",
+            helpful=i >= 2,
+            feedback_at=now,
+        )
+        for i in range(50)
+    )
+    unsure_page = staff.get("/ops/unsure/").content.decode()
+    assert "too few judged to tell (about 263 judged at this share would tell)" in unsure_page
 
 
 @pytest.mark.parametrize(

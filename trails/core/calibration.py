@@ -98,6 +98,42 @@ class FalseHitVerdict:
     def share(self) -> float | None:
         return self.reported / self.judged if self.judged else None
 
+    @property
+    def enough_to_tell(self) -> int | None:
+        """How many judged recalls, at the share seen so far, would tell (see judged_to_tell)."""
+        return judged_to_tell(self.reported, self.judged, self.bound) if self.too_few_to_tell else None
+
+
+def judged_to_tell(reported: int, judged: int, bound: float, confidence: float = 0.95, cap: int = 20_000) -> int | None:
+    """The fewest judged recalls at which the share seen so far (reported / judged) would put
+    the interval wholly on one side of the bound: over it, or within it.
+
+    Returns:
+        That number (at least `judged`), or None: none judged yet, a share at the bound
+        itself, or more than `cap` needed.
+    """
+    if judged <= 0:
+        return None
+    share = reported / judged
+    if math.isclose(share, bound):
+        return None
+
+    def tells(n: int) -> bool:
+        low, high = interval(round(share * n), n, confidence)
+        return not low <= bound < high
+
+    if tells(judged):
+        return judged
+    low, high = judged, judged * 2
+    while not tells(high):
+        if high >= cap:
+            return None
+        low, high = high, min(high * 2, cap)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if tells(middle) else (middle, high)
+    return high
+
 
 def false_hit_verdict(reported: int, judged: int, bound: float, confidence: float = 0.95) -> FalseHitVerdict:
     """The one false-hit verdict: the overview's health strip, the alert's gauge and the

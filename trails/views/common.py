@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import uuid
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -131,6 +132,10 @@ def last_scope(request: HttpRequest) -> Scope | None:
         latest = Trail.objects.filter(scope__in=scopes).order_by("-id").values_list("scope_id", flat=True).first()
         scope = scopes.filter(pk=latest).first() if latest else scopes.first()
     return scope
+
+
+# What may be part of a trail id as it is printed (hex digits and hyphens, six or more).
+ID_PART = re.compile(r"[0-9a-f-]{6,36}")
 
 
 def uuids(values: list[str]) -> list[str]:

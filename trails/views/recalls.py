@@ -19,6 +19,7 @@ from trails.schemas import recall_json
 from trails.serving.recall import recall
 from trails.views.common import (
     CSV_ROW_LIMIT,
+    ID_PART,
     csv_response,
     key_names,
     scope_or_404,
@@ -196,6 +197,11 @@ def find(request: HttpRequest, scope_slug: str) -> HttpResponse:
             return redirect("ops:trail", scope.slug, ids[0])
         messages.warning(request, f"No recall or trail {ids[0]} in {scope.slug}.")
         return redirect("ops:recalls", scope_slug=scope.slug)
+    if ID_PART.fullmatch(text.lower()):
+        # Part of a trail id, as a log prints it: the one trail it names, else the list of those it may.
+        found = list(Trail.objects.filter(scope=scope, public_id__icontains=text.lower()).values_list("public_id")[:2])
+        if len(found) == 1:
+            return redirect("ops:trail", scope.slug, found[0][0])
     return redirect(reverse("ops:trails", args=[scope.slug]) + "?" + urlencode({"q": text}))
 
 

@@ -7,7 +7,7 @@ import json
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, F
+from django.db.models import Count, F, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,6 +25,7 @@ from trails.upkeep.purge import findings as purge_findings
 from trails.upkeep.purge import scope_rules, trails_to_check
 from trails.views.common import (
     CSV_ROW_LIMIT,
+    ID_PART,
     csv_response,
     scope_or_404,
     scope_page,
@@ -82,6 +83,9 @@ def _filtered_trails(scope: Scope, form: TrailFilterForm):
     text = form.cleaned_data.get("q") if form.is_valid() else ""
     if text and uuids([text.strip()]):
         trails = trails.filter(public_id=text.strip())  # a trail id pasted from a log or an agent
+    elif text and ID_PART.fullmatch(text.strip().lower()):
+        # Part of a trail id (a log's first eight characters) or of a question.
+        trails = trails.filter(Q(query__icontains=text) | Q(public_id__icontains=text.strip().lower()))
     elif text:
         trails = trails.filter(query__icontains=text)
     section = form.cleaned_data.get("section") if form.is_valid() else ""
