@@ -1179,6 +1179,25 @@ def test_the_counts_are_said_rolled_up_to_the_roll_ups_last_run_not_the_hours_en
     hour_end = RecallEvent.objects.latest("created_at").created_at.replace(minute=0, second=0, microsecond=0)
     expected = min(datetime.fromtimestamp(ran, tz=dt_timezone.utc), hour_end + timedelta(hours=1))
     assert f"rolled up to {expected:%H:%M} UTC" in page
+    why = page.split('id="tokens-saved-why">', 1)[1].split("</div>", 1)[0]
+    assert why == "path results less what was served"  # its trail was recorded with its steps
+
+
+def test_tokens_saved_at_zero_says_why(staff, db):
+    from scopes.models import Scope, Section
+    from trails.serving.recall import recall
+    from trails.serving.record import RecordInput, record
+
+    scope = Scope.objects.create(slug="nosteps", matcher="lexical")
+    Section.upsert(scope, {"s": "Visiting hours are 10 to 8."})
+    roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
+    why = staff.get("/ops/nosteps/").content.decode().split('id="tokens-saved-why">', 1)[1].split("</div>", 1)[0]
+    assert why == "none: only a prefetch saves tokens, and this window has none"
+    record(scope, RecordInput(query="What are the visiting hours?", cited=["s"], signal="accepted"))
+    assert recall(scope, "What are the visiting hours?").outcome == "prefetch"
+    roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
+    why = staff.get("/ops/nosteps/").content.decode().split('id="tokens-saved-why">', 1)[1].split("</div>", 1)[0]
+    assert why.startswith("none: the trails prefetched were recorded without steps"), why
 
 
 def test_a_background_re_signing_is_listed_while_it_waits_and_gone_once_run(

@@ -96,6 +96,11 @@ def test_purge_command_previews_then_redacts(stored):
     call_command("purge_personal_data", "--scope", "hospital", "--by", "alice", stdout=out)
     assert "3 of 5 trails redacted" in out.getvalue()
     assert PurgeRun.objects.get().requested_by == "alice"
+    # The audit log says what was done in words: the queries were redacted.
+    from scopes.audit import AuditEvent
+
+    done = AuditEvent.objects.filter(kind=AuditEvent.Kind.PURGE, what__contains="done:").get().what
+    assert "3 of 5 trails queries redacted" not in done and "3 of 5 trails' queries redacted" in done
 
 
 def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_nothing(stored):

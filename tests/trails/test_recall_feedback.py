@@ -236,3 +236,21 @@ def test_a_re_search_citing_what_was_served_labels_the_recall_right(api, scope, 
     assert (label.false_hit, label.source, label.similarity) == (False, "research", served["similarity"])
     assert label.reporter.startswith("key:")
     assert RecallEvent.objects.get(public_id=served["recall_id"]).helpful is None  # the agent may still give feedback
+
+
+def test_a_flood_that_moves_and_flags_the_threshold_leaves_one_history_row_a_move(api, scope, sections):
+    """The move and the flags it raised are one row; a learned value equal to the configured one is none."""
+    from trails.learning.thresholds import learn_thresholds
+
+    scope.matcher = "lexical"
+    scope.save()
+    record_icu(api)
+    flooder = second_key(scope, "flooder")
+    for n in range(60):
+        feedback(flooder, recall_id(flooder, (REWORDED, QUESTION)[n % 2]), helpful=False)
+    rows = list(ThresholdChange.objects.filter(scope=scope).values_list("created_at", "matcher", "before", "after"))
+    assert len(rows) == len(set(rows)), rows  # no two rows for one move
+    assert len({(m, b, a) for _, m, b, a in rows}) == len(rows)  # nor the same move said twice
+    assert all(before != after for _, _, before, after in rows)
+    learn_thresholds(scope)  # nothing new: nothing written
+    assert ThresholdChange.objects.filter(scope=scope).count() == len(rows)

@@ -141,7 +141,11 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
         changes = []
         for matcher in MATCHERS:
             before, after = getattr(locked, f"learned_{matcher}_threshold"), learned[matcher]
-            if before != after:
+            configured = getattr(locked, f"{matcher}_threshold")
+            # A move the threshold in use does not make (learned back to the configured value) is no history row.
+            if before != after and (before if before is not None else configured) != (
+                after if after is not None else configured
+            ):
                 changes.append(
                     ThresholdChange(
                         scope=locked,
@@ -155,8 +159,13 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
                 )
         new_flags = set(flags.split(",")) - set(locked.threshold_flags.split(",")) - {""}
         if new_flags:
+            by_matcher: dict[str, list[str]] = {}
             for flag in sorted(new_flags):
-                matcher = flag.split(":", 1)[0]
+                matcher, _, reason = flag.partition(":")
+                by_matcher.setdefault(matcher, []).append(reason)
+            for matcher, reasons in by_matcher.items():
+                # One row for a move and the flags it raised: the flag's, which says both.
+                changes = [c for c in changes if not (c.matcher == matcher and c.kind == ThresholdChange.Kind.LEARNED)]
                 changes.append(
                     ThresholdChange(
                         scope=locked,
@@ -164,7 +173,7 @@ def learn_thresholds(scope: Scope, now: datetime | None = None) -> dict[str, Lea
                         kind=ThresholdChange.Kind.FLAGGED,
                         before=in_use(locked, matcher),
                         after=learned[matcher] or getattr(locked, f"{matcher}_threshold"),
-                        evidence={**decisions[matcher].evidence(), "flag": flag.split(":", 1)[1]},
+                        evidence={**decisions[matcher].evidence(), "flag": ", ".join(reasons)},
                         created_at=at,
                     )
                 )

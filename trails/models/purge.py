@@ -96,8 +96,9 @@ class PurgeRun(models.Model):
         )
         with transaction.atomic():
             self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left", "counts"])
+            done = "trails' queries redacted" if self.action == self.Action.REDACT else "trails deleted"
             self.audit(
-                f"done: {self.matched} of {self.processed} trails {self.get_action_display().lower()}ed; "
+                f"done: {self.matched} of {self.processed} {done}; "
                 f"{others or 'no other records'} changed; {self.checked} records checked, {self.changed} changed; {left}"
             )
 
