@@ -132,11 +132,15 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# whitenoise serves static files from where the finders find them (the app folders and static/),
-# so no collectstatic step can be forgotten. STATIC_ROOT is only for an outside file server
-# (RAGTRAIL_STATIC_ROOT, then collectstatic): unset, whitenoise has no empty folder to warn about.
-STATIC_ROOT = env_str("RAGTRAIL_STATIC_ROOT", "") or None
+# collectstatic fills STATIC_ROOT with hashed, compressed copies that whitenoise serves cached
+# for a year (ragtrail_site/static_files.py); before it has run, whitenoise serves the files
+# where the finders find them (the app folders and static/), under their own names.
+STATIC_ROOT = env_str("RAGTRAIL_STATIC_ROOT", "") or BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "ragtrail_site.static_files.StaticStorage"},
+}
 
 LOGIN_URL = "admin:login"
 CSRF_FAILURE_VIEW = "trails.views.common.csrf_failure"

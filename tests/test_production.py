@@ -5,6 +5,7 @@ static files from the app server, DEBUG off."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -68,17 +69,22 @@ def call(base: str, method: str, path: str, key: str | None = None, body=None):
 
 
 @pytest.fixture
-def production():
+def production(tmp_path_factory):
     if connection.vendor != "postgresql":
         pytest.skip("production runs on PostgreSQL (as CI does)")
     port = free_port()
     env = service_env(
         RAGTRAIL_SECRET_KEY=settings.SECRET_KEY,  # API-key hashes are salted with it
         RAGTRAIL_BIND=f"127.0.0.1:{port}",
+        RAGTRAIL_STATIC_ROOT=str(tmp_path_factory.mktemp("static")),
         RAGTRAIL_WORKERS="2",
         CELERY_BROKER_URL=BROKER,
         # The hashing embedder keeps start-up short here; the bundled model is tested elsewhere.
         RAGTRAIL_EMBEDDER="trails.embedders.hashing",
+    )
+    # As the recipe does: hashed, compressed copies for whitenoise to serve.
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True
     )
     web = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", "ragtrail_site/gunicorn_conf.py", "ragtrail_site.wsgi"],
@@ -162,9 +168,22 @@ def test_production_serves_the_api_static_files_and_docs_and_runs_jobs(productio
     status, _, body = call(base, "POST", "/api/v1/scopes/prod/recall", key, {"query": 5})
     assert status == 422 and b"Traceback" not in body
     status, headers, body = call(base, "GET", "/api/v1/docs")
-    assert status == 200 and b"/static/ninja/swagger-ui-bundle.js" in body and b"cdn" not in body.lower()
-    status, headers, body = call(base, "GET", "/static/ninja/swagger-ui-bundle.js")
+    bundle = re.search(rb"/static/ninja/swagger-ui-bundle\.[0-9a-f]{12}\.js", body)
+    assert status == 200 and bundle and b"cdn" not in body.lower()
+    status, headers, body = call(base, "GET", bundle.group().decode())
     assert status == 200 and len(body) > 100_000
+    # Hashed names, cached for a year at least and compressed, the operator pages' CSS and scripts too.
+    hashed = rb"/static/[\w./-]+\.[0-9a-f]{12}\.(?:css|js)"
+    _, _, missing = call(base, "GET", "/nothing-here/")  # the operator pages' own stylesheet, on their 404
+    _, _, login = call(base, "GET", "/admin/login/")
+    assets = [name.decode() for name in re.findall(hashed, missing + login)]
+    assert any(a.startswith("/static/css/ops.") for a in assets) and any("/admin/" in a for a in assets), assets
+    for path in [*assets, bundle.group().decode()]:
+        request = urllib.request.Request(base + path, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            cache = answer.headers["Cache-Control"]
+            assert answer.headers["Content-Encoding"] == "gzip", path
+            assert "immutable" in cache and int(re.search(r"max-age=(\d+)", cache).group(1)) >= 365 * 86400, cache
     status, _, body = call(base, "GET", "/static/vendor/plotly-basic-4.1.1.min.js")
     assert status == 200 and body.startswith(b"/**")
 

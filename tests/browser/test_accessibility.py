@@ -112,3 +112,23 @@ def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_serv
     phone.goto(f"{live_server.url}/ops/hospital/")
     assert phone.locator("#thresholds .table-wrap table").count() == 1
     assert phone.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_every_nav_link_is_on_a_phones_screen_and_takes_the_operator_there(browser, live_server, hospital):  # noqa: F811
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        log_in(page, live_server, "/ops/hospital/")
+        links = page.locator("header.top nav a")
+        names = links.all_inner_texts()
+        assert names == ["Overview", "Trails", "Recalls", "Replay", "Purge PII", "Audit", "Evaluation"]
+        for n in range(links.count()):
+            box = links.nth(n).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, (names[n], box)
+        page.locator("header.top nav a", has_text="Audit").tap()
+        page.wait_for_url("**/ops/hospital/audit/")
+        page.locator("header.top nav a", has_text="Evaluation").tap()
+        page.wait_for_url("**/ops/evaluation/reports/")
+    finally:
+        context.close()
