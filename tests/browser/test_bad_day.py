@@ -12,7 +12,6 @@ import urllib.request
 import pytest
 from django.core.cache import caches
 
-from scopes.keys import restore, set_aside
 from scopes.models import ApiKey
 from tests.browser.test_operator_flows import hospital, log_in  # noqa: F401 -- a fixture and a step
 from trails.core.lifecycle import Actor
@@ -29,6 +28,7 @@ def heard_from(seconds_ago: float = 20.0, tasks=TASKS, beat: bool = True) -> Non
         caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - seconds_ago, None)
     if beat:
         caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - seconds_ago, None)
+    caches["heartbeats"].delete("rt:beat-started")  # beat started long ago: every job is due
 
 
 def recall(base: str, key: str, queued_s: float = 0.0) -> int:
@@ -85,12 +85,60 @@ def test_an_operator_reads_a_bad_day_step_by_step(page, live_server, hospital, s
     heard_from()
     assert health(page)[0] == "ok"
 
-    # A flooding key set aside, then counted again: both on the audit page, with who.
-    set_aside(ApiKey.objects.get(name="agents"), by="olga")
-    restore(ApiKey.objects.get(name="agents"), by="olga")
-    page.goto(f"{live_server.url}/ops/hospital/audit/")
-    audit = page.locator("main").inner_text()
-    assert "key set aside" in audit and "key counted again" in audit
+    # Beat stops, the worker is well (it ran the last heartbeat beat sent): beat is named, not the worker.
+    stamp = {
+        "trails.tasks.heartbeat_task": 235,
+        "trails.tasks.roll_up_task": 235,
+        "trails.tasks.sweep_expired_task": 900,
+    }
+    for task, ago in stamp.items():
+        caches["heartbeats"].set(f"rt:task-last-success:{task}", time.time() - ago, None)
+    caches["heartbeats"].set("rt:beat-sent-heartbeat", time.time() - 240, None)
+    verdict, because = health(page)
+    assert verdict == "broken" and "beat silent for 4 min" in because and "is beat running?" in because
+    assert "worker" not in because
+    heard_from()
+    assert health(page)[0] == "ok"
+
+    # A fresh deploy's first hour: beat started ten minutes ago, the hourly sweep has not run and is not late.
+    caches["heartbeats"].delete("rt:task-last-success:trails.tasks.sweep_expired_task")
+    caches["heartbeats"].set("rt:beat-started", time.time() - 600, None)
+    verdict, because = health(page)
+    assert verdict == "ok", because
+    assert "sweep_expired_task not yet due (first run in" in page.locator("#health-jobs").inner_text()
+    heard_from()
+
+    # A key whose report helped hold a trail, then whose own down vote rejected it, is suspended
+    # and set aside from the page (asked first): the trail is back in service and listed there.
+    agents = ApiKey.objects.get(name="agents")
+    helper, _ = ApiKey.issue([hospital], name="helper")
+    trail = Trail.objects.get(scope=hospital, query__startswith="When can I visit")
+    writes.report(trail, agents.reporter)
+    writes.report(trail, helper.reporter)  # two reporters: held
+    writes.act(trail, "down", Actor.AGENT, by=agents.reporter)
+    trail.refresh_from_db()
+    assert trail.status == "rejected"
+    page.goto(f"{live_server.url}/ops/hospital/audit/#keys")
+    page.click(f"#suspend-{agents.lookup}")
+    assert "Suspend key agents?" in page.locator("h1").inner_text()
+    assert ApiKey.objects.get(pk=agents.pk).revoked_at is None  # asked, nothing done yet
+    page.check("#set-aside")
+    page.click("#confirm-suspend")
+    page.wait_for_url("**/audit/#keys")
+    trail.refresh_from_db()
+    assert (trail.status, trail.false_hit_reporters) == ("active", 1)
+    moved = page.locator(f"#moved-{agents.lookup}").inner_text()
+    assert "When can I visit the ICU and where do I park?" in moved and "active" in moved
+    assert "suspended and its reports and votes set aside" in page.locator(".messages").inner_text()
+
+    # Restored from the same table: let in again, its reports counted again, both audited with who.
+    page.click(f"#restore-{agents.lookup}")
+    page.wait_for_url("**/audit/#keys")
+    assert "restored" in page.locator(".messages").inner_text()
+    agents.refresh_from_db()
+    assert agents.revoked_at is None and agents.set_aside_at is None
+    audit = page.locator("#audit").inner_text()
+    assert "key set aside" in audit and "key restored" in audit and "olga" in audit
 
     # One person's actions among many: thirty by others, one by olga; the filter keeps hers.
     trail = Trail.objects.get(scope=hospital, query__startswith="When can I visit")

@@ -278,6 +278,13 @@ def test_operator_sees_a_learned_threshold_at_its_ceiling_and_resets_it(page, li
     log_in(page, live_server, "/ops/hospital/")
     expect(page.locator("#threshold-in-use-lexical")).to_contain_text("0.99")
     expect(page.locator("#health-flags")).to_be_visible()
+    # It cannot be undone, so it asks first: declined, nothing changes.
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.click("button[value=reset]")
+    assert asked and "cannot be undone" in asked[0]
+    expect(page.locator("#threshold-in-use-lexical")).to_contain_text("0.99")
+    page.once("dialog", lambda dialog: dialog.accept())
     page.click("button[value=reset]")
     expect(page.locator("#threshold-in-use-lexical")).not_to_contain_text("0.99")
     expect(page.locator("#threshold-in-use-lexical")).not_to_contain_text("learned")
