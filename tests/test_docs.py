@@ -83,6 +83,7 @@ def test_the_settings_table_lists_every_setting_with_its_default():
             "RAGTRAIL_WORKERS",
             "RAGTRAIL_METRICS_DIR",
             "RAGTRAIL_STATE_DIR",
+            "RAGTRAIL_STATIC_ROOT",
         ):
             assert cell.startswith("(none"), name
 
