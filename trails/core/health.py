@@ -91,7 +91,7 @@ def beat_silent(job_ages: dict[str, float | None], job_periods: dict[str, float]
     return age is None or age > SILENT_PERIODS * period
 
 
-def due_in(job: str, age: float | None, period: float, beat_started_age: float | None) -> float | None:
+def due_in(age: float | None, period: float, beat_started_age: float | None) -> float | None:
     """Seconds until a job that never ran comes due (beat first sends it one period after it
     starts), or None where it is due already or ran before (its own age judges it then)."""
     if age is not None or beat_started_age is None or not period:
@@ -115,7 +115,7 @@ def job_findings(
     beat_age = job_ages.get("beat", 0.0)
     for job, age in job_ages.items():
         period = job_periods.get(job) or 0.0
-        if due_in(job, age, period, beat_started_age) is not None:
+        if due_in(age, period, beat_started_age) is not None:
             continue  # not yet due: the first hour after a deploy is not late
         if job == "beat":
             if age is None:

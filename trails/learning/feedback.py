@@ -175,13 +175,16 @@ def give_feedback(
     return event
 
 
-def moved_by(reporter: str) -> list[int]:
-    """The ids of the trails a reporter reported or voted on (held, pending, rejected or approved by it)."""
-    reported = TrailReport.objects.filter(reporter=reporter).values_list("trail_id", flat=True)
+def moved_by(reporter: str, scope_id: int | None = None) -> list[int]:
+    """The ids of the trails a reporter reported or voted on (held, pending, rejected or
+    approved by it), in one scope or in all."""
+    reported = TrailReport.objects.filter(reporter=reporter)
     voted = TrailSignal.objects.filter(
         by=reporter[:150], source=TrailSignal.Source.FEEDBACK, signal__in=[Signal.UP, Signal.DOWN]
-    ).values_list("trail_id", flat=True)
-    return sorted({*reported, *voted})
+    )
+    if scope_id is not None:
+        reported, voted = reported.filter(trail__scope_id=scope_id), voted.filter(scope_id=scope_id)
+    return sorted({*reported.values_list("trail_id", flat=True), *voted.values_list("trail_id", flat=True)})
 
 
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")

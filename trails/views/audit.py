@@ -111,7 +111,7 @@ def scope_keys(request: HttpRequest, scope) -> list[dict]:
     for key in ApiKey.objects.filter(scopes=scope).prefetch_related("scopes").order_by("-created_at")[:200]:
         reaches = {s.pk for s in key.scopes.all()}
         moved = (
-            list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter)).order_by("-id")[:50])
+            list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)).order_by("-id")[:50])
             if key.set_aside_at
             else []
         )
@@ -144,7 +144,11 @@ def suspend_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpRespo
             request,
             "trails/audit/suspend.html",
             scope,
-            {"key": key, "tab": "audit", "moved": Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter))},
+            {
+                "key": key,
+                "tab": "audit",
+                "moved": Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)),
+            },
         )
     by, name = request.user.get_username(), key.name or key.lookup
     if request.POST.get("set_aside"):

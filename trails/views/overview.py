@@ -231,7 +231,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
     health["job_due"] = {
         name: in_words(left)
         for name, age in health["jobs"].items()
-        if (left := due_in(name, age, job_periods.get(name, 0.0), beat_started_age)) is not None
+        if (left := due_in(age, job_periods.get(name, 0.0), beat_started_age)) is not None
     }
     for part in ("scope", "service") if health["refusals"] else ():
         counted = health["refusals"][part]
