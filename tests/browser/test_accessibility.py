@@ -99,6 +99,7 @@ def test_row_actions_cover_no_cell_and_the_operator_stays_named(phone, live_serv
         for cell in ("[data-status]", "[data-would]"):
             badge = row.locator(cell)
             if badge.count():
+                badge.scroll_into_view_if_needed()  # a point off screen has no element
                 box = badge.bounding_box()
                 hit = phone.evaluate(
                     "([x, y]) => document.elementFromPoint(x, y).closest('[data-status], [data-would]') !== null",
