@@ -189,9 +189,10 @@ def moved_by(reporter: str, scope_id: int | None = None) -> list[int]:
 
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")
 def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> None:
-    """A key's standing changed: the trails it reported are counted again (in id order, one
-    lock at a time), a trail its reports held going back into service; the scopes it judged
-    learn again from the labels that still count."""
+    """A key's standing changed: the trails it reported or voted on are decided again (in id
+    order, one lock at a time): set aside, its vote taken back where it was the trail's latest
+    change, then every trail counted again, one its reports held going back into service; the
+    scopes it judged learn again from the labels that still count."""
     excluded = set_aside_reporters()
     for trail in Trail.objects.filter(id__in=moved_by(key.reporter)).order_by("id"):
         with transaction.atomic():
