@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('trails', '0018_audit_events_from_before'),
+        ('trails', '0019_purge_counts_per_store'),
     ]
 
     operations = [
