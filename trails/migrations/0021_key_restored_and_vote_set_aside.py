@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('trails', '0019_purge_counts_per_store'),
+        ('trails', '0020_embedder_calibration'),
     ]
 
     operations = [

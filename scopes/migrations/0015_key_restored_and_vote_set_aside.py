@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scopes', '0013_section_built_anchor'),
+        ('scopes', '0014_scope_embedding_fitted_for'),
     ]
 
     operations = [
