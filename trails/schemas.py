@@ -302,6 +302,8 @@ class SectionSyncOut(Schema):
     ids: dict[str, list[str]]
     # Public ids of the served trails that move, by move ("prefetch → hint", "hint → prefetch", ...).
     moved_trails: dict[str, list[str]] = {}
+    # Served trails citing a `missing` section: still prefetched with text the source dropped.
+    trails_citing_missing: int = 0
     # False when a list above was cut to 50 (send list_all to get them all).
     ids_complete: bool = True
     sync_id: Optional[int] = None

@@ -136,9 +136,22 @@ def test_sections_the_source_dropped_are_kept_without_delete_missing(faq):
     old, new, *_ = faq
     sync(old)
     old_ids, new_ids = {s.id for s in split_tree(old)}, {s.id for s in split_tree(new)}
+    # Served trails citing sections the new release drops, and one citing a section it keeps.
+    scope = Scope.objects.get(slug="faq")
+    dropped, staying = sorted(old_ids - new_ids), sorted(old_ids & new_ids)
+    for index, section_id in enumerate(dropped[:3]):
+        record(scope, RecordInput(query=f"dropped question {index}", cited=[section_id], signal="accepted"))
+    record(scope, RecordInput(query="a question on what stays", cited=[staying[0]], signal="accepted"))
     kept = sync(new)
     assert kept["sections"]["removed"] == 0 and kept["sections"]["missing"] == len(old_ids - new_ids) > 0
     assert Section.objects.filter(scope__slug="faq").count() == len(old_ids | new_ids)
+    # The removed text is still prefetched, and the summary says so rather than hide it.
+    assert recall(scope, "dropped question 0", dry_run=True).outcome.value == "prefetch"
+    assert kept["trails_citing_missing"] == min(3, len(dropped))
+    out = __import__("io").StringIO()
+    call_command("sync_sections", str(new), "--scope", "faq", "--dry-run", stdout=out)
+    assert f"{min(3, len(dropped))} served trails still cite sections in the store only" in out.getvalue()
+    assert sync(new, "--delete-missing")["trails_citing_missing"] == 0
 
 
 def write(folder: Path, name: str, text: str) -> Path:

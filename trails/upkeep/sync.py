@@ -53,6 +53,8 @@ class SyncSummary:
     removed: list[str] = field(default_factory=list)
     # In the store, not in the source, and kept (no --delete-missing).
     missing: list[str] = field(default_factory=list)
+    # Served trails citing a `missing` section: still prefetched with text the source no longer has.
+    citing_missing: int = 0
     # "prefetch → hint", "prefetch → stale", "hint → stale", "unaffected": served trails citing a
     # changed or removed section, by what recall answers before and after.
     trails: Counter = field(default_factory=Counter)
@@ -94,6 +96,7 @@ class SyncSummary:
                 "missing": cut(self.missing),
             },
             "moved_trails": {move: cut(ids) for move, ids in sorted(self.moved.items())},
+            "trails_citing_missing": self.citing_missing,
             "ids_complete": complete or all(len(ids) <= SAMPLE_IDS for ids in lists),
             "sync_id": self.sync_id,
             "refusal": self.refusal or None,
@@ -109,9 +112,22 @@ class SyncSummary:
             + (f", {sections['missing']} in the store only (kept: no --delete-missing)" if sections["missing"] else ""),
             "served trails citing them: " + ", ".join(f"{n} {move}" for move, n in trails.items()),
         ]
+        if self.citing_missing:
+            text.append(
+                f"{self.citing_missing} served trails still cite sections in the store only: they are prefetched "
+                "with text the source no longer has until --delete-missing removes those sections"
+            )
         if self.refusal:
             text.append(f"refused: {self.refusal}")
         return text
+
+
+def _served_citing(scope: Scope, section_ids: list[str], now: datetime) -> int:
+    """How many served trails cite any of `section_ids`."""
+    if not section_ids:
+        return 0
+    citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
+    return Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, expires_at__gt=now).count()
 
 
 def _moves(
@@ -231,6 +247,7 @@ def sync_sections(
             summary.removed = gone
         else:
             summary.missing = gone
+            summary.citing_missing = _served_citing(scope, gone, now)
         refusal = _wipe_refusal(scope, summary, current, now) if summary.removed and not allow_removing_most else ""
         if refusal:
             if not dry_run:
