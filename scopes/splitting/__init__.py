@@ -184,7 +184,9 @@ def sections_of_page(
     lines = text.split("\n")
     described = []
     if fmt == "rst":
-        headings, described = rst.read(text, path, domain)
+        headings, described, silent = rst.read(text, path, domain)
+        for start, end in silent:  # rendering nothing, they are no section's text
+            lines[start:end] = [""] * len(lines[start:end])
         unique = numbered_unique
     elif fmt == "markdown":
         headings = markup.markdown_headings(text, slugify, attr_list)

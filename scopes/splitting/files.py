@@ -7,6 +7,9 @@ import stat
 from pathlib import Path
 
 REPOSITORY_MARKERS = (".git", ".hg", ".svn")
+# Version control's own folders (remotes' credentials in .git/config, CI secrets' names): never
+# read, whatever a project's configuration names.
+VCS_FOLDERS = frozenset({*REPOSITORY_MARKERS, ".bzr", ".github", ".gitlab"})
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "tox.ini")
 
 

@@ -21,14 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting.files import NotRegularFile, read_regular
+from scopes.splitting.files import VCS_FOLDERS, NotRegularFile, read_regular
 
 RST_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)\.\. (?P<kind>include|literalinclude)::[ \t]*(?P<target>\S.*?)[ \t]*$")
 MYST_INCLUDE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{(?P<kind>include|literalinclude)\}[ \t]*(?P<target>\S.*?)[ \t]*$"
 )
 # `.. csv-table::` / `.. raw::` with `:file:`: text the page shows from a file, not read here.
-FILE_OPTION = re.compile(r"^[ \t]+:file:[ \t]*\S")
+FILE_OPTION = re.compile(r"^[ \t]*:file:[ \t]*\S")
+# A directive's opening line (reST's `.. name::`, MyST's fence), then its options, one per line.
+OPTIONS_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?:(?P<rst>\.\. )[\w:-]+::|(?:`{3,}|:{3,})\{[\w:-]+\})")
+OPTION_LINE = re.compile(r"^[ \t]*:[\w-]+:(?:[ \t]|$)")
 CONDITIONAL = re.compile(r"^(?P<indent>[ \t]*)\.\. (?:only|ifconfig)::")
 MYST_CONDITIONAL = re.compile(r"^[ \t]*(?:`{3,}|:{3,})\{(?:only|ifconfig)\}")
 MAX_DEPTH = 8
@@ -78,6 +81,9 @@ def inside(included: Path, boundary: Path, target: str, line: int, named: tuple[
         raise IncludeError(
             line, f"includes {target}, outside {fence}, where includes may read (the repository): refused"
         )
+    vcs = next((part for part in real.relative_to(fence).parts if part in VCS_FOLDERS), None)
+    if vcs:
+        raise IncludeError(line, f"includes {target}, inside {vcs} (version control's own files): refused")
     below = fence
     for folder in (Path(os.path.realpath(n)) for n in named):
         if folder in real.parents and (folder == fence or fence in folder.parents):
@@ -294,10 +300,20 @@ def _literal(lines: list[str], index: int, indent: str) -> bool:
 
 def name_unread(text: str, page: str, warn: Callable[[str], None]) -> None:
     """Warns of each `:file:` option (csv-table, raw): a file the page shows that is not read."""
-    if ":file:" in text:
-        for number, line in enumerate(text.split("\n"), 1):
-            if FILE_OPTION.match(line):
-                warn(f"{page}:{number} reads a file ({line.strip()}) the sync does not read")
+    if ":file:" not in text:
+        return
+    options = None  # the indent options have inside the directive above, while in its option block
+    for number, line in enumerate(text.split("\n"), 1):
+        opened = OPTIONS_OPEN.match(line)
+        if opened:
+            options = len(opened.group("indent")) + (1 if opened.group("rst") else 0)
+            continue
+        indent = len(line) - len(line.lstrip())
+        if options is None or indent < options or not OPTION_LINE.match(line):
+            options = None  # a blank line or text ends the option block: a `:file:` role after it is prose
+            continue
+        if FILE_OPTION.match(line):
+            warn(f"{page}:{number} reads a file ({line.strip()}) the sync does not read")
 
 
 def expand_includes(

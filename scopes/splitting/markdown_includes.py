@@ -75,12 +75,19 @@ def configured_markdown_includes(home: Path, extensions: dict[str, dict]) -> tup
 UNREAD_INCLUDERS = ("include-markdown", "include_markdown", "macros", "markdown-exec", "markdown_exec", "mkdocs_macros")
 
 
-def unread_includers(config: dict, extensions: dict[str, dict]) -> list[str]:
-    """The configured plugins and extensions that include text the sync does not read."""
+def plugin_names(config: dict) -> list[str]:
+    """mkdocs.yml's plugins, listed (`- search`, `- macros: {...}`) or as a mapping (`search:`)."""
     listed = config.get("plugins") or []
-    names = [
+    if isinstance(listed, dict):
+        return [str(name) for name in listed]
+    return [
         next(iter(p)) if isinstance(p, dict) and p else str(p) for p in (listed if isinstance(listed, list) else [])
     ]
+
+
+def unread_includers(config: dict, extensions: dict[str, dict]) -> list[str]:
+    """The configured plugins and extensions that include text the sync does not read."""
+    names = plugin_names(config)
     names += [n for n in extensions if "include" in n.lower() and n not in MARKDOWN_INCLUDE_EXTENSIONS]
     return [n for n in names if any(marker in n.lower() for marker in UNREAD_INCLUDERS) or n in extensions]
 
@@ -238,12 +245,20 @@ def expand_markdown_includes(
     return "\n".join(out)
 
 
-def _find_markdown_include(path: str, configured: MarkdownIncludes, boundary: Path, line: int) -> Path | None:
+def _find_markdown_include(
+    path: str, configured: MarkdownIncludes, boundary: Path, line: int, spent: Expansion
+) -> Path | None:
+    """The included file's checked real path, looked up and checked once per written path."""
+    if ("markdown", path) in spent.resolved:
+        return spent.resolved["markdown", path]
+    found = None
     for base in configured.base_paths:
         candidate = base / path
         if candidate.exists():
-            return inside(candidate, boundary, path, line, configured.base_paths)
-    return None
+            found = inside(candidate, boundary, path, line, configured.base_paths)
+            break
+    spent.resolved["markdown", path] = found
+    return found
 
 
 def _markdown_include(found, configured, boundary, warn, spent, chain, number) -> str:
@@ -251,9 +266,13 @@ def _markdown_include(found, configured, boundary, warn, spent, chain, number) -
     if path.lower().startswith(("http://", "https://")):
         warn(f"include {path} is a URL: not fetched, left as written")
         return found.group(0)
-    real = _find_markdown_include(path, configured, boundary, number)
+    real = _find_markdown_include(path, configured, boundary, number, spent)
     if real is None:
         raise IncludeError(number if not chain else None, f"includes {path}, which is missing")
+    key = (real, f"bang {found.group('lines')} {found.group('ln')}")
+    if key in spent.expanded:  # expanded before: counted again in full, not read again
+        spent.spend(spent.expanded[key], (*chain, path), number if not chain else None)
+        return spent.expanded[key]
     body = spent.read(real, path, number if not chain else None)
     spans = (found.group("lines") or "").split() + [p for p in (found.group("ln") or "").split(",") if p]
     if spans:
@@ -266,16 +285,18 @@ def _markdown_include(found, configured, boundary, warn, spent, chain, number) -
                 break
             chosen += lines[int(first) - 1 : int(last or first)]
         body = "\n".join(chosen)
-    spent.spend(body, (*chain, path), None)
+    spent.spend(body, (*chain, path), number if not chain else None)
     try:
-        return expand_markdown_includes(body.rstrip("\n"), configured, boundary, warn, spent, (*chain, path))
+        expanded = expand_markdown_includes(body.rstrip("\n"), configured, boundary, warn, spent, (*chain, path))
     except IncludeError as problem:
         raise IncludeError(problem.line if chain else number, problem.message) from None
+    spent.expanded[key] = expanded
+    return expanded
 
 
 def _markdown_code(found, configured, boundary, warn, spent, chain, number) -> str:
     path = found.group("path")
-    real = _find_markdown_include(path, configured, boundary, number)
+    real = _find_markdown_include(path, configured, boundary, number, spent)
     if real is None:
         raise IncludeError(number if not chain else None, f"includes {path}, which is missing")
     body = spent.read(real, path, number if not chain else None).rstrip("\n")

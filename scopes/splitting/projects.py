@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from scopes.splitting.anchors import markdown_slugify, mkdocs_slug
-from scopes.splitting.files import FILE_KINDS, read_regular, repository_boundary
+from scopes.splitting.files import FILE_KINDS, VCS_FOLDERS, read_regular, repository_boundary
 from scopes.splitting.markdown_includes import (
     MarkdownIncludes,
     Snippets,
@@ -249,7 +249,34 @@ def _bound_includes(project: Project) -> None:
 # --- MkDocs -------------------------------------------------------------------------------
 
 
-def _mkdocs_config(path: Path) -> dict:
+def _mkdocs_config(path: Path, above: tuple[Path, ...] = ()) -> dict:
+    """mkdocs.yml as MkDocs reads it: an `INHERIT: base.yml` (relative to the file naming it)
+    is read first and this file deep-merged over it (mappings merged key by key, anything
+    else replaced: mkdocs.utils.yaml_load with mergedeep), within the repository."""
+    found = _mkdocs_yaml(path)
+    parent = found.pop("INHERIT", None)
+    if parent is None:
+        return found
+    real, fence = Path(os.path.realpath(path.parent / str(parent))), repository_boundary(path.parent)[0]
+    named = f"INHERIT {str(parent)!r} in {path.name}"
+    if fence not in real.parents or any(p in VCS_FOLDERS for p in real.relative_to(fence).parts):
+        raise ProjectError(path.name, f"{named} lies outside the repository ({fence}) or in its VCS files: refused")
+    if real in above or len(above) >= 8:
+        raise ProjectError(path.name, f"{named} inherits in a loop: refused")
+    if not real.exists():
+        raise ProjectError(path.name, f"{named} is missing")
+    return _deep_merge(_mkdocs_config(real, (*above, Path(os.path.realpath(path)))), found)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(merged.get(key), dict) and isinstance(value, dict)
+        merged[key] = _deep_merge(merged[key], value) if both else value
+    return merged
+
+
+def _mkdocs_yaml(path: Path) -> dict:
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -354,6 +381,13 @@ def mkdocs_project(config_path: Path) -> Project:
         project.notes.append(note)
     project.markdown_includes, note = configured_markdown_includes(home, extensions)
     project.notes += [note] if note else []
+    fence = repository_boundary(home)[0]
+    bases = [*(project.snippets.base_paths if project.snippets else ())]
+    bases += project.markdown_includes.base_paths if project.markdown_includes else ()
+    for real in (Path(os.path.realpath(base)) for base in bases):
+        if fence in real.parents and any(p in VCS_FOLDERS for p in real.relative_to(fence).parts):
+            where = real.relative_to(fence)
+            raise ProjectError(config_path.name, f"base_path {where} is version control's own files: refused")
     for name in unread_includers(config, extensions):
         project.warn(f"{name} adds text at build time that the sync does not read: sections hold its markers")
     _bound_includes(project)

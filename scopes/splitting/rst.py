@@ -37,6 +37,21 @@ PYTHON_OBJECTS = {
     "type",
 }
 NESTING = {"class", "exception"}
+# Directives that render nothing on the page (settings for what follows, index entries, authors
+# not shown): their lines are no section's text, so a release added above moves none of them.
+SILENT_DIRECTIVES = {
+    "module",
+    "currentmodule",
+    "highlight",
+    "default-domain",
+    "default-role",
+    "role",
+    "index",
+    "tabularcolumns",
+    "sectionauthor",
+    "moduleauthor",
+    "codeauthor",
+}
 # autodoc's directives -> the Python object type they describe.
 AUTO_DIRECTIVES = {
     "autofunction": "function",
@@ -87,6 +102,7 @@ class _Reading:
     module: str | None = None
     classes: list[str] = field(default_factory=list)
     directives: list[_Directive] = field(default_factory=list)
+    silent: list[tuple[int, int]] = field(default_factory=list)  # directives that render nothing: [start, end)
     serials: dict[str, int] = field(default_factory=dict)  # Sphinx's env.new_serialno, per prefix
 
 
@@ -156,6 +172,8 @@ def _directive_class():
             start = self.lineno - 1
             end = start + len(self.block_text.split("\n"))
             has_content = any(line.strip() for line in self.content)
+            if kind in SILENT_DIRECTIVES and not generated:
+                reading.silent.append((start, end))
             anchor, described, pushed = None, False, None
             nested_module = _UNCHANGED
             if kind in ("module", "currentmodule"):
@@ -250,6 +268,18 @@ def _shown(text: str) -> str:
     return shown
 
 
+def _silent(directive_class):
+    """docutils' own directive, its lines recorded as rendering nothing."""
+
+    class Silent(directive_class):
+        def run(self):
+            start = self.lineno - 1
+            _LOCAL.reading.silent.append((start, start + len(self.block_text.split("\n"))))
+            return super().run()
+
+    return Silent
+
+
 @contextmanager
 def _sphinx_stand_ins():
     """docutils' directive and role lookups, answered for Sphinx's names while a page parses."""
@@ -277,6 +307,9 @@ def _sphinx_stand_ins():
 
     def directive(name, language, document):
         lowered = name.lower()
+        if lowered in ("role", "default-role"):
+            found, messages = original_directive(name, language, document)
+            return (_silent(found) if found is not None else None), messages
         if lowered in docutils_builtin and lowered != "class":
             return original_directive(name, language, document)
         found, messages = (None, []) if lowered == "class" else original_directive(name, language, document)
@@ -296,8 +329,11 @@ def _sphinx_stand_ins():
             directives.directive, roles.role = original_directive, original_role
 
 
-def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list[Heading], list[Described]]:
-    """The page's headings (anchored as Sphinx anchors them) and object descriptions."""
+def read(
+    text: str, path: str, domain: SphinxDomain | None = None
+) -> tuple[list[Heading], list[Described], list[tuple[int, int]]]:
+    """The page's headings (anchored as Sphinx anchors them), object descriptions, and the
+    line spans of directives that render nothing."""
     from docutils import nodes
     from docutils.frontend import get_default_settings
     from docutils.parsers.rst import Parser
@@ -368,7 +404,7 @@ def read(text: str, path: str, domain: SphinxDomain | None = None) -> tuple[list
             above = _above(lines, directive.start, quiet)[0]
             start = directive.start if above is None else above
             described.append(Described(start, _trimmed_end(lines, directive), directive.anchor, directive.built))
-    return sorted(headings, key=lambda h: h.start), described
+    return sorted(headings, key=lambda h: h.start), described, reading.silent
 
 
 def _trimmed_end(lines: list[str], directive: _Directive) -> int:
