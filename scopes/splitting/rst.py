@@ -37,7 +37,7 @@ PYTHON_OBJECTS = {
     "type",
 }
 NESTING = {"class", "exception"}
-# Directives that render nothing on the page (settings for what follows, index entries, authors
+# Directives that render nothing on the page (settings for what follows, authors
 # not shown): their lines are no section's text, so a release added above moves none of them.
 SILENT_DIRECTIVES = {
     "module",
@@ -46,7 +46,6 @@ SILENT_DIRECTIVES = {
     "default-domain",
     "default-role",
     "role",
-    "index",
     "tabularcolumns",
     "sectionauthor",
     "moduleauthor",
