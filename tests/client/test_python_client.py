@@ -504,3 +504,44 @@ def test_the_async_client_runs_no_thread_and_asks_the_scope_once(counting, hung)
     # Four recalls raced before the scope was known; each asked once, and the scope is kept.
     assert Counting.seen.count("GET /api/v1/scopes") <= 4 and Counting.seen[-1] == "POST /api/v1/scopes/only/recall"
     assert late.code == "deadline" and waited < 1.5
+
+
+class OtherService(JsonAnswers):
+    """Another service's JSON API at base_url: 200 with its own fields, or an empty 200 at /empty/."""
+
+    def answer(self, path):
+        if path.startswith("/empty/"):
+            return 200, None, {}
+        return 200, {"status": "ok", "service": "search", "results": []}, {}
+
+
+@pytest.mark.parametrize("where", ["other JSON", "empty body"])
+def test_a_success_without_ragtrails_fields_is_a_ragtrail_error_in_both_clients(where):
+    import asyncio
+
+    from ragtrail_client import AsyncRagtrailClient
+
+    server, url = serve(OtherService)
+    url += "/empty" if where == "empty body" else ""
+    try:
+        for call in (
+            lambda c: c.recall("anything"),
+            lambda c: c.record("q", ["a"], signal="accepted"),
+            lambda c: c.scopes(),
+        ):
+            with pytest.raises(RagtrailError) as wrong:
+                call(RagtrailClient(url, api_key="rt_x", scope="s"))
+            assert wrong.value.status == 200 and wrong.value.code == "not_ragtrail"
+            assert f"{url} answered 200 with {'an empty body' if where == 'empty body' else 'JSON without'}" in str(
+                wrong.value
+            )
+
+        async def recall():
+            async with AsyncRagtrailClient(url, api_key="rt_x", scope="s") as client:
+                return await client.recall("anything")
+
+        with pytest.raises(RagtrailError) as wrong:
+            asyncio.run(recall())
+        assert wrong.value.code == "not_ragtrail"
+    finally:
+        server.shutdown()

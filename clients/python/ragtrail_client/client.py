@@ -8,7 +8,9 @@ is 1 s: an agent that waits on its memory longer than a search would take is bet
 searching; the others' 1.5 s), and recall is never retried after a timeout. Every error
 the API answers is raised as `RagtrailError` carrying its JSON body; no answer within the
 deadline is status 0, code "deadline"; a TLS failure is code "tls"; a redirect is never
-followed (it would carry the key elsewhere, and a POST would lose its body): code "redirect".
+followed (it would carry the key elsewhere, and a POST would lose its body): code "redirect";
+a success whose body lacks ragtrail's fields (empty, or another service's JSON) is code
+"not_ragtrail".
 
 The calls are written once (`Calls`): each builds a `Call`, which the synchronous client
 here and the asynchronous one (`aio.py`) send the same way, deciding retries alike.
@@ -107,6 +109,8 @@ class Recall:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Recall":
+        if body.get("outcome") not in ("prefetch", "hint", "miss"):
+            raise KeyError("outcome")
         return cls(
             outcome=body["outcome"],
             recall_id=body.get("recall_id"),
@@ -511,7 +515,23 @@ class Calls(ABC):
             body = json.loads(raw) if raw else None
         except ValueError:
             return Attempt(error=RagtrailError(response.status_code, self._error_body(response, raw)))
-        return Attempt(result=call.parse(response.status_code, body))
+        if call.method == "DELETE":
+            return Attempt(result=call.parse(response.status_code, body))
+        if not isinstance(body, dict):
+            said = "an empty body" if not raw else "JSON that is not an object"
+            return Attempt(error=self._not_ragtrails(response, said))
+        try:
+            return Attempt(result=call.parse(response.status_code, body))
+        except (KeyError, TypeError, AttributeError) as missing:
+            return Attempt(error=self._not_ragtrails(response, f"JSON without ragtrail's fields ({missing!r})"))
+
+    def _not_ragtrails(self, response: httpx.Response, said: str) -> RagtrailError:
+        """A success whose body is not the answer ragtrail gives: raised, never read as one."""
+        message = (
+            f"{self.base_url} answered {response.status_code} with {said}, not ragtrail's answer: is base_url the "
+            "address ragtrail serves at (its root, e.g. http://127.0.0.1:8000, without /api/v1)?"
+        )
+        return RagtrailError(response.status_code, {"error": {"code": "not_ragtrail", "message": message}})
 
     def _error_body(self, response: httpx.Response, raw: bytes) -> dict[str, Any]:
         """The API's JSON error; an answer that is not ragtrail's (an HTML page) names base_url."""

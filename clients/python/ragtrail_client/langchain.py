@@ -1,14 +1,18 @@
 """`RagtrailRetriever` for LangChain: ragtrail first, your retriever on a miss.
 
     from ragtrail_client.langchain import RagtrailRetriever
-    retriever = RagtrailRetriever(client=client, retriever=your_retriever)
+    retriever = RagtrailRetriever(client=client, retriever=your_retriever, partition=user_id)
     docs = retriever.invoke(question)      # a prefetch: the sections; else your retriever's documents
     retriever.accept(question)             # the application accepted the answer: the path is recorded
 
+A prefetch bypasses the wrapped retriever and its filters: `partition=` (one per user or
+access group) is what keeps one caller's sections from another; `shared=True` says every
+caller may read every section. One of the two is required.
+
 With an `AsyncRagtrailClient`, `await retriever.ainvoke(question)` and `await
 retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronously (its
-`ainvoke`); with a `RagtrailClient`, `ainvoke` runs the synchronous retrieval in LangChain's
-executor.
+`ainvoke`); with a `RagtrailClient`, `ainvoke` runs the recall in LangChain's executor and
+awaits the wrapped retriever's `ainvoke`.
 
 A document's section id is `metadata["section_id"]`, else `Document.id` (documents with
 neither are not cited); its hash is the SHA-256 of its `page_content`, the text read.
@@ -23,13 +27,14 @@ try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables.config import run_in_executor
 except ImportError as missing:  # the extra not installed: say which
     raise ImportError(f"{missing}: pip install 'ragtrail-client[langchain]'") from missing
 from pydantic import PrivateAttr
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
-from ragtrail_client.recall_first import Found, RecallFirst
+from ragtrail_client.recall_first import RAGTRAIL_KEYS, Found, RecallFirst
 
 
 def document_section_id(document: Document) -> str | None:
@@ -42,47 +47,56 @@ class RagtrailRetriever(BaseRetriever):
     section it cites unchanged, the wrapped retriever otherwise (a hint, a miss, ragtrail
     unreachable); `accept(question)` records the path once the application accepts the answer.
 
-    Prefetched documents carry `metadata["section_id"]`, `metadata["hash"]`,
+    Isolation is by `partition` (one per user or access group), since a prefetch bypasses
+    the wrapped retriever's filters; `shared=True` where every caller may read every section.
+
+    Prefetched documents carry the metadata the wrapped retriever gave each section when the
+    path was accepted (what JSON can carry), and `metadata["section_id"]`, `metadata["hash"]`,
     `metadata["truncated"]` (cut to the scope's token budget) and `metadata["ragtrail"]`
     (outcome, recall_id, trail_id, matched_query)."""
 
     client: RagtrailClient | AsyncRagtrailClient
     retriever: BaseRetriever
-    partition: str = ""
+    partition: str | None = None
+    shared: bool = False
     tool: str | None = None  # the step's name in a recorded path; the wrapped retriever's class by default
     section_id: Callable[[Document], str | None] = document_section_id
     _memory: RecallFirst = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
-        self._memory = RecallFirst(self.client, self.tool or type(self.retriever).__name__, self.partition)
+        tool = self.tool or type(self.retriever).__name__
+        self._memory = RecallFirst(self.client, tool, self.partition, shared=self.shared)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         served = self._memory.recall(query)
         if served is not None:
-            return _documents(served)
+            return _documents(served, self._memory.metadata(served))
         documents = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
         return self._searched(query, documents)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        if not self._memory.is_async:
-            return await super()._aget_relevant_documents(query, run_manager=run_manager)
-        served = await self._memory.arecall(query)
+        if self._memory.is_async:
+            served = await self._memory.arecall(query)
+        else:  # the synchronous client's recall, off the event loop
+            served = await run_in_executor(None, self._memory.recall, query)
         if served is not None:
-            return _documents(served)
+            return _documents(served, self._memory.metadata(served))
         documents = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()})
         return self._searched(query, documents)
 
     def _searched(self, query: str, documents: list[Document]) -> list[Document]:
-        self._memory.searched(query, [Found(i, d.page_content) for d in documents if (i := self.section_id(d))])
+        found = [Found(i, d.page_content, d.metadata) for d in documents if (i := self.section_id(d))]
+        self._memory.searched(query, found, len(documents))
         return documents
 
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
         """Records the path to this question's answer, which the application accepted (`signal`
         as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
-        where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
+        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
+        ValueError where the wrapped retriever's documents had no section ids."""
         return self._memory.accept(query, cited=cited, signal=signal)
 
     async def aaccept(
@@ -92,7 +106,8 @@ class RagtrailRetriever(BaseRetriever):
         return await self._memory.aaccept(query, cited=cited, signal=signal)
 
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
+        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
+        serve it or is unreachable (as `accept`)."""
         return self._memory.reject(query, reason)
 
     async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
@@ -100,8 +115,8 @@ class RagtrailRetriever(BaseRetriever):
         return await self._memory.areject(query, reason)
 
 
-def _documents(served: Recall) -> list[Document]:
-    """A prefetch's sections as documents."""
+def _documents(served: Recall, kept: dict[str, dict[str, Any]]) -> list[Document]:
+    """A prefetch's sections as documents, with the metadata the wrapped retriever gave them."""
     about = {
         "outcome": served.outcome,
         "recall_id": served.recall_id,
@@ -112,7 +127,13 @@ def _documents(served: Recall) -> list[Document]:
         Document(
             page_content=s.text or "",
             id=s.id,
-            metadata={"section_id": s.id, "hash": s.hash, "truncated": bool(s.truncated), "ragtrail": about},
+            metadata={
+                **{k: v for k, v in kept.get(s.id, {}).items() if k not in RAGTRAIL_KEYS},
+                "section_id": s.id,
+                "hash": s.hash,
+                "truncated": bool(s.truncated),
+                "ragtrail": about,
+            },
         )
         for s in served.sections
     ]

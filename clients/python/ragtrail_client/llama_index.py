@@ -1,12 +1,18 @@
 """`RagtrailRetriever` for LlamaIndex: ragtrail first, your retriever on a miss.
 
     from ragtrail_client.llama_index import RagtrailRetriever
-    retriever = RagtrailRetriever(client, your_retriever)
+    retriever = RagtrailRetriever(client, your_retriever, partition=user_id)
     nodes = retriever.retrieve(question)   # a prefetch: the sections as NodeWithScore; else your retriever's nodes
     retriever.accept(question)             # the application accepted the answer: the path is recorded
 
+A prefetch bypasses the wrapped retriever and its filters: `partition=` (one per user or
+access group) is what keeps one caller's sections from another; `shared=True` says every
+caller may read every section. One of the two is required.
+
 With an `AsyncRagtrailClient`, `await retriever.aretrieve(question)` and `await
-retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronously.
+retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronously; with a
+`RagtrailClient`, `aretrieve` runs the recall in an executor and awaits the wrapped
+retriever's `aretrieve`.
 
 A node's section id is `metadata["section_id"]`, else its `node_id`; its hash is the
 SHA-256 of its content (without metadata), the text read.
@@ -15,6 +21,7 @@ Needs `llama-index-core` (`pip install 'ragtrail-client[llama-index]'`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Sequence
 
 try:
@@ -25,10 +32,7 @@ except ImportError as missing:  # the extra not installed: say which
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
-from ragtrail_client.recall_first import Found, RecallFirst
-
-# Kept out of what an LLM reads and what is embedded: they describe the recall, not the text.
-RAGTRAIL_KEYS = ["section_id", "hash", "truncated", "ragtrail"]
+from ragtrail_client.recall_first import RAGTRAIL_KEYS, Found, RecallFirst
 
 
 def node_section_id(node: BaseNode) -> str | None:
@@ -45,7 +49,9 @@ class RagtrailRetriever(BaseRetriever):
     Args:
         client: the ragtrail client.
         retriever: the retriever a miss runs.
-        partition: the scope's partition.
+        partition: the scope's partition, one per user or access group (a prefetch bypasses
+            the wrapped retriever's filters: the partition is what isolates).
+        shared: True where every caller may read every section (no partition); one of the two is required.
         tool: the step's name in a recorded path; the wrapped retriever's class by default.
         section_id: a node's section id (`node_section_id` by default).
     """
@@ -55,37 +61,43 @@ class RagtrailRetriever(BaseRetriever):
         client: RagtrailClient | AsyncRagtrailClient,
         retriever: BaseRetriever,
         *,
-        partition: str = "",
+        partition: str | None = None,
+        shared: bool = False,
         tool: str | None = None,
         section_id: Callable[[BaseNode], str | None] = node_section_id,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.retriever, self.section_id = retriever, section_id
-        self._memory = RecallFirst(client, tool or type(retriever).__name__, partition)
+        self._memory = RecallFirst(client, tool or type(retriever).__name__, partition, shared=shared)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         served = self._memory.recall(query_bundle.query_str)
         if served is not None:
-            return _nodes(served)
+            return _nodes(served, self._memory.metadata(served))
         return self._searched(query_bundle.query_str, self.retriever.retrieve(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if not self._memory.is_async:
-            return self._retrieve(query_bundle)
-        served = await self._memory.arecall(query_bundle.query_str)
+        if self._memory.is_async:
+            served = await self._memory.arecall(query_bundle.query_str)
+        else:  # the synchronous client's recall, off the event loop
+            served = await asyncio.get_running_loop().run_in_executor(
+                None, self._memory.recall, query_bundle.query_str
+            )
         if served is not None:
-            return _nodes(served)
+            return _nodes(served, self._memory.metadata(served))
         return self._searched(query_bundle.query_str, await self.retriever.aretrieve(query_bundle))
 
     def _searched(self, query: str, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
-        self._memory.searched(query, [Found(i, n.node.get_content()) for n in nodes if (i := self.section_id(n.node))])
+        found = [Found(i, n.node.get_content(), n.node.metadata) for n in nodes if (i := self.section_id(n.node))]
+        self._memory.searched(query, found, len(nodes))
         return nodes
 
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
         """Records the path to this question's answer, which the application accepted (`signal`
         as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
-        where there is nothing to record (ragtrail served it) or ragtrail is unreachable."""
+        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
+        ValueError where the wrapped retriever's nodes had no section ids."""
         return self._memory.accept(query, cited=cited, signal=signal)
 
     async def aaccept(
@@ -95,7 +107,8 @@ class RagtrailRetriever(BaseRetriever):
         return await self._memory.aaccept(query, cited=cited, signal=signal)
 
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not serve it."""
+        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
+        serve it or is unreachable (as `accept`)."""
         return self._memory.reject(query, reason)
 
     async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
@@ -103,8 +116,9 @@ class RagtrailRetriever(BaseRetriever):
         return await self._memory.areject(query, reason)
 
 
-def _nodes(served: Recall) -> list[NodeWithScore]:
-    """A prefetch's sections as nodes, scored by the question's similarity to the recorded one."""
+def _nodes(served: Recall, kept: dict[str, dict[str, Any]]) -> list[NodeWithScore]:
+    """A prefetch's sections as nodes, scored by the question's similarity to the recorded one,
+    with the metadata the wrapped retriever gave them."""
     about = {
         "outcome": served.outcome,
         "recall_id": served.recall_id,
@@ -116,9 +130,15 @@ def _nodes(served: Recall) -> list[NodeWithScore]:
             node=TextNode(
                 id_=s.id,
                 text=s.text or "",
-                metadata={"section_id": s.id, "hash": s.hash, "truncated": bool(s.truncated), "ragtrail": about},
-                excluded_llm_metadata_keys=RAGTRAIL_KEYS,
-                excluded_embed_metadata_keys=RAGTRAIL_KEYS,
+                metadata={
+                    **{k: v for k, v in kept.get(s.id, {}).items() if k not in RAGTRAIL_KEYS},
+                    "section_id": s.id,
+                    "hash": s.hash,
+                    "truncated": bool(s.truncated),
+                    "ragtrail": about,
+                },
+                excluded_llm_metadata_keys=list(RAGTRAIL_KEYS),
+                excluded_embed_metadata_keys=list(RAGTRAIL_KEYS),
             ),
             score=served.similarity,
         )

@@ -6,31 +6,43 @@ retriever. A hint or a miss runs the wrapped retriever, and what it found is kep
 question, until the application says the answer was good (`accept`), which records the
 path; an answer never accepted is never recorded. Failure policy, as `cached_tool`'s:
 ragtrail unreachable, late or failing (status 0 or 5xx) never fails the application (the
-wrapped retriever runs; `accept` records nothing and returns None); a refusal (4xx) is
-raised, since it is the caller's bug.
+wrapped retriever runs; `accept` and `reject` send nothing and return None); a refusal
+(4xx) is raised, since it is the caller's bug.
+
+Isolation is by partition, never by the wrapped retriever's filters: a prefetch answers
+without the wrapped retriever, so a path accepted for one user is served to every caller of
+its partition. The retrievers therefore take either `partition=` (one per access group or
+user) or `shared=True` (every caller may read every section), never a silent default.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, RecallFeedback, Recorded, Step
 
 # Questions whose retrieval awaits the application's verdict, at most (the oldest are let go).
 REMEMBERED = 256
+# The step argument a recorded path keeps each section's metadata in (as the wrapped retriever gave it).
+METADATA_ARG = "metadata"
+# Metadata the retrievers set on what they serve, never kept as the wrapped retriever's.
+RAGTRAIL_KEYS = ("section_id", "hash", "truncated", "ragtrail")
 
 
 @dataclass(frozen=True)
 class Found:
-    """A section the wrapped retriever returned: its id in the scope and the text it read."""
+    """A section the wrapped retriever returned: its id in the scope, the text it read and
+    the metadata it gave (kept with the recorded path, restored when ragtrail serves it)."""
 
     section_id: str
     text: str
+    metadata: Mapping[str, Any] | None = None
 
     @property
     def hash(self) -> str:
@@ -46,14 +58,22 @@ class RecallFirst:
     Args:
         client: the ragtrail client (its scope, key and deadlines).
         tool: the step's name in a recorded path (the wrapped retriever's).
-        partition: the scope's partition recalls and records use.
+        partition: the scope's partition recalls and records use (the isolation boundary).
+        shared: True where no partition is meant (every caller may read every section).
     """
 
-    def __init__(self, client: RagtrailClient | AsyncRagtrailClient, tool: str, partition: str = "") -> None:
-        self.client, self.tool, self.partition = client, tool, partition
+    def __init__(
+        self,
+        client: RagtrailClient | AsyncRagtrailClient,
+        tool: str,
+        partition: str | None = None,
+        *,
+        shared: bool = False,
+    ) -> None:
+        self.client, self.tool, self.partition = client, tool, isolation(partition, shared)
         self.is_async = isinstance(client, AsyncRagtrailClient)
         self._lock = threading.Lock()
-        self._searched: OrderedDict[str, tuple[Found, ...]] = OrderedDict()
+        self._searched: OrderedDict[str, tuple[tuple[Found, ...], int]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
 
     def recall(self, query: str) -> Recall | None:
@@ -72,11 +92,22 @@ class RecallFirst:
             answer = _unless_down(error)
         return self._prefetch(query, answer)
 
-    def searched(self, query: str, found: Sequence[Found]) -> None:
-        """What the wrapped retriever returned for this question, kept until `accept`."""
+    def searched(self, query: str, found: Sequence[Found], returned: int | None = None) -> None:
+        """What the wrapped retriever returned for this question (`returned` results, `found`
+        the sections among them), kept until `accept`."""
         with self._lock:
             self._served.pop(query, None)
-            _keep(self._searched, query, tuple(found))
+            _keep(self._searched, query, (tuple(found), len(found) if returned is None else returned))
+
+    @staticmethod
+    def metadata(served: Recall) -> dict[str, dict[str, Any]]:
+        """Each served section's metadata as the wrapped retriever gave it when the path was accepted."""
+        kept: dict[str, dict[str, Any]] = {}
+        for step in served.steps:
+            given = step.args.get(METADATA_ARG) if isinstance(step.args, dict) else None
+            if isinstance(given, dict):
+                kept.update({k: v for k, v in given.items() if isinstance(v, dict)})
+        return kept
 
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
         """Records the path to this question's accepted answer: the wrapped retriever's call
@@ -103,16 +134,23 @@ class RecallFirst:
 
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """Reports that what ragtrail served for this question did not help (a false hit);
-        None where this question was not served by ragtrail."""
+        None where this question was not served by ragtrail or ragtrail could not be reached
+        (as `accept`: a refusal is raised)."""
         client = self._sync()
         recall_id = self._served_id(query)
-        return client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+        try:
+            return client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+        except RagtrailError as error:
+            return _unless_down(error)
 
     async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """`reject`, awaited on the asynchronous client."""
         client = self._async()
         recall_id = self._served_id(query)
-        return await client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+        try:
+            return await client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
+        except RagtrailError as error:
+            return _unless_down(error)
 
     def _prefetch(self, query: str, answer: Recall | None) -> Recall | None:
         if answer is None or answer.outcome != "prefetch" or any(s.text is None for s in answer.sections):
@@ -125,18 +163,28 @@ class RecallFirst:
     def _path(self, query: str, cited: Sequence[str] | None, signal: str) -> dict[str, Any] | None:
         """What `record` takes for the path this question's retrieval took; None where there was none."""
         with self._lock:
-            found = self._searched.pop(query, None)
+            found, results = self._searched.pop(query, ((), 0))
+        if not found and results:
+            raise ValueError(
+                f"none of the {results} results the wrapped retriever returned for {query!r} has a section id "
+                '(metadata["section_id"], else its id): nothing can be recorded; give them the ids ragtrail holds '
+                "them by, or pass section_id= a function that finds it"
+            )
         if not found:
             return None
         returned = list(dict.fromkeys(f.section_id for f in found))
         cited = returned if cited is None else list(cited)
         if not set(cited) <= set(returned):
             raise ValueError(f"cited sections the retriever did not return: {sorted(set(cited) - set(returned))}")
+        args: dict[str, Any] = {"query": query}
+        metadata = {f.section_id: m for f in found if f.section_id in cited and (m := _json_metadata(f.metadata))}
+        if metadata:
+            args[METADATA_ARG] = metadata
         return {
             "query": query,
             "cited": cited,
             "signal": signal,
-            "steps": [Step(self.tool, {"query": query}, tuple(returned))],
+            "steps": [Step(self.tool, args, tuple(returned))],
             "hashes": {f.section_id: f.hash for f in found if f.section_id in cited},
             "partition": self.partition,
         }
@@ -154,6 +202,36 @@ class RecallFirst:
         if not self.is_async:
             raise TypeError("this retriever's client is a RagtrailClient: use its synchronous calls")
         return self.client  # type: ignore[return-value]
+
+
+def isolation(partition: str | None, shared: bool) -> str:
+    """The partition a retriever recalls and records in: the one named, or "" where `shared`;
+    neither (or both) is refused, since a served path bypasses the wrapped retriever's filters."""
+    if shared and partition:
+        raise ValueError(f"shared=True and partition={partition!r}: say one (a partition isolates, shared does not)")
+    if shared:
+        return ""
+    if not partition:
+        raise ValueError(
+            "pass partition= (one per user or access group: what one caller's accepted answer cites is served "
+            "to every caller of its partition, without your retriever's filters) or shared=True (every caller "
+            "may read every section)"
+        )
+    return partition
+
+
+def _json_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The wrapped retriever's metadata that JSON can carry, without the keys the retrievers set."""
+    kept = {}
+    for key, value in (metadata or {}).items():
+        if key in RAGTRAIL_KEYS or not isinstance(key, str):
+            continue
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            continue  # a value JSON cannot carry (a datetime, an object) is not kept
+        kept[key] = value
+    return kept
 
 
 def _unless_down(error: RagtrailError) -> None:

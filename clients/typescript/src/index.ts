@@ -9,7 +9,10 @@
  * scope lookup included: recall's 1 s (an agent that waits on its memory longer than a search
  * would take is better off searching), the others' 1.5 s. Every error is a `RagtrailError`:
  * the API's own (status >= 400, its JSON body), or no answer (status 0, code "deadline",
- * "unreachable", "tls" or "bad_url"); a redirect is never followed (code "redirect").
+ * "unreachable", "tls" or "bad_url"); a redirect is never followed (code "redirect"); a
+ * success whose body lacks ragtrail's fields (empty, or another service's JSON) is code
+ * "not_ragtrail". The deadline is the client's own timer: it holds whatever `fetch` does
+ * with the abort signal.
  */
 
 /** Deadlines an agent gets unless it says otherwise (milliseconds). */
@@ -175,7 +178,7 @@ export interface ClientOptions {
   retries?: number;
   /** Milliseconds before the first retry, doubled each time (with jitter): 200. */
   backoffMs?: number;
-  /** The fetch to send with (a shared agent's, a test's); the global one by default. */
+  /** The fetch to send with (a shared agent's, a test's); the global one by default. Called as a plain function. */
   fetch?: typeof fetch;
 }
 
@@ -218,13 +221,15 @@ export class RagtrailClient {
     this.recallTimeoutMs = options.recallTimeoutMs ?? RECALL_DEADLINE_MS;
     this.retries = options.retries ?? 3;
     this.backoffMs = options.backoffMs ?? 200;
-    this.send = options.fetch ?? globalThis.fetch;
+    const fetcher = options.fetch ?? globalThis.fetch;
+    // Called on its own, never as this client's method: a browser's fetch refuses another `this` ("Illegal invocation").
+    this.send = (input, init) => fetcher.call(globalThis, input, init);
   }
 
   // --- the key ----------------------------------------------------------------------
   /** The scopes this key is granted. */
   scopes(): Promise<ScopeInfo[]> {
-    return this.call({ method: "GET", parts: ["scopes"], scoped: false, safe: true, parse: (_, b) => b.scopes });
+    return this.call({ method: "GET", parts: ["scopes"], scoped: false, safe: true, parse: (_, b) => required(b, "scopes") });
   }
 
   // --- sections -----------------------------------------------------------------------
@@ -340,8 +345,8 @@ export class RagtrailClient {
       scope: options.scope,
       safe: true,
       parse: (status, b) => ({
-        trailId: b.trail_id,
-        status: b.status,
+        trailId: required(b, "trail_id"),
+        status: required(b, "status"),
         reason: b.reason ?? null,
         created: status === 201,
         refreshed: b.refreshed ?? null,
@@ -358,8 +363,8 @@ export class RagtrailClient {
       scope: options.scope,
       safe: false,
       parse: (_, b) => ({
-        recallId: b.recall_id,
-        helpful: b.helpful,
+        recallId: required(b, "recall_id"),
+        helpful: required(b, "helpful"),
         trailId: b.trail_id ?? null,
         trailStatus: b.trail_status ?? null,
         falseHitReports: b.false_hit_reports ?? null,
@@ -397,7 +402,7 @@ export class RagtrailClient {
       parts: ["tool-policies"],
       scope: options.scope,
       safe: true,
-      parse: (_, b) => b.policies,
+      parse: (_, b) => required(b, "policies"),
     });
   }
 
@@ -409,7 +414,7 @@ export class RagtrailClient {
       body: { policies },
       scope: options.scope,
       safe: true,
-      parse: (_, b) => b.policies,
+      parse: (_, b) => required(b, "policies"),
     });
   }
 
@@ -424,7 +429,7 @@ export class RagtrailClient {
       body: toolBody(tool, args, options.context, options.caller),
       scope: options.scope,
       safe: true,
-      parse: (_, b) => ({ hit: b.hit, result: b.result ?? null, ageS: b.age_s ?? null, reason: b.reason ?? null }),
+      parse: (_, b) => ({ hit: required(b, "hit"), result: b.result ?? null, ageS: b.age_s ?? null, reason: b.reason ?? null }),
     });
   }
 
@@ -448,7 +453,7 @@ export class RagtrailClient {
       body,
       scope: options.scope,
       safe: true,
-      parse: (_, b) => ({ stored: b.stored, ttlS: b.ttl_s ?? null, reason: b.reason ?? null }),
+      parse: (_, b) => ({ stored: required(b, "stored"), ttlS: b.ttl_s ?? null, reason: b.reason ?? null }),
     });
   }
 
@@ -468,8 +473,25 @@ export class RagtrailClient {
     const budget = call.recall ? this.recallTimeoutMs : this.timeoutMs;
     const deadline = performance.now() + budget;
     const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), budget);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    // The client's own timer ends the call, whether or not the fetch heeds the abort signal.
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        abort.abort();
+        reject(this.deadlineError(budget));
+      }, budget);
+    });
+    const work = this.attemptAll(call, deadline, budget, abort.signal);
+    work.catch(() => undefined); // settled after the deadline: already answered by `late`
     try {
+      return await Promise.race([work, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async attemptAll<T>(call: Call<T>, deadline: number, budget: number, signal: AbortSignal): Promise<T> {
+    {
       let scope = call.scope ?? this.scope;
       if ((call.scoped ?? true) && scope === undefined) {
         scope = await this.attempts(
@@ -483,17 +505,15 @@ export class RagtrailClient {
           },
           deadline,
           budget,
-          abort.signal,
+          signal,
         );
       }
-      return await this.attempts(call, deadline, budget, abort.signal, scope);
-    } finally {
-      clearTimeout(timer);
+      return await this.attempts(call, deadline, budget, signal, scope);
     }
   }
 
   private onlyScope(body: { scopes: ScopeInfo[] }): string {
-    const granted = body.scopes.map((s) => s.slug);
+    const granted = required(body, "scopes").map((s: ScopeInfo) => s.slug);
     if (granted.length !== 1) {
       throw new TypeError(
         `no scope: pass scope to the call or to the client (this key is granted ${granted.length} scopes: ${granted.join(", ") || "none"})`,
@@ -572,8 +592,25 @@ export class RagtrailClient {
       } catch {
         throw new RagtrailError(response.status, this.errorBody(response, raw));
       }
-      return call.parse(response.status, body);
+      if (call.method === "DELETE") return call.parse(response.status, body);
+      if (body === null || typeof body !== "object" || Array.isArray(body)) {
+        throw this.notRagtrails(response, raw ? "JSON that is not an object" : "an empty body");
+      }
+      try {
+        return call.parse(response.status, body);
+      } catch (problem) {
+        if (problem instanceof MissingField) throw this.notRagtrails(response, `JSON without ragtrail's fields (${problem.message})`);
+        throw problem;
+      }
     }
+  }
+
+  /** A success whose body is not the answer ragtrail gives: raised, never read as one. */
+  private notRagtrails(response: Response, said: string): RagtrailError {
+    const message =
+      `${this.baseUrl} answered ${response.status} with ${said}, not ragtrail's answer: is baseUrl the address ` +
+      "ragtrail serves at (its root, e.g. http://127.0.0.1:8000, without /api/v1)?";
+    return new RagtrailError(response.status, { error: { code: "not_ragtrail", message } });
   }
 
   /** The API's JSON error; an answer that is not ragtrail's (an HTML page) names baseUrl. */
@@ -647,7 +684,16 @@ function recallCall(
   return { method: "POST", parts: ["recall"], body, scope, safe: true, recall: true, parse: (_, b) => recallFrom(b) };
 }
 
+/** A field a ragtrail answer always has, else `MissingField`. */
+class MissingField extends Error {}
+
+function required(b: any, name: string): any {
+  if (b?.[name] === undefined || b[name] === null) throw new MissingField(`no "${name}"`);
+  return b[name];
+}
+
 function recallFrom(b: any): Recall {
+  if (!["prefetch", "hint", "miss"].includes(b.outcome)) throw new MissingField('no "outcome"');
   return {
     outcome: b.outcome,
     hit: b.outcome !== "miss",
