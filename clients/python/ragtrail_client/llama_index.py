@@ -81,9 +81,7 @@ class RagtrailRetriever(BaseRetriever):
         if self._memory.is_async:
             served = await self._memory.arecall(query_bundle.query_str)
         else:  # the synchronous client's recall, off the event loop
-            served = await asyncio.get_running_loop().run_in_executor(
-                None, self._memory.recall, query_bundle.query_str
-            )
+            served = await asyncio.get_running_loop().run_in_executor(None, self._memory.recall, query_bundle.query_str)
         if served is not None:
             return _nodes(served, self._memory.metadata(served))
         return self._searched(query_bundle.query_str, await self.retriever.aretrieve(query_bundle))
