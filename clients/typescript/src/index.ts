@@ -222,14 +222,15 @@ export class RagtrailClient {
     this.retries = options.retries ?? 3;
     this.backoffMs = options.backoffMs ?? 200;
     const fetcher = options.fetch ?? globalThis.fetch;
-    // Called on its own, never as this client's method: a browser's fetch refuses another `this` ("Illegal invocation").
+    // Called on its own, never as this client's method: a browser's fetch refuses another `this`.
     this.send = (input, init) => fetcher.call(globalThis, input, init);
   }
 
   // --- the key ----------------------------------------------------------------------
   /** The scopes this key is granted. */
   scopes(): Promise<ScopeInfo[]> {
-    return this.call({ method: "GET", parts: ["scopes"], scoped: false, safe: true, parse: (_, b) => required(b, "scopes") });
+    const parse = (_: number, b: any) => required(b, "scopes");
+    return this.call({ method: "GET", parts: ["scopes"], scoped: false, safe: true, parse });
   }
 
   // --- sections -----------------------------------------------------------------------
@@ -490,26 +491,25 @@ export class RagtrailClient {
     }
   }
 
+  /** The scope lookup where one is needed, then the call's attempts. */
   private async attemptAll<T>(call: Call<T>, deadline: number, budget: number, signal: AbortSignal): Promise<T> {
-    {
-      let scope = call.scope ?? this.scope;
-      if ((call.scoped ?? true) && scope === undefined) {
-        scope = await this.attempts(
-          {
-            method: "GET",
-            parts: ["scopes"],
-            scoped: false,
-            safe: true,
-            recall: call.recall,
-            parse: (_, b) => this.onlyScope(b),
-          },
-          deadline,
-          budget,
-          signal,
-        );
-      }
-      return await this.attempts(call, deadline, budget, signal, scope);
+    let scope = call.scope ?? this.scope;
+    if ((call.scoped ?? true) && scope === undefined) {
+      scope = await this.attempts(
+        {
+          method: "GET",
+          parts: ["scopes"],
+          scoped: false,
+          safe: true,
+          recall: call.recall,
+          parse: (_, b) => this.onlyScope(b),
+        },
+        deadline,
+        budget,
+        signal,
+      );
     }
+    return await this.attempts(call, deadline, budget, signal, scope);
   }
 
   private onlyScope(body: { scopes: ScopeInfo[] }): string {
@@ -599,8 +599,8 @@ export class RagtrailClient {
       try {
         return call.parse(response.status, body);
       } catch (problem) {
-        if (problem instanceof MissingField) throw this.notRagtrails(response, `JSON without ragtrail's fields (${problem.message})`);
-        throw problem;
+        if (!(problem instanceof MissingField)) throw problem;
+        throw this.notRagtrails(response, `JSON without ragtrail's fields (${problem.message})`);
       }
     }
   }

@@ -272,4 +272,53 @@ describe("deadlines and errors", () => {
     assert.deepEqual([failed.status, failed.code], [0, "tls"]);
     assert.doesNotMatch(failed.message, /could not reach/);
   });
+
+  test("a success without ragtrail's fields is an error, not an answer", async () => {
+    const { url } = await standIn((request, response) => {
+      if (request.url?.includes("/empty/")) {
+        response.writeHead(200, { "Content-Type": "application/json" });
+        return response.end();
+      }
+      json(response, 200, { status: "ok", service: "search", results: [] });
+    });
+    const client = new RagtrailClient(url, { apiKey: "rt_x", scope: "s" });
+    for (const call of [
+      () => client.recall("anything"),
+      () => client.record(QUESTION, ["s1"], { signal: "accepted" }),
+      () => client.scopes(),
+      () => client.recall("anything", { scope: "empty" }),
+    ]) {
+      const wrong = await rejection(call());
+      assert.deepEqual([wrong.status, wrong.code], [200, "not_ragtrail"]);
+      assert.match(wrong.message, /answered 200 with (JSON without ragtrail's fields|an empty body)/);
+    }
+    const empty = await rejection(client.recall("anything", { scope: "empty" }));
+    assert.match(empty.message, /an empty body/);
+  });
+
+  test("the global fetch is called as a plain function, as browsers require", async () => {
+    const { url } = await standIn((_, response) => json(response, 200, MISS));
+    const real = globalThis.fetch;
+    const strict = function (this: unknown, input: string | URL | Request, init?: RequestInit) {
+      if (this !== undefined && this !== globalThis) throw new TypeError("Illegal invocation");
+      return real(input, init);
+    } as typeof fetch;
+    globalThis.fetch = strict;
+    try {
+      assert.equal((await new RagtrailClient(url, { apiKey: "rt_x", scope: "s" }).recall("anything")).outcome, "miss");
+    } finally {
+      globalThis.fetch = real;
+    }
+    const given = new RagtrailClient(url, { apiKey: "rt_x", scope: "s", fetch: strict });
+    assert.equal((await given.recall("anything")).outcome, "miss");
+  });
+
+  test("the deadline holds when a fetch ignores the abort signal", async () => {
+    const deaf: typeof fetch = () => new Promise<Response>(() => undefined); // never settles, whatever the signal says
+    const client = new RagtrailClient("http://127.0.0.1:9", { apiKey: "rt_x", scope: "s", fetch: deaf });
+    const never = new Promise<string>((resolve) => setTimeout(() => resolve("never returned"), 5000).unref());
+    const ended = await Promise.race([client.recall("anything").catch((error: unknown) => error), never]);
+    assert.ok(ended instanceof RagtrailError, String(ended));
+    assert.equal(ended.code, "deadline");
+  });
 });
