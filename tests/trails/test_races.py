@@ -403,3 +403,24 @@ def test_an_agents_vote_on_a_trail_a_purge_deletes_meanwhile_is_a_409_not_an_err
     answered = vote.outcome()
     assert answered.status_code in (404, 409), answered.content
     assert not Trail.objects.filter(pk=trail.pk).exists()
+
+
+# -- a recall whose trail is deleted before its event is written -------------------------------
+
+
+@pytest.mark.parametrize("deleted_by", ["a purge", "the expiry sweep"])
+def test_a_recall_whose_trail_is_deleted_meanwhile_is_a_miss_not_a_500(api, scope, sections, monkeypatch, deleted_by):
+    trail = _trail(record_icu(api))
+    held = Hold(monkeypatch, "recall:answered")
+    recalled = Run(api.recall, "hospital", query=QUESTION)
+    held.wait()  # recall chose the trail and validated it; its event is not yet written
+    if deleted_by == "a purge":
+        writes.delete_trails([trail.pk])
+    else:
+        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        assert writes.sweep_expired_trails(timezone.now()) == 1
+    held.release()
+    answered = recalled.outcome()
+    assert answered.status_code == 200, answered.content
+    assert answered.json()["outcome"] == "miss" and answered.json()["trail_id"] is None
+    assert RecallEvent.objects.get(public_id=answered.json()["recall_id"]).outcome == "miss"
