@@ -424,3 +424,36 @@ def test_a_recall_whose_trail_is_deleted_meanwhile_is_a_miss_not_a_500(api, scop
     assert answered.status_code == 200, answered.content
     assert answered.json()["outcome"] == "miss" and answered.json()["trail_id"] is None
     assert RecallEvent.objects.get(public_id=answered.json()["recall_id"]).outcome == "miss"
+
+
+# -- a sync job's retry, and jobs left running with no claim time ---------------------------------
+
+
+def test_a_sync_jobs_retry_after_its_connection_dropped_reports_what_its_first_run_added(scope, monkeypatch):
+    from django.db import OperationalError
+
+    job = _job(scope)
+    earlier = pauses.pause_point
+
+    def drop_once(name: str) -> None:
+        earlier(name)
+        if name == "sync-job:synced" and not getattr(drop_once, "dropped", False):
+            drop_once.dropped = True
+            raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(pauses, "pause_point", drop_once)
+    with pytest.raises(OperationalError):
+        run_sync_job(job.pk, claimant="task-1")  # the sync committed; the job's result was never written
+    retried = run_sync_job(job.pk, claimant="task-1")  # Celery's retry, the same task id
+    assert retried.state == "done"
+    assert retried.summary["sections"]["added"] == 1, retried.summary
+
+
+def test_a_job_left_running_with_no_claim_time_is_reaped(scope, monkeypatch):
+    sent = []
+    monkeypatch.setattr("trails.upkeep.sync.queue_sync_job", sent.append)
+    job = _job(scope)
+    long_ago = timezone.now() - timedelta(seconds=JOB_DEADLINE_SECONDS + 60)
+    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_at=None, created_at=long_ago)
+    assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 1, "failed": 0} and sent == [job.pk]
+    assert run_sync_job(job.pk, claimant="task-2").state == "done"

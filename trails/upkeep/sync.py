@@ -31,6 +31,7 @@ from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
 from trails.models import Citation, Trail, TrailStatus, pauses
+from trails.models.gate import guard_on
 
 logger = logging.getLogger(__name__)
 
@@ -341,11 +342,19 @@ def queue_sync_job(job_id: int) -> None:
         run_sync_job(job_id)
 
 
+def _lost(now: datetime) -> Q:
+    """Running jobs past their deadline, those with no claim time (left running by a version
+    before claims) by their age."""
+    cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
+    unclaimed = Q(claimed_at__isnull=True, created_at__lt=cutoff) if guard_on("unclaimed-jobs-reaped") else Q(pk__in=[])
+    return Q(state=SectionSyncJob.State.RUNNING) & (Q(claimed_at__lt=cutoff) | unclaimed)
+
+
 def _claim(job_id: int, claimant: str, now: datetime) -> int | None:
     """Claims a job for one run (a conditional update): a queued one, one this same task
     claimed before (its redelivery after a worker died, or its retry), or one whose run is
     past its deadline. Returns the run's attempt number, or None where someone else has it."""
-    lost = Q(state=SectionSyncJob.State.RUNNING, claimed_at__lt=now - timedelta(seconds=JOB_DEADLINE_SECONDS))
+    lost = _lost(now)
     mine = Q(state=SectionSyncJob.State.RUNNING, claimed_by=claimant) if claimant else Q(pk__in=[])
     claimable = SectionSyncJob.objects.filter(
         Q(state=SectionSyncJob.State.QUEUED) | mine | lost, pk=job_id, attempts__lt=JOB_ATTEMPTS
@@ -370,16 +379,25 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
     pauses.pause_point("sync-job:claimed")
     asked = job.request
     try:
-        summary = sync_sections(
-            job.scope,
-            source_sections(asked.get("sections", [])),
-            delete_missing=asked.get("delete_missing", False),
-            dry_run=asked.get("dry_run", False),
-            by=job.by,
-            source=asked.get("source", ""),
-            allow_removing_most=asked.get("allow_removing_most", False),
-            wait=JOB_WAIT_SECONDS,
-        )
+        if job.summary is not None and guard_on("sync-retry-reports-first-run"):
+            summary = None  # an earlier run of this claim synced and committed: its summary is the answer
+        else:
+            with transaction.atomic():
+                summary = sync_sections(
+                    job.scope,
+                    source_sections(asked.get("sections", [])),
+                    delete_missing=asked.get("delete_missing", False),
+                    dry_run=asked.get("dry_run", False),
+                    by=job.by,
+                    source=asked.get("source", ""),
+                    allow_removing_most=asked.get("allow_removing_most", False),
+                    wait=JOB_WAIT_SECONDS,
+                )
+                # With the sync's own commit: a retry after a lost connection answers what it did.
+                SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
+                    summary=summary.as_json(complete=asked.get("list_all", False))
+                )
+            pauses.pause_point("sync-job:synced")
     except (OperationalError, InterfaceError):
         raise  # the database is away: the task retries, and its claim lets the retry in
     except Refused as refused:
@@ -393,7 +411,9 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
             {"code": "failed", "message": f"{type(problem).__name__}: {problem}", "field": None},
         )
     else:
-        job.state, job.summary = SectionSyncJob.State.DONE, summary.as_json(complete=asked.get("list_all", False))
+        job.state = SectionSyncJob.State.DONE
+        if summary is not None:
+            job.summary = summary.as_json(complete=asked.get("list_all", False))
     job.request, job.finished_at = {}, timezone.now()
     # Only while this run holds the claim: a run taken back as lost does not overwrite the one after it.
     SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
@@ -412,7 +432,7 @@ def reap_lost_sync_jobs(now: datetime) -> dict[str, int]:
         {"requeued": jobs sent again, "failed": jobs said failed}.
     """
     cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
-    lost = SectionSyncJob.objects.filter(state=SectionSyncJob.State.RUNNING, claimed_at__lt=cutoff)
+    lost = SectionSyncJob.objects.filter(_lost(now))
     failed = lost.filter(attempts__gte=JOB_ATTEMPTS).update(
         state=SectionSyncJob.State.FAILED,
         finished_at=now,
