@@ -17,6 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from infra.errors import Invalid
+from infra.guards import guard_on
 from infra.hashing import section_hash
 from infra.prepared import prepared_cursor
 
@@ -123,6 +124,18 @@ class Scope(models.Model):
 
     class Meta:
         ordering = ["slug"]
+
+    # Written only by their own updates (a tool-policy change, a new cache): never by a save.
+    OWN_WRITES = ("tool_policy_version", "cache_token")
+
+    def save(self, *args, **kwargs) -> None:
+        """A save of a loaded scope writes every field but those with writes of their own, so
+        a tool-policy change committed since the load is not undone (docs/consistency.md)."""
+        if not self._state.adding and kwargs.get("update_fields") is None and guard_on("scope-save-skips-own-writes"):
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name not in self.OWN_WRITES
+            ]
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return self.slug

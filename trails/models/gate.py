@@ -1,7 +1,5 @@
 """The one-writer gate: the rows a trail owns are written only inside `writing()`, which only
-the writer's modules enter (docs/consistency.md, "How the one writer is enforced"); and the
-named guards of docs/consistency.md's table, each of which `guard_on` can switch off for the
-guard check (`manage.py check_guards`).
+the writer's modules enter (docs/consistency.md, "How the one writer is enforced").
 
 Where enforcement is on (DEBUG, and the tests: RAGTRAIL_ENFORCE_ONE_WRITER), every database
 connection runs its statements through `refuse_outside_writer`: an INSERT, UPDATE or DELETE of
@@ -10,11 +8,12 @@ an owned table outside `writing()` raises `WriteOutsideWriter` before it reaches
 
 from __future__ import annotations
 
-import os
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator
+
+from infra.guards import guard_on
 
 # The tables whose rows a trail owns (the trail's own, its path, keys, history, reports, the
 # recall events that served it and the labels made of them).
@@ -74,10 +73,3 @@ def enforce_on_new_connections(sender, connection, **kwargs) -> None:
     """Installs the wrapper on each new connection (connection_created)."""
     if refuse_outside_writer not in connection.execute_wrappers:
         connection.execute_wrappers.append(refuse_outside_writer)
-
-
-def guard_on(name: str) -> bool:
-    """Whether the named guard of docs/consistency.md is on: always, except where the guard
-    check switches it off (RAGTRAIL_GUARDS_OFF, a comma-separated list of names)."""
-    off = os.environ.get("RAGTRAIL_GUARDS_OFF")
-    return not off or name not in off.split(",")

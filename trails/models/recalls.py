@@ -11,10 +11,11 @@ from django.db.models import Case, Count, F, Q, When
 from django.db.models.functions import Floor
 from django.utils import timezone
 
+from infra.guards import guard_on
 from scopes.models import Scope
 from trails.core.charts import HourCounts
 from trails.core.validation import Outcome
-from trails.models.gate import guard_on, writing
+from trails.models.gate import writing
 from trails.models.lifecycle import mark_stale_statements
 from trails.models.trail import Trail
 

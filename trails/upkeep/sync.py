@@ -23,6 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from infra.errors import Conflict, Invalid, Refused
+from infra.guards import guard_on
 from infra.hashing import section_hash
 from scopes import audit
 from scopes.audit import AuditEvent
@@ -31,7 +32,6 @@ from scopes.splitting import SourceSection
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import outcome_once
 from trails.models import Citation, Trail, TrailStatus, pauses
-from trails.models.gate import guard_on
 
 logger = logging.getLogger(__name__)
 
