@@ -116,8 +116,10 @@ class TrailModel:
     def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
         """What the declared table says the action does to this trail; False where it refuses."""
 
-        def decide(name: str, reporters: set) -> table.Rule:
-            return table.decide(name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+        def decide(name: str, reporters: set, restores_to: State | None = None) -> table.Rule:
+            return table.decide(
+                name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2, restores_to=restores_to
+            )
 
         prior = (self.status, self.held)
         try:
@@ -127,7 +129,11 @@ class TrailModel:
         if rule.restores:
             if self.undo_to is None:
                 return False
+            status, held = self.undo_to
+            rule = decide(action, self.reporters, State.HELD if status == "pending" and held else State(status))
             (self.status, self.held), self.undo_to = self.undo_to, None
+            if rule.to_state is State.HELD:
+                self.status, self.held = "pending", True
             return True
         action = rule.taken_as or action
         if rule.reports is Reports.COUNT:

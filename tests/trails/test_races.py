@@ -457,3 +457,60 @@ def test_a_job_left_running_with_no_claim_time_is_reaped(scope, monkeypatch):
     SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_at=None, created_at=long_ago)
     assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 1, "failed": 0} and sent == [job.pk]
     assert run_sync_job(job.pk, claimant="task-2").state == "done"
+
+
+# -- signing under the scope's settings as committed ----------------------------------------------
+
+
+def _wait_for_lock_waiter_or_end(thread: Run) -> None:
+    """Until another session waits on a lock, or the thread has finished (it did not wait)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and thread.is_alive():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.01)
+
+
+def _change_matching(scope_id: int) -> None:
+    changed = Scope.objects.get(pk=scope_id)
+    changed.lexical_threshold = 0.8
+    changed.save()
+
+
+def test_a_matching_change_waits_for_a_record_signing_under_the_old_settings_then_re_signs_it(
+    api, scope, sections, monkeypatch
+):
+    before = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    held = Hold(monkeypatch, "record:scope-read")
+    recording = Run(record_icu, api)
+    held.wait()  # the record read the scope's settings in its transaction, not yet committed
+    change = Run(_change_matching, scope.pk)
+    _wait_for_lock_waiter_or_end(change)
+    held.release()
+    trail = _trail(recording.outcome())
+    change.outcome()
+    after = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    assert before != after
+    assert Trail.objects.get(pk=trail.pk).band_layout == after
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+
+
+def test_a_trail_reinstated_while_a_matching_change_commits_is_signed_as_the_change_left_the_scope(
+    api, scope, sections, monkeypatch
+):
+    trail = _trail(record_icu(api))
+    writes.act(trail, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    held = Hold(monkeypatch, "reinstate:locked")
+    reinstating = Run(writes.act, _trail(trail.public_id), "reinstate", Actor.OPERATOR, by="olga")
+    held.wait()  # the reinstatement read the trail with its scope, before the change
+    _change_matching(scope.pk)
+    after = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    held.release()
+    reinstating.outcome()
+    assert Trail.objects.get(pk=trail.pk).band_layout == after
+    writes.act(_trail(trail.public_id), "up", Actor.OPERATOR, by="olga")
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"

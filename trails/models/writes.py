@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Sequence
+from typing import Callable, Sequence
 
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from infra.errors import Conflict, NotFound
+from infra.guards import guard_on
 from scopes import audit
 from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
+from scopes.models import Scope
 from trails.core import lifecycle as table
-from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
+from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, state_of, status_of
 from trails.models import pauses
 from trails.models.deletion import _delete_locked, delete_trails, sweep_expired_trails  # noqa: F401 -- writes, all here
+from trails.models.gate import writing
 from trails.models.learning import MatchLabel
 from trails.models.lifecycle import (
     HISTORY_SIGNAL,
@@ -44,10 +47,11 @@ from trails.models.lifecycle import (
     Signal,
     TrailReport,
     TrailSignal,
+    TrailStatus,
     trail_status_changed,
 )
 from trails.models.recalls import RecallEvent, RecallOutcome
-from trails.models.trail import Trail
+from trails.models.trail import BandKeys, Citation, Step, Trail
 
 logger = logging.getLogger(__name__)
 
@@ -353,10 +357,21 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
         at = now or timezone.now()
         before = locked.lifecycle_state(at)
         try:
-            rule = table.decide(table.UNDO, actor, before)
+            table.decide(table.UNDO, actor, before)  # refuses before the history is read
             last = locked.undoable()
             if last is None:
                 raise ActionRefused(table.refusal(table.UNDO, actor, before))
+            # The table decides again with the reports counted since: not "the state before" blindly.
+            rule = table.decide(
+                table.UNDO,
+                actor,
+                before,
+                reporters_after=locked.false_hit_reporters,
+                reporters_to_hold=locked.scope.false_hit_reporters_to_pending,
+                restores_to=state_of(last.before["status"], last.before["held_by"], expired=False)
+                if guard_on("undo-decides-on-reports")
+                else None,
+            )
         except ActionRefused:
             _copy_state(trail, locked)
             raise
@@ -463,3 +478,68 @@ def judge_recall(
         except ActionRefused:
             reported = False  # expired meanwhile: no action applies to it, the verdict stands
     return event, labelled, reported
+
+
+# -- record, re-signing -------------------------------------------------------------------------
+
+
+def insert_trails(
+    all_rows: Sequence, band_keys: Callable[[object], list], before: Callable[[], None] | None = None
+) -> None:
+    """Inserts new trails with their steps, citations, record signals and band keys, in one
+    transaction, a few statements in all (record, the demo, the benchmarks all come here).
+
+    `all_rows` are record's TrailRows (trail, steps, citations, signals); `band_keys(rows)`
+    gives one's key rows; `before` runs first in the transaction (record's share lock on the
+    scope and its re-signing where a matching change committed meanwhile).
+    """
+    with transaction.atomic(), writing("record"):
+        if before is not None:
+            before()
+        Trail.objects.bulk_create([rows.trail for rows in all_rows])
+        for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
+            children = [child for rows in all_rows for child in getattr(rows, attribute)]
+            for child in children:
+                # bulk_create filled in the trail ids after the children were built.
+                child.trail_id = child.trail.id
+            model.objects.bulk_create(children, batch_size=2000)
+        BandKeys.insert_many([row for rows in all_rows for row in band_keys(rows)])
+
+
+def lock_scope_for_signing(scope_id: int) -> Scope | None:
+    """The scope as committed, its row held FOR SHARE until the transaction ends: a matching
+    change waits for what is signed under it, or has committed and is read here."""
+    if connection.vendor == "postgresql" and guard_on("signing-holds-the-scope-for-share"):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {Scope._meta.db_table} WHERE id = %s FOR SHARE", [scope_id])
+    return Scope.objects.filter(pk=scope_id).first()
+
+
+def resign(
+    scope_id: int,
+    trail_ids: Sequence[int],
+    signer: Callable[[Scope, Trail], list],
+    fields: Sequence[str],
+    servable_only: bool = False,
+) -> int:
+    """Signs these trails afresh under the scope's settings as committed: the scope's row
+    FOR SHARE, then the trails FOR UPDATE in id order, re-read (with `servable_only`, those
+    still active or pending); `signer(scope, trail)` sets `fields` and returns the band-key
+    rows that replace the trail's. Returns how many were signed."""
+    with transaction.atomic(), writing("re-sign"):
+        scope = lock_scope_for_signing(scope_id)
+        if scope is None:
+            return 0
+        wanted = Trail.objects.filter(scope_id=scope_id, id__in=sorted(set(trail_ids)))
+        if servable_only:
+            wanted = wanted.filter(status__in=[TrailStatus.ACTIVE, TrailStatus.PENDING])
+        trails = list(
+            wanted.select_for_update(of=("self",)).order_by("id").only("id", "scope_id", "query", "partition")
+        )
+        if not trails:
+            return 0
+        BandKeys.objects.filter(trail_id__in=[t.id for t in trails]).delete()
+        keys = [row for trail in trails for row in signer(scope, trail)]
+        Trail.objects.bulk_update(trails, list(fields))
+        BandKeys.insert_many(keys)
+        return len(trails)
