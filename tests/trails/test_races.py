@@ -514,3 +514,52 @@ def test_a_trail_reinstated_while_a_matching_change_commits_is_signed_as_the_cha
     assert Trail.objects.get(pk=trail.pk).band_layout == after
     writes.act(_trail(trail.public_id), "up", Actor.OPERATOR, by="olga")
     assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+
+
+# -- a purge against deletions and an operator's bulk action ---------------------------------------
+
+
+def _purge_pair(api, scope) -> tuple[Trail, Trail]:
+    """A trail the purge redacts (its query holds an address) and, with a higher id, one it
+    deletes (a section id it cites holds it)."""
+    assert api.put_sections("hospital", {"people/jane.roe@example.org": "Jane's page."}).status_code in (200, 201)
+    redacted = _trail(
+        api.record("hospital", query="Can jane.roe@example.org visit?", cited=["parking"]).json()["trail_id"]
+    )
+    deleted = api.record("hospital", query="Who is on the people page?", cited=["people/jane.roe@example.org"])
+    return redacted, _trail(deleted.json()["trail_id"])
+
+
+def test_a_purge_finishes_when_a_trail_it_redacts_is_deleted_meanwhile(api, scope, sections, monkeypatch):
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    redacted, deleted = _purge_pair(api, scope)
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "purge:read")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge read its batch
+    writes.delete_trails([redacted.pk])  # the sweep, or an operator, deletes one of them
+    held.release()
+    assert purging.outcome().state == "done"
+    assert not Trail.objects.filter(pk__in=[redacted.pk, deleted.pk]).exists()
+
+
+def test_a_purge_and_an_operators_bulk_rejection_of_the_same_trails_never_deadlock(api, scope, sections, monkeypatch):
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    redacted, deleted = _purge_pair(api, scope)
+    assert redacted.pk < deleted.pk
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "purge:locked")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge holds its first rows
+    bulk = Run(
+        writes.act_on_many, Trail.objects.filter(pk__in=[redacted.pk, deleted.pk]), "down", Actor.OPERATOR, "olga"
+    )
+    wait_for_lock_waiters()
+    held.release()
+    assert purging.outcome().state == "done"
+    assert bulk.outcome() == (1, 0)  # the one the purge redacted; the other is gone
+    assert _trail(redacted.public_id).query == "Can [redacted] visit?"

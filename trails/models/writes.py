@@ -543,3 +543,85 @@ def resign(
         Trail.objects.bulk_update(trails, list(fields))
         BandKeys.insert_many(keys)
         return len(trails)
+
+
+# -- purges ---------------------------------------------------------------------------------------
+
+
+def purge_trails(
+    scope_id: int,
+    trail_ids: Sequence[int],
+    decide: Callable[[Trail], str],
+    redact: Callable[[Trail], list],
+    signer: Callable[[Scope, Trail], list],
+    signed_fields: Sequence[str],
+) -> tuple[int, int]:
+    """A purge's batch: the scope's row FOR SHARE, then every trail of the batch FOR UPDATE in
+    id order, re-read with its steps and citations; `decide(trail)` ("delete", "redact" or
+    "") is asked under the locks, `redact(trail)` sets the redacted fields and returns the
+    steps it changed; the redacted trails are signed afresh. A trail deleted meanwhile is
+    skipped. Call inside the transaction that advances the run. Returns (deleted, redacted)."""
+    with transaction.atomic(), writing("purge"):
+        if guard_on("purge-locks-in-id-order"):
+            scope = lock_scope_for_signing(scope_id)
+            locked = _lock_with_paths(scope_id, trail_ids)
+            pauses.pause_point("purge:locked")
+            doomed = [t.id for t in locked if decide(t) == "delete"]
+            dirty = [t for t in locked if t.id not in doomed and decide(t) == "redact"]
+        else:  # the order before: deletions first (the higher ids among them), then the redactions
+            scope = Scope.objects.filter(pk=scope_id).first()
+            read = _with_paths(Trail.objects.filter(scope_id=scope_id, id__in=list(trail_ids)))
+            doomed = [t.id for t in read if decide(t) == "delete"]
+            delete_trails(doomed)
+            pauses.pause_point("purge:locked")
+            dirty = [t for t in read if t.id not in doomed and decide(t) == "redact"]
+        steps = [step for trail in dirty for step in redact(trail)]
+        Trail.objects.bulk_update(dirty, ["query", "normalised_query", "partition", "idempotency_key"])
+        Step.objects.bulk_update(steps, ["tool", "args"])
+        deleted = _delete_locked(doomed) if guard_on("purge-locks-in-id-order") else len(doomed)
+        if dirty and scope is not None:
+            BandKeys.objects.filter(trail_id__in=[t.id for t in dirty]).delete()
+            keys = [row for trail in dirty for row in signer(scope, trail)]
+            Trail.objects.bulk_update(dirty, list(signed_fields))
+            BandKeys.insert_many(keys)
+        return deleted, len(dirty)
+
+
+def _with_paths(trails: models.QuerySet) -> list[Trail]:
+    return list(
+        trails.order_by("id").prefetch_related(
+            models.Prefetch("steps", queryset=Step.objects.order_by("position")),
+            models.Prefetch("citations", queryset=Citation.objects.only("id", "trail_id", "section_id")),
+        )
+    )
+
+
+def _lock_with_paths(scope_id: int, trail_ids: Sequence[int]) -> list[Trail]:
+    """The scope's trails of these ids, locked in id order, re-read with steps and citations."""
+    ids = list(
+        Trail.objects.filter(scope_id=scope_id, id__in=sorted(set(trail_ids)))
+        .select_for_update(of=("self",))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    return _with_paths(Trail.objects.filter(scope_id=scope_id, id__in=ids))
+
+
+def redact_text(model: type[models.Model], row_id: int, field: str, redact: Callable[[str], str]) -> bool:
+    """Redacts one text field of a row (a reason, a recall's query, a history row's words) by a
+    conditional update on the text it read: one changed meanwhile is read again, never
+    overwritten blind. Returns whether it changed the row."""
+    with writing("purge"):
+        for _ in range(5):
+            text = model.objects.filter(pk=row_id).values_list(field, flat=True).first()
+            if text is None:
+                return False
+            cleaned = redact(text)
+            if cleaned == text:
+                return False
+            rows = model.objects.filter(pk=row_id)
+            if guard_on("redaction-is-a-conditional-update"):
+                rows = rows.filter(**{field: text})
+            if rows.update(**{field: cleaned}):
+                return True
+        return False

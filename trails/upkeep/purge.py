@@ -23,8 +23,9 @@ from scopes.models import SectionSync
 from trails import tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
-from trails.upkeep.reindex import resign
+from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, pauses, writes
+from trails.serving.record import SIGNED_FIELDS
+from trails.upkeep.reindex import sign_one
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
 # forgotten after this long (by the sweep).
@@ -175,31 +176,42 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     targets = sorted(run.trail_ids) if run.trail_ids is not None else None
     while True:
         if targets is None:
-            batch = list(trails_to_check(run.scope_id, after_id=run.last_trail_id, limit=batch_size))
-        else:
-            batch = list(trails_to_check(run.scope_id, [i for i in targets if i > run.last_trail_id][:batch_size]))
+            batch = list(
+                Trail.objects.filter(scope_id=run.scope_id, id__gt=run.last_trail_id)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+        else:  # the previewed ids, those deleted since included: the checkpoint moves past them too
+            batch = [i for i in targets if i > run.last_trail_id][:batch_size]
         if not batch:
             break
-        doomed, dirty = [], []
-        for trail in batch:
+
+        def decide(trail: Trail) -> str:
             names, in_ids = findings(trail, rules)
             if names and (in_ids or run.action == PurgeRun.Action.DELETE):
-                doomed.append(trail)
-            elif names:
-                dirty.append(trail)
+                return "delete"
+            return "redact" if names else ""
+
+        pauses.pause_point("purge:read")
         with transaction.atomic():
-            writes.delete_trails([t.id for t in doomed])
-            _redact_trails(run, dirty, rules)
-            run.last_trail_id, run.processed = batch[-1].id, run.processed + len(batch)
-            run.matched += len(doomed) + len(dirty)
+            # Through the writer: the batch's trails locked in id order, decided again under the locks.
+            deleted, redacted = writes.purge_trails(
+                run.scope_id,
+                batch,
+                decide,
+                lambda trail: _redact_trail(trail, rules),
+                sign_one,
+                SIGNED_FIELDS,
+            )
+            run.last_trail_id, run.processed = batch[-1], run.processed + len(batch)
+            run.matched += deleted + redacted
             run.save(update_fields=["last_trail_id", "processed", "matched"])
     # Raw queries of recall events (kept only where a scope allows) and agents' feedback
     # reasons are redacted too.
     for _, model, rows, field in other_records(run.scope_id):
         for row_id, text in rows.values_list("id", field).iterator():
-            cleaned = pii.redact(text, rules)
-            if cleaned != text:
-                model.objects.filter(id=row_id).update(**{field: cleaned})
+            if pii.redact(text, rules) != text:
+                writes.redact_text(model, row_id, field, lambda text: pii.redact(text, rules))
     tool_results.forget_scope(run.scope)
     # What still matches, checked while the subject is known (it is forgotten at the end).
     run.left = {kind: n for kind, n in records_matching(run.scope_id, rules).items() if n}
@@ -247,20 +259,17 @@ def records_matching(scope_id: int, rules: list[pii.Rule], trails: int | None = 
     return counts
 
 
-def _redact_trails(run: PurgeRun, trails: list[Trail], rules: list[pii.Rule]) -> None:
-    steps = []
-    for trail in trails:
-        trail.query = pii.redact(trail.query, rules)
-        trail.normalised_query = normalise_query(trail.query)
-        trail.partition = pii.redact(trail.partition, rules)
-        if trail.idempotency_key and pii.find(trail.idempotency_key, rules):
-            trail.idempotency_key = None
-        for step in trail.steps.all():
-            step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
-            steps.append(step)
-    Trail.objects.bulk_update(trails, ["query", "normalised_query", "partition", "idempotency_key"])
-    Step.objects.bulk_update(steps, ["tool", "args"])
-    resign(run.scope, trails)
+def _redact_trail(trail: Trail, rules: list[pii.Rule]) -> list[Step]:
+    """Redacts a trail's caller-written fields in place (steps prefetched); returns its steps."""
+    trail.query = pii.redact(trail.query, rules)
+    trail.normalised_query = normalise_query(trail.query)
+    trail.partition = pii.redact(trail.partition, rules)
+    if trail.idempotency_key and pii.find(trail.idempotency_key, rules):
+        trail.idempotency_key = None
+    steps = list(trail.steps.all())
+    for step in steps:
+        step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
+    return steps
 
 
 def forget_unconfirmed_previews(now: datetime) -> int:

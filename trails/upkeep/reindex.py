@@ -49,7 +49,7 @@ def resigning(scope_id: int) -> dict | None:
         return None
 
 
-def _sign_one(scope: Scope, trail: Trail) -> list:
+def sign_one(scope: Scope, trail: Trail) -> list:
     question = sign(scope, trail.query, trail.partition)
     take_signature(scope, trail, question)
     return band_key_rows(trail, question)
@@ -58,7 +58,7 @@ def _sign_one(scope: Scope, trail: Trail) -> list:
 def resign(scope: Scope, trails: list[Trail], servable_only: bool = False) -> int:
     """Signs these trails' current query text afresh and replaces their band keys, through
     the writer (under the scope's settings as committed). Returns how many were signed."""
-    return writes.resign(scope.pk, [t.id for t in trails], _sign_one, SIGNED_FIELDS, servable_only=servable_only)
+    return writes.resign(scope.pk, [t.id for t in trails], sign_one, SIGNED_FIELDS, servable_only=servable_only)
 
 
 def reindex_scope(
@@ -130,4 +130,4 @@ def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, af
         if guard_on("re-signing-rereads-the-scope"):
             resign(Scope(pk=trail.scope_id), [trail], servable_only=True)
         else:
-            writes.resign(trail.scope_id, [trail.pk], lambda _, t: _sign_one(trail.scope, t), SIGNED_FIELDS)
+            writes.resign(trail.scope_id, [trail.pk], lambda _, t: sign_one(trail.scope, t), SIGNED_FIELDS)
