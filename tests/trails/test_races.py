@@ -222,17 +222,18 @@ def test_a_failing_receiver_after_a_bulk_rejection_neither_fails_the_request_nor
 # -- a report in flight when its key is set aside ------------------------------------------------
 
 
-def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch):
+@pytest.mark.parametrize("point", ["judge:trail-locked", "report:counted"])
+def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch, point):
     trail = _trail(record_icu(api))
     other = second_key(scope, "flooder")
     assert feedback(api, recall_id(api), helpful=False).json()["false_hit_reporters"] == 1
     flooder = ApiKey.objects.get(name="flooder")
     served = recall_id(other)
-    held = Hold(monkeypatch, "judge:trail-locked")
+    held = Hold(monkeypatch, point)
     report = Run(give_feedback, scope, served, helpful=False, reason="flood", reporter=f"key:{flooder.lookup}")
-    held.wait()  # let in before the set-aside, holding the trail's row
+    held.wait()  # let in before the set-aside, holding the trail's row (and, once counted, the key's standing)
     aside = Run(set_aside, flooder, "root")  # commits, then recounts the flooder's trails
-    time.sleep(0.3)  # the set-aside commits; its recount (if any) waits on the trail's row
+    _wait_for_lock_waiter_or_end(aside)
     held.release()
     report.outcome(), aside.outcome()
     trail.refresh_from_db()

@@ -33,7 +33,7 @@ from infra.errors import Conflict, NotFound
 from infra.guards import guard_on
 from scopes import audit
 from scopes.audit import AuditEvent
-from scopes.keys import set_aside_reporters
+from scopes.keys import reporter_set_aside, set_aside_reporters
 from scopes.models import Scope
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, state_of, status_of
@@ -156,6 +156,7 @@ def _apply(trail: Trail, action: str, actor: Actor, by: str, reason: str, now: d
         if rule.reports is Reports.COUNT:
             # A counted report may be the one that holds the trail: the table decides again with it.
             _count_report(locked, by, at)
+            pauses.pause_point(f"{action}:counted")
             rule = decide(action)
         _write(locked, rule, by=by, reason=reason, at=at, before=before)
     _copy_state(trail, locked)
@@ -166,7 +167,7 @@ def _count_report(locked: Trail, reporter: str, at: datetime) -> None:
     """Adds a report to the locked trail and counts its reporters afresh, without the keys
     set aside (read under the lock: a set-aside that committed before it is seen)."""
     excluded = set_aside_reporters()
-    if reporter[:100] not in excluded:
+    if not reporter_set_aside(reporter[:100]) and reporter[:100] not in excluded:
         TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100], defaults={"created_at": at})
         locked.false_hit_reports += 1
     locked.false_hit_reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=excluded).count()
@@ -390,6 +391,7 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
             return False
         pauses.pause_point("recount:locked")
         at = now or timezone.now()
+        set_aside = set(set_aside) | set_aside_reporters()  # as committed now, under the trail's lock
         reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
         locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
         Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
