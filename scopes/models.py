@@ -36,6 +36,23 @@ class Matcher(models.TextChoices):
     BOTH = "both", "Both: either may match"
 
 
+# The hook that deletes a scope (registered by the trails app in its ready()): the rows its
+# trails own go through that app's deletion path in batches, then `delete()` runs the cascade.
+SCOPE_DELETERS: list = []
+
+
+class ScopeQuerySet(models.QuerySet):
+    def delete(self):
+        """Each scope through Scope.delete (the trails' deletion path), never one cascade."""
+        total, counts = 0, {}
+        for scope in self:
+            deleted, by_model = scope.delete()
+            total += deleted
+            for label, n in by_model.items():
+                counts[label] = counts.get(label, 0) + n
+        return total, counts
+
+
 class Scope(models.Model):
     """A tenant, permission group or document set: nothing is matched across scopes.
 
@@ -124,6 +141,13 @@ class Scope(models.Model):
 
     class Meta:
         ordering = ["slug"]
+
+    objects = ScopeQuerySet.as_manager()
+
+    def delete(self, *args, **kwargs):
+        """Deletes the scope through the hook its trails' app registered, or (none) a cascade."""
+        cascade = lambda: super(Scope, self).delete(*args, **kwargs)  # noqa: E731
+        return SCOPE_DELETERS[0](self, cascade) if SCOPE_DELETERS else cascade()
 
     # Written only by their own updates (a tool-policy change, a new cache): never by a save.
     OWN_WRITES = ("tool_policy_version", "cache_token")

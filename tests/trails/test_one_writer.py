@@ -4,6 +4,7 @@ from anywhere else fails in the tests), and saves that would undo another write 
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from scopes.models import Scope
 from trails.models import bump_tool_policy_version
@@ -27,3 +28,33 @@ def test_a_new_scope_saves_every_field():
     made = Scope(slug="fresh", name="Fresh")
     made.save()
     assert Scope.objects.get(slug="fresh").tool_policy_version == made.tool_policy_version
+
+
+def test_a_write_to_a_trails_rows_from_outside_the_writer_fails(api, sections):
+    from tests.trails.test_recall import record_icu
+    from trails.models import Trail, TrailSignal
+    from trails.models.gate import WriteOutsideWriter
+
+    trail = Trail.objects.get(public_id=record_icu(api))
+    with pytest.raises(WriteOutsideWriter), transaction.atomic():
+        Trail.objects.filter(pk=trail.pk).update(status="active", held_by="")
+    with pytest.raises(WriteOutsideWriter), transaction.atomic():
+        TrailSignal.objects.create(trail=trail, scope_id=trail.scope_id, signal="up", source="operator")
+    assert Trail.objects.filter(pk=trail.pk, status=trail.status).exists()
+
+
+def test_only_the_writers_modules_open_the_gate():
+    import re
+    from pathlib import Path
+
+    from trails.models.gate import WRITER_MODULES
+
+    root = Path(__file__).resolve().parents[2]
+    opening = re.compile(r"\bfrom trails\.models\.gate import [^\n]*\b(writing|writer)\b|\bgate\.(writing|writer)\(")
+    found = set()
+    for path in root.glob("*/**/*.py"):
+        if path.parts[len(root.parts)] in (".venv", "tests") or "site-packages" in path.parts:
+            continue
+        if opening.search(path.read_text(encoding="utf-8")):
+            found.add(".".join(path.relative_to(root).with_suffix("").parts))
+    assert found and found <= WRITER_MODULES, sorted(found - WRITER_MODULES)

@@ -8,6 +8,7 @@ an owned table outside `writing()` raises `WriteOutsideWriter` before it reaches
 
 from __future__ import annotations
 
+import functools
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -58,6 +59,20 @@ def writing(what: str) -> Iterator[None]:
         _writer.reset(token)
 
 
+def writer(what: str):
+    """A writer function's decorator: its statements may write the rows a trail owns."""
+
+    def wrap(function):
+        @functools.wraps(function)
+        def inner(*args, **kwargs):
+            with writing(what):
+                return function(*args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
 def refuse_outside_writer(execute, sql, params, many, context):
     """A connection's execute wrapper: an owned table written outside `writing()` raises."""
     if _writer.get() is None and guard_on("one-writer-enforced"):
@@ -67,6 +82,16 @@ def refuse_outside_writer(execute, sql, params, many, context):
                     f"{match.group(1)} written outside the one writer (trails.models.writes): {sql[:120]}"
                 )
     return execute(sql, params, many, context)
+
+
+def migrating(sender, **kwargs) -> None:
+    """pre_migrate: a migration's data steps write as the schema's owner, not through the writer."""
+    _writer.set("migrations")
+
+
+def migrated(sender, **kwargs) -> None:
+    """post_migrate: the writer's rule again."""
+    _writer.set(None)
 
 
 def enforce_on_new_connections(sender, connection, **kwargs) -> None:

@@ -38,8 +38,13 @@ from scopes.models import Scope
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, state_of, status_of
 from trails.models import pauses
-from trails.models.deletion import _delete_locked, delete_trails, sweep_expired_trails  # noqa: F401 -- writes, all here
-from trails.models.gate import writing
+from trails.models.deletion import (  # noqa: F401 -- writes, all here
+    _delete_locked,
+    delete_scope,
+    delete_trails,
+    sweep_expired_trails,
+)
+from trails.models.gate import writer, writing
 from trails.models.learning import MatchLabel
 from trails.models.lifecycle import (
     HISTORY_SIGNAL,
@@ -94,6 +99,7 @@ def _copy_state(trail: Trail, locked: Trail) -> None:
         setattr(trail, name, getattr(locked, name))
 
 
+@writer("act")
 def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "", now: datetime | None = None) -> None:
     """Applies a named action of the table (approve, reject, reinstate, send back, delete,
     undo) by this actor, under the trail's row lock.
@@ -115,6 +121,7 @@ def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "",
     _apply(trail, action, actor, by, reason, now)
 
 
+@writer("report")
 def report(
     trail: Trail, reporter: str, reason: str = "", now: datetime | None = None, actor: Actor = Actor.AGENT
 ) -> bool:
@@ -295,6 +302,7 @@ def _label_rejection(locked: Trail, by: str, at: datetime) -> int:
     )
 
 
+@writer("labels")
 def insert_labels(labels: Sequence[MatchLabel]) -> int:
     """Inserts labels, each unless its recall has one already (ON CONFLICT DO NOTHING: an
     agent's verdict and a rejection racing on one recall leave one label, and no error).
@@ -340,6 +348,7 @@ def _after_commit(
     transaction.on_commit(tell_trail_status_changed, robust=True)
 
 
+@writer("undo")
 def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> str:
     """Reverses the latest change to this trail when it was an operator's rejection or
     send-back: the trail goes back to exactly the state before it (status, hold, expiry),
@@ -381,6 +390,7 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
     return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
 
 
+@writer("recount")
 def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = None) -> bool:
     """Counts the trail's reports again without the reporters set aside; a trail held by
     reports that no longer has the scope's number of reporters goes back into service (the
@@ -409,6 +419,7 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
     return released
 
 
+@writer("act")
 def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, reason: str = "") -> tuple[int, int]:
     """Applies an action to each of these trails where it applies, in one transaction, the
     trails locked in id order; returns (changed, skipped)."""
@@ -423,6 +434,7 @@ def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, rea
     return changed, skipped
 
 
+@writer("verdict")
 def judge_recall(
     event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str, now: datetime
 ) -> tuple[RecallEvent | None, bool, bool]:
