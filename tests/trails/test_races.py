@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -87,6 +87,7 @@ def wait_for_lock_waiters(count: int = 1) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # a transaction's view of it is otherwise fixed
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
             )
@@ -468,6 +469,7 @@ def _wait_for_lock_waiter_or_end(thread: Run) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline and thread.is_alive():
         with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # a transaction's view of it is otherwise fixed
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
             )
@@ -564,3 +566,97 @@ def test_a_purge_and_an_operators_bulk_rejection_of_the_same_trails_never_deadlo
     assert purging.outcome().state == "done"
     assert bulk.outcome() == (1, 0)  # the one the purge redacted; the other is gone
     assert _trail(redacted.public_id).query == "Can [redacted] visit?"
+
+
+# -- guards proven one by one (docs/consistency.md's table) ---------------------------------------
+
+
+def test_a_bulk_action_waiting_on_a_lower_trail_holds_no_higher_one(api, scope, sections):
+    low = _trail(record_icu(api))
+    high = _trail(api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"])
+    assert low.pk < high.pk
+    with transaction.atomic():
+        Trail.objects.select_for_update().get(pk=low.pk)  # another writer, mid-way through its id order
+        bulk = Run(writes.act_on_many, Trail.objects.filter(pk__in=[low.pk, high.pk]), "down", Actor.OPERATOR, "olga")
+        wait_for_lock_waiters()
+        # In id order, the bulk action waits for the lower trail holding nothing: the higher one is free.
+        Trail.objects.select_for_update(nowait=True).get(pk=high.pk)
+    assert bulk.outcome() == (2, 0)
+
+
+def test_two_verdicts_racing_on_one_recall_apply_once(api, scope, sections, monkeypatch):
+    from infra.errors import Conflict
+
+    record_icu(api)
+    served = recall_id(api)
+    reporter = f"key:{ApiKey.objects.get().lookup}"
+    held = Hold(monkeypatch, "judge:trail-locked")
+    first = Run(give_feedback, scope, served, helpful=True, reporter=reporter)
+    held.wait()
+    second = Run(give_feedback, scope, served, helpful=False, reason="late", reporter=reporter)
+    wait_for_lock_waiters()
+    held.release()
+    first.outcome()
+    with pytest.raises(Conflict):
+        second.outcome()
+    assert RecallEvent.objects.get(public_id=served).helpful is True
+
+
+def test_a_second_sync_of_a_scope_waits_for_the_first_and_says_so(scope, monkeypatch):
+    from infra.errors import Conflict
+    from trails.upkeep.sync import source_sections, sync_sections
+
+    held = Hold(monkeypatch, "sync:locked")
+    first = Run(sync_sections, scope, source_sections([{"id": "faq", "text": "Hello."}]))
+    held.wait()  # the first sync holds the scope's sync lock
+    try:
+        with pytest.raises(Conflict):
+            sync_sections(scope, source_sections([{"id": "faq", "text": "Goodbye."}]), wait=0)
+    finally:
+        held.release()
+    assert first.outcome().added == ["faq"]
+    assert Section.objects.get(scope=scope, section_id="faq").text == "Hello."
+
+
+def test_a_report_arriving_during_a_recount_is_counted_after_it(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    second_key(scope, "flooder")
+    flooder = f"key:{ApiKey.objects.get(name='flooder').lookup}"
+    for reporter in (flooder, "key:first"):
+        writes.report(_trail(trail.public_id), reporter, "wrong")
+    assert _trail(trail.public_id).lifecycle_state() is State.HELD
+    ApiKey.objects.filter(name="flooder").update(set_aside_at=timezone.now())  # its set-aside committed
+    held = Hold(monkeypatch, "recount:counted")
+    recounting = Run(writes.recount, _trail(trail.public_id), {flooder}, "root")
+    held.wait()  # the recount counted one reporter without the flooder
+    late = Run(writes.report, _trail(trail.public_id), "key:second", "wrong too")
+    _wait_for_lock_waiter_or_end(late)
+    held.release()
+    recounting.outcome(), late.outcome()
+    after = _trail(trail.public_id)
+    assert set(TrailReport.objects.filter(trail=after).values_list("reporter", flat=True)) >= {
+        "key:first",
+        "key:second",
+    }
+    assert after.lifecycle_state() is State.HELD and after.false_hit_reporters == 2, (
+        after.status,
+        after.false_hit_reporters,
+    )
+
+
+def test_a_purge_never_overwrites_a_reason_written_after_it_read_it(api, scope, sections, monkeypatch):
+    from tests.bypass import around_the_writer
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    trail = _trail(record_icu(api))
+    with around_the_writer():  # a reason as older versions wrote it, with a name in it
+        Trail.objects.filter(pk=trail.pk).update(reason="approved by jane.roe@example.org")
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "redact:read")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge read the reason and redacted it, not yet written
+    writes.act(_trail(trail.public_id), "demote", Actor.OPERATOR, by="olga")
+    held.release()
+    assert purging.outcome().state == "done"
+    assert _trail(trail.public_id).reason == "sent back to pending by an operator"

@@ -213,7 +213,7 @@ def write_recall_effects(
     served = trail_id if hit else None
     locked = sorted({*stale_ids, *([served] if served is not None else [])})
     statements: list[tuple[str, list]] = []
-    if locked and guard_on("recall-locks-in-id-order"):
+    if locked:
         # One lock order with every other write: the trails it touches, by id, before any update.
         statements.append(
             (

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Callable, Sequence
 
 from django.db import connection, models, transaction
+from django.dispatch import receiver as on_signal
 from django.utils import timezone
 
 from infra.errors import Conflict, NotFound
@@ -34,7 +35,7 @@ from infra.guards import guard_on
 from scopes import audit
 from scopes.audit import AuditEvent
 from scopes.keys import reporter_set_aside, set_aside_reporters
-from scopes.models import Scope
+from scopes.models import Scope, sections_changed
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, state_of, status_of
 from trails.models import pauses
@@ -56,7 +57,7 @@ from trails.models.lifecycle import (
     trail_status_changed,
 )
 from trails.models.recalls import RecallEvent, RecallOutcome
-from trails.models.trail import BandKeys, Citation, Step, Trail
+from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
 
 logger = logging.getLogger(__name__)
 
@@ -396,13 +397,17 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
     reports that no longer has the scope's number of reporters goes back into service (the
     table's release, by the system on `by`'s set-aside). Returns whether it did."""
     with transaction.atomic():
-        locked = _lock(trail.pk, trail.scope_id)
+        if guard_on("recount-locks-the-trail"):
+            locked = _lock(trail.pk, trail.scope_id)
+        else:
+            locked = Trail.objects.select_related("scope").filter(pk=trail.pk, scope_id=trail.scope_id).first()
         if locked is None:
             return False
         pauses.pause_point("recount:locked")
         at = now or timezone.now()
         set_aside = set(set_aside) | set_aside_reporters()  # as committed now, under the trail's lock
         reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
+        pauses.pause_point("recount:counted")
         locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
         Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
             false_hit_reporters=reporters, false_hit_reports=reporters
@@ -425,7 +430,8 @@ def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, rea
     trails locked in id order; returns (changed, skipped)."""
     changed = skipped = 0
     with transaction.atomic():
-        for trail in trails.select_for_update(of=("self",)).order_by("id"):
+        order = "id" if guard_on("bulk-actions-lock-in-id-order") else "-id"
+        for trail in trails.select_for_update(of=("self",)).order_by(order):
             try:
                 act(trail, action, actor, by=by, reason=reason)
                 changed += 1
@@ -456,7 +462,7 @@ def judge_recall(
         raise NotFound("not_found", "no such recall", field="recall_id")
     if event.outcome == RecallOutcome.MISS:
         raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
-    if event.helpful is not None:
+    if event.helpful is not None and guard_on("verdict-rechecks-no-verdict-yet"):
         raise Conflict("conflict", "this recall already has feedback", field="recall_id")
     event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = (
         helpful,
@@ -633,9 +639,76 @@ def redact_text(model: type[models.Model], row_id: int, field: str, redact: Call
             cleaned = redact(text)
             if cleaned == text:
                 return False
+            pauses.pause_point("redact:read")
             rows = model.objects.filter(pk=row_id)
             if guard_on("redaction-is-a-conditional-update"):
                 rows = rows.filter(**{field: text})
             if rows.update(**{field: cleaned}):
                 return True
         return False
+
+
+# -- docs syncs, recall events: flags, implied verdicts, retention ---------------------------------
+
+
+@writer("docs-sync flag")
+def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) -> int:
+    """Flags the active trails of a scope that cite any of these sections (a flag for
+    operators, not a status: recall still validates on read). Reads the (scope, section_id)
+    index of citations; locks the trails in id order and flags, by a conditional update,
+    those still active and unflagged. Returns how many were newly flagged."""
+    if not section_ids:
+        return 0
+    citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
+    with transaction.atomic():
+        ids = list(
+            Trail.objects.filter(id__in=citing, scope_id=scope.pk, section_changed_at__isnull=True)
+            .select_for_update(of=("self",))
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        pauses.pause_point("flag:locked")
+        flagged = Trail.objects.filter(id__in=ids, section_changed_at__isnull=True)
+        if guard_on("docs-sync-flags-only-active-trails"):
+            flagged = flagged.filter(status=TrailStatus.ACTIVE)
+        return flagged.update(section_changed_at=now)
+
+
+@on_signal(sections_changed, dispatch_uid="trails.flag_trails_citing")
+def _flag_trails_citing_changed_sections(
+    sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs
+) -> None:
+    # Once the section write commits, in a short transaction of its own (a sync never holds trails' rows).
+    ids = list(section_ids)
+    transaction.on_commit(lambda: flag_trails_citing(scope, ids, at), robust=True)
+
+
+@writer("verdict")
+def implied_verdict(label: MatchLabel, event_id: int | None, false_hit: bool, reason: str, now: datetime) -> bool:
+    """A re-search's label and, where it says the recall served a false hit, the verdict it
+    implies on the recall (only one with no verdict yet: a conditional update). Returns
+    whether the label was made."""
+    with transaction.atomic():
+        made = insert_labels([label]) > 0
+        if made and false_hit and event_id is not None:
+            RecallEvent.objects.filter(pk=event_id, feedback_at__isnull=True).update(
+                helpful=False, feedback_reason=reason, feedback_at=now
+            )
+    return made
+
+
+@writer("retention")
+def forget_recall_events(ids: Sequence[int]) -> int:
+    """Deletes these recall events (past their scope's retention), their labels kept unlinked.
+    Returns how many were deleted."""
+    with transaction.atomic():
+        # A label outlives its recall (it holds no text): the scope's evidence keeps its size.
+        MatchLabel.objects.filter(recall_event_id__in=ids).update(recall_event=None)
+        return delete_rows(RecallEvent.objects.filter(id__in=ids))
+
+
+@writer("bulk load")
+def bulk_load(load: Callable[[], None]) -> None:
+    """The evaluation's bulk loader (COPY of millions of rows, evaluation/scale.py) with the
+    gate open: a named door for the lab, never called by the service."""
+    load()
