@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from scopes.models import ApiKey, Scope, Section
+from tests.bypass import around_the_writer
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.core import lifecycle as table
@@ -391,7 +392,8 @@ def _expire(trail_id: str) -> Trail:
 
     from django.utils import timezone
 
-    Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
     return Trail.objects.get(public_id=trail_id)
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from scopes.keys import set_aside
 from scopes.models import ApiKey, Scope, Section, SectionSyncJob
+from tests.bypass import around_the_writer
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.core.lifecycle import Actor, State
@@ -113,7 +114,8 @@ def _trail(trail_id: str) -> Trail:
 def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
     # The sweep runs on a clock a minute ahead of the approver's, past the trail's expiry.
-    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
     sweep_clock = timezone.now() + timedelta(minutes=1)
     held = Hold(monkeypatch, "sweep:read")
     sweep = Run(writes.sweep_expired_trails, sweep_clock)
@@ -126,7 +128,8 @@ def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(ap
 
 def test_the_sweep_waiting_on_a_renewals_lock_keeps_the_trail_it_renewed(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
-    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
     held = Hold(monkeypatch, "up:locked")
     renewal = Run(writes.act, trail, "up", Actor.OPERATOR, by="olga")
     held.wait()  # the renewal holds the trail's row
@@ -419,7 +422,8 @@ def test_a_recall_whose_trail_is_deleted_meanwhile_is_a_miss_not_a_500(api, scop
     if deleted_by == "a purge":
         writes.delete_trails([trail.pk])
     else:
-        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        with around_the_writer():
+            Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
         assert writes.sweep_expired_trails(timezone.now()) == 1
     held.release()
     answered = recalled.outcome()
@@ -645,7 +649,6 @@ def test_a_report_arriving_during_a_recount_is_counted_after_it(api, scope, sect
 
 
 def test_a_purge_never_overwrites_a_reason_written_after_it_read_it(api, scope, sections, monkeypatch):
-    from tests.bypass import around_the_writer
     from trails.models import PurgeRun
     from trails.upkeep.purge import run_purge
 
