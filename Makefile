@@ -70,6 +70,8 @@ test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed $(TS_CLIE
 	@# The model's ONNX export, made once before the tests (a deploy step), not inside the first request that needs it.
 	$(PY) manage.py export_model
 	$(PY) -m pytest
+	@# Each guard of docs/consistency.md switched off in turn: its test must then fail.
+	$(PY) manage.py check_guards
 
 # The long run of the stateful property test (CI runs 300 examples on PostgreSQL).
 test-properties: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop

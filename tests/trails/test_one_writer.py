@@ -58,3 +58,26 @@ def test_only_the_writers_modules_open_the_gate():
         if opening.search(path.read_text(encoding="utf-8")):
             found.add(".".join(path.relative_to(root).with_suffix("").parts))
     assert found and found <= WRITER_MODULES, sorted(found - WRITER_MODULES)
+
+
+def test_deleting_a_scope_in_django_admin_deletes_its_trails_through_the_deletion_path(
+    api, scope, sections, monkeypatch
+):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from tests.trails.test_recall import record_icu
+    from trails.models import MatchLabel, RecallEvent, Trail, pauses
+
+    record_icu(api)
+    api.recall("hospital", query="What are the ICU visiting hours?")
+    reached = []
+    earlier = pauses.pause_point
+    monkeypatch.setattr(pauses, "pause_point", lambda name: (reached.append(name), earlier(name)))
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    response = staff.post(f"/admin/scopes/scope/{scope.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302, response.content[:500]
+    assert not Scope.objects.filter(pk=scope.pk).exists()
+    assert not Trail.objects.exists() and not RecallEvent.objects.exists() and not MatchLabel.objects.exists()
+    assert "delete:locked" in reached  # each batch of trails locked in id order, then deleted with its rows
