@@ -125,7 +125,7 @@ class TrailModel:
         prior = (self.status, self.held)
         try:
             rule = decide(action, self.reporters)
-        except table.Refused:
+        except table.ActionRefused:
             return False
         if rule.restores:
             if self.undo_to is None:
@@ -364,7 +364,7 @@ class Promises(RuleBasedStateMachine):
         model = self.trails[trail_id]
         try:
             writes.act(Trail.objects.get(public_id=trail_id), action, Actor.OPERATOR, by="root", reason=reason)
-        except table.Refused:
+        except table.ActionRefused:
             assert not model.apply(action, Actor.OPERATOR), (action, model)
             return False
         assert model.apply(action, Actor.OPERATOR), (action, model)
@@ -739,7 +739,7 @@ class Promises(RuleBasedStateMachine):
     def _refused_as_409(call) -> int:
         try:
             call()
-        except table.Refused:
+        except table.ActionRefused:
             return 409
         return 200
 

@@ -316,7 +316,7 @@ VERBS = {
 NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO)
 
 
-class Refused(ValueError):
+class ActionRefused(ValueError):
     """The action does not apply: to this actor, or to the trail's state now."""
 
 
@@ -376,7 +376,7 @@ def decide(
             counted meanwhile, is held by reports instead).
 
     Raises:
-        Refused: the actor may not take this action at all, or not from this state
+        ActionRefused: the actor may not take this action at all, or not from this state
             (the message says which, in an operator's words).
     """
     rules = rules_for(action, actor)
@@ -385,11 +385,11 @@ def decide(
         if any(r.action == action for r in RULES):
             who = {A: "an agent's key", O: "an operator", S: "the service itself"}
             allowed = " or ".join(who[a] for a in Actor if any(r.action == action and r.actor is a for r in RULES))
-            raise Refused(f"only {allowed} can {verb} a trail")
-        raise Refused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
+            raise ActionRefused(f"only {allowed} can {verb} a trail")
+        raise ActionRefused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
     applicable = [r for r in rules if r.applies_to(state)]
     if not applicable:
-        raise Refused(refusal(action, actor, state))
+        raise ActionRefused(refusal(action, actor, state))
     if action == REPORT and state is ACTIVE:
         held = held_by_reporters(reporters_after, reporters_to_hold)
         return next(r for r in applicable if (r.to_state is HELD) == held)

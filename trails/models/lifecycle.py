@@ -20,7 +20,7 @@ from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Hold, Rule, State, state_of, status_of
 from trails.models.gate import writer
 
-ActionRefused = table.Refused
+ActionRefused = table.ActionRefused  # the one name, defined with the table
 
 
 class TrailStatus(models.TextChoices):
