@@ -189,14 +189,24 @@ def _before(locked: Trail) -> dict:
 def _write(
     locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, before: State, restore: dict | None = None
 ) -> None:
-    """Writes what a rule does to a locked trail: status, hold, reports, expiry, labels, history."""
-    fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
+    """Writes what a rule does to a locked trail: its row, its labels, then its history (with
+    the audit log and the hooks after commit)."""
     if rule.to_state is State.DELETED:
         _audit(locked, rule, by, at, before, "deleted")
         _delete_locked([locked.pk])
         locked.status = "deleted"
         return
     prior = _before(locked)
+    _write_row(locked, rule, at, restore)
+    labels_changed = _write_labels(locked, rule, by, at, before, restore)
+    if rule.to_state is None and restore is None:
+        return  # a report counted, the status unchanged: TrailReport holds who
+    _write_history(locked, rule, by, reason, at, before, prior, labels_changed)
+
+
+def _write_row(locked: Trail, rule: Rule, at: datetime, restore: dict | None) -> None:
+    """The trail's own row: status, hold, reason, reports, expiry (an undo's restored state first)."""
+    fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
     if restore is not None:
         locked.status, locked.held_by = restore["status"], restore["held_by"]
         locked.expires_at = datetime.fromisoformat(restore["expires_at"])
@@ -219,19 +229,25 @@ def _write(
         Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
             **{f: getattr(locked, f) for f in dict.fromkeys(fields)}
         )
-    labels_changed = False
+
+
+def _write_labels(locked: Trail, rule: Rule, by: str, at: datetime, before: State, restore: dict | None) -> bool:
+    """The labels a rejection makes or its reversal withdraws. Returns whether any changed."""
     if rule.labels is Labels.REJECTION and before is not State.REJECTED:
-        labels_changed = _label_rejection(locked, by, at) > 0
-    elif (
+        return _label_rejection(locked, by, at) > 0
+    if (
         rule.labels is Labels.WITHDRAW
         and before is State.REJECTED
         and (restore is None or restore["status"] != "rejected")
     ):
-        labels_changed = (
-            MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
-        )
-    if rule.to_state is None and restore is None:
-        return  # a report counted, the status unchanged: TrailReport holds who
+        return MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
+    return False
+
+
+def _write_history(
+    locked: Trail, rule: Rule, by: str, reason: str, at: datetime, before: State, prior: dict, labels_changed: bool
+) -> None:
+    """A status change's history row, its audit entry and the hooks after commit."""
     source = (
         TrailSignal.Source.FEEDBACK
         if rule.actor is Actor.AGENT
