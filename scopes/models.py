@@ -17,17 +17,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from infra.errors import Invalid
-from infra.guards import guard_on
 from infra.hashing import section_hash
 from infra.prepared import prepared_cursor
-
-
-def new_policy_version() -> str:
-    return secrets.token_hex(16)
-
-
-def new_cache_token() -> str:
-    return secrets.token_hex(16)
+from scopes.saving import KeptWrites, ScopeQuerySet, new_cache_token, new_policy_version  # noqa: F401
 
 
 class Matcher(models.TextChoices):
@@ -36,24 +28,7 @@ class Matcher(models.TextChoices):
     BOTH = "both", "Both: either may match"
 
 
-# The hook that deletes a scope (registered by the trails app in its ready()): the rows its
-# trails own go through that app's deletion path in batches, then `delete()` runs the cascade.
-SCOPE_DELETERS: list = []
-
-
-class ScopeQuerySet(models.QuerySet):
-    def delete(self):
-        """Each scope through Scope.delete (the trails' deletion path), never one cascade."""
-        total, counts = 0, {}
-        for scope in self:
-            deleted, by_model = scope.delete()
-            total += deleted
-            for label, n in by_model.items():
-                counts[label] = counts.get(label, 0) + n
-        return total, counts
-
-
-class Scope(models.Model):
+class Scope(KeptWrites, models.Model):
     """A tenant, permission group or document set: nothing is matched across scopes.
 
     Its matching fields are settings only; what they mean for matching (parameters,
@@ -143,23 +118,6 @@ class Scope(models.Model):
         ordering = ["slug"]
 
     objects = ScopeQuerySet.as_manager()
-
-    def delete(self, *args, **kwargs):
-        """Deletes the scope through the hook its trails' app registered, or (none) a cascade."""
-        cascade = lambda: super(Scope, self).delete(*args, **kwargs)  # noqa: E731
-        return SCOPE_DELETERS[0](self, cascade) if SCOPE_DELETERS else cascade()
-
-    # Written only by their own updates (a tool-policy change, a new cache): never by a save.
-    OWN_WRITES = ("tool_policy_version", "cache_token")
-
-    def save(self, *args, **kwargs) -> None:
-        """A save of a loaded scope writes every field but those with writes of their own, so
-        a tool-policy change committed since the load is not undone (docs/consistency.md)."""
-        if not self._state.adding and kwargs.get("update_fields") is None and guard_on("scope-save-skips-own-writes"):
-            kwargs["update_fields"] = [
-                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name not in self.OWN_WRITES
-            ]
-        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return self.slug

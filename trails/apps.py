@@ -21,7 +21,7 @@ class TrailsConfig(AppConfig):
         connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")
         from django.conf import settings
 
-        from scopes.models import SCOPE_DELETERS
+        from scopes.saving import SCOPE_DELETERS
         from trails.models import gate, writes
 
         if settings.RAGTRAIL_ENFORCE_ONE_WRITER:
