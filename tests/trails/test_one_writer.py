@@ -81,3 +81,23 @@ def test_deleting_a_scope_in_django_admin_deletes_its_trails_through_the_deletio
     assert not Scope.objects.filter(pk=scope.pk).exists()
     assert not Trail.objects.exists() and not RecallEvent.objects.exists() and not MatchLabel.objects.exists()
     assert "delete:locked" in reached  # each batch of trails locked in id order, then deleted with its rows
+
+
+def test_every_guard_in_the_code_is_a_row_of_the_guard_table_and_each_row_names_a_test():
+    import re
+    from pathlib import Path
+
+    from trails.management.commands.check_guards import guard_table
+
+    root = Path(__file__).resolve().parents[2]
+    table = guard_table(root / "docs" / "consistency.md")
+    in_code = {
+        name
+        for folder in ("infra", "scopes", "trails")
+        for path in (root / folder).rglob("*.py")
+        for name in re.findall(r'guard_on\("([a-z0-9-]+)"\)', path.read_text(encoding="utf-8"))
+    }
+    assert in_code == {name for name, _ in table}
+    for _, test in table:
+        path, name = test.split("::")
+        assert f"def {name}(" in (root / path).read_text(encoding="utf-8"), test
