@@ -59,6 +59,7 @@ class Command(BaseCommand):
     def _pytest(self, tests: list[str], off: str) -> int:
         env = {**os.environ, "RAGTRAIL_GUARDS_OFF": off}
         env.pop("RAGTRAIL_TEST_RUN", None)  # each run its own test database
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the tests' settings (pytest.ini), not this command's
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
             cwd=settings.BASE_DIR,
