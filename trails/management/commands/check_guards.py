@@ -58,10 +58,11 @@ class Command(BaseCommand):
 
     def _pytest(self, tests: list[str], off: str) -> int:
         env = {**os.environ, "RAGTRAIL_GUARDS_OFF": off}
-        env.pop("RAGTRAIL_TEST_RUN", None)  # each run its own test database
+        # One test database for every run of the check, made once (this process's id keeps it from the sweep of leftovers).
+        env["RAGTRAIL_TEST_RUN"] = f"{os.getpid()}"
         env.pop("DJANGO_SETTINGS_MODULE", None)  # the tests' settings (pytest.ini), not this command's
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--reuse-db", *tests],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=subprocess.DEVNULL if off else None,
