@@ -69,7 +69,8 @@ test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed $(TS_CLIE
 	$(PY) manage.py makemigrations --check --dry-run
 	@# The model's ONNX export, made once before the tests (a deploy step), not inside the first request that needs it.
 	$(PY) manage.py export_model
-	$(PY) -m pytest
+	@# -rs: every skipped test is listed with its reason (what this machine lacks: PostgreSQL, Redis, Chromium...).
+	$(PY) -m pytest -rs
 	@# Each guard of docs/consistency.md switched off in turn: its test must then fail.
 	$(PY) manage.py check_guards
 

@@ -1,5 +1,5 @@
 """The benchmarks' latest figure per target, kept in docs/benchmark-results.json, and the table
-of docs/benchmarks.md generated from it (a test holds the page equal to the file).
+of docs/benchmarks.md and docs/how-we-know.md generated from it (a test holds the pages equal to the file).
 
 A benchmark that measures a target records its figure here (`record`), with the date and the
 commit it ran on; `manage.py benchmark_page` rewrites the page's table.
@@ -85,5 +85,14 @@ def page_with_table(page: str, targets: list[dict]) -> str:
     return f"{head}{START}\n{render(targets)}\n{END}{tail}"
 
 
+# The pages holding the table: the benchmarks' own, and the one the how-to pages send figures to.
+PAGES = (PAGE, ROOT / "docs" / "how-we-know.md")
+
+
 def write_page(path: Path = PAGE) -> None:
     path.write_text(page_with_table(path.read_text(encoding="utf-8"), load()), encoding="utf-8")
+
+
+def write_pages() -> None:
+    for page in PAGES:
+        write_page(page)

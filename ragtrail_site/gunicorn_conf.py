@@ -121,16 +121,21 @@ def post_worker_init(worker) -> None:
 
     started = time.perf_counter()
     from trails.embedders import get_embedder
+    from trails.embedders.base import EmbedderUnavailable
 
-    embedder = get_embedder()
-    embedder.embed("warm up")
-    logging.getLogger("gunicorn.error").info(
-        "worker %s: embedding model %s (%s) loaded in %.1f s",
-        worker.pid,
-        settings.RAGTRAIL_EMBEDDING_MODEL,
-        embedder.name,
-        time.perf_counter() - started,
-    )
+    try:
+        embedder = get_embedder()
+        embedder.embed("warm up")
+    except EmbedderUnavailable as away:  # an endpoint away at start: lexical scopes serve, the first recall asks again
+        logging.getLogger("gunicorn.error").warning("worker %s: %s", worker.pid, away.message)
+    else:
+        logging.getLogger("gunicorn.error").info(
+            "worker %s: embedding model %s (%s) loaded in %.1f s",
+            worker.pid,
+            settings.RAGTRAIL_EMBEDDING_MODEL,
+            embedder.name,
+            time.perf_counter() - started,
+        )
     if _public:
         _link(os.path.basename(_public) + ".listening", _public)
     if _notify_socket:

@@ -172,6 +172,16 @@ RAGTRAIL_MINHASH_SEED = env_int("RAGTRAIL_MINHASH_SEED", 1)
 # in torch, with the same vectors, 2.5x slower.
 RAGTRAIL_EMBEDDER = env_str("RAGTRAIL_EMBEDDER", "trails.embedders.onnx")
 RAGTRAIL_EMBEDDING_MODEL = env_str("RAGTRAIL_EMBEDDING_MODEL", "bundled:all-MiniLM-L6-v2")
+# trails.embedders.openai_compatible: an OpenAI-compatible /v1/embeddings endpoint, its key,
+# the dimensions asked for (0: the model's own), texts per request, one question's deadline
+# (retries included; under recall's budget), a batch's deadline (reindex, calibration), retries.
+RAGTRAIL_EMBEDDING_URL = env_str("RAGTRAIL_EMBEDDING_URL", "")
+RAGTRAIL_EMBEDDING_API_KEY = env_str("RAGTRAIL_EMBEDDING_API_KEY", "")
+RAGTRAIL_EMBEDDING_DIMENSIONS = env_int("RAGTRAIL_EMBEDDING_DIMENSIONS", 0)
+RAGTRAIL_EMBEDDING_BATCH = env_int("RAGTRAIL_EMBEDDING_BATCH", 64)
+RAGTRAIL_EMBEDDING_TIMEOUT_MS = env_int("RAGTRAIL_EMBEDDING_TIMEOUT_MS", 300)
+RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS = env_int("RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS", 30_000)
+RAGTRAIL_EMBEDDING_RETRIES = env_int("RAGTRAIL_EMBEDDING_RETRIES", 2)
 # Where the ONNX export of the model is kept (made once; `manage.py export_model`).
 RAGTRAIL_MODEL_CACHE = env_str("RAGTRAIL_MODEL_CACHE", str(BASE_DIR / ".cache" / "models"))
 # Model threads per process (each gunicorn worker is one process); raise it only for a
@@ -235,6 +245,8 @@ RAGTRAIL_TOOL_RESULT_MAX_BYTES = env_int("RAGTRAIL_TOOL_RESULT_MAX_BYTES", 256 *
 # A purge from the operator pages runs in the request when the scope holds at most
 # this many trails (a second or so); bigger ones go to a worker with a progress bar.
 RAGTRAIL_PURGE_INLINE_LIMIT = env_int("RAGTRAIL_PURGE_INLINE_LIMIT", 2000)
+# How often each process asks the database whether a purge finished, to forget what it holds in memory.
+RAGTRAIL_FORGET_CHECK_SECONDS = env_int("RAGTRAIL_FORGET_CHECK_SECONDS", 2)
 # A matching change re-signs up to this many trails in the saving request; more go to the re-signing task.
 RAGTRAIL_RESIGN_INLINE_LIMIT = env_int("RAGTRAIL_RESIGN_INLINE_LIMIT", 2000)
 # The demo's admin password and API key, kept between `make run`s (ignored by git).

@@ -105,6 +105,8 @@ class Scope(KeptWrites, models.Model):
     # configured threshold stands. Every move is a ThresholdChange row with its evidence.
     learned_lexical_threshold = models.FloatField(null=True, blank=True, editable=False)
     learned_embedding_threshold = models.FloatField(null=True, blank=True, editable=False)
+    # The embedder the embedding threshold was fitted for ("": the shipped model's); recall refuses others.
+    embedding_fitted_for = models.CharField(max_length=200, blank=True, default="", editable=False)
     threshold_pinned = models.BooleanField(
         default=False,
         help_text="Learning off: the configured thresholds are used as they are, whatever the labels say.",

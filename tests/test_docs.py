@@ -90,7 +90,82 @@ def test_the_settings_table_lists_every_setting_with_its_default():
 def test_the_benchmark_table_is_generated_from_the_results_file():
     from evaluation import results
 
-    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     targets = results.load()
-    assert page == results.page_with_table(page, targets), "run manage.py benchmark_page"
+    for path in results.PAGES:
+        page = path.read_text(encoding="utf-8")
+        assert page == results.page_with_table(page, targets), f"{path.name}: run manage.py benchmark_page"
     assert all(t["at"] and t["commit"] for t in targets) and len({t["id"] for t in targets}) == len(targets)
+
+
+# The words docs/concepts.md defines; a page links it before it uses any of them.
+CONCEPTS = re.compile(
+    r"\b(scopes?|sections?|trails?|signals?|partitions?|prefetch|hint|miss|held|re-sign\w*|roll-ups?|band keys)\b",
+    re.IGNORECASE,
+)
+
+
+def _prose(text: str) -> str:
+    """The page without its code blocks and headings (a title names its topic before any link can)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_the_readme_and_every_docs_page_link_the_concepts_before_using_a_term():
+    late = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if page.name == "concepts.md":
+            continue
+        prose = _prose(page.read_text(encoding="utf-8"))
+        term, link = CONCEPTS.search(prose), prose.find("concepts.md")
+        if term is not None and not 0 <= link < term.start():
+            late.append(f"{page.relative_to(ROOT)}: {term.group(0)!r} before any link to concepts.md")
+    assert late == []
+
+
+def test_every_term_the_concepts_page_promises_is_defined_there():
+    page = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    defined = {m.lower() for m in re.findall(r"\*\*([\w -]+?)\.?\*\*", page)}
+    wanted = {"scope", "section", "trail", "signal", "partition", "prefetch", "hint", "miss", "lifecycle", "held"}
+    assert wanted | {"band keys", "re-sign", "roll-up"} <= defined
+
+
+# Measured figures: decimal milliseconds, ratios, percentiles with a value, rates per second.
+MEASURED = re.compile(r"\d+\.\d+ ?ms\b|\b\d+(\.\d+)?x\b|\bp\d\d \d|\d/s\b")
+# Pages whose figures are their subject: the benchmarks, the evaluation, what a trail costs on disk.
+FIGURE_PAGES = {"how-we-know.md", "benchmarks.md", "evaluation.md", "scaling.md"}
+
+
+def test_how_to_pages_send_their_measurements_to_how_we_know():
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {match.group(0)}"
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        if page.name not in FIGURE_PAGES
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in MEASURED.finditer(line)
+    ]
+    assert found == []
+
+
+def test_a_first_manage_py_without_the_secret_key_says_so_in_one_line():
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAGTRAIL_SECRET_KEY", "RAGTRAIL_DEBUG", "DJANGO_SETTINGS_MODULE")
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "manage.py: RAGTRAIL_SECRET_KEY is not set. Set it (50+ random characters) in production, "
+        "or RAGTRAIL_DEBUG=1 on a laptop to use the development key."
+    ]
+
+
+def test_make_test_lists_each_skip_with_its_reason():
+    recipe = (ROOT / "Makefile").read_text(encoding="utf-8").split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "-m pytest -rs" in recipe

@@ -6,12 +6,22 @@ from django.utils.html import format_html_join
 
 from scopes import audit
 from scopes.access import Access, granted_scopes
-from scopes.admin import GrantedScopesAdmin
+from scopes.admin import GrantedScopesAdmin, SuperusersOnlyAdmin
 from scopes.audit import AuditEvent
 from scopes.models import Scope
 from trails.core.lifecycle import Actor
 from trails.learning.thresholds import pin_thresholds, reset_learning
-from trails.models import Citation, PiiPattern, PurgeRun, Step, ThresholdChange, ToolPolicy, Trail, writes
+from trails.models import (
+    Citation,
+    EmbedderCalibration,
+    PiiPattern,
+    PurgeRun,
+    Step,
+    ThresholdChange,
+    ToolPolicy,
+    Trail,
+    writes,
+)
 from trails.serving.matching import matching_settings
 
 
@@ -30,7 +40,13 @@ class ScopeAdmin(GrantedScopesAdmin):
         "keep_raw_queries",
     ]
     search_fields = ["slug", "name"]
-    readonly_fields = ["band_layout_in_use", "thresholds_in_use", "threshold_flags", "threshold_history"]
+    readonly_fields = [
+        "band_layout_in_use",
+        "thresholds_in_use",
+        "embedding_fitted_for",
+        "threshold_flags",
+        "threshold_history",
+    ]
     actions = ["reset_learned_thresholds", "pin_configured_thresholds", "unpin_thresholds"]
     scope_path = ""
 
@@ -303,3 +319,17 @@ class PurgeRunAdmin(GrantedScopesAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # an audit log is append-only
+
+
+@admin.register(EmbedderCalibration)
+class EmbedderCalibrationAdmin(SuperusersOnlyAdmin):
+    """Thresholds fitted per embedder: written by `manage.py calibrate_embedder`, read here."""
+
+    list_display = ["model", "scope", "source", "created_at"]
+    readonly_fields = ["model", "scope", "source", "fit", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.signals import request_started
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate, pre_migrate
 
@@ -19,6 +20,13 @@ class TrailsConfig(AppConfig):
 
     def ready(self) -> None:
         connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")
+        from celery.signals import task_prerun
+
+        from trails import memory, tool_results  # noqa: F401 -- tool_results registers what it forgets
+
+        # Every web and worker process forgets what it holds in memory once a purge finished.
+        request_started.connect(memory.check, dispatch_uid="ragtrail-forget-after-purge")
+        task_prerun.connect(memory.check, dispatch_uid="ragtrail-forget-after-purge-task", weak=False)
         from django.conf import settings
 
         from scopes.saving import SCOPE_DELETERS

@@ -12,6 +12,7 @@ from django.core.cache import cache
 from infra import metrics
 from infra.errors import Conflict, Invalid, StoreUnavailable, TooLarge
 from scopes.models import Scope, Section
+from trails import memory
 from trails.core import toolkey
 from trails.models import ToolPolicy
 
@@ -247,3 +248,13 @@ def forget_scope(scope: Scope) -> int:
         return len(doomed)
     cache.clear()
     return -1
+
+
+@memory.forgets
+def forget_local() -> None:
+    """Drops the tool results this process's own memory holds (no Redis: every process has its own)."""
+    client = getattr(cache, "_cache", None)
+    if isinstance(client, dict):
+        prefix = cache.make_key("rt:tool")
+        for key in [key for key in list(client) if key.startswith(prefix)]:
+            cache.delete(key.split(":", 2)[2])

@@ -134,3 +134,26 @@ def test_the_shipped_calibration_says_nothing_of_thresholds_outside_its_grid():
     assert at_threshold("embedding", min(grid)) is not None and at_threshold("embedding", max(grid)) is not None
     for outside in (min(grid) - 0.05, 0.3, 0.0, -1.0, max(grid) + 0.01):
         assert at_threshold("embedding", outside) is None, outside
+
+
+def test_a_fit_on_pairs_takes_the_lowest_threshold_within_the_bound_and_measures_it_on_the_held_out_pairs():
+    from trails.core.embedder_fit import ScoredPair, fit_pairs
+
+    # 200 non-duplicates fitted on, 2 of them at 0.9 and above, one at 0.8; duplicates at 0.95.
+    fitted = [ScoredPair(0.1, False, False)] * 197 + [ScoredPair(0.8, False, False), ScoredPair(0.9, False, False)]
+    fitted += [ScoredPair(0.92, False, False)] + [ScoredPair(0.95, True, False)] * 50
+    held = [
+        ScoredPair(0.91, False, True),
+        ScoredPair(0.2, False, True),
+        ScoredPair(0.95, True, True),
+        ScoredPair(0.85, True, True),
+    ]
+    fit = fit_pairs(fitted + held, bound=0.05, grid=[0.7, 0.8, 0.85, 0.9, 0.95])
+    embedding = fit["matchers"]["embedding"]
+    # 3 false hits of 200 at 0.8 has an upper bound of 3.9 %: within 5 %; 0.7 gives the same 3.
+    assert (embedding["threshold"], embedding["false_hits"], embedding["holds"]) == (0.7, 3, True)
+    assert [p["correct_hits"] for p in embedding["curve"]] == [50, 50, 50, 50, 50]
+    held_out = fit["held_out"]
+    assert (held_out["false_hits"], held_out["distinct"], held_out["reused"], held_out["duplicates"]) == (1, 2, 2, 2)
+    strict = fit_pairs(fitted + held, bound=0.01, grid=[0.7, 0.8, 0.85, 0.9, 0.95])["matchers"]["embedding"]
+    assert (strict["threshold"], strict["false_hits"], strict["holds"]) == (0.95, 0, False)

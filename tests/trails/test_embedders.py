@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.test import override_settings
 
 from scopes.demo import faq_questions, faq_sections
-from trails.embedders import load_embedder, onnx
+from tests.embedding_endpoint import KEY, EmbeddingEndpoint
+from trails.embedders import load_embedder, onnx, openai_compatible
+from trails.embedders.base import EmbedderUnavailable
 from trails.embedders.sentence_transformer import model_path
 
 TEXTS = [
@@ -74,6 +79,115 @@ class TestOnnxEmbedder(EmbedderContract):
 
 class TestInt8OnnxEmbedder(EmbedderContract):
     module, model = "trails.embedders.onnx_int8", "bundled:all-MiniLM-L6-v2"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def endpoint_settings(endpoint: EmbeddingEndpoint, **extra) -> override_settings:
+    return override_settings(
+        **{
+            "RAGTRAIL_EMBEDDER": "trails.embedders.openai_compatible",
+            "RAGTRAIL_EMBEDDING_MODEL": "stand-in-embedding-1",
+            "RAGTRAIL_EMBEDDING_URL": endpoint.url,
+            "RAGTRAIL_EMBEDDING_API_KEY": KEY,
+            **extra,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    served = EmbeddingEndpoint()
+    yield served
+    served.close()
+
+
+class TestOpenAICompatibleEmbedder(EmbedderContract):
+    """The endpoint backend against a stand-in speaking the protocol (tests/embedding_endpoint.py)."""
+
+    module, model = "trails.embedders.openai_compatible", "stand-in-embedding-1"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def embedder(cls, endpoint):
+        with endpoint_settings(endpoint, RAGTRAIL_EMBEDDING_BATCH=2):
+            yield importlib.import_module(cls.module).Embedder(cls.model)
+
+
+@pytest.fixture
+def asked(endpoint):
+    """The stand-in with its log of requests emptied, and an embedder on it built by `make`."""
+    endpoint.requests.clear()
+    endpoint.fail.clear()
+    endpoint.hang_s = 0.0
+    yield endpoint
+    endpoint.fail.clear()
+    endpoint.hang_s = 0.0
+
+
+def endpoint_embedder(endpoint: EmbeddingEndpoint, **extra):
+    with endpoint_settings(endpoint, **extra):
+        return openai_compatible.Embedder("stand-in-embedding-1")
+
+
+def test_the_endpoint_is_asked_in_batches_with_the_model_and_key_and_vectors_come_back_in_order(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_BATCH=4, RAGTRAIL_EMBEDDING_DIMENSIONS=0)
+    texts = [f"question number {n} about parking" for n in range(10)]
+    together = embedder.embed_many(texts)
+    sent = [r["body"]["input"] for r in asked.requests]
+    assert [len(batch) for batch in sent] == [4, 4, 2] and sum(sent, []) == texts
+    assert {r["body"]["model"] for r in asked.requests} == {"stand-in-embedding-1"}
+    assert {r["headers"]["Authorization"] for r in asked.requests} == {f"Bearer {KEY}"}
+    alone = np.stack([embedder.embed(t) for t in texts])
+    assert np.allclose(together, alone, atol=1e-6) and np.allclose(np.linalg.norm(together, axis=1), 1, atol=1e-5)
+
+
+def test_vectors_are_named_by_the_model_and_the_dimensions_asked_for(asked):
+    assert endpoint_embedder(asked).name == "stand-in-embedding-1"
+    smaller = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=128)
+    assert smaller.name == "stand-in-embedding-1-128d" and smaller.embed("parking").shape == (128,)
+    assert asked.requests[-1]["body"]["dimensions"] == 128
+
+
+def test_a_busy_endpoint_is_asked_again_within_the_deadline(asked):
+    asked.fail[:] = [503, 429]
+    vector = endpoint_embedder(asked).embed("Where do visitors park?")
+    assert vector.shape == (384,) and len(asked.requests) == 3
+
+
+def test_a_refused_key_is_said_at_once_and_never_retried(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_API_KEY="sk-wrong")
+    with pytest.raises(EmbedderUnavailable, match="HTTP 401: Incorrect API key provided") as refused:
+        embedder.embed_many(["Where do visitors park?"])
+    assert refused.value.code == "embedder_unavailable" and len(asked.requests) == 1
+
+
+def test_a_hung_endpoint_costs_one_deadline_then_says_so(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=384, RAGTRAIL_EMBEDDING_TIMEOUT_MS=100)
+    asked.hang_s = 1.0
+    with pytest.raises(EmbedderUnavailable, match="no answer within 100 ms"):
+        embedder.embed("Where do visitors park?")
+    assert len(asked.requests) == 1  # the deadline was spent on the one attempt: none after it
+
+
+def test_a_stopped_endpoint_is_said_to_be_unavailable(asked):
+    with override_settings(
+        RAGTRAIL_EMBEDDING_URL=f"http://127.0.0.1:{free_port()}/v1", RAGTRAIL_EMBEDDING_DIMENSIONS=384
+    ):
+        embedder = openai_compatible.Embedder("stand-in-embedding-1")
+    with pytest.raises(EmbedderUnavailable, match="ConnectError"):
+        embedder.embed("Where do visitors park?")
+
+
+def test_a_deadline_past_recalls_budget_or_a_missing_model_name_is_refused_at_start(asked):
+    with pytest.raises(ImproperlyConfigured, match="RAGTRAIL_RECALL_BUDGET_MS"):
+        endpoint_embedder(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=500, RAGTRAIL_RECALL_BUDGET_MS=500)
+    with endpoint_settings(asked), pytest.raises(ImproperlyConfigured, match="RAGTRAIL_EMBEDDING_MODEL"):
+        openai_compatible.Embedder("bundled:all-MiniLM-L6-v2")
 
 
 def test_the_int8_model_names_its_vectors_apart_from_the_float_models():

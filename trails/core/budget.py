@@ -15,6 +15,12 @@ _memo: dict[str, int] = {}
 _memo_size = [0]
 
 
+def forget() -> None:
+    """Drops every remembered count (the texts were a purge's to erase)."""
+    _memo.clear()
+    _memo_size[0] = 0
+
+
 def counted(text: str) -> int:
     """count_tokens, remembered for texts seen recently (section texts recur on every recall)."""
     found = _memo.get(text)

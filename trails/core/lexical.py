@@ -33,7 +33,8 @@ def jaccard_many(query: MinHashSignature, stored: Sequence[bytes], stored_params
         stored_params: the parameter label stored with each.
 
     Returns:
-        One similarity per stored signature, in order.
+        One similarity per stored signature, in order; 0 for one signed under an older text
+        fold (its words may read otherwise now), until it is re-signed.
 
     Raises:
         ValueError: a stored signature was made with other parameters than the query's.
@@ -43,9 +44,14 @@ def jaccard_many(query: MinHashSignature, stored: Sequence[bytes], stored_params
     # An empty signature is one not kept (a trail of a scope that did not match lexically
     # when it was signed, until re-signed): it resembles nothing.
     kept = [i for i, data in enumerate(stored) if data]
+    older_fold = set()
     for label in {stored_params[i] for i in kept}:
         if label != query.params.label:
+            if query.params.differs_only_in_fold(MinHashParams.from_label(label)):
+                older_fold.add(label)
+                continue
             raise ValueError(f"cannot compare MinHash signatures made with {query.params.label} and {label}")
+    kept = [i for i in kept if stored_params[i] not in older_fold]
     similarities = np.zeros(len(stored))
     if kept:
         matrix = np.frombuffer(b"".join(stored[i] for i in kept), dtype="<u4").reshape(len(kept), query.params.num_perm)

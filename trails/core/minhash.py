@@ -7,6 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .fold import FOLD_VERSION
 from .normalise import shingles, stable_hash32
 
 _MERSENNE_PRIME = np.uint64((1 << 61) - 1)
@@ -19,6 +20,8 @@ class MinHashParams:
 
     num_perm: int = 128
     seed: int = 1
+    # The text fold the shingles were read with (`fold.FOLD_VERSION`): 1 is the fold before it had a number.
+    fold: int = FOLD_VERSION
 
     def __post_init__(self) -> None:
         if self.num_perm < 16:
@@ -26,21 +29,31 @@ class MinHashParams:
 
     @property
     def label(self) -> str:
-        """Returns the text stored beside a signature, such as "minhash:128:1"."""
-        return f"minhash:{self.num_perm}:{self.seed}"
+        """Returns the text stored beside a signature, such as "minhash:128:1:fold2"."""
+        base = f"minhash:{self.num_perm}:{self.seed}"
+        return base if self.fold == 1 else f"{base}:fold{self.fold}"
 
     @classmethod
     def from_label(cls, label: str) -> "MinHashParams":
-        """Parses a label made by `label`.
+        """Parses a label made by `label` (one without a fold is of fold 1).
 
         Raises:
             ValueError: the label is not a MinHash label.
         """
-        kind, _, rest = label.partition(":")
-        num_perm, _, seed = rest.partition(":")
-        if kind != "minhash" or not num_perm.isdigit() or not seed.isdigit():
+        parts = label.split(":")
+        fold = parts[3].removeprefix("fold") if len(parts) == 4 else "1"
+        if (
+            parts[0] != "minhash"
+            or len(parts) not in (3, 4)
+            or (len(parts) == 4 and not parts[3].startswith("fold"))
+            or not all(p.isdigit() for p in (*parts[1:3], fold))
+        ):
             raise ValueError(f"not a MinHash parameter label: {label!r}")
-        return cls(num_perm=int(num_perm), seed=int(seed))
+        return cls(num_perm=int(parts[1]), seed=int(parts[2]), fold=int(fold))
+
+    def differs_only_in_fold(self, other: "MinHashParams") -> bool:
+        """Whether the two differ in their fold alone (a signature from before a fold change)."""
+        return self.fold != other.fold and (self.num_perm, self.seed) == (other.num_perm, other.seed)
 
 
 _PERMUTATIONS: dict[MinHashParams, tuple[np.ndarray, np.ndarray]] = {}

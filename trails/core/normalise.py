@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
+
+from .fold import fold_text
 
 # A word is a run of letters or digits; trailing "+" and "#" stay attached so that
 # "C", "C++" and "C#" remain three different words.
@@ -18,11 +19,10 @@ def words(text: str) -> list[str]:
         text: any user text.
 
     Returns:
-        The words after Unicode NFKC folding and case folding, punctuation and
-        white space removed, in their original order.
+        The words of the text as `fold.fold` reads it (the fold erasure matches in too),
+        punctuation and white space removed, in their original order.
     """
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return _WORD.findall(folded)
+    return _WORD.findall(fold_text(text))
 
 
 def normalise_query(text: str) -> str:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
-import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from .fold import Folded, fold
+
 REDACTED = "[redacted]"
+# An erasure subject's bounds: one person's identifiers, not a list of people.
+MAX_IDENTIFIERS = 50
+MAX_SUBJECT_CHARACTERS = 2000
+# A run of letters or digits of folded text: what an identifier is looked up by.
+_KEY = re.compile(r"[^\W_]+")
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -26,46 +32,16 @@ def _iban_ok(candidate: str) -> bool:
     return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
 
 
-# Apostrophes and quotes people type for one another (O'Brien, O’Brien, Oʼbrien).
-_QUOTES = {ord(q): "'" for q in "\u2018\u2019\u201a\u201b\u02bc\u02bb\u0060\u00b4\u2032"}
-
-
-def fold(text: str) -> tuple[str, list[int]]:
-    """The text as an erasure subject is matched against: NFKC-compatible forms, accents
-    dropped, quotes made one, case folded (Zoë Åberg reads as zoe aberg); with, for each
-    folded character, the index of the character of `text` it came from.
-
-    Returns:
-        (folded text, origin index per folded character).
-    """
-    out: list[str] = []
-    origin: list[int] = []
-    for index, char in enumerate(text.translate(_QUOTES)):
-        for part in unicodedata.normalize("NFKD", char):
-            if unicodedata.combining(part):
-                continue
-            for folded in part.casefold():
-                out.append(folded)
-                origin.append(index)
-    return "".join(out), origin
-
-
 @dataclass(frozen=True)
 class Rule:
-    """A named pattern, optionally with a check that rules out look-alike numbers; a
-    `folded` pattern is matched against the folded text (`fold`), its spans mapped back."""
+    """A named pattern, optionally with a check that rules out look-alike numbers."""
 
     name: str
     pattern: re.Pattern[str]
     check: object = None  # a callable on the matched text, or None
-    folded: bool = False
+    folded = False
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        if self.folded:
-            folded, origin = fold(text)
-            return [
-                (origin[a], origin[b - 1] + 1) for a, b in (m.span() for m in self.pattern.finditer(folded)) if b > a
-            ]
+    def spans(self, text: str, folded: Folded | None = None) -> list[tuple[int, int]]:
         found = []
         for match in self.pattern.finditer(text):
             value = match.group(0)
@@ -73,6 +49,30 @@ class Rule:
                 continue
             found.append(match.span())
         return found
+
+
+@dataclass(frozen=True)
+class SubjectRule:
+    """An erasure subject's identifiers, matched in the folded text (`fold.fold`), their spans
+    mapped back to the original. Each identifier is indexed by its first run of letters or
+    digits, so a text is folded once and only the identifiers whose run it holds are tried."""
+
+    name: str
+    by_key: dict[str, tuple[re.Pattern[str], ...]] = field(hash=False)
+    keyless: tuple[re.Pattern[str], ...] = ()
+    folded = True
+
+    def spans(self, text: str, folded: Folded | None = None) -> list[tuple[int, int]]:
+        folded = folded or fold(text)
+        patterns = list(self.keyless)
+        for key in set(_KEY.findall(folded.text)):
+            patterns.extend(self.by_key.get(key, ()))
+        return [
+            folded.origin(*m.span())
+            for pattern in patterns
+            for m in pattern.finditer(folded.text)
+            if m.end() > m.start()
+        ]
 
 
 BUILTIN_RULES: tuple[Rule, ...] = (
@@ -89,30 +89,45 @@ BUILTIN_RULES: tuple[Rule, ...] = (
 )
 
 
-def rules_for(extra: Iterable[tuple[str, str]] = (), subject: str | None = None, builtin: bool = True) -> list[Rule]:
+def rules_for(
+    extra: Iterable[tuple[str, str]] = (), subject: str | None = None, builtin: bool = True
+) -> list[Rule | SubjectRule]:
     """Builds the rule list: the built-in rules, a scope's patterns, and an erasure subject.
 
     Raises:
         re.error: an extra pattern does not compile.
     """
-    rules = list(BUILTIN_RULES) if builtin else []
+    rules: list[Rule | SubjectRule] = list(BUILTIN_RULES) if builtin else []
     rules.extend(Rule(name, re.compile(pattern)) for name, pattern in extra)
-    for identifier in identifiers(subject or ""):
-        rules.append(subject_rule(identifier))
+    if identifiers(subject or ""):
+        rules.append(subject_rule(*identifiers(subject or "")))
     return rules
 
 
-def subject_rule(identifier: str) -> Rule:
-    """Matches one identifier of an erasure subject as a whole word (or run of words), in
-    any case, accents, quotes or compatibility forms: "Park" finds "park" and "PARK" but not
-    "Parking", "12345" not "123456", "O'Brien" finds "O’Brien", "Zoë Åberg" finds "zoe aberg".
-    A name's words also match joined by a dot, underscore or hyphen: "Jane Roe" finds
-    jane.roe@example.com and jane_roe too."""
-    words = [re.escape(word) for word in fold(identifier)[0].split()]
-    return Rule("subject", re.compile(r"(?<!\w)" + r"[\s._-]+".join(words) + r"(?!\w)"), folded=True)
+def subject_rule(*identifiers: str) -> SubjectRule:
+    """Matches each identifier of an erasure subject as a whole word (or run of words) in the
+    fold matching uses (`fold.fold`: case, accents, transliteration, ignorable characters,
+    quotes, compatibility forms): "Park" finds "park" and "PARK" but not "Parking", "12345"
+    not "123456", "O'Brien" finds "O’Brien", "Łukasz" finds "LUKASZ", "Zoë Åberg" finds
+    "zoe aberg". A name's words also match joined by a dot, underscore or hyphen: "Jane Roe"
+    finds jane.roe@example.com and jane_roe too."""
+    by_key: dict[str, list[re.Pattern[str]]] = {}
+    keyless = []
+    for identifier in identifiers:
+        folded = fold(identifier).text
+        words = [re.escape(word) for word in folded.split()]
+        if not words:
+            continue
+        pattern = re.compile(r"(?<!\w)" + r"[\s._-]+".join(words) + r"(?!\w)")
+        key = _KEY.search(folded)
+        if key is None:
+            keyless.append(pattern)
+        else:
+            by_key.setdefault(key.group(0), []).append(pattern)
+    return SubjectRule("subject", {key: tuple(found) for key, found in by_key.items()}, tuple(keyless))
 
 
-def in_context(text: str, rules: Sequence[Rule], width: int = 30) -> list[str]:
+def in_context(text: str, rules: Sequence[Rule | SubjectRule], width: int = 30) -> list[str]:
     """Each match with up to `width` characters either side, the match in [brackets]: what a
     preview shows, so an operator sees a match is a true one before anything is deleted."""
     shown = []
@@ -127,12 +142,15 @@ def identifiers(subject: str) -> list[str]:
     return [line.strip() for line in subject.replace(";", "\n").splitlines() if line.strip()]
 
 
-def find(text: str, rules: Sequence[Rule]) -> list[tuple[str, int, int]]:
-    """Returns (rule name, start, end) for every match, in text order."""
-    return sorted(((rule.name, a, b) for rule in rules for a, b in rule.spans(text)), key=lambda m: m[1])
+def find(text: str, rules: Sequence[Rule | SubjectRule]) -> list[tuple[str, int, int]]:
+    """Returns (rule name, start, end) for every match, in text order; the text is folded once."""
+    if not text:
+        return []
+    folded = fold(text) if any(rule.folded for rule in rules) else None
+    return sorted(((rule.name, a, b) for rule in rules for a, b in rule.spans(text, folded)), key=lambda m: m[1])
 
 
-def redact(text: str, rules: Sequence[Rule]) -> str:
+def redact(text: str, rules: Sequence[Rule | SubjectRule]) -> str:
     """Replaces every match (overlaps merged) with [redacted]."""
     spans = sorted((a, b) for _, a, b in find(text, rules))
     merged: list[list[int]] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
@@ -15,6 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from trails import memory
 from trails.core.normalise import QUESTION_FORM, question_form
 
 from .base import BaseEmbedder
@@ -76,6 +78,15 @@ def load_embedder(module: str, model: str) -> BaseEmbedder:
     return embedder
 
 
+_CACHED: "weakref.WeakSet[CachedEmbedder]" = weakref.WeakSet()
+
+
+@memory.forgets
+def forget_vectors() -> None:
+    for embedder in list(_CACHED):
+        embedder.forget()
+
+
 class CachedEmbedder(BaseEmbedder):
     """A model behind a per-process cache of text → vector, entered through the load gate.
 
@@ -92,6 +103,12 @@ class CachedEmbedder(BaseEmbedder):
         self.name = f"{inner.name}+{QUESTION_FORM}"
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        _CACHED.add(self)
+
+    def forget(self) -> None:
+        """Drops every cached vector (a purge may have erased their questions)."""
+        with self._lock:
+            self._vectors.clear()
 
     def key(self, text: str) -> str:
         return question_form(text)
@@ -155,9 +172,15 @@ class PrecomputedEmbedder(BaseEmbedder):
         return np.stack([self.vectors[t] for t in texts])
 
 
+def standing_in() -> bool:
+    """Whether an embedder put in place by `serving` answers instead of the configured one."""
+    return bool(_override)
+
+
 @contextmanager
 def serving(embedder: BaseEmbedder) -> Iterator[BaseEmbedder]:
-    """Makes `get_embedder` return this embedder inside the block."""
+    """Makes `get_embedder` return this embedder inside the block (benchmarks, the evaluation
+    and tests: recall does not ask whether thresholds were fitted for it)."""
     _override.append(embedder)
     try:
         yield embedder

@@ -30,14 +30,18 @@ def threshold_for(matcher: str, bound: float, fit: dict | None = None) -> float:
     return threshold_within(curve, fit["distinct"], bound, fit["confidence"]).threshold
 
 
-def thresholds_for(bound: float, matcher: str = "embedding") -> dict[str, float]:
+def thresholds_for(bound: float, matcher: str = "embedding", embedding_fit: dict | None = None) -> dict[str, float]:
     """{"lexical_threshold": ..., "embedding_threshold": ...} for a scope's bound and matcher.
 
     A scope matching by both serves a hit that either matcher finds, so its false hits
-    are at most the sum of each matcher's: each gets half the bound.
+    are at most the sum of each matcher's: each gets half the bound. `embedding_fit`: the
+    embedder's own fit where it is not the shipped model (lexical matching has no model).
     """
     share = bound / 2 if matcher == "both" else bound
-    return {f"{name}_threshold": threshold_for(name, share) for name in ("lexical", "embedding")}
+    return {
+        "lexical_threshold": threshold_for("lexical", share),
+        "embedding_threshold": threshold_for("embedding", share, embedding_fit),
+    }
 
 
 # The learned threshold never rises past the point where fewer than this share of the

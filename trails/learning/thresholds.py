@@ -29,6 +29,7 @@ from scopes.audit import AuditEvent
 from scopes.keys import set_aside_reporters
 from scopes.models import Scope
 from trails.core.calibration import Label, LearnedThreshold, learned_threshold
+from trails.learning import embedder_calibration
 from trails.learning import shipped as calibration
 from trails.models import MatchLabel, RecallEvent, RecallStat, ThresholdChange
 
@@ -85,13 +86,14 @@ def decide(scope: Scope, matcher: str) -> LearnedThreshold:
     """What the scope's labels decide for one matcher now (nothing is written)."""
     configured = getattr(scope, f"{matcher}_threshold")
     labels, oldest = scope_labels(scope, matcher)
+    fit = embedder_calibration.matcher_fit(scope, matcher)
     return learned_threshold(
         labels,
         questions_asked(scope, oldest),
         configured,
-        calibration.grid_for(matcher),
+        calibration.grid_for(matcher, fit),
         bound_for(scope),
-        calibration.limits_for(matcher, configured),
+        calibration.limits_for(matcher, configured, fit),
         getattr(scope, f"learned_{matcher}_threshold"),
     )
 
@@ -272,7 +274,15 @@ def accept_learned(scope: Scope, by: str) -> list[str]:
 
 # Fields whose change alters how questions are signed or banded: the trails are re-signed.
 SIGNING_FIELDS = frozenset(
-    {"matcher", "embedding_threshold", "lexical_threshold", "synonyms", "band_count", "band_rows"}
+    {
+        "matcher",
+        "embedding_threshold",
+        "lexical_threshold",
+        "synonyms",
+        "band_count",
+        "band_rows",
+        "embedding_fitted_for",
+    }
 )
 BOUND_FIELDS = frozenset({"max_false_hit_rate", "matcher"})
 THRESHOLD_FIELDS = frozenset({"embedding_threshold", "lexical_threshold"})
@@ -294,10 +304,12 @@ def apply_matching_change(sender, instance: Scope, raw: bool = False, **kwargs) 
         return
     changed = {name for name in MATCHING_FIELDS if before[name] != getattr(instance, name)}
     if changed & BOUND_FIELDS and not changed & THRESHOLD_FIELDS:
-        for name, value in calibration.thresholds_for(instance.max_false_hit_rate, instance.matcher).items():
+        fit = embedder_calibration.scope_fit(instance)
+        for name, value in calibration.thresholds_for(instance.max_false_hit_rate, instance.matcher, fit).items():
             setattr(instance, name, value)
         changed |= {name for name in THRESHOLD_FIELDS if before[name] != getattr(instance, name)}
-    if changed & (THRESHOLD_FIELDS | BOUND_FIELDS):
+    # A threshold learned against another bound, threshold or model's cosines means nothing now.
+    if changed & (THRESHOLD_FIELDS | BOUND_FIELDS | {"embedding_fitted_for"}):
         instance.learned_lexical_threshold = instance.learned_embedding_threshold = None
         instance.threshold_flags = ""
     instance._matching_changed = frozenset(changed)
@@ -311,8 +323,14 @@ def calibrate_new_scope(scope: Scope) -> None:
     defaults = {name: Scope._meta.get_field(name).default for name in THRESHOLD_FIELDS}
     if any(getattr(scope, name) != value for name, value in defaults.items()):
         return
-    for name, value in calibration.thresholds_for(scope.max_false_hit_rate, scope.matcher).items():
+    # The serving embedder's own fit where one is stored (manage.py calibrate_embedder).
+    stored = embedder_calibration.stored_embedder()
+    for name, value in calibration.thresholds_for(
+        scope.max_false_hit_rate, scope.matcher, stored and stored[1]
+    ).items():
         setattr(scope, name, value)
+    if stored is not None:
+        scope.embedding_fitted_for = stored[0]
 
 
 @receiver(post_save, sender=Scope, dispatch_uid="trails.learning.thresholds.after_matching_change")

@@ -19,7 +19,7 @@ re-signing) it tells them after the commit (`trail_status_changed`).
 """
 
 from trails.models import writes
-from trails.models.learning import MatchLabel, ThresholdChange
+from trails.models.learning import EmbedderCalibration, MatchLabel, ThresholdChange
 from trails.models.lifecycle import (
     DISPLAY_STATUSES,
     EXPIRED,
@@ -82,6 +82,7 @@ __all__ = [
     "RecallStat",
     "SimilarityStat",
     "write_recall_effects",
+    "EmbedderCalibration",
     "MatchLabel",
     "ThresholdChange",
     "ToolPolicy",

@@ -256,3 +256,12 @@ def bulk_load(load: Callable[[], None]) -> None:
     """The evaluation's bulk loader (COPY of millions of rows, evaluation/scale.py) with the
     gate open: a named door for the lab, never called by the service."""
     load()
+
+
+@writer("re-sign")
+def refold(relabelled: Sequence[Trail], refolded: Sequence[Trail]) -> None:
+    """A text fold's catch-up: the fold label of trails whose words it leaves as they were, and
+    the normalised text of the others (then signed afresh through `resign`)."""
+    with transaction.atomic():
+        Trail.objects.bulk_update(relabelled, ["lexical_params"])
+        Trail.objects.bulk_update(refolded, ["normalised_query"])

@@ -76,3 +76,31 @@ class ThresholdChange(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["scope", "created_at"], name="thresholdchange_scope_time")]
+
+
+class EmbedderCalibration(models.Model):
+    """Thresholds fitted for one embedding model (`manage.py calibrate_embedder`): on labelled
+    pairs for every scope, or on one scope's own labels for that scope.
+
+    `fit` has the shape of the shipped trails/learning/calibration.json (the embedding curve
+    a scope's bound reads its threshold from) plus the held-out rates it was checked on.
+    """
+
+    model = models.CharField(max_length=200, help_text="The embedder's name, as stored with every vector.")
+    scope = models.ForeignKey(Scope, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    source = models.CharField(max_length=300, help_text="The pairs file, or the scope whose labels were fitted on.")
+    fit = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model"], condition=Q(scope__isnull=True), name="embeddercalibration_model"
+            ),
+            models.UniqueConstraint(
+                fields=["model", "scope"], condition=Q(scope__isnull=False), name="embeddercalibration_model_scope"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.source})"

@@ -76,6 +76,8 @@ class PurgeRun(models.Model):
     # After the run, what still matched (by kind of record; empty: nothing left), checked
     # before the subject was forgotten.
     left = models.JSONField(null=True, blank=True, editable=False)
+    # After the run, per kind of record: [how many it checked, how many it changed].
+    counts = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -83,13 +85,21 @@ class PurgeRun(models.Model):
     def finish(self) -> None:
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.DONE, timezone.now(), "", None
         left = (
-            "nothing left"
+            "nothing left in any store"
             if not self.left
             else "still matching: " + ", ".join(f"{n} {kind}" for kind, n in self.left.items())
         )
+        others = ", ".join(
+            f"{changed} of {checked} {kind}"
+            for kind, (checked, changed) in (self.counts or {}).items()
+            if kind != "trails"
+        )
         with transaction.atomic():
-            self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left"])
-            self.audit(f"done: {self.matched} of {self.processed} trails {self.get_action_display().lower()}ed; {left}")
+            self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left", "counts"])
+            self.audit(
+                f"done: {self.matched} of {self.processed} trails {self.get_action_display().lower()}ed; "
+                f"{others or 'no other records'} changed; {self.checked} records checked, {self.changed} changed; {left}"
+            )
 
     def fail(self, error: str) -> None:
         """Ends the run unfinished; it forgets its erasure subject and what it matched."""
@@ -113,6 +123,7 @@ class PurgeRun(models.Model):
                 "matched": self.matched,
                 "processed": self.processed,
                 "left": self.left,
+                "counts": self.counts,
             },
         )
 
@@ -126,6 +137,16 @@ class PurgeRun(models.Model):
             action=cls.Action.DELETE if delete else cls.Action.REDACT,
             requested_by=requested_by,
         )
+
+    @property
+    def checked(self) -> int:
+        """Every record the run checked, in every store (trails alone before it finished)."""
+        return sum(checked for checked, _ in self.counts.values()) if self.counts else self.processed
+
+    @property
+    def changed(self) -> int:
+        """Every record the run changed or deleted, in every store."""
+        return sum(changed for _, changed in self.counts.values()) if self.counts else self.matched
 
     @property
     def percent(self) -> int:

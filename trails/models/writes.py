@@ -46,6 +46,7 @@ from trails.models.bulk import (  # noqa: F401 -- writes, all here
     lock_scope_for_signing,
     purge_trails,
     redact_text,
+    refold,
     resign,
 )
 from trails.models.deletion import _delete_locked, delete_scope, delete_trails, sweep_expired_trails  # noqa: F401

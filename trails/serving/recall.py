@@ -16,6 +16,7 @@ from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
 from trails.core.hint import RecordedStep, hint_text
 from trails.core.validation import Outcome, SectionStatus, Validation, as_stored, validate
+from trails.learning.embedder_calibration import check_calibrated
 from trails.learning.feedback import research_key
 from trails.learning.shipped import floor_for
 from trails.models import pauses, write_recall_effects
@@ -105,10 +106,13 @@ def recall(
 
     Raises:
         Invalid: the query has no words.
+        NotCalibrated: the scope matches by embedding with thresholds fitted for another embedder.
+        EmbedderUnavailable: the embedder gave no vectors within its deadline.
     """
     started = time.perf_counter()
     now = now or timezone.now()
     budget = scope.token_budget if token_budget is None else token_budget
+    check_calibrated(scope)
     try:
         question = sign(scope, query, partition, lexical_signature=False)
     except ValueError:

@@ -10,6 +10,7 @@ from django.db.models.functions import Floor, TruncHour
 
 from scopes.models import Scope, SectionRevision
 from trails.core.calibration import FLAG_KINDS, false_hit_verdict
+from trails.learning.embedder_calibration import matcher_fit
 from trails.learning.shipped import limits_for
 from trails.learning.thresholds import in_use, used_matchers
 from trails.models import (
@@ -137,7 +138,8 @@ def scopes_needing_a_look(now: datetime) -> dict[str, int]:
         Q(learned_lexical_threshold__isnull=False) | Q(learned_embedding_threshold__isnull=False)
     ):
         if any(
-            in_use(scope, matcher) >= limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling
+            in_use(scope, matcher)
+            >= limits_for(matcher, getattr(scope, f"{matcher}_threshold"), matcher_fit(scope, matcher)).ceiling
             for matcher in used_matchers(scope)
         ):
             at_ceiling += 1

@@ -6,21 +6,27 @@ recall event's query and partition. A purge checks all of them: text is redacted
 the trail re-signed, so matching follows the new text), and so are the reasons agents
 give with feedback (on recall events and in trails' signal history); a trail whose section ids hold
 the data is deleted, since a citation cannot be redacted without breaking the path.
-Every purge also drops the scope's cached tool results, whose contents are opaque.
+Documentation text is redacted here too, through the section store's one write path (the
+trails citing a changed section are flagged, as after a sync), and so are the texts it keeps
+of sections as they were (revisions); a section whose id holds the data is left to be renamed
+at the source, and said to be left. Every purge also drops the scope's cached tool results,
+whose contents are opaque, and tells every process to forget what it holds in memory.
 
 Resumable, and the same end state when rerun.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from django.db import transaction
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 
-from scopes.models import SectionSync
-from trails import tool_results
+from scopes.models import Scope, Section, SectionSync
+from scopes.revisions import SectionRevision
+from trails import memory, tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
 from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, pauses, writes
@@ -78,7 +84,7 @@ def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: i
     trails = (
         Trail.objects.filter(scope_id=scope_id)
         .order_by("id")
-        .only("id", "public_id", "scope_id", "query", "partition", "idempotency_key")
+        .only("id", "public_id", "scope_id", "query", "normalised_query", "partition", "idempotency_key")
         .prefetch_related(
             Prefetch("steps", queryset=Step.objects.order_by("position")),
             Prefetch("citations", queryset=Citation.objects.only("id", "trail_id", "section_id")),
@@ -91,33 +97,83 @@ def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: i
     return trails[:limit] if limit else trails
 
 
-def _trail_texts(trail: Trail) -> list[str]:
-    """Every caller-written text of a trail (steps and citations prefetched), section ids included."""
-    texts = [trail.query, trail.partition, trail.idempotency_key or ""]
-    for step in trail.steps.all():
-        texts.append(step.tool)
-        texts.extend(_strings(step.args))
-        texts.extend(step.section_ids)
-    texts.extend(c.section_id for c in trail.citations.all())
-    return texts
+@dataclass(frozen=True)
+class TrailText:
+    """What a purge reads of one trail: its caller-written texts and the section ids it cites."""
+
+    id: int
+    public_id: str
+    query: str
+    texts: tuple[str, ...]  # query, normalised form, partition, idempotency key, step tools and args
+    section_ids: tuple[str, ...]  # cited and returned by steps
+
+    @classmethod
+    def of(cls, trail: Trail) -> "TrailText":
+        """From a trail with its steps and citations prefetched."""
+        steps = [(s.tool, s.args, s.section_ids) for s in trail.steps.all()]
+        return cls.build(trail, steps, [c.section_id for c in trail.citations.all()])
+
+    @classmethod
+    def build(cls, trail, steps: list[tuple[str, Any, list[str]]], cited: list[str]) -> "TrailText":
+        texts = [trail.query, trail.normalised_query, trail.partition, trail.idempotency_key or ""]
+        for tool, args, _ in steps:
+            texts.append(tool)
+            texts.extend(_strings(args))
+        ids = cited + [i for _, _, returned in steps for i in returned]
+        return cls(trail.id, str(trail.public_id), trail.query, tuple(t for t in texts if t), tuple(ids))
 
 
-def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
+def trail_texts(scope_id: int, chunk: int = 2000) -> Iterable[TrailText]:
+    """Every trail of a scope as a purge reads it, in id order, by plain reads in chunks (a
+    preview reads a whole scope: model instances with prefetched rows cost it most of its time)."""
+    after = 0
+    while True:
+        rows = list(
+            Trail.objects.filter(scope_id=scope_id, id__gt=after)
+            .order_by("id")
+            .values_list("id", "public_id", "query", "normalised_query", "partition", "idempotency_key")[:chunk]
+        )
+        if not rows:
+            return
+        after = rows[-1][0]
+        ids = [row[0] for row in rows]
+        steps: dict[int, list] = {}
+        for trail_id, tool, args, returned in (
+            Step.objects.filter(trail_id__in=ids)
+            .order_by("trail_id", "position")
+            .values_list("trail_id", "tool", "args", "section_ids")
+        ):
+            steps.setdefault(trail_id, []).append((tool, args, returned))
+        cited: dict[int, list[str]] = {}
+        for trail_id, section_id in Citation.objects.filter(trail_id__in=ids).values_list("trail_id", "section_id"):
+            cited.setdefault(trail_id, []).append(section_id)
+        for row in rows:
+            trail = _Row(*row)
+            yield TrailText.build(trail, steps.get(trail.id, []), cited.get(trail.id, []))
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: int
+    public_id: Any
+    query: str
+    normalised_query: str
+    partition: str
+    idempotency_key: str | None
+
+
+def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str], bool]:
     """Names of the rules matching any caller-written field of a trail, and whether the
     data sits in a section id (the trail must then go rather than be redacted).
 
-    `trail` needs its steps and citations prefetched.
+    A `Trail` needs its steps and citations prefetched.
     """
+    read = trail if isinstance(trail, TrailText) else TrailText.of(trail)
     names: set[str] = set()
-    texts = [trail.query, trail.partition, trail.idempotency_key or ""]
-    for step in trail.steps.all():
-        texts.append(step.tool)
-        texts.extend(_strings(step.args))
-    for text in texts:
+    for text in read.texts:
         names.update(name for name, _, _ in pii.find(text, rules))
     in_ids = False
-    ids = [c.section_id for c in trail.citations.all()] + [i for step in trail.steps.all() for i in step.section_ids]
-    for section_id in ids:
+    for section_id in read.section_ids:
         found = pii.find(section_id, rules)
         if found:
             in_ids = True
@@ -127,7 +183,7 @@ def findings(trail: Trail, rules: list[pii.Rule]) -> tuple[set[str], bool]:
 
 def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
     """Finds the trails a run would touch and stores them on the run (which must be
-    saved), so that confirming it purges exactly this set.
+    saved), so that confirming it purges exactly this set. Each text is folded once.
 
     Returns:
         How many trails match, and some (trail id, query, names of the rules that matched,
@@ -135,33 +191,34 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
     """
     rules = purge_rules(run)
     matched, shown = [], []
-    for trail in trails_to_check(run.scope_id).iterator(chunk_size=500):
+    for trail in trail_texts(run.scope_id):
         names, _ = findings(trail, rules)
         if names:
             matched.append(trail.id)
             if len(shown) < limit:
-                contexts = [shown_text for text in _trail_texts(trail) for shown_text in pii.in_context(text, rules)]
-                shown.append((str(trail.public_id), trail.query, sorted(names), contexts[:5]))
+                texts = trail.texts + trail.section_ids
+                contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
+                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
     run.trail_ids, run.total = matched, len(matched)
     return len(matched), shown
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:
     """Every kind of record the run would touch, counted: the previewed trails (`run.total`,
-    from preview) and the others."""
-    return records_matching(run.scope_id, purge_rules(run), trails=run.total)
+    from preview) and the others (documentation text and its kept revisions included)."""
+    return records_matching(run.scope_id, purge_rules(run), trails=run.total, documents=bool(run.subject))
 
 
 def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     """Runs (or resumes) a purge: the previewed trails, or (not previewed) every trail of
-    the scope; then the scope's recall-event queries and cached tool results.
+    the scope; then every other store of the scope (`stores`) and its cached tool results.
 
     Each batch of trails is redacted or deleted in the same transaction that advances
     the run's checkpoint, so a crash loses at most the batch in flight and a rerun
     finishes the work.
 
     Returns:
-        The run, done.
+        The run, done, with what it checked and changed per store and what is left.
     """
     claimed = PurgeRun.objects.filter(
         id=run_id, state__in=[PurgeRun.State.PREVIEWED, PurgeRun.State.QUEUED, PurgeRun.State.RUNNING]
@@ -206,56 +263,137 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             run.last_trail_id, run.processed = batch[-1], run.processed + len(batch)
             run.matched += deleted + redacted
             run.save(update_fields=["last_trail_id", "processed", "matched"])
-    # Raw queries of recall events (kept only where a scope allows) and agents' feedback
-    # reasons are redacted too.
-    for _, model, rows, field in other_records(run.scope_id):
-        for row_id, text in rows.values_list("id", field).iterator():
-            if pii.redact(text, rules) != text:
-                writes.redact_text(model, row_id, field, lambda text: pii.redact(text, rules))
+    counts = {"trails": [run.processed, run.matched]}
+    for store in stores(run.scope, documents=bool(run.subject)):
+        counts[store.kind] = list(_redact_store(run.scope, store, rules))
     tool_results.forget_scope(run.scope)
+    run.counts = counts
     # What still matches, checked while the subject is known (it is forgotten at the end).
-    run.left = {kind: n for kind, n in records_matching(run.scope_id, rules).items() if n}
+    left = records_matching(run.scope_id, rules, documents=bool(run.subject))
+    run.left = {kind: n for kind, n in left.items() if n}
     run.finish()
+    # This process forgets now; every other one at its next request or task (trails.memory).
+    memory.forget_here()
     return run
 
 
-# The records besides trails a purge redacts: (what an operator calls them, model, rows, field).
-def other_records(scope_id: int):
-    return (
-        ("recall queries", RecallEvent, RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""), "query"),
-        (
+@dataclass(frozen=True)
+class Store:
+    """A kind of record besides trails that can hold personal data: what an operator calls it,
+    its rows, the text field, and how a redacted text is written (None: it cannot be here)."""
+
+    kind: str
+    rows: QuerySet
+    field: str
+    write: Callable[[Scope, Any, str], None] | None
+    key: str = "id"
+
+
+def stores(scope: Scope, documents: bool = False) -> list[Store]:
+    """Every store of a scope a purge checks besides trails, in the order it redacts them;
+    with `documents` (an erasure: the built-in rules would find a docs page's own contact
+    address), the section texts too, before their kept revisions (rewriting a section keeps
+    its old text)."""
+    scope_id = scope.pk
+
+    def update(model, field):
+        return lambda scope, key, text: writes.redact_text(model, key, field, lambda _: text)
+
+    def rewrite_section(scope: Scope, section_id: str, text: str) -> None:
+        # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
+        Section.upsert(scope, {section_id: text})
+
+    def delete_revision(scope: Scope, key: int, text: str) -> None:
+        SectionRevision.objects.filter(id=key).delete()
+
+    in_documents = [
+        Store(
+            "section texts",
+            Section.objects.filter(scope_id=scope_id).exclude(text=""),
+            "text",
+            rewrite_section if scope.keeps_text else None,
+            key="section_id",
+        ),
+        # An id is the source's path and heading: renamed at the source, never here.
+        Store("section ids (rename at the source)", Section.objects.filter(scope_id=scope_id), "section_id", None),
+        Store(
+            "kept section revisions",
+            SectionRevision.objects.filter(scope_id=scope_id).exclude(text=""),
+            "text",
+            update(SectionRevision, "text"),
+        ),
+        # A revision is kept for the trails citing its id; those trails were deleted above.
+        Store(
+            "kept revisions' section ids",
+            SectionRevision.objects.filter(scope_id=scope_id),
+            "section_id",
+            delete_revision,
+        ),
+    ]
+    return [
+        Store(
+            "recall queries",
+            RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""),
+            "query",
+            update(RecallEvent, "query"),
+        ),
+        Store(
             "recall partitions",
-            RecallEvent,
             RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""),
             "partition",
+            update(RecallEvent, "partition"),
         ),
-        (
+        Store(
             "feedback reasons",
-            RecallEvent,
             RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""),
             "feedback_reason",
+            update(RecallEvent, "feedback_reason"),
         ),
-        (
+        Store(
             "trail history reasons",
-            TrailSignal,
             TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""),
             "reason",
+            update(TrailSignal, "reason"),
         ),
         # Free text an operator or a sync wrote: a trail's reason (written by older versions
         # with names in it) and what a docs sync said it read ("branch jane-roe-fixes").
-        ("trail reasons", Trail, Trail.objects.filter(scope_id=scope_id).exclude(reason=""), "reason"),
-        ("docs sync sources", SectionSync, SectionSync.objects.filter(scope_id=scope_id).exclude(source=""), "source"),
-    )
+        Store(
+            "trail reasons",
+            Trail.objects.filter(scope_id=scope_id).exclude(reason=""),
+            "reason",
+            update(Trail, "reason"),
+        ),
+        Store(
+            "docs sync sources",
+            SectionSync.objects.filter(scope_id=scope_id).exclude(source=""),
+            "source",
+            update(SectionSync, "source"),
+        ),
+    ] + (in_documents if documents else [])
 
 
-def records_matching(scope_id: int, rules: list[pii.Rule], trails: int | None = None) -> dict[str, int]:
+def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
+    """Redacts one store's matching rows (each text folded once); returns (checked, changed)."""
+    checked = changed = 0
+    for key, text in store.rows.values_list(store.key, store.field).iterator():
+        checked += 1
+        if store.write is None or not pii.find(text, rules):
+            continue
+        store.write(scope, key, pii.redact(text, rules))
+        changed += 1
+    return checked, changed
+
+
+def records_matching(scope_id: int, rules: list, trails: int | None = None, documents: bool = False) -> dict[str, int]:
     """How many of each kind of record in the scope hold a match: trails (unless counted
-    already, as a preview has), then the others."""
+    already, as a preview has), then every other store (`stores`)."""
     if trails is None:
-        trails = sum(1 for trail in trails_to_check(scope_id).iterator(chunk_size=500) if findings(trail, rules)[0])
+        trails = sum(1 for trail in trail_texts(scope_id) if findings(trail, rules)[0])
     counts = {"trails": trails}
-    for kind, _, rows, field in other_records(scope_id):
-        counts[kind] = sum(1 for text in rows.values_list(field, flat=True).iterator() if pii.find(text, rules))
+    for store in stores(Scope.objects.get(pk=scope_id), documents):
+        counts[store.kind] = sum(
+            1 for text in store.rows.values_list(store.field, flat=True).iterator() if pii.find(text, rules)
+        )
     return counts
 
 

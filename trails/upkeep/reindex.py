@@ -9,11 +9,13 @@ from typing import Callable
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models.signals import post_save
+from django.db.models.signals import post_migrate, post_save
 from django.dispatch import receiver
 
 from infra.guards import guard_on
 from scopes.models import Scope
+from trails.core.fold import FOLD_VERSION
+from trails.core.normalise import normalise_query
 from trails.learning.thresholds import SIGNING_FIELDS
 from trails.models import Trail, TrailStatus, trail_status_changed, writes
 from trails.serving.matching import sign
@@ -131,3 +133,59 @@ def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, af
             resign(Scope(pk=trail.scope_id), [trail], servable_only=True)
         else:
             writes.resign(trail.scope_id, [trail.pk], lambda _, t: sign_one(trail.scope, t), SIGNED_FIELDS)
+
+
+def catch_up_fold(batch_size: int = 500) -> tuple[int, int]:
+    """Brings trails signed under an older text fold (`fold.FOLD_VERSION`) to the current one:
+    a trail whose query is ASCII reads the same words under every fold, so only its label
+    changes; any other is signed afresh and its normalised form rewritten. Until then such a
+    trail is not compared lexically (`jaccard_many`). Safe to rerun.
+
+    Returns:
+        (trails relabelled, trails re-signed).
+    """
+    relabelled = resigned = 0
+    after_id = 0
+    while True:
+        batch = list(
+            Trail.objects.filter(id__gt=after_id, lexical_params__startswith="minhash:")
+            .exclude(lexical_params__endswith=f":fold{FOLD_VERSION}")
+            .order_by("id")
+            .only("id", "scope_id", "query", "partition", "lexical_params")[:batch_size]
+        )
+        if not batch:
+            return relabelled, resigned
+        after_id = batch[-1].id
+        same = [t for t in batch if t.query.isascii()]
+        for trail in same:
+            trail.lexical_params = f"{trail.lexical_params.split(':fold')[0]}:fold{FOLD_VERSION}"
+        other = [t for t in batch if not t.query.isascii()]
+        with transaction.atomic():
+            by_scope: dict[int, list[Trail]] = {}
+            for trail in other:
+                trail.normalised_query = normalise_query(trail.query)
+                by_scope.setdefault(trail.scope_id, []).append(trail)
+            writes.refold(same, other)
+            for scope_id, trails in by_scope.items():
+                resign(Scope.objects.get(pk=scope_id), trails)
+        relabelled, resigned = relabelled + len(same), resigned + len(other)
+
+
+@receiver(post_migrate, dispatch_uid="trails.upkeep.reindex.catch_up_fold")
+def catch_up_fold_after_migrate(sender, app_config=None, **kwargs) -> None:
+    """After a deploy's migrate, trails signed under an older fold are brought up to date."""
+    if app_config is None or app_config.label != "trails":
+        return
+    try:
+        done = catch_up_fold()
+    except Exception as problem:  # noqa: BLE001 -- the schema is migrated; the catch-up reruns with the next migrate
+        logger.error(
+            "text fold %s: trails signed under an older fold not brought up (%s: %s); they are not compared "
+            "lexically until `manage.py migrate` runs again",
+            FOLD_VERSION,
+            type(problem).__name__,
+            problem,
+        )
+        return
+    if any(done):
+        logger.warning("text fold %s: %s trail(s) relabelled, %s re-signed", FOLD_VERSION, *done)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from trails.core.pii import MAX_SUBJECT_CHARACTERS
 from trails.models import DISPLAY_STATUSES, PurgeRun
 
 STATUS_CHOICES = [("", "Any status"), *((status, status.capitalize()) for status in DISPLAY_STATUSES)]
@@ -72,7 +73,7 @@ class ReplayForm(forms.Form):
 
 class PurgeForm(forms.Form):
     subject = forms.CharField(
-        max_length=2000,
+        max_length=MAX_SUBJECT_CHARACTERS,
         required=False,
         label="Erasure subject",
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -85,10 +86,13 @@ class PurgeForm(forms.Form):
     )
 
     def clean_subject(self) -> str:
-        from trails.core.pii import identifiers
+        from trails.core.pii import MAX_IDENTIFIERS, identifiers
 
         subject = self.cleaned_data["subject"].strip()
         if any(len(identifier) < 3 for identifier in identifiers(subject)):
             # A one- or two-letter identifier would match nearly every query.
             raise forms.ValidationError("Each identifier needs at least 3 characters.")
+        if len(identifiers(subject)) > MAX_IDENTIFIERS:
+            # One person's identifiers; a list of people is one erasure each.
+            raise forms.ValidationError(f"An erasure subject has at most {MAX_IDENTIFIERS} identifiers (one person's).")
         return "\n".join(identifiers(subject))

@@ -25,6 +25,7 @@ from trails.core.health import WaitingJob, causes_in_words, in_words, service_re
 from trails.core.health import judge as judge_health
 from trails.learning import shipped as calibration
 from trails.learning import thresholds
+from trails.learning.embedder_calibration import matcher_fit
 from trails.models import (
     SIMILARITY_BINS,
     PurgeRun,
@@ -263,7 +264,9 @@ def threshold_context(scope: Scope) -> dict:
                 "matcher": matcher,
                 "configured": getattr(scope, f"{matcher}_threshold"),
                 "in_use": thresholds.in_use(scope, matcher),
-                "ceiling": calibration.limits_for(matcher, getattr(scope, f"{matcher}_threshold")).ceiling,
+                "ceiling": calibration.limits_for(
+                    matcher, getattr(scope, f"{matcher}_threshold"), matcher_fit(scope, matcher)
+                ).ceiling,
             }
             for matcher in thresholds.used_matchers(scope)
         ],
@@ -346,7 +349,11 @@ def tuning(request: HttpRequest, scope_slug: str) -> HttpResponse:
     what_if = (
         None
         if picked is None
-        else {"threshold": picked, **counts, "calibration": calibration.at_threshold(matcher, picked)}
+        else {
+            "threshold": picked,
+            **counts,
+            "calibration": calibration.at_threshold(matcher, picked, matcher_fit(scope, matcher)),
+        }
     )
     return scope_page(
         request,
@@ -361,7 +368,7 @@ def tuning(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "current": current,
             "picked": picked,
             "what_if": what_if,
-            "at_current": calibration.at_threshold(matcher, current),
+            "at_current": calibration.at_threshold(matcher, current, matcher_fit(scope, matcher)),
             "bins": sorted(by_bin.items(), reverse=True),
             "false_hits": false_hit_verdict(
                 *judged_counts([scope.pk], timezone.now()).get(scope.pk, (0, 0)), scope.max_false_hit_rate

@@ -33,17 +33,36 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     scope = scope_or_404(request, scope_slug, Access.ACT if request.method == "POST" else Access.VIEW)
     if request.method == "GET" and wants_csv(request):
         # The audit log: who purged what rule when, never the purged text.
-        runs = (
-            PurgeRun.objects.filter(scope=scope)
-            .exclude(state=PurgeRun.State.PREVIEWED)
-            .values_list(
-                "public_id", "created_at", "requested_by", "rule", "action", "state", "total", "matched", "finished_at"
-            )[:CSV_ROW_LIMIT]
-        )
+        runs = PurgeRun.objects.filter(scope=scope).exclude(state=PurgeRun.State.PREVIEWED)[:CSV_ROW_LIMIT]
         return csv_response(
             f"{scope.slug}-purge-audit.csv",
-            ["run_id", "created_at", "requested_by", "rule", "action", "state", "checked", "matched", "finished_at"],
-            runs.iterator(),
+            [
+                "run_id",
+                "created_at",
+                "requested_by",
+                "rule",
+                "action",
+                "state",
+                "checked",
+                "changed",
+                "left",
+                "finished_at",
+            ],
+            (
+                [
+                    run.public_id,
+                    run.created_at,
+                    run.requested_by,
+                    run.rule,
+                    run.action,
+                    run.state,
+                    run.checked,
+                    run.changed,
+                    "; ".join(f"{n} {kind}" for kind, n in (run.left or {}).items()),
+                    run.finished_at,
+                ]
+                for run in runs.iterator()
+            ),
         )
     form = PurgeForm(request.POST or None)
     preview, status, problem = None, 200, ""
@@ -110,7 +129,7 @@ def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[tuple[object,
     rules = purge_rules(run)
     found = []
     for other in granted_scopes(request.user, Access.ACT).exclude(pk=scope.pk).order_by("slug"):
-        count = sum(records_matching(other.pk, rules).values())
+        count = sum(records_matching(other.pk, rules, documents=True).values())
         if count:
             found.append((other, count))
     return found

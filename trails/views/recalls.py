@@ -226,8 +226,11 @@ def recall_detail(request: HttpRequest, scope_slug: str, recall_id) -> HttpRespo
     if event.query:
         # The question is kept (keep_raw_queries): what recall would answer it now, in the
         # partition it was asked in, and why.
-        replayed = recall(scope, event.query, event.partition, None, dry_run=True, explain=True)
-        why = replayed.explanation
+        try:
+            replayed = recall(scope, event.query, event.partition, None, dry_run=True, explain=True)
+            why = replayed.explanation
+        except Refused as refused:  # the embedder away or not calibrated: the page shows the rest
+            messages.warning(request, f"No replay: {refused.message}")
     return scope_page(
         request,
         "trails/recalls/recall_detail.html",

@@ -1,4 +1,4 @@
-"""manage.py benchmark_page: docs/benchmarks.md's table of targets from docs/benchmark-results.json."""
+"""manage.py benchmark_page: the table of targets in docs/benchmarks.md and docs/how-we-know.md from docs/benchmark-results.json."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from evaluation import results
 
 
 class Command(BaseCommand):
-    help = "Rewrites docs/benchmarks.md's table of targets and latest figures from docs/benchmark-results.json."
+    help = "Rewrites the table of targets and latest figures in docs/benchmarks.md and docs/how-we-know.md from docs/benchmark-results.json."
 
     def handle(self, *args, **options) -> None:
-        results.write_page()
-        self.stdout.write(f"{results.PAGE.name}: {len(results.load())} targets")
+        results.write_pages()
+        for page in results.PAGES:
+            self.stdout.write(f"{page.name}: {len(results.load())} targets")

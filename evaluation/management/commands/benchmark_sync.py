@@ -323,7 +323,7 @@ class Command(BaseCommand):
             measured=measured,
             met=this["over_2000_tokens"] == 0 and this["kept_at_prefetch"] >= previous["kept_at_prefetch"],
         )
-        kept.write_page()
+        kept.write_pages()
 
     @staticmethod
     def _path(sections, page: str) -> str:

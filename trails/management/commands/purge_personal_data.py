@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
+from trails.core.pii import MAX_IDENTIFIERS, MAX_SUBJECT_CHARACTERS, identifiers
 from trails.models import PurgeRun
 from trails.upkeep import purge
 
@@ -22,10 +23,17 @@ class Command(BaseCommand):
         found = Scope.objects.filter(slug=scope).first()
         if found is None:
             raise CommandError(f"no such scope: {scope}")
+        if len(identifiers(subject)) > MAX_IDENTIFIERS or len(subject) > MAX_SUBJECT_CHARACTERS:
+            raise CommandError(
+                f"an erasure subject has at most {MAX_IDENTIFIERS} identifiers and {MAX_SUBJECT_CHARACTERS} characters"
+            )
         run = PurgeRun.request(found, subject, delete, by)
         if preview:
             count, shown = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
+            others = {kind: n for kind, n in purge.preview_records(run).items() if n and kind != "trails"}
+            if others:
+                self.stdout.write("and: " + ", ".join(f"{n} {kind}" for kind, n in others.items()))
             for public_id, _, rules, contexts in shown:
                 self.stdout.write(
                     f"  {public_id}: {', '.join(rules)}" + "".join(f"\n    {shown_text}" for shown_text in contexts)
@@ -34,3 +42,8 @@ class Command(BaseCommand):
         run.save()
         done = purge.run_purge(run.id)
         self.stdout.write(f"purge {done.public_id}: {done.matched} of {done.processed} trails {done.action}ed")
+        for kind, (checked, changed) in (done.counts or {}).items():
+            if kind != "trails" and changed:
+                self.stdout.write(f"  {changed} of {checked} {kind} changed")
+        left = ", ".join(f"{n} {kind}" for kind, n in (done.left or {}).items())
+        self.stdout.write(f"still holding it: {left}" if left else "nothing left in any store")

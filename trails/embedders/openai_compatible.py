@@ -1,0 +1,144 @@
+"""An embedder on an OpenAI-compatible `POST /v1/embeddings` endpoint (OpenAI, Azure's
+compatible route, vLLM, text-embeddings-inference, Ollama, LiteLLM and most hosted providers).
+
+Settings: RAGTRAIL_EMBEDDING_URL (the endpoint's base, e.g. https://api.openai.com/v1),
+RAGTRAIL_EMBEDDING_MODEL (the model as the endpoint names it), RAGTRAIL_EMBEDDING_API_KEY,
+RAGTRAIL_EMBEDDING_DIMENSIONS (sent as `dimensions` where set), RAGTRAIL_EMBEDDING_BATCH,
+RAGTRAIL_EMBEDDING_TIMEOUT_MS (one question's deadline, retries included, inside recall's
+budget), RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS (a batch's, for reindex and calibration) and
+RAGTRAIL_EMBEDDING_RETRIES. docs/matching.md, "Another embedding model", says how to switch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Sequence
+
+import httpx
+import numpy as np
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .base import BaseEmbedder, EmbedderUnavailable, unit_rows
+
+logger = logging.getLogger(__name__)
+
+# Answers worth another attempt: rate limited, or the endpoint briefly away.
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+# The first wait between attempts (doubled each time), cut to the time left.
+BACKOFF_S = 0.05
+
+
+class Embedder(BaseEmbedder):
+    def __init__(self, model: str) -> None:
+        super().__init__(model)
+        if not model or model.startswith("bundled:"):
+            raise ImproperlyConfigured(
+                "RAGTRAIL_EMBEDDING_MODEL must name the model the endpoint serves (e.g. text-embedding-3-small)"
+            )
+        url = settings.RAGTRAIL_EMBEDDING_URL.rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ImproperlyConfigured(
+                "RAGTRAIL_EMBEDDING_URL must be the endpoint's http(s) base, e.g. https://api.openai.com/v1"
+            )
+        self.url = url if url.endswith("/embeddings") else f"{url}/embeddings"
+        self.batch = max(1, settings.RAGTRAIL_EMBEDDING_BATCH)
+        self.timeout_s = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS / 1000
+        self.batch_timeout_s = max(self.timeout_s, settings.RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS / 1000)
+        self.retries = max(0, settings.RAGTRAIL_EMBEDDING_RETRIES)
+        if settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS >= settings.RAGTRAIL_RECALL_BUDGET_MS:
+            raise ImproperlyConfigured(
+                f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS}) must be under "
+                f"RAGTRAIL_RECALL_BUDGET_MS ({settings.RAGTRAIL_RECALL_BUDGET_MS}): a recall embeds its question within its budget"
+            )
+        self.dimensions = settings.RAGTRAIL_EMBEDDING_DIMENSIONS or None
+        # The name records the model and any dimensions asked for: either changes the vectors.
+        self.name = f"{model}-{self.dimensions}d" if self.dimensions else model
+        headers = {"Content-Type": "application/json"}
+        if settings.RAGTRAIL_EMBEDDING_API_KEY:
+            headers["Authorization"] = f"Bearer {settings.RAGTRAIL_EMBEDDING_API_KEY}"
+        self._client = httpx.Client(headers=headers, follow_redirects=False, trust_env=False)
+        self._dim: int | None = self.dimensions
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:  # type: ignore[override]
+        """The vectors' length: the dimensions asked for, else learnt from the first answer."""
+        if self._dim is None:
+            self.embed_many(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # One question (recall, record) gets the short deadline; batches (reindex, calibration) the long one.
+        timeout = self.timeout_s if len(texts) == 1 else self.batch_timeout_s
+        rows = [
+            self._request(list(texts[start : start + self.batch]), timeout)
+            for start in range(0, len(texts), self.batch)
+        ]
+        return unit_rows(np.concatenate(rows))
+
+    def _request(self, texts: list[str], timeout: float) -> np.ndarray:
+        """One batch's vectors, attempts and waits within `timeout` seconds in all."""
+        body: dict = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self.dimensions:
+            body["dimensions"] = self.dimensions
+        deadline = time.monotonic() + timeout
+        problem = ""
+        for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                answer = self._client.post(self.url, json=body, timeout=httpx.Timeout(left))
+            except httpx.TimeoutException:
+                problem = f"no answer within {timeout * 1000:.0f} ms"
+                break  # the deadline is spent: another attempt could not finish in it
+            except httpx.TransportError as error:
+                problem = f"{type(error).__name__}: {error}"
+            else:
+                if answer.status_code == 200:
+                    return self._vectors(answer, len(texts))
+                problem = f"HTTP {answer.status_code}: {_error_message(answer)}"
+                if answer.status_code not in RETRY_STATUSES:
+                    break  # a wrong key, model or request: asking again gives the same answer
+            time.sleep(max(0.0, min(BACKOFF_S * 2**attempt, deadline - time.monotonic())))
+        logger.warning("embedding endpoint %s failed: %s", self.url, problem)
+        raise EmbedderUnavailable(f"the embedding endpoint {self.url} failed: {problem}")
+
+    def _vectors(self, answer: httpx.Response, count: int) -> np.ndarray:
+        try:
+            data = sorted(answer.json()["data"], key=lambda item: item["index"])
+            matrix = np.asarray([item["embedding"] for item in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as error:
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered no embeddings list: {error}"
+            ) from None
+        if matrix.ndim != 2 or matrix.shape[0] != count:
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered {matrix.shape[0] if matrix.ndim else 0} vectors for {count} texts"
+            )
+        with self._lock:
+            if self._dim is None:
+                self._dim = int(matrix.shape[1])
+        if matrix.shape[1] != self._dim:
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions, not {self._dim}"
+            )
+        return matrix
+
+
+def _error_message(answer: httpx.Response) -> str:
+    """The endpoint's own error message where it gives one (OpenAI's `{"error": {"message"}}`)."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return answer.text[:200]
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message", error))[:200]
+    return str(error or answer.text)[:200]
