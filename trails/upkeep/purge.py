@@ -297,7 +297,11 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
     scope_id = scope.pk
 
     def update(model, field):
-        return lambda scope, key, text: writes.redact_text(model, key, field, lambda _: text)
+        def write(scope: Scope, key, text: str) -> None:
+            writes.redact_text(model, key, field, lambda _: text)
+
+        write.target = (model, field)  # _redact_store redacts the row as it is when written
+        return write
 
     def rewrite_section(scope: Scope, section_id: str, text: str) -> None:
         # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
@@ -379,7 +383,11 @@ def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
         checked += 1
         if store.write is None or not pii.find(text, rules):
             continue
-        store.write(scope, key, pii.redact(text, rules))
+        target = getattr(store.write, "target", None)
+        if target is not None:  # a conditional update: a text written since it was read is read again
+            writes.redact_text(target[0], key, target[1], lambda current: pii.redact(current, rules))
+        else:
+            store.write(scope, key, pii.redact(text, rules))
         changed += 1
     return checked, changed
 
