@@ -71,6 +71,8 @@ test: $(VENV)/.installed $(OUTSIDE)/.installed $(DOC_TOOLS)/.installed $(TS_CLIE
 	$(PY) manage.py export_model
 	@# -rs: every skipped test is listed with its reason (what this machine lacks: PostgreSQL, Redis, Chromium...).
 	$(PY) -m pytest -rs
+	@# Each guard of docs/consistency.md switched off in turn: its test must then fail.
+	$(PY) manage.py check_guards
 
 # The long run of the stateful property test (CI runs 300 examples on PostgreSQL).
 test-properties: export RAGTRAIL_SECRET_KEY ?= test-only-key-not-for-production-0123456789-abcdefghijklmnop

@@ -19,6 +19,7 @@ from trails.models import (
     TrailReport,
     TrailSignal,
     delete_rows,
+    writes,
 )
 
 
@@ -55,6 +56,10 @@ def bulk_transaction() -> Iterator[None]:
 def drop_scope(scope: Scope) -> None:
     """Deletes a scope with all its rows, by scope, in bulk: for benchmark and evaluation
     scopes, whose millions of rows row-by-row cascades would take minutes over."""
+    writes.bulk_load(lambda: _drop(scope))
+
+
+def _drop(scope: Scope) -> None:
     trails = Trail.objects.filter(scope=scope)
     with without_statement_timeout():
         for queryset in (

@@ -39,7 +39,7 @@ from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
 from trails.embedders import PrecomputedEmbedder, get_embedder, serving
 from trails.embedders.base import BaseEmbedder
-from trails.models import BandKeys, Citation, Step, Trail, TrailSignal
+from trails.models import BandKeys, Citation, Step, Trail, TrailSignal, writes
 from trails.serving.record import RecordInput, TrailRows, band_key_rows
 
 OPENINGS = [
@@ -268,6 +268,10 @@ def save_fast(all_rows: list[TrailRows]) -> None:
     if connection.vendor != "postgresql":
         TrailRows.save_all(all_rows)
         return
+    writes.bulk_load(lambda: _copy_rows(all_rows))
+
+
+def _copy_rows(all_rows: list[TrailRows]) -> None:
     with bulk_transaction(), connection.cursor() as cursor:
         Trail.objects.bulk_create([rows.trail for rows in all_rows], batch_size=5000)
         for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):

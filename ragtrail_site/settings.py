@@ -15,6 +15,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Off unless asked for: an error page must never show a traceback in production.
 # `make run` turns it on for the laptop demo.
 DEBUG = env_bool("RAGTRAIL_DEBUG", False)
+# A write to a row a trail owns from outside trails.models.writes fails (docs/consistency.md): with DEBUG and in the tests.
+RAGTRAIL_ENFORCE_ONE_WRITER = env_bool("RAGTRAIL_ENFORCE_ONE_WRITER", DEBUG)
 # The key signs sessions and salts API-key hashes. Without DEBUG there is no fallback:
 # the process refuses to start rather than run on a key anyone can read here.
 SECRET_KEY = env_str("RAGTRAIL_SECRET_KEY", "")

@@ -10,10 +10,11 @@ restoring the key's standing counts them again. The trails' side runs in trails 
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from infra.guards import guard_on
 from scopes import audit
 from scopes.audit import AuditEvent
 from scopes.models import ApiKey
@@ -64,6 +65,21 @@ def set_aside_reporters() -> set[str]:
     return {
         f"key:{lookup}" for lookup in ApiKey.objects.filter(set_aside_at__isnull=False).values_list("lookup", flat=True)
     }
+
+
+def reporter_set_aside(reporter: str) -> bool:
+    """Whether this reporter's key is set aside, its row held FOR SHARE until the transaction
+    ends: a set-aside then waits for the report being counted, and its recount sees it."""
+    if not reporter.startswith("key:"):
+        return False
+    if connection.vendor == "postgresql" and guard_on("report-holds-its-keys-standing"):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT set_aside_at FROM {ApiKey._meta.db_table} WHERE lookup = %s FOR SHARE", [reporter[4:]]
+            )
+            row = cursor.fetchone()
+        return row is not None and row[0] is not None
+    return ApiKey.objects.filter(lookup=reporter[4:], set_aside_at__isnull=False).exists()
 
 
 def set_aside(key: ApiKey, by: str) -> None:

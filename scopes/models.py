@@ -19,14 +19,7 @@ from django.utils import timezone
 from infra.errors import Invalid
 from infra.hashing import section_hash
 from infra.prepared import prepared_cursor
-
-
-def new_policy_version() -> str:
-    return secrets.token_hex(16)
-
-
-def new_cache_token() -> str:
-    return secrets.token_hex(16)
+from scopes.saving import KeptWrites, ScopeQuerySet, new_cache_token, new_policy_version  # noqa: F401
 
 
 class Matcher(models.TextChoices):
@@ -35,7 +28,7 @@ class Matcher(models.TextChoices):
     BOTH = "both", "Both: either may match"
 
 
-class Scope(models.Model):
+class Scope(KeptWrites, models.Model):
     """A tenant, permission group or document set: nothing is matched across scopes.
 
     Its matching fields are settings only; what they mean for matching (parameters,
@@ -125,6 +118,8 @@ class Scope(models.Model):
 
     class Meta:
         ordering = ["slug"]
+
+    objects = ScopeQuerySet.as_manager()
 
     def __str__(self) -> str:
         return self.slug

@@ -191,3 +191,24 @@ def pytest_sessionstart(session) -> None:
                     connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except psycopg.Error:
         pass  # a leftover stays; this run's own database is made under its own name regardless
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """The test databases as pytest-django makes them; at teardown, their DROP runs without the
+    service's statement and lock timeouts (on a loaded machine a 5 s DROP left an invalid
+    database that broke the next run)."""
+    yield
+    from django.db import connections
+
+    for connection in connections.all():
+        options = connection.settings_dict.get("OPTIONS", {})
+        if "options" in options:
+            options["options"] = no_timeouts(options["options"])
+
+
+def no_timeouts(options: str) -> str:
+    """libpq's `options` with statement_timeout and lock_timeout off."""
+    import re
+
+    return re.sub(r"-c (statement_timeout|lock_timeout)=\d+", r"-c \1=0", options)

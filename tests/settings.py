@@ -23,3 +23,6 @@ for _cache in CACHES.values():
 CELERY_TASK_DEFAULT_QUEUE = os.environ["RAGTRAIL_JOB_QUEUE"]
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{RUN}"}
+
+# Every test runs with the one writer enforced: a write around it fails the test.
+RAGTRAIL_ENFORCE_ONE_WRITER = True

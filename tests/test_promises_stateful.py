@@ -51,6 +51,7 @@ from hypothesis.stateful import (
 
 from infra.hashing import section_hash
 from scopes.models import ApiKey, Scope, Section, SectionRevision
+from tests.bypass import around_the_writer
 from tests.conftest import ApiClient
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Reports, State
@@ -116,18 +117,24 @@ class TrailModel:
     def apply(self, action: str, actor: Actor, reporter: str = "") -> bool:
         """What the declared table says the action does to this trail; False where it refuses."""
 
-        def decide(name: str, reporters: set) -> table.Rule:
-            return table.decide(name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2)
+        def decide(name: str, reporters: set, restores_to: State | None = None) -> table.Rule:
+            return table.decide(
+                name, actor, self.state(), reporters_after=len(reporters), reporters_to_hold=2, restores_to=restores_to
+            )
 
         prior = (self.status, self.held)
         try:
             rule = decide(action, self.reporters)
-        except table.Refused:
+        except table.ActionRefused:
             return False
         if rule.restores:
             if self.undo_to is None:
                 return False
+            status, held = self.undo_to
+            rule = decide(action, self.reporters, State.HELD if status == "pending" and held else State(status))
             (self.status, self.held), self.undo_to = self.undo_to, None
+            if rule.to_state is State.HELD:
+                self.status, self.held = "pending", True
             return True
         action = rule.taken_as or action
         if rule.reports is Reports.COUNT:
@@ -357,7 +364,7 @@ class Promises(RuleBasedStateMachine):
         model = self.trails[trail_id]
         try:
             writes.act(Trail.objects.get(public_id=trail_id), action, Actor.OPERATOR, by="root", reason=reason)
-        except table.Refused:
+        except table.ActionRefused:
             assert not model.apply(action, Actor.OPERATOR), (action, model)
             return False
         assert model.apply(action, Actor.OPERATOR), (action, model)
@@ -426,7 +433,8 @@ class Promises(RuleBasedStateMachine):
         # deletes the trail or keeps it, by which vote won).
         if row.status != "rejected":
             writes.act(row, "down", Actor.OPERATOR, by="root", reason="settled after the race")
-        Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
+        with around_the_writer():
+            Trail.objects.filter(pk=row.pk).update(expires_at=expires_before)
         trail.status, trail.held, trail.undo_to = "rejected", False, None
         # The reports of the race's down votes (one key's, if an approval came first) stay counted.
         trail.reporters = set(TrailReport.objects.filter(trail=row).values_list("reporter", flat=True))
@@ -731,7 +739,7 @@ class Promises(RuleBasedStateMachine):
     def _refused_as_409(call) -> int:
         try:
             call()
-        except table.Refused:
+        except table.ActionRefused:
             return 409
         return 200
 
@@ -779,7 +787,8 @@ class Promises(RuleBasedStateMachine):
     def time_passes_for_a_trail(self, data) -> None:
         Totals.steps += 1
         trail_id = data.draw(st.sampled_from(self._live_trails()))
-        Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+        with around_the_writer():
+            Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
         self.trails[trail_id].expired = True
 
     @rule(days=st.sampled_from([0, 8, 31]))

@@ -58,6 +58,13 @@ class ScopeAdmin(GrantedScopesAdmin):
             else queryset.filter(pk__in=granted_scopes(request.user, Access.CONFIGURE))
         )
 
+    def get_deleted_objects(self, objs, request):
+        # A scope's trails go through the deletion path in batches (Scope.delete), never listed row by row.
+        scopes = list(objs)
+        counts = {"scopes": len(scopes), "trails": Trail.objects.filter(scope__in=scopes).count()}
+        allowed = all(self.has_delete_permission(request, scope) for scope in scopes)
+        return [str(scope) for scope in scopes], counts, set() if allowed else {"scope"}, []
+
     def has_add_permission(self, request) -> bool:
         # A new tenant is a superuser's act: an operator would hold no grant to it.
         return request.user.is_superuser and super().has_add_permission(request)

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 from django.core.signals import request_started
 from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 def register_sqlite_functions(sender, connection, **kwargs) -> None:
@@ -26,6 +27,18 @@ class TrailsConfig(AppConfig):
         # Every web and worker process forgets what it holds in memory once a purge finished.
         request_started.connect(memory.check, dispatch_uid="ragtrail-forget-after-purge")
         task_prerun.connect(memory.check, dispatch_uid="ragtrail-forget-after-purge-task", weak=False)
+        from django.conf import settings
+
+        from scopes.saving import SCOPE_DELETERS
+        from trails.models import gate, writes
+
+        if settings.RAGTRAIL_ENFORCE_ONE_WRITER:
+            # A write to a row a trail owns from outside the writer fails (docs/consistency.md).
+            connection_created.connect(gate.enforce_on_new_connections, dispatch_uid="ragtrail-one-writer")
+            pre_migrate.connect(gate.migrating, dispatch_uid="ragtrail-one-writer-migrating")
+            post_migrate.connect(gate.migrated, dispatch_uid="ragtrail-one-writer-migrated")
+        if writes.delete_scope not in SCOPE_DELETERS:
+            SCOPE_DELETERS.append(writes.delete_scope)
         # Their receivers act on every path: scope saves (thresholds, re-signing) and trail
         # status changes (rejection labels, signing a reinstated trail).
         from trails.learning import feedback, thresholds  # noqa: F401

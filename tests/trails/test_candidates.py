@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scopes.models import Scope, Section
+from tests.bypass import around_the_writer
 from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
@@ -101,8 +102,10 @@ def test_the_candidate_sql_reads_what_the_orm_query_reads(db):
     ids = list(
         Trail.objects.filter(scope=scope).order_by("id").values_list("id", flat=True)
     )  # the same ones on every plan
-    Trail.objects.filter(id__in=ids[:5]).update(expires_at=now - timedelta(seconds=1))
-    Trail.objects.filter(id__in=ids[5:9]).update(status=TrailStatus.STALE)
+    with around_the_writer():
+        Trail.objects.filter(id__in=ids[:5]).update(expires_at=now - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(id__in=ids[5:9]).update(status=TrailStatus.STALE)
     Section.upsert(scope, {"s1": "section 1 rewritten"})
     Section.objects.filter(scope=scope, section_id="s2").delete()
     # As a question has them (the scope stores them XOR its salt), in an order that does not depend on the scope's id.

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from scopes.models import ApiKey, Scope, Section
+from tests.bypass import around_the_writer
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.core import lifecycle as table
@@ -391,7 +392,8 @@ def _expire(trail_id: str) -> Trail:
 
     from django.utils import timezone
 
-    Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
     return Trail.objects.get(public_id=trail_id)
 
 
@@ -448,6 +450,19 @@ def test_undoing_a_send_back_restores_the_active_trail_with_its_expiry(api, scop
     assert after.lifecycle_state() is State.ACTIVE and after.expires_at == active_until
     with pytest.raises(ActionRefused):
         writes.undo(after, Actor.OPERATOR, by="olga")  # the latest change is the undo itself
+
+
+def test_undoing_a_send_back_of_a_trail_reported_while_it_was_held_leaves_it_held_by_the_reports(api, scope, sections):
+    trail = Trail.objects.get(public_id=record_icu(api))
+    served = [recall_id(api), recall_id(second_key(scope))]
+    writes.act(trail, "demote", Actor.OPERATOR, by="olga")
+    for reporter in ("key:aaaa", "key:bbbb"):  # agents' reports on the recalls it served before
+        writes.report(Trail.objects.get(pk=trail.pk), reporter, "wrong")
+    assert len(served) == 2 and Trail.objects.get(pk=trail.pk).false_hit_reporters == 2
+    writes.undo(trail, Actor.OPERATOR, by="olga")
+    after = Trail.objects.get(pk=trail.pk)
+    assert after.lifecycle_state() is State.HELD and after.held_by == "reports", after.status
+    assert api.recall("hospital", query=QUESTION).json()["outcome"] == "miss"  # still out of service
 
 
 def test_an_operator_cannot_post_a_release_for_a_held_trail(api, scope, sections):

@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from tests.bypass import around_the_writer
 from tests.conftest import VISITING
 from trails.core.lifecycle import Actor
 from trails.models import PurgeRun, RecallEvent, Trail, TrailSignal, writes
@@ -174,7 +175,8 @@ def test_trail_table_filters_searches_sorts_and_answers_htmx_with_the_fragment(s
     assert "<html" not in fragment and fragment.strip().startswith('<div id="trail-table">')
     assert "ICU visiting hours" in fragment and "visitors park" not in fragment
 
-    Trail.objects.filter(query__startswith="Where").update(hit_count=9)
+    with around_the_writer():
+        Trail.objects.filter(query__startswith="Where").update(hit_count=9)
     by_hits = staff.get("/ops/hospital/trails/?sort=hits").content.decode()
     assert by_hits.index("Where do visitors park?") < by_hits.index("ICU visiting")
 
@@ -414,7 +416,8 @@ def test_the_recall_log_lists_filters_and_pages_recalls_and_links_to_replay(staf
     replay = staff.get(f"/ops/hospital/replay/?recall={event.public_id}").content.decode()
     assert 'id="replay-outcome">miss' in replay and "Where is the pharmacy?" in replay
     # Pages of 50 by id: the second page holds the rest.
-    RecallEvent.objects.bulk_create([RecallEvent(scope=scope, outcome="miss", latency_ms=1.0) for _ in range(60)])
+    with around_the_writer():
+        RecallEvent.objects.bulk_create([RecallEvent(scope=scope, outcome="miss", latency_ms=1.0) for _ in range(60)])
     first = staff.get("/ops/hospital/recalls/").content.decode()
     assert first.count('data-recall="') == 50
     older = re.search(r'href="\?([^"]+)" id="older-recalls"', first).group(1).replace("&amp;", "&")
@@ -572,7 +575,8 @@ def test_overview_shows_safety_at_a_glance(staff, api, scope, trails):
     api.recall("hospital", query="Where is the pharmacy?")
     writes.act(Trail.objects.get(query="Where do visitors park?"), "down", Actor.OPERATOR, by="olga")
     # Last window's recalls (a day before) for the comparison.
-    RecallEvent.objects.filter(outcome="miss").update(created_at=timezone.now() - timedelta(hours=30))
+    with around_the_writer():
+        RecallEvent.objects.filter(outcome="miss").update(created_at=timezone.now() - timedelta(hours=30))
     roll_up(timezone.now() - timedelta(days=3), timezone.now() + timedelta(hours=1))
     page = staff.get("/ops/hospital/").content.decode()
     assert '<div class="detail" id="kpi-recalls-before">before: 1 · rolled up to' in page
@@ -699,19 +703,20 @@ def test_the_overview_says_when_false_hits_are_over_the_bound(staff, db):
 
     scope = Scope.objects.create(slug="health", matcher="lexical", max_false_hit_rate=0.02)
     now = timezone.now()
-    RecallEvent.objects.bulk_create(
-        RecallEvent(
-            scope=scope,
-            created_at=now,
-            outcome="prefetch",
-            similarity=0.96,
-            latency_ms=4.0 + i,
-            matcher="lexical",
-            helpful=i >= 18,
-            feedback_at=now,
+    with around_the_writer():
+        RecallEvent.objects.bulk_create(
+            RecallEvent(
+                scope=scope,
+                created_at=now,
+                outcome="prefetch",
+                similarity=0.96,
+                latency_ms=4.0 + i,
+                matcher="lexical",
+                helpful=i >= 18,
+                feedback_at=now,
+            )
+            for i in range(21)
         )
-        for i in range(21)
-    )
     page = staff.get("/ops/health/").content.decode()
     assert "False hits over the bound:" in page and "18 of 21 recalls judged in the last 24 h" in page
     assert 'id="health-verdict">broken<' in page
@@ -752,19 +757,20 @@ def test_the_health_strip_and_the_alert_read_one_false_hit_verdict(staff, db, re
 
     scope = Scope.objects.create(slug="judged", matcher="lexical", max_false_hit_rate=0.02)
     now = timezone.now()
-    RecallEvent.objects.bulk_create(
-        RecallEvent(
-            scope=scope,
-            created_at=now,
-            outcome="prefetch",
-            similarity=0.96,
-            latency_ms=4.0,
-            matcher="lexical",
-            helpful=i >= reported,
-            feedback_at=now,
+    with around_the_writer():
+        RecallEvent.objects.bulk_create(
+            RecallEvent(
+                scope=scope,
+                created_at=now,
+                outcome="prefetch",
+                similarity=0.96,
+                latency_ms=4.0,
+                matcher="lexical",
+                helpful=i >= reported,
+                feedback_at=now,
+            )
+            for i in range(judged)
         )
-        for i in range(judged)
-    )
     jobs_heard_from()
     page = staff.get("/ops/judged/").content.decode()
     assert f'id="health-verdict">{page_says}<' in page
@@ -906,20 +912,22 @@ def test_the_threshold_what_if_counts_the_hits_a_higher_threshold_loses_and_quot
     scope = Scope.objects.create(slug="tune", matcher="embedding", embedding_threshold=0.945)
     now = timezone.now()
     rows = [(0.95, False), (0.951, True), (0.96, None), (0.99, True)]
-    RecallEvent.objects.bulk_create(
-        RecallEvent(
-            scope=scope,
-            created_at=now,
-            outcome="prefetch",
-            similarity=s,
-            latency_ms=3.0,
-            matcher="embedding",
-            helpful=h,
-            feedback_at=now if h is not None else None,
+    with around_the_writer():
+        RecallEvent.objects.bulk_create(
+            RecallEvent(
+                scope=scope,
+                created_at=now,
+                outcome="prefetch",
+                similarity=s,
+                latency_ms=3.0,
+                matcher="embedding",
+                helpful=h,
+                feedback_at=now if h is not None else None,
+            )
+            for s, h in rows
         )
-        for s, h in rows
-    )
-    RecallEvent.objects.create(scope=scope, created_at=now, outcome="miss", latency_ms=3.0, nearest_similarity=0.93)
+    with around_the_writer():
+        RecallEvent.objects.create(scope=scope, created_at=now, outcome="miss", latency_ms=3.0, nearest_similarity=0.93)
     raised = staff.get("/ops/tune/tuning/?threshold=0.97").content.decode()
     assert (
         "Hits that would become misses: <strong>3</strong> (1 of them reported not helpful, 1 judged helpful)" in raised
@@ -942,19 +950,20 @@ def test_the_what_if_reads_at_most_the_windows_latest_recalls_and_says_so(staff,
     scope = Scope.objects.create(slug="busy", matcher="embedding", embedding_threshold=0.945)
     now = timezone.now()
     # Three old reported hits and two recent ones: only the latest two are read.
-    RecallEvent.objects.bulk_create(
-        RecallEvent(
-            scope=scope,
-            created_at=now - timedelta(hours=hours),
-            outcome="prefetch",
-            similarity=0.95,
-            latency_ms=3.0,
-            matcher="embedding",
-            helpful=False,
-            feedback_at=now,
+    with around_the_writer():
+        RecallEvent.objects.bulk_create(
+            RecallEvent(
+                scope=scope,
+                created_at=now - timedelta(hours=hours),
+                outcome="prefetch",
+                similarity=0.95,
+                latency_ms=3.0,
+                matcher="embedding",
+                helpful=False,
+                feedback_at=now,
+            )
+            for hours in (1, 2, 30, 31, 32)
         )
-        for hours in (1, 2, 30, 31, 32)
-    )
     monkeypatch.setattr(overview, "WHAT_IF_RECALLS", 2)
     html = staff.get("/ops/busy/tuning/?threshold=0.97").content.decode()
     assert "these figures are its latest 2, since" in html
@@ -1321,11 +1330,13 @@ def test_each_degraded_case_turns_the_overviews_verdict_and_names_its_cause(staf
         return page.split('id="health-because">', 1)[1].split("</p>", 1)[0] if 'id="health-because"' in page else "ok"
 
     assert strip() == "ok"
-    RecallEvent.objects.bulk_create(
-        [RecallEvent(scope=scope, outcome="miss", latency_ms=1060.0, created_at=now) for _ in range(20)]
-    )
+    with around_the_writer():
+        RecallEvent.objects.bulk_create(
+            [RecallEvent(scope=scope, outcome="miss", latency_ms=1060.0, created_at=now) for _ in range(20)]
+        )
     assert "Broken because:" in strip() and "recall p95 1060 ms, over its 500 ms budget" in strip()
-    RecallEvent.objects.all().delete()
+    with around_the_writer():
+        RecallEvent.objects.all().delete()
 
     monkeypatch.setattr(refusals, "window", lambda slug: windowed({"database": 52}, 80))
     assert "Broken because:" in strip() and "52 of 80 API requests to this scope refused with 503" in strip()

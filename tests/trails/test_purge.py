@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail
+from tests.bypass import around_the_writer
+from trails.models import PiiPattern, PurgeRun, RecallEvent, Trail, writes
 from trails.upkeep import purge
 
 QUERIES = [
@@ -61,7 +62,7 @@ def test_an_erasure_request_deletes_the_subjects_trails_and_keeps_no_copy(stored
 
 def test_a_purge_that_crashed_halfway_ends_the_same_when_rerun(stored, monkeypatch):
     run = PurgeRun.objects.create(scope=stored, rule="built-in and scope patterns", action="redact", requested_by="op")
-    real = purge._redact_trails
+    real = writes.purge_trails
     calls = {"n": 0}
 
     def crash_on_second_batch(*args):
@@ -70,12 +71,12 @@ def test_a_purge_that_crashed_halfway_ends_the_same_when_rerun(stored, monkeypat
             raise RuntimeError("worker killed")
         return real(*args)
 
-    monkeypatch.setattr(purge, "_redact_trails", crash_on_second_batch)
+    monkeypatch.setattr(writes, "purge_trails", crash_on_second_batch)
     with pytest.raises(RuntimeError):
         purge.run_purge(run.id, batch_size=2)
     halfway = PurgeRun.objects.get(id=run.id)
     assert halfway.state == "running" and halfway.processed == 2
-    monkeypatch.setattr(purge, "_redact_trails", real)
+    monkeypatch.setattr(writes, "purge_trails", real)
     done = purge.run_purge(run.id, batch_size=2)
     assert (done.state, done.processed, done.matched) == ("done", 5, 3)
     crashed_result = queries()
@@ -108,7 +109,8 @@ def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_no
 
     trail = Trail.objects.filter(scope=stored).first()
     # A reason as older versions wrote it, and a sync that said where it read its texts.
-    Trail.objects.filter(pk=trail.pk).update(reason="rejected by ann: Zoë Åberg complained by phone")
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(reason="rejected by ann: Zoë Åberg complained by phone")
     SectionSync.objects.create(scope=stored, by="command", source="branch zoe-aberg-fixes by Zoe Aberg", summary={})
     SectionSync.objects.create(scope=stored, by="command", source="Parking rules by Parkinson", summary={})
     run = PurgeRun.request(stored, "zoe aberg\nPark", delete=False, requested_by="op")

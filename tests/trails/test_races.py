@@ -12,12 +12,13 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
 from scopes.keys import set_aside
 from scopes.models import ApiKey, Scope, Section, SectionSyncJob
+from tests.bypass import around_the_writer
 from tests.trails.test_recall import record_icu
 from tests.trails.test_recall_feedback import QUESTION, feedback, recall_id, second_key
 from trails.core.lifecycle import Actor, State
@@ -87,6 +88,7 @@ def wait_for_lock_waiters(count: int = 1) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # a transaction's view of it is otherwise fixed
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
             )
@@ -112,7 +114,8 @@ def _trail(trail_id: str) -> Trail:
 def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
     # The sweep runs on a clock a minute ahead of the approver's, past the trail's expiry.
-    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
     sweep_clock = timezone.now() + timedelta(minutes=1)
     held = Hold(monkeypatch, "sweep:read")
     sweep = Run(writes.sweep_expired_trails, sweep_clock)
@@ -125,7 +128,8 @@ def test_the_sweep_never_deletes_a_trail_renewed_after_it_read_the_trails_ids(ap
 
 def test_the_sweep_waiting_on_a_renewals_lock_keeps_the_trail_it_renewed(api, scope, sections, monkeypatch):
     trail = _trail(record_icu(api))
-    Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() + timedelta(seconds=30))
     held = Hold(monkeypatch, "up:locked")
     renewal = Run(writes.act, trail, "up", Actor.OPERATOR, by="olga")
     held.wait()  # the renewal holds the trail's row
@@ -222,17 +226,18 @@ def test_a_failing_receiver_after_a_bulk_rejection_neither_fails_the_request_nor
 # -- a report in flight when its key is set aside ------------------------------------------------
 
 
-def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch):
+@pytest.mark.parametrize("point", ["judge:trail-locked", "report:counted"])
+def test_a_report_in_flight_when_its_key_is_set_aside_counts_nothing(api, scope, sections, monkeypatch, point):
     trail = _trail(record_icu(api))
     other = second_key(scope, "flooder")
     assert feedback(api, recall_id(api), helpful=False).json()["false_hit_reporters"] == 1
     flooder = ApiKey.objects.get(name="flooder")
     served = recall_id(other)
-    held = Hold(monkeypatch, "judge:trail-locked")
+    held = Hold(monkeypatch, point)
     report = Run(give_feedback, scope, served, helpful=False, reason="flood", reporter=f"key:{flooder.lookup}")
-    held.wait()  # let in before the set-aside, holding the trail's row
+    held.wait()  # let in before the set-aside, holding the trail's row (and, once counted, the key's standing)
     aside = Run(set_aside, flooder, "root")  # commits, then recounts the flooder's trails
-    time.sleep(0.3)  # the set-aside commits; its recount (if any) waits on the trail's row
+    _wait_for_lock_waiter_or_end(aside)
     held.release()
     report.outcome(), aside.outcome()
     trail.refresh_from_db()
@@ -403,3 +408,258 @@ def test_an_agents_vote_on_a_trail_a_purge_deletes_meanwhile_is_a_409_not_an_err
     answered = vote.outcome()
     assert answered.status_code in (404, 409), answered.content
     assert not Trail.objects.filter(pk=trail.pk).exists()
+
+
+# -- a recall whose trail is deleted before its event is written -------------------------------
+
+
+@pytest.mark.parametrize("deleted_by", ["a purge", "the expiry sweep"])
+def test_a_recall_whose_trail_is_deleted_meanwhile_is_a_miss_not_a_500(api, scope, sections, monkeypatch, deleted_by):
+    trail = _trail(record_icu(api))
+    held = Hold(monkeypatch, "recall:answered")
+    recalled = Run(api.recall, "hospital", query=QUESTION)
+    held.wait()  # recall chose the trail and validated it; its event is not yet written
+    if deleted_by == "a purge":
+        writes.delete_trails([trail.pk])
+    else:
+        with around_the_writer():
+            Trail.objects.filter(pk=trail.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        assert writes.sweep_expired_trails(timezone.now()) == 1
+    held.release()
+    answered = recalled.outcome()
+    assert answered.status_code == 200, answered.content
+    assert answered.json()["outcome"] == "miss" and answered.json()["trail_id"] is None
+    assert RecallEvent.objects.get(public_id=answered.json()["recall_id"]).outcome == "miss"
+
+
+# -- a sync job's retry, and jobs left running with no claim time ---------------------------------
+
+
+def test_a_sync_jobs_retry_after_its_connection_dropped_reports_what_its_first_run_added(scope, monkeypatch):
+    from django.db import OperationalError
+
+    job = _job(scope)
+    earlier = pauses.pause_point
+
+    def drop_once(name: str) -> None:
+        earlier(name)
+        if name == "sync-job:synced" and not getattr(drop_once, "dropped", False):
+            drop_once.dropped = True
+            raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(pauses, "pause_point", drop_once)
+    with pytest.raises(OperationalError):
+        run_sync_job(job.pk, claimant="task-1")  # the sync committed; the job's result was never written
+    retried = run_sync_job(job.pk, claimant="task-1")  # Celery's retry, the same task id
+    assert retried.state == "done"
+    assert retried.summary["sections"]["added"] == 1, retried.summary
+
+
+def test_a_job_left_running_with_no_claim_time_is_reaped(scope, monkeypatch):
+    sent = []
+    monkeypatch.setattr("trails.upkeep.sync.queue_sync_job", sent.append)
+    job = _job(scope)
+    long_ago = timezone.now() - timedelta(seconds=JOB_DEADLINE_SECONDS + 60)
+    SectionSyncJob.objects.filter(pk=job.pk).update(state="running", claimed_at=None, created_at=long_ago)
+    assert reap_lost_sync_jobs(timezone.now()) == {"requeued": 1, "failed": 0} and sent == [job.pk]
+    assert run_sync_job(job.pk, claimant="task-2").state == "done"
+
+
+# -- signing under the scope's settings as committed ----------------------------------------------
+
+
+def _wait_for_lock_waiter_or_end(thread: Run) -> None:
+    """Until another session waits on a lock, or the thread has finished (it did not wait)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and thread.is_alive():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # a transaction's view of it is otherwise fixed
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.01)
+
+
+def _change_matching(scope_id: int) -> None:
+    changed = Scope.objects.get(pk=scope_id)
+    changed.lexical_threshold = 0.8
+    changed.save()
+
+
+def test_a_matching_change_waits_for_a_record_signing_under_the_old_settings_then_re_signs_it(
+    api, scope, sections, monkeypatch
+):
+    before = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    held = Hold(monkeypatch, "record:scope-read")
+    recording = Run(record_icu, api)
+    held.wait()  # the record read the scope's settings in its transaction, not yet committed
+    change = Run(_change_matching, scope.pk)
+    _wait_for_lock_waiter_or_end(change)
+    held.release()
+    trail = _trail(recording.outcome())
+    change.outcome()
+    after = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    assert before != after
+    assert Trail.objects.get(pk=trail.pk).band_layout == after
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+
+
+def test_a_trail_reinstated_while_a_matching_change_commits_is_signed_as_the_change_left_the_scope(
+    api, scope, sections, monkeypatch
+):
+    trail = _trail(record_icu(api))
+    writes.act(trail, "down", Actor.OPERATOR, by="olga", reason="wrong")
+    held = Hold(monkeypatch, "reinstate:locked")
+    reinstating = Run(writes.act, _trail(trail.public_id), "reinstate", Actor.OPERATOR, by="olga")
+    held.wait()  # the reinstatement read the trail with its scope, before the change
+    _change_matching(scope.pk)
+    after = matching_settings(Scope.objects.get(pk=scope.pk)).lexical_layout.label
+    held.release()
+    reinstating.outcome()
+    assert Trail.objects.get(pk=trail.pk).band_layout == after
+    writes.act(_trail(trail.public_id), "up", Actor.OPERATOR, by="olga")
+    assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "prefetch"
+
+
+# -- a purge against deletions and an operator's bulk action ---------------------------------------
+
+
+def _purge_pair(api, scope) -> tuple[Trail, Trail]:
+    """A trail the purge redacts (its query holds an address) and, with a higher id, one it
+    deletes (a section id it cites holds it)."""
+    assert api.put_sections("hospital", {"people/jane.roe@example.org": "Jane's page."}).status_code in (200, 201)
+    redacted = _trail(
+        api.record("hospital", query="Can jane.roe@example.org visit?", cited=["parking"]).json()["trail_id"]
+    )
+    deleted = api.record("hospital", query="Who is on the people page?", cited=["people/jane.roe@example.org"])
+    return redacted, _trail(deleted.json()["trail_id"])
+
+
+def test_a_purge_finishes_when_a_trail_it_redacts_is_deleted_meanwhile(api, scope, sections, monkeypatch):
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    redacted, deleted = _purge_pair(api, scope)
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "purge:read")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge read its batch
+    writes.delete_trails([redacted.pk])  # the sweep, or an operator, deletes one of them
+    held.release()
+    assert purging.outcome().state == "done"
+    assert not Trail.objects.filter(pk__in=[redacted.pk, deleted.pk]).exists()
+
+
+def test_a_purge_and_an_operators_bulk_rejection_of_the_same_trails_never_deadlock(api, scope, sections, monkeypatch):
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    redacted, deleted = _purge_pair(api, scope)
+    assert redacted.pk < deleted.pk
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "purge:locked")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge holds its first rows
+    bulk = Run(
+        writes.act_on_many, Trail.objects.filter(pk__in=[redacted.pk, deleted.pk]), "down", Actor.OPERATOR, "olga"
+    )
+    wait_for_lock_waiters()
+    held.release()
+    assert purging.outcome().state == "done"
+    assert bulk.outcome() == (1, 0)  # the one the purge redacted; the other is gone
+    assert _trail(redacted.public_id).query == "Can [redacted] visit?"
+
+
+# -- guards proven one by one (docs/consistency.md's table) ---------------------------------------
+
+
+def test_a_bulk_action_waiting_on_a_lower_trail_holds_no_higher_one(api, scope, sections):
+    low = _trail(record_icu(api))
+    high = _trail(api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"])
+    assert low.pk < high.pk
+    with transaction.atomic():
+        Trail.objects.select_for_update().get(pk=low.pk)  # another writer, mid-way through its id order
+        bulk = Run(writes.act_on_many, Trail.objects.filter(pk__in=[low.pk, high.pk]), "down", Actor.OPERATOR, "olga")
+        wait_for_lock_waiters()
+        # In id order, the bulk action waits for the lower trail holding nothing: the higher one is free.
+        Trail.objects.select_for_update(nowait=True).get(pk=high.pk)
+    assert bulk.outcome() == (2, 0)
+
+
+def test_two_verdicts_racing_on_one_recall_apply_once(api, scope, sections, monkeypatch):
+    from infra.errors import Conflict
+
+    record_icu(api)
+    served = recall_id(api)
+    reporter = f"key:{ApiKey.objects.get().lookup}"
+    held = Hold(monkeypatch, "judge:trail-locked")
+    first = Run(give_feedback, scope, served, helpful=True, reporter=reporter)
+    held.wait()
+    second = Run(give_feedback, scope, served, helpful=False, reason="late", reporter=reporter)
+    wait_for_lock_waiters()
+    held.release()
+    first.outcome()
+    with pytest.raises(Conflict):
+        second.outcome()
+    assert RecallEvent.objects.get(public_id=served).helpful is True
+
+
+def test_a_second_sync_of_a_scope_waits_for_the_first_and_says_so(scope, monkeypatch):
+    from infra.errors import Conflict
+    from trails.upkeep.sync import source_sections, sync_sections
+
+    held = Hold(monkeypatch, "sync:locked")
+    first = Run(sync_sections, scope, source_sections([{"id": "faq", "text": "Hello."}]))
+    held.wait()  # the first sync holds the scope's sync lock
+    try:
+        with pytest.raises(Conflict):
+            sync_sections(scope, source_sections([{"id": "faq", "text": "Goodbye."}]), wait=0)
+    finally:
+        held.release()
+    assert first.outcome().added == ["faq"]
+    assert Section.objects.get(scope=scope, section_id="faq").text == "Hello."
+
+
+def test_a_report_arriving_during_a_recount_is_counted_after_it(api, scope, sections, monkeypatch):
+    trail = _trail(record_icu(api))
+    second_key(scope, "flooder")
+    flooder = f"key:{ApiKey.objects.get(name='flooder').lookup}"
+    for reporter in (flooder, "key:first"):
+        writes.report(_trail(trail.public_id), reporter, "wrong")
+    assert _trail(trail.public_id).lifecycle_state() is State.HELD
+    ApiKey.objects.filter(name="flooder").update(set_aside_at=timezone.now())  # its set-aside committed
+    held = Hold(monkeypatch, "recount:counted")
+    recounting = Run(writes.recount, _trail(trail.public_id), {flooder}, "root")
+    held.wait()  # the recount counted one reporter without the flooder
+    late = Run(writes.report, _trail(trail.public_id), "key:second", "wrong too")
+    _wait_for_lock_waiter_or_end(late)
+    held.release()
+    recounting.outcome(), late.outcome()
+    after = _trail(trail.public_id)
+    assert set(TrailReport.objects.filter(trail=after).values_list("reporter", flat=True)) >= {
+        "key:first",
+        "key:second",
+    }
+    assert after.lifecycle_state() is State.HELD and after.false_hit_reporters == 2, (
+        after.status,
+        after.false_hit_reporters,
+    )
+
+
+def test_a_purge_never_overwrites_a_reason_written_after_it_read_it(api, scope, sections, monkeypatch):
+    from trails.models import PurgeRun
+    from trails.upkeep.purge import run_purge
+
+    trail = _trail(record_icu(api))
+    with around_the_writer():  # a reason as older versions wrote it, with a name in it
+        Trail.objects.filter(pk=trail.pk).update(reason="approved by jane.roe@example.org")
+    run = PurgeRun.objects.create(scope=scope, rule="built-in patterns", action="redact", requested_by="op")
+    held = Hold(monkeypatch, "redact:read")
+    purging = Run(run_purge, run.pk)
+    held.wait()  # the purge read the reason and redacted it, not yet written
+    writes.act(_trail(trail.public_id), "demote", Actor.OPERATOR, by="olga")
+    held.release()
+    assert purging.outcome().state == "done"
+    assert _trail(trail.public_id).reason == "sent back to pending by an operator"

@@ -10,6 +10,7 @@ from django.utils import timezone
 from infra.hashing import section_hash
 from scopes.demo import faq_questions, faq_sections
 from scopes.models import Scope, Section
+from tests.bypass import around_the_writer
 from trails.models import RecallEvent, Trail, TrailStatus
 
 ICU_STEPS = [
@@ -168,7 +169,8 @@ def test_partition_narrows_matching(api, sections):
 
 def test_expired_trails_are_never_served(api, sections):
     trail_id = record_icu(api)
-    Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(public_id=trail_id).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert api.recall("hospital", query="What are the ICU visiting hours?").json()["outcome"] == "miss"
     assert api.call("get", f"/scopes/hospital/trails/{trail_id}").json()["status"] == "expired"
 

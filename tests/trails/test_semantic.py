@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scopes.models import ApiKey, Scope, Section
+from tests.bypass import around_the_writer
 from tests.conftest import ApiClient
 from trails.embedders import get_embedder, load_embedder
 from trails.upkeep.reindex import reindex_scope
@@ -171,7 +172,10 @@ def test_trails_signed_from_raw_text_are_not_compared_until_re_signed(semantic, 
     trail = Trail.objects.get(scope=scope)
     # As signed before: the model's vector of the raw text, under the model's bare name.
     raw = get_embedder().inner.embed("Where do visitors park?").astype(np.float32)
-    Trail.objects.filter(pk=trail.pk).update(embedding_model=get_embedder().inner.name, embedding=encode_vector(raw))
+    with around_the_writer():
+        Trail.objects.filter(pk=trail.pk).update(
+            embedding_model=get_embedder().inner.name, embedding=encode_vector(raw)
+        )
     assert api.recall("help", query="Where do visitors park?").json()["outcome"] == "miss"
     call_command("reindex_scope", "--all", stdout=io.StringIO(), stderr=io.StringIO())
     assert Trail.objects.get(pk=trail.pk).embedding_model == get_embedder().name

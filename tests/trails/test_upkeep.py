@@ -8,6 +8,7 @@ from datetime import timezone as dt_timezone
 from django.db.models import Count
 
 from scopes.models import SectionRevision
+from tests.bypass import around_the_writer
 from tests.conftest import VISITING
 from trails.core.budget import count_tokens
 from trails.models import BandKeys, Citation, RecallEvent, RecallStat, SimilarityStat, Step, Trail
@@ -31,13 +32,16 @@ def test_sweep_deletes_exactly_the_expired_trails_and_old_events(api, scope, sec
     keep = record(api, "Where do visitors park?")
     expired = record(api, "Is parking free for visitors?")
     pending_expired = record(api, "Can staff park in car park B?", signal=None)
-    Trail.objects.filter(id__in=[expired.id, pending_expired.id]).update(expires_at=NOW - timedelta(seconds=1))
-    Trail.objects.filter(id=keep.id).update(expires_at=NOW + timedelta(days=1))
+    with around_the_writer():
+        Trail.objects.filter(id__in=[expired.id, pending_expired.id]).update(expires_at=NOW - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(id=keep.id).update(expires_at=NOW + timedelta(days=1))
     api.recall("hospital", query="Is parking free for visitors?")
-    old, recent = (
-        RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=91), outcome="miss", latency_ms=1),
-        RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=89), outcome="miss", latency_ms=1),
-    )
+    with around_the_writer():
+        old, recent = (
+            RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=91), outcome="miss", latency_ms=1),
+            RecallEvent.objects.create(scope=scope, created_at=NOW - timedelta(days=89), outcome="miss", latency_ms=1),
+        )
 
     api.put_sections(
         "hospital", {"parking": "Visitors park in car park C.", "visiting/ward": "Ward visits 9:00 to 21:00."}
@@ -66,14 +70,15 @@ def test_roll_up_matches_a_direct_count_and_reruns_the_same(scope):
         (62, "prefetch", 1.0),
         (130, "miss", None),
     ]:
-        RecallEvent.objects.create(
-            scope=scope,
-            created_at=NOW.replace(minute=0) + timedelta(minutes=minutes),
-            outcome=outcome,
-            similarity=similarity,
-            latency_ms=1,
-            matcher="lexical" if similarity else "",
-        )
+        with around_the_writer():
+            RecallEvent.objects.create(
+                scope=scope,
+                created_at=NOW.replace(minute=0) + timedelta(minutes=minutes),
+                outcome=outcome,
+                similarity=similarity,
+                latency_ms=1,
+                matcher="lexical" if similarity else "",
+            )
     start, end = NOW - timedelta(hours=1), NOW + timedelta(hours=2)
     assert roll_up(start, end) == 5
     first = sorted(RecallStat.objects.values_list("hour", "outcome", "count"))

@@ -15,6 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ragtrail_site.celery import app as celery_app
+from tests.bypass import around_the_writer
 from tests.conftest import broker_for_tests, service_env
 from trails.models import RecallEvent, RecallStat, Trail
 from trails.tasks import roll_up_task, sweep_expired_task
@@ -102,7 +103,8 @@ def laptop_worker(settings):
 def test_a_real_worker_sweeps_exactly_the_expired_trails(worker, api, sections):
     kept = api.record("hospital", query="Where do visitors park?", cited=["parking"]).json()["trail_id"]
     gone = api.record("hospital", query="Is parking free?", cited=["parking"]).json()["trail_id"]
-    Trail.objects.filter(public_id=gone).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with around_the_writer():
+        Trail.objects.filter(public_id=gone).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_expired_task.delay().get(timeout=90) == {"trails": 1, "events": 0, "revisions": 0, "purge_runs": 0}
     assert [str(t) for t in Trail.objects.values_list("public_id", flat=True)] == [kept]
 

@@ -254,6 +254,29 @@ RULES: tuple[Rule, ...] = (
         reason="send-back undone by {who}",
         note="only the latest change, an operator's send-back: back to active with the expiry it had",
     ),
+    Rule(
+        UNDO,
+        O,
+        (REJECTED,),
+        HELD,
+        labels=Labels.WITHDRAW,
+        expiry=Expiry.PENDING,
+        hold=Hold.REPORTS,
+        restores=True,
+        reason="reported not helpful by {reporters} reporters",
+        note="the state before was active, but the reports counted since hold it: held by reports",
+    ),
+    Rule(
+        UNDO,
+        O,
+        (HELD,),
+        HELD,
+        expiry=Expiry.PENDING,
+        hold=Hold.REPORTS,
+        restores=True,
+        reason="reported not helpful by {reporters} reporters",
+        note="the state before was active, but the reports counted while it was sent back hold it: held by reports",
+    ),
     Rule(DELETE, O, (STALE, EXPIRED), DELETED, reports=Reports.GONE),
     Rule(
         RELEASE,
@@ -306,7 +329,7 @@ VERBS = {
 NAMED_ACTIONS = (VOTE_UP, VOTE_DOWN, REINSTATE, DEMOTE, DELETE, UNDO)
 
 
-class Refused(ValueError):
+class ActionRefused(ValueError):
     """The action does not apply: to this actor, or to the trail's state now."""
 
 
@@ -347,15 +370,26 @@ def held_by_reporters(reporters: int, reporters_to_hold: int) -> bool:
     return reporters >= max(reporters_to_hold, 2)
 
 
-def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0, reporters_to_hold: int = 2) -> Rule:
+def decide(
+    action: str,
+    actor: Actor,
+    state: State,
+    *,
+    reporters_after: int = 0,
+    reporters_to_hold: int = 2,
+    restores_to: State | None = None,
+) -> Rule:
     """The rule that applies to an actor's action on a trail in this state.
 
     Args:
-        reporters_after: for a report, the different reporters counted once it is added.
+        reporters_after: for a report, the different reporters counted once it is added;
+            for an undo, those counted now.
         reporters_to_hold: the scope's number of reporters that takes an active trail out.
+        restores_to: for an undo, the state it goes back to (active, with enough reporters
+            counted meanwhile, is held by reports instead).
 
     Raises:
-        Refused: the actor may not take this action at all, or not from this state
+        ActionRefused: the actor may not take this action at all, or not from this state
             (the message says which, in an operator's words).
     """
     rules = rules_for(action, actor)
@@ -364,13 +398,16 @@ def decide(action: str, actor: Actor, state: State, *, reporters_after: int = 0,
         if any(r.action == action for r in RULES):
             who = {A: "an agent's key", O: "an operator", S: "the service itself"}
             allowed = " or ".join(who[a] for a in Actor if any(r.action == action and r.actor is a for r in RULES))
-            raise Refused(f"only {allowed} can {verb} a trail")
-        raise Refused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
+            raise ActionRefused(f"only {allowed} can {verb} a trail")
+        raise ActionRefused(f"unknown action {action!r}; one of {', '.join(NAMED_ACTIONS)}")
     applicable = [r for r in rules if r.applies_to(state)]
     if not applicable:
-        raise Refused(refusal(action, actor, state))
+        raise ActionRefused(refusal(action, actor, state))
     if action == REPORT and state is ACTIVE:
         held = held_by_reporters(reporters_after, reporters_to_hold)
+        return next(r for r in applicable if (r.to_state is HELD) == held)
+    if action == UNDO:
+        held = restores_to is ACTIVE and held_by_reporters(reporters_after, reporters_to_hold)
         return next(r for r in applicable if (r.to_state is HELD) == held)
     return applicable[0]
 
@@ -403,7 +440,7 @@ def table_rows() -> list[tuple[str, ...]]:
     for r in RULES:
         to = (
             "(the state before)"
-            if r.restores
+            if r.restores and r.to_state is None
             else "(unchanged)"
             if r.to_state is None
             else r.to_state.value + (f" (by {r.hold.value})" if r.hold is not Hold.NONE else "")

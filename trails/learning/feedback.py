@@ -93,22 +93,18 @@ def learn_from_research(
         served = set(Citation.objects.filter(trail_id=judged_trail).values_list("section_id", flat=True))
         source = MatchLabel.Source.RESEARCH if hit else MatchLabel.Source.NEAR_MISS
         false_hit = not served & set(cited)
-    with transaction.atomic():
-        made = _label(
-            scope,
-            event,
-            event.matcher or scope_matcher(scope),
-            similarity,
-            false_hit,
-            source,
-            reporter,
-            judged_trail,
-            now,
-        )
-        if made is not None and hit and false_hit:
-            RecallEvent.objects.filter(pk=event.pk, feedback_at__isnull=True).update(
-                helpful=False, feedback_reason=RESEARCHED, feedback_at=now
-            )
+    made = _label(
+        scope,
+        event,
+        event.matcher or scope_matcher(scope),
+        similarity,
+        false_hit,
+        source,
+        reporter,
+        judged_trail,
+        now,
+        implies_verdict=hit and false_hit,
+    )
     if made is not None:
         learn_thresholds(scope, now)
     return made
@@ -129,6 +125,7 @@ def _label(
     reporter: str,
     trail_id: int | None,
     now: datetime,
+    implies_verdict: bool = False,
 ) -> MatchLabel | None:
     """Stores a label unless the recall already has one; returns it, or None."""
     made = MatchLabel(
@@ -142,7 +139,8 @@ def _label(
         trail_id=trail_id,
         created_at=now,
     )
-    return made if writes.insert_labels([made]) else None
+    made_now = writes.implied_verdict(made, event.pk if event else None, implies_verdict, RESEARCHED, now)
+    return made if made_now else None
 
 
 def give_feedback(

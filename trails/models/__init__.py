@@ -52,7 +52,6 @@ from trails.models.trail import (
     Trail,
     TrailQuerySet,
     delete_rows,
-    flag_trails_citing,
     trails_partitioned,
     validations_now,
 )
@@ -78,7 +77,6 @@ __all__ = [
     "Trail",
     "TrailQuerySet",
     "delete_rows",
-    "flag_trails_citing",
     "validations_now",
     "SIMILARITY_BINS",
     "RecallEvent",

@@ -5,18 +5,21 @@ Part of the writes (trails.models.writes calls and re-exports these; the lock or
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable
+from typing import Callable, Iterable
 
 from django.db import transaction
 from django.db.models import Q
 
+from infra.guards import guard_on
 from trails.models import pauses
+from trails.models.gate import writer, writing
 from trails.models.learning import MatchLabel
 from trails.models.lifecycle import TrailReport, TrailSignal, expired, expiring
 from trails.models.recalls import RecallEvent
 from trails.models.trail import BandKeys, Citation, Step, Trail, delete_rows
 
 
+@writer("delete")
 def delete_trails(ids: Iterable[int], only_if: Q | None = None) -> int:
     """Deletes these trails (those still matching `only_if`, re-checked under their locks:
     a condition on the trail's own columns, no subquery) with their rows; their recall
@@ -38,6 +41,7 @@ def delete_trails(ids: Iterable[int], only_if: Q | None = None) -> int:
         return _delete_locked(locked)
 
 
+@writer("delete")
 def _delete_locked(ids: list[int]) -> int:
     """Deletes trails whose rows this transaction holds, their recall events and labels first unlinked."""
     if not ids:
@@ -50,6 +54,7 @@ def _delete_locked(ids: list[int]) -> int:
     return delete_rows(Trail.objects.filter(id__in=ids))
 
 
+@writer("sweep")
 def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
     """Deletes the trails past their expiry, in batches of ids, each its own transaction;
     each trail deleted only if it is still expired under its lock (the table's expiry rule).
@@ -69,3 +74,24 @@ def sweep_expired_trails(now: datetime, batch_size: int = 5000) -> int:
         pauses.pause_point("sweep:read")
         deleted += delete_trails(ids, only_if=expired(now))
         after_id = ids[-1]
+
+
+def delete_scope(scope, cascade: Callable[[], tuple], batch_size: int = 1000) -> tuple:
+    """Deletes a scope: its trails through the deletion path in batches (each its own
+    transaction, locked in id order), its recall events and labels in batches, then the scope
+    and what else it holds by `cascade` (Django's). Returns what `cascade` returns."""
+    while guard_on("scope-deletion-through-the-deletion-path"):
+        ids = list(Trail.objects.filter(scope_id=scope.pk).order_by("id").values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        delete_trails(ids)
+    with writing("delete scope"):
+        for model in (MatchLabel, RecallEvent):
+            while True:
+                with transaction.atomic():
+                    ids = list(model.objects.filter(scope_id=scope.pk).values_list("id", flat=True)[:batch_size])
+                    if not ids:
+                        break
+                    delete_rows(model.objects.filter(id__in=ids))
+        with transaction.atomic():
+            return cascade()

@@ -18,8 +18,9 @@ from django.utils import timezone
 from scopes.models import Scope
 from trails.core import lifecycle as table
 from trails.core.lifecycle import Actor, Expiry, Hold, Rule, State, state_of, status_of
+from trails.models.gate import writer
 
-ActionRefused = table.Refused
+ActionRefused = table.ActionRefused  # the one name, defined with the table
 
 
 class TrailStatus(models.TextChoices):
@@ -190,6 +191,7 @@ def mark_stale_statements(
     ]
 
 
+@writer("stale")
 def mark_stale(scope_id: int, trail_ids: Sequence[int], now: datetime, by: str = "recall") -> None:
     """Marks these trails of a scope stale on their own (recall sends the same statements with its event)."""
     if not trail_ids:

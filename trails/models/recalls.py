@@ -11,9 +11,11 @@ from django.db.models import Case, Count, F, Q, When
 from django.db.models.functions import Floor
 from django.utils import timezone
 
+from infra.guards import guard_on
 from scopes.models import Scope
 from trails.core.charts import HourCounts
 from trails.core.validation import Outcome
+from trails.models.gate import writing
 from trails.models.lifecycle import mark_stale_statements
 from trails.models.trail import Trail, trails_partitioned
 
@@ -198,45 +200,68 @@ def write_recall_effects(
     nearest_trail_id: int | None = None,
     nearest_similarity: float | None = None,
     caller: str = "",
-) -> uuid.UUID:
-    """Marks trails stale, counts the hit and logs the recall event, in one transaction.
+) -> tuple[uuid.UUID, bool]:
+    """Marks trails stale, counts the hit and logs the recall event, in one transaction,
+    the trails it touches locked first in id order (docs/consistency.md).
 
     Returns:
-        The event's public id (the recall id).
+        The event's public id (the recall id), and whether the trail served still existed
+        (a trail deleted meanwhile makes the recall a miss).
     """
     public_id = uuid.uuid4()
     trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
+    served = trail_id if hit else None
+    locked = sorted({*stale_ids, *([served] if served is not None else [])})
     statements: list[tuple[str, list]] = []
+    if locked:
+        # One lock order with every other write: the trails it touches, by id, before any update.
+        statements.append(
+            (
+                f"SELECT id FROM {trail} WHERE scope_id = %s AND id IN ({', '.join(['%s'] * len(locked))}) "
+                "ORDER BY id FOR NO KEY UPDATE",
+                [scope.id, *locked],
+            )
+        )
     if stale_ids:
         statements += mark_stale_statements(trail, scope.id, stale_ids, _prep(Trail, "stale_at", now))
-    if hit and trail_id is not None:
+    if served is not None:
         # By primary key alone, the scope checked apart: given both, a new scope's missing statistics drew a scope index.
         if connection.vendor == "postgresql" and not trails_partitioned():
             where = (
                 f"id = (SELECT id FROM (SELECT id, scope_id FROM {trail} WHERE id = %s OFFSET 0) t WHERE scope_id = %s)"
             )
-            found = [trail_id, scope.id]
+            found = [served, scope.id]
         else:
-            where, found = "scope_id = %s AND id = %s", [scope.id, trail_id]
+            where, found = "scope_id = %s AND id = %s", [scope.id, served]
         statements.append(
             (
                 f"UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE {where}",
                 [_prep(Trail, "last_hit_at", now), *found],
             )
         )
+    exists = f"(SELECT id FROM {trail} WHERE scope_id = %s AND id = %s)"
+    if guard_on("recall-of-a-deleted-trail-is-a-miss"):
+        trail_sql, trail_params = exists, [scope.id, trail_id]
+        nearest_sql, nearest_params = exists, [scope.id, nearest_trail_id]
+        outcome_sql = f"CASE WHEN %s::bigint IS NOT NULL AND {exists} IS NULL THEN %s ELSE %s END"
+        outcome_params = [served, scope.id, served, RecallOutcome.MISS.value, outcome]
+    else:
+        trail_sql, trail_params, nearest_sql, nearest_params = "%s", [trail_id], "%s", [nearest_trail_id]
+        outcome_sql, outcome_params = "%s", [outcome]
     statements.append(
         (
             f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
             "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            f"VALUES (%s, %s, %s, {outcome_sql}, %s, %s, {trail_sql}, %s, %s, %s, %s, %s, %s, %s, {nearest_sql}, %s, %s) "
+            "RETURNING outcome",
             [
                 _prep(RecallEvent, "public_id", public_id),
                 scope.id,
                 _prep(RecallEvent, "created_at", now),
-                outcome,
+                *outcome_params,
                 similarity,
                 latency_ms,
-                trail_id,
+                *trail_params,
                 matcher or "",
                 len(stale_ids),
                 calls_saved,
@@ -244,28 +269,33 @@ def write_recall_effects(
                 query,
                 partition,
                 research_key,
-                nearest_trail_id,
+                *nearest_params,
                 nearest_similarity,
                 caller[:16],
             ],
         )
     )
-    if connection.vendor == "postgresql":
-        # One round trip: psycopg's client-side binding (Django's default) sends the
-        # statements as one query string, which PostgreSQL runs as one transaction.
-        # These writes are bookkeeping: a crash may lose the last few hits and events,
-        # and a lost stale mark is found again by the next recall, which validates on
-        # read; so the commit need not wait for the WAL flush.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SET LOCAL synchronous_commit TO OFF; " + "; ".join(sql for sql, _ in statements),
-                [p for _, params in statements for p in params],
-            )
-    else:
-        with transaction.atomic(), connection.cursor() as cursor:
-            for sql, params in statements:
-                cursor.execute(sql, params)
-    return public_id
+    with writing("recall"):
+        if connection.vendor == "postgresql":
+            # One round trip: psycopg's client-side binding (Django's default) sends the
+            # statements as one query string, which PostgreSQL runs as one transaction.
+            # These writes are bookkeeping: a crash may lose the last few hits and events,
+            # and a lost stale mark is found again by the next recall, which validates on
+            # read; so the commit need not wait for the WAL flush.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SET LOCAL synchronous_commit TO OFF; " + "; ".join(sql for sql, _ in statements),
+                    [p for _, params in statements for p in params],
+                )
+                while cursor.nextset():
+                    pass  # to the last statement's result: the event's outcome
+                (stored,) = cursor.fetchone()
+        else:
+            with transaction.atomic(), connection.cursor() as cursor:
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+                (stored,) = cursor.fetchone()
+    return public_id, stored == outcome
 
 
 class RecallStat(models.Model):

@@ -8,14 +8,13 @@ import json
 import uuid
 import weakref
 from datetime import datetime
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import Q
-from django.dispatch import receiver
 from django.utils import timezone
 
-from scopes.models import Scope, Section, sections_changed
+from scopes.models import Scope, Section
 from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.lifecycle import Hold
@@ -175,40 +174,6 @@ def validations_now(scope: Scope, trail_ids: Iterable[int] | models.QuerySet) ->
     columns = ("section_id", "hash", "text") if scope.keeps_text else ("section_id", "hash")
     current = {row[0]: as_read(as_stored(row[1], row[-1], scope.keeps_text)) for row in rows.values_list(*columns)}
     return {trail_id: validate(citations, current) for trail_id, citations in recorded.items()}
-
-
-def flag_trails_citing(scope: Scope, section_ids: Sequence[str], now: datetime) -> int:
-    """Flags the active trails of a scope that cite any of these sections (a flag for
-    operators, not a status: recall still validates on read).
-
-    Reads the (scope, section_id) index of citations, never the scope's trails; locks the
-    trails it flags in id order (the lock order), so two writers never wait on each other
-    in a circle.
-
-    Returns:
-        How many trails were newly flagged.
-    """
-    if not section_ids:
-        return 0
-    citing = Citation.objects.filter(scope=scope, section_id__in=list(section_ids)).values("trail_id")
-    flagged = Trail.objects.filter(id__in=citing, status=TrailStatus.ACTIVE, section_changed_at__isnull=True)
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            ids = list(flagged.select_for_update(of=("self",)).order_by("id").values_list("id", flat=True))
-            flagged = Trail.objects.filter(id__in=ids)
-        return flagged.update(section_changed_at=now)
-
-
-@receiver(sections_changed, dispatch_uid="trails.flag_trails_citing")
-def _flag_trails_citing_changed_sections(
-    sender, scope: Scope, section_ids: Sequence[str], at: datetime, **kwargs
-) -> None:
-    # Every write of the section store (API, admin, demo, evaluation, shell) sends this. The
-    # flag is for operators (recall validates on read), so it is set once the write commits,
-    # in a short transaction of its own: a docs sync never holds trails' rows for its length,
-    # and votes on those trails never wait on it.
-    ids = list(section_ids)
-    transaction.on_commit(lambda: flag_trails_citing(scope, ids, at), robust=True)
 
 
 class Step(models.Model):

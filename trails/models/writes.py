@@ -24,19 +24,33 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Sequence
 
-from django.db import connection, models, transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from infra.errors import Conflict, NotFound
+from infra.guards import guard_on
 from scopes import audit
 from scopes.audit import AuditEvent
-from scopes.keys import set_aside_reporters
+from scopes.keys import reporter_set_aside, set_aside_reporters
 from trails.core import lifecycle as table
-from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, status_of
+from trails.core.lifecycle import Actor, Expiry, Labels, Reports, Rule, State, state_of, status_of
 from trails.models import pauses
-from trails.models.deletion import _delete_locked, delete_trails, sweep_expired_trails  # noqa: F401 -- writes, all here
+from trails.models.bulk import (  # noqa: F401 -- writes, all here
+    bulk_load,
+    flag_trails_citing,
+    forget_recall_events,
+    implied_verdict,
+    insert_labels,
+    insert_trails,
+    lock_scope_for_signing,
+    purge_trails,
+    redact_text,
+    refold,
+    resign,
+)
+from trails.models.deletion import _delete_locked, delete_scope, delete_trails, sweep_expired_trails  # noqa: F401
+from trails.models.gate import writer
 from trails.models.learning import MatchLabel
 from trails.models.lifecycle import (
     HISTORY_SIGNAL,
@@ -91,6 +105,7 @@ def _copy_state(trail: Trail, locked: Trail) -> None:
         setattr(trail, name, getattr(locked, name))
 
 
+@writer("act")
 def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "", now: datetime | None = None) -> None:
     """Applies a named action of the table (approve, reject, reinstate, send back, delete,
     undo) by this actor, under the trail's row lock.
@@ -112,6 +127,7 @@ def act(trail: Trail, action: str, actor: Actor, by: str = "", reason: str = "",
     _apply(trail, action, actor, by, reason, now)
 
 
+@writer("report")
 def report(
     trail: Trail, reporter: str, reason: str = "", now: datetime | None = None, actor: Actor = Actor.AGENT
 ) -> bool:
@@ -153,6 +169,7 @@ def _apply(trail: Trail, action: str, actor: Actor, by: str, reason: str, now: d
         if rule.reports is Reports.COUNT:
             # A counted report may be the one that holds the trail: the table decides again with it.
             _count_report(locked, by, at)
+            pauses.pause_point(f"{action}:counted")
             rule = decide(action)
         _write(locked, rule, by=by, reason=reason, at=at, before=before)
     _copy_state(trail, locked)
@@ -163,7 +180,7 @@ def _count_report(locked: Trail, reporter: str, at: datetime) -> None:
     """Adds a report to the locked trail and counts its reporters afresh, without the keys
     set aside (read under the lock: a set-aside that committed before it is seen)."""
     excluded = set_aside_reporters()
-    if reporter[:100] not in excluded:
+    if not reporter_set_aside(reporter[:100]) and reporter[:100] not in excluded:
         TrailReport.objects.get_or_create(trail_id=locked.pk, reporter=reporter[:100], defaults={"created_at": at})
         locked.false_hit_reports += 1
     locked.false_hit_reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=excluded).count()
@@ -177,14 +194,24 @@ def _before(locked: Trail) -> dict:
 def _write(
     locked: Trail, rule: Rule, *, by: str, reason: str, at: datetime, before: State, restore: dict | None = None
 ) -> None:
-    """Writes what a rule does to a locked trail: status, hold, reports, expiry, labels, history."""
-    fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
+    """Writes what a rule does to a locked trail: its row, its labels, then its history (with
+    the audit log and the hooks after commit)."""
     if rule.to_state is State.DELETED:
         _audit(locked, rule, by, at, before, "deleted")
         _delete_locked([locked.pk])
         locked.status = "deleted"
         return
     prior = _before(locked)
+    _write_row(locked, rule, at, restore)
+    labels_changed = _write_labels(locked, rule, by, at, before, restore)
+    if rule.to_state is None and restore is None:
+        return  # a report counted, the status unchanged: TrailReport holds who
+    _write_history(locked, rule, by, reason, at, before, prior, labels_changed)
+
+
+def _write_row(locked: Trail, rule: Rule, at: datetime, restore: dict | None) -> None:
+    """The trail's own row: status, hold, reason, reports, expiry (an undo's restored state first)."""
+    fields = ["false_hit_reports", "false_hit_reporters"] if rule.reports is Reports.COUNT else []
     if restore is not None:
         locked.status, locked.held_by = restore["status"], restore["held_by"]
         locked.expires_at = datetime.fromisoformat(restore["expires_at"])
@@ -207,19 +234,25 @@ def _write(
         Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
             **{f: getattr(locked, f) for f in dict.fromkeys(fields)}
         )
-    labels_changed = False
+
+
+def _write_labels(locked: Trail, rule: Rule, by: str, at: datetime, before: State, restore: dict | None) -> bool:
+    """The labels a rejection makes or its reversal withdraws. Returns whether any changed."""
     if rule.labels is Labels.REJECTION and before is not State.REJECTED:
-        labels_changed = _label_rejection(locked, by, at) > 0
-    elif (
+        return _label_rejection(locked, by, at) > 0
+    if (
         rule.labels is Labels.WITHDRAW
         and before is State.REJECTED
         and (restore is None or restore["status"] != "rejected")
     ):
-        labels_changed = (
-            MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
-        )
-    if rule.to_state is None and restore is None:
-        return  # a report counted, the status unchanged: TrailReport holds who
+        return MatchLabel.objects.filter(trail_id=locked.pk, source=MatchLabel.Source.REJECTION).delete()[0] > 0
+    return False
+
+
+def _write_history(
+    locked: Trail, rule: Rule, by: str, reason: str, at: datetime, before: State, prior: dict, labels_changed: bool
+) -> None:
+    """A status change's history row, its audit entry and the hooks after commit."""
     source = (
         TrailSignal.Source.FEEDBACK
         if rule.actor is Actor.AGENT
@@ -291,28 +324,6 @@ def _label_rejection(locked: Trail, by: str, at: datetime) -> int:
     )
 
 
-def insert_labels(labels: Sequence[MatchLabel]) -> int:
-    """Inserts labels, each unless its recall has one already (ON CONFLICT DO NOTHING: an
-    agent's verdict and a rejection racing on one recall leave one label, and no error).
-
-    Returns:
-        How many were inserted.
-    """
-    if not labels:
-        return 0
-    fields = [f for f in MatchLabel._meta.concrete_fields if not f.primary_key]
-    q = connection.ops.quote_name
-    rows = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(labels))
-    params = [f.get_db_prep_save(f.pre_save(label, True), connection) for label in labels for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {MatchLabel._meta.db_table} ({', '.join(q(f.column) for f in fields)}) "
-            f"VALUES {rows} ON CONFLICT DO NOTHING",
-            params,
-        )
-        return cursor.rowcount
-
-
 def _after_commit(
     trail: Trail, action: str, before: str, after: str, by: str, at: datetime, labels_changed: bool
 ) -> None:
@@ -336,6 +347,7 @@ def _after_commit(
     transaction.on_commit(tell_trail_status_changed, robust=True)
 
 
+@writer("undo")
 def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> str:
     """Reverses the latest change to this trail when it was an operator's rejection or
     send-back: the trail goes back to exactly the state before it (status, hold, expiry),
@@ -354,10 +366,21 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
         at = now or timezone.now()
         before = locked.lifecycle_state(at)
         try:
-            rule = table.decide(table.UNDO, actor, before)
+            table.decide(table.UNDO, actor, before)  # refuses before the history is read
             last = locked.undoable()
             if last is None:
                 raise ActionRefused(table.refusal(table.UNDO, actor, before))
+            # The table decides again with the reports counted since: not "the state before" blindly.
+            rule = table.decide(
+                table.UNDO,
+                actor,
+                before,
+                reporters_after=locked.false_hit_reporters,
+                reporters_to_hold=locked.scope.false_hit_reporters_to_pending,
+                restores_to=state_of(last.before["status"], last.before["held_by"], expired=False)
+                if guard_on("undo-decides-on-reports")
+                else None,
+            )
         except ActionRefused:
             _copy_state(trail, locked)
             raise
@@ -366,6 +389,7 @@ def undo(trail: Trail, actor: Actor, by: str, now: datetime | None = None) -> st
     return f"{'rejection' if last.signal == Signal.DOWN else 'send-back'} undone: the trail is {locked.status}"
 
 
+@writer("set-aside")
 def set_aside_vote(trail: Trail, reporter: str, by: str, now: datetime | None = None) -> bool:
     """Where the trail's latest change was this reporter's vote (a rejection, an approval),
     the table's set-aside puts it back in the state before that vote, a rejection's labels
@@ -395,17 +419,23 @@ def set_aside_vote(trail: Trail, reporter: str, by: str, now: datetime | None = 
     return True
 
 
+@writer("recount")
 def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = None) -> bool:
     """Counts the trail's reports again without the reporters set aside; a trail held by
     reports that no longer has the scope's number of reporters goes back into service (the
     table's release, by the system on `by`'s set-aside). Returns whether it did."""
     with transaction.atomic():
-        locked = _lock(trail.pk, trail.scope_id)
+        if guard_on("recount-locks-the-trail"):
+            locked = _lock(trail.pk, trail.scope_id)
+        else:
+            locked = Trail.objects.select_related("scope").filter(pk=trail.pk, scope_id=trail.scope_id).first()
         if locked is None:
             return False
         pauses.pause_point("recount:locked")
         at = now or timezone.now()
+        set_aside = set(set_aside) | set_aside_reporters()  # as committed now, under the trail's lock
         reporters = TrailReport.objects.filter(trail_id=locked.pk).exclude(reporter__in=set_aside).count()
+        pauses.pause_point("recount:counted")
         locked.false_hit_reporters = locked.false_hit_reports = reporters  # after a recount, once per reporter
         Trail.objects.filter(pk=locked.pk, scope_id=locked.scope_id).update(
             false_hit_reporters=reporters, false_hit_reports=reporters
@@ -422,12 +452,14 @@ def recount(trail: Trail, set_aside: set[str], by: str, now: datetime | None = N
     return released
 
 
+@writer("act")
 def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, reason: str = "") -> tuple[int, int]:
     """Applies an action to each of these trails where it applies, in one transaction, the
     trails locked in id order; returns (changed, skipped)."""
     changed = skipped = 0
     with transaction.atomic():
-        for trail in trails.select_for_update(of=("self",)).order_by("id"):
+        order = "id" if guard_on("bulk-actions-lock-in-id-order") else "-id"
+        for trail in trails.select_for_update(of=("self",)).order_by(order):
             try:
                 act(trail, action, actor, by=by, reason=reason)
                 changed += 1
@@ -436,6 +468,7 @@ def act_on_many(trails: models.QuerySet, action: str, actor: Actor, by: str, rea
     return changed, skipped
 
 
+@writer("verdict")
 def judge_recall(
     event_id: int, trail_id: int | None, scope_id: int, helpful: bool, reason: str, reporter: str, now: datetime
 ) -> tuple[RecallEvent | None, bool, bool]:
@@ -457,7 +490,7 @@ def judge_recall(
         raise NotFound("not_found", "no such recall", field="recall_id")
     if event.outcome == RecallOutcome.MISS:
         raise Conflict("conflict", "this recall was a miss: it served no trail to judge", field="recall_id")
-    if event.helpful is not None:
+    if event.helpful is not None and guard_on("verdict-rechecks-no-verdict-yet"):
         raise Conflict("conflict", "this recall already has feedback", field="recall_id")
     event.helpful, event.feedback_reason, event.feedback_at, event.feedback_by = (
         helpful,

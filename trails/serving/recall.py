@@ -19,7 +19,7 @@ from trails.core.validation import Outcome, SectionStatus, Validation, as_stored
 from trails.learning.embedder_calibration import check_calibrated
 from trails.learning.feedback import research_key
 from trails.learning.shipped import floor_for
-from trails.models import write_recall_effects
+from trails.models import pauses, write_recall_effects
 from trails.serving.candidates import Candidate, add_paths
 from trails.serving.candidates import candidates as read_candidates
 from trails.serving.matching import (
@@ -155,7 +155,8 @@ def recall(
         # Only the floor: the ceiling (a walk over the calibration curve) is no business of recall.
         nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
     if not dry_run:
-        recall_id = write_recall_effects(
+        pauses.pause_point("recall:answered")
+        recall_id, served = write_recall_effects(
             scope=scope,
             outcome=result.outcome.value,
             similarity=result.similarity,
@@ -174,6 +175,9 @@ def recall(
             nearest_similarity=round(nearest.similarity, 4) if nearest else None,
             caller=caller,
         )
+        if not served:
+            # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
+            result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
         result.recall_id = str(recall_id)
         metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()
         metrics.RECALL_LOOKUP_SECONDS.observe(time.perf_counter() - started)

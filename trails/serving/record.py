@@ -7,12 +7,11 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
 from infra import metrics
 from infra.errors import Conflict, Invalid
-from infra.statistics import analyse_after_large_write
 from scopes.models import Scope, Section
 from trails.core.banding import scoped_keys
 from trails.core.budget import count_tokens
@@ -218,43 +217,20 @@ class TrailRows:
         signed afresh where a matching change committed meanwhile: a change that commits
         later waits for this one, and its re-signing then finds these trails.
         """
-        with transaction.atomic():
-            if signed_by is not None:
-                _sign_as_committed(signed_by, all_rows)
-            Trail.objects.bulk_create([rows.trail for rows in all_rows])
-            for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
-                children = [child for rows in all_rows for child in getattr(rows, attribute)]
-                for child in children:
-                    # bulk_create filled in the trail ids after the children were built.
-                    child.trail_id = child.trail.id
-                model.objects.bulk_create(children, batch_size=2000)
-            keys = [row for rows in all_rows for row in band_key_rows(rows.trail, rows.question)]
-            BandKeys.insert_many(keys)
-            # A bulk record: the planner's counts are stale until its tables are analysed (a single one never is).
-            written = {Trail._meta.db_table: len(all_rows), BandKeys._meta.db_table: len(keys)}
-            for model, attribute in ((Step, "steps"), (Citation, "citations"), (TrailSignal, "signals")):
-                written[model._meta.db_table] = sum(len(getattr(rows, attribute)) for rows in all_rows)
-            analyse_after_large_write(written)
+        before = (lambda: _sign_as_committed(signed_by, all_rows)) if signed_by is not None else None
+        writes.insert_trails(all_rows, lambda rows: band_key_rows(rows.trail, rows.question), before)
 
 
 def _sign_as_committed(scope: Scope, all_rows: list[TrailRows]) -> None:
     """Re-signs the rows (in the caller's transaction) if the scope's signing settings are
     not the ones they were signed with, holding the scope's row FOR SHARE until commit."""
     fields = sorted(SIGNING_FIELDS)
-    if connection.vendor == "postgresql":
-        q = connection.ops.quote_name
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {', '.join(q(f) for f in fields)} FROM {Scope._meta.db_table} WHERE id = %s FOR SHARE",
-                [scope.pk],
-            )
-            committed = dict(zip(fields, cursor.fetchone()))
-    else:  # SQLite: one writer at a time, so the row read now is the one this write commits beside
-        committed = Scope.objects.filter(pk=scope.pk).values(*fields).first()
+    fresh = writes.lock_scope_for_signing(scope.pk)
+    pauses.pause_point("record:scope-read")
+    committed = None if fresh is None else {f: getattr(fresh, f) for f in fields}
     if committed is None or all(committed[f] == getattr(scope, f) for f in fields):
         return
     pauses.pause_point("record:resign")
-    fresh = Scope.objects.get(pk=scope.pk)
     for rows in all_rows:
         question = sign(fresh, rows.trail.query, rows.trail.partition)
         take_signature(fresh, rows.trail, question)

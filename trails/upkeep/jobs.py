@@ -18,12 +18,10 @@ from trails.learning.thresholds import in_use, used_matchers
 from trails.models import (
     SIMILARITY_BINS,
     Citation,
-    MatchLabel,
     RecallEvent,
     RecallOutcome,
     RecallStat,
     SimilarityStat,
-    delete_rows,
     writes,
 )
 from trails.models.recalls import judged_counts
@@ -55,10 +53,7 @@ def sweep_expired(now: datetime, batch_size: int = 5000) -> dict[str, int]:
             )
             if not ids:
                 break
-            with transaction.atomic():
-                # A label outlives its recall (it holds no text): the scope's evidence keeps its size.
-                MatchLabel.objects.filter(recall_event_id__in=ids).update(recall_event=None)
-                deleted["events"] += delete_rows(RecallEvent.objects.filter(id__in=ids))
+            deleted["events"] += writes.forget_recall_events(ids)
     # Old section texts are kept only to show operators what a cited section said.
     cited = Citation.objects.filter(
         scope_id=OuterRef("scope_id"), section_id=OuterRef("section_id"), hash=OuterRef("hash")

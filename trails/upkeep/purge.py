@@ -29,8 +29,9 @@ from scopes.revisions import SectionRevision
 from trails import memory, tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, writes
-from trails.upkeep.reindex import resign
+from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, pauses, writes
+from trails.serving.record import SIGNED_FIELDS
+from trails.upkeep.reindex import sign_one
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
 # forgotten after this long (by the sweep).
@@ -232,23 +233,35 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     targets = sorted(run.trail_ids) if run.trail_ids is not None else None
     while True:
         if targets is None:
-            batch = list(trails_to_check(run.scope_id, after_id=run.last_trail_id, limit=batch_size))
-        else:
-            batch = list(trails_to_check(run.scope_id, [i for i in targets if i > run.last_trail_id][:batch_size]))
+            batch = list(
+                Trail.objects.filter(scope_id=run.scope_id, id__gt=run.last_trail_id)
+                .order_by("id")
+                .values_list("id", flat=True)[:batch_size]
+            )
+        else:  # the previewed ids, those deleted since included: the checkpoint moves past them too
+            batch = [i for i in targets if i > run.last_trail_id][:batch_size]
         if not batch:
             break
-        doomed, dirty = [], []
-        for trail in batch:
+
+        def decide(trail: Trail) -> str:
             names, in_ids = findings(trail, rules)
             if names and (in_ids or run.action == PurgeRun.Action.DELETE):
-                doomed.append(trail)
-            elif names:
-                dirty.append(trail)
+                return "delete"
+            return "redact" if names else ""
+
+        pauses.pause_point("purge:read")
         with transaction.atomic():
-            writes.delete_trails([t.id for t in doomed])
-            _redact_trails(run, dirty, rules)
-            run.last_trail_id, run.processed = batch[-1].id, run.processed + len(batch)
-            run.matched += len(doomed) + len(dirty)
+            # Through the writer: the batch's trails locked in id order, decided again under the locks.
+            deleted, redacted = writes.purge_trails(
+                run.scope_id,
+                batch,
+                decide,
+                lambda trail: _redact_trail(trail, rules),
+                sign_one,
+                SIGNED_FIELDS,
+            )
+            run.last_trail_id, run.processed = batch[-1], run.processed + len(batch)
+            run.matched += deleted + redacted
             run.save(update_fields=["last_trail_id", "processed", "matched"])
     counts = {"trails": [run.processed, run.matched]}
     for store in stores(run.scope, documents=bool(run.subject)):
@@ -284,7 +297,11 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
     scope_id = scope.pk
 
     def update(model, field):
-        return lambda scope, key, text: model.objects.filter(id=key).update(**{field: text})
+        def write(scope: Scope, key, text: str) -> None:
+            writes.redact_text(model, key, field, lambda _: text)
+
+        write.target = (model, field)  # _redact_store redacts the row as it is when written
+        return write
 
     def rewrite_section(scope: Scope, section_id: str, text: str) -> None:
         # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
@@ -366,7 +383,11 @@ def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
         checked += 1
         if store.write is None or not pii.find(text, rules):
             continue
-        store.write(scope, key, pii.redact(text, rules))
+        target = getattr(store.write, "target", None)
+        if target is not None:  # a conditional update: a text written since it was read is read again
+            writes.redact_text(target[0], key, target[1], lambda current: pii.redact(current, rules))
+        else:
+            store.write(scope, key, pii.redact(text, rules))
         changed += 1
     return checked, changed
 
@@ -384,20 +405,17 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     return counts
 
 
-def _redact_trails(run: PurgeRun, trails: list[Trail], rules: list[pii.Rule]) -> None:
-    steps = []
-    for trail in trails:
-        trail.query = pii.redact(trail.query, rules)
-        trail.normalised_query = normalise_query(trail.query)
-        trail.partition = pii.redact(trail.partition, rules)
-        if trail.idempotency_key and pii.find(trail.idempotency_key, rules):
-            trail.idempotency_key = None
-        for step in trail.steps.all():
-            step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
-            steps.append(step)
-    Trail.objects.bulk_update(trails, ["query", "normalised_query", "partition", "idempotency_key"])
-    Step.objects.bulk_update(steps, ["tool", "args"])
-    resign(run.scope, trails)
+def _redact_trail(trail: Trail, rules: list[pii.Rule]) -> list[Step]:
+    """Redacts a trail's caller-written fields in place (steps prefetched); returns its steps."""
+    trail.query = pii.redact(trail.query, rules)
+    trail.normalised_query = normalise_query(trail.query)
+    trail.partition = pii.redact(trail.partition, rules)
+    if trail.idempotency_key and pii.find(trail.idempotency_key, rules):
+        trail.idempotency_key = None
+    steps = list(trail.steps.all())
+    for step in steps:
+        step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
+    return steps
 
 
 def forget_unconfirmed_previews(now: datetime) -> int:

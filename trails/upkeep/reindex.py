@@ -12,12 +12,13 @@ from django.db import transaction
 from django.db.models.signals import post_migrate, post_save
 from django.dispatch import receiver
 
+from infra.guards import guard_on
 from infra.statistics import analyse_after_large_write
 from scopes.models import Scope
 from trails.core.fold import FOLD_VERSION
 from trails.core.normalise import normalise_query
 from trails.learning.thresholds import SIGNING_FIELDS
-from trails.models import BandKeys, Trail, TrailStatus, trail_status_changed
+from trails.models import BandKeys, Trail, TrailStatus, trail_status_changed, writes
 from trails.serving.matching import sign
 from trails.serving.record import SIGNED_FIELDS, band_key_rows, take_signature
 
@@ -51,19 +52,16 @@ def resigning(scope_id: int) -> dict | None:
         return None
 
 
-def resign(scope: Scope, trails: list[Trail]) -> None:
-    """Signs these trails' current query text afresh and replaces their band keys.
+def sign_one(scope: Scope, trail: Trail) -> list:
+    question = sign(scope, trail.query, trail.partition)
+    take_signature(scope, trail, question)
+    return band_key_rows(trail, question)
 
-    Call inside a transaction; `trails` need id, query and partition loaded.
-    """
-    BandKeys.objects.filter(trail_id__in=[t.id for t in trails]).delete()
-    keys = []
-    for trail in trails:
-        question = sign(scope, trail.query, trail.partition)
-        take_signature(scope, trail, question)
-        keys.extend(band_key_rows(trail, question))
-    Trail.objects.bulk_update(trails, list(SIGNED_FIELDS))
-    BandKeys.insert_many(keys)
+
+def resign(scope: Scope, trails: list[Trail], servable_only: bool = False) -> int:
+    """Signs these trails' current query text afresh and replaces their band keys, through
+    the writer (under the scope's settings as committed). Returns how many were signed."""
+    return writes.resign(scope.pk, [t.id for t in trails], sign_one, SIGNED_FIELDS, servable_only=servable_only)
 
 
 def reindex_scope(
@@ -90,7 +88,7 @@ def reindex_scope(
             analyse_after_large_write({BandKeys._meta.db_table: done, Trail._meta.db_table: done})
             return done
         with transaction.atomic():
-            resign(scope, batch)
+            resign(scope, batch, servable_only=True)
         done += len(batch)
         after_id = batch[-1].id
         if progress:
@@ -133,10 +131,11 @@ def sign_on_becoming_servable(sender, trail: Trail, action: str, before: str, af
     rejected later keeps the keys of the matching it was signed under, and re-signing
     after a matching change reaches servable trails only."""
     if before == TrailStatus.REJECTED and after in (TrailStatus.PENDING, TrailStatus.ACTIVE):
-        # After the commit (the trail's lock is released): the embedding takes the model's time.
-        with transaction.atomic():
-            fresh = list(Trail.objects.filter(pk=trail.pk).only("id", "scope_id", "query", "partition"))
-            resign(trail.scope, fresh)  # act() read the scope with the trail (without locking it)
+        # After the commit (the trail's lock is released): the scope and the trail re-read by id, under their locks.
+        if guard_on("re-signing-rereads-the-scope"):
+            resign(Scope(pk=trail.scope_id), [trail], servable_only=True)
+        else:
+            writes.resign(trail.scope_id, [trail.pk], lambda _, t: sign_one(trail.scope, t), SIGNED_FIELDS)
 
 
 def catch_up_fold(batch_size: int = 500) -> tuple[int, int]:
@@ -165,12 +164,11 @@ def catch_up_fold(batch_size: int = 500) -> tuple[int, int]:
             trail.lexical_params = f"{trail.lexical_params.split(':fold')[0]}:fold{FOLD_VERSION}"
         other = [t for t in batch if not t.query.isascii()]
         with transaction.atomic():
-            Trail.objects.bulk_update(same, ["lexical_params"])
             by_scope: dict[int, list[Trail]] = {}
             for trail in other:
                 trail.normalised_query = normalise_query(trail.query)
                 by_scope.setdefault(trail.scope_id, []).append(trail)
-            Trail.objects.bulk_update(other, ["normalised_query"])
+            writes.refold(same, other)
             for scope_id, trails in by_scope.items():
                 resign(Scope.objects.get(pk=scope_id), trails)
         relabelled, resigned = relabelled + len(same), resigned + len(other)

@@ -23,6 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from infra.errors import Conflict, Invalid, Refused
+from infra.guards import guard_on
 from infra.hashing import section_hash
 from infra.statistics import analyse_after_large_write
 from scopes import audit
@@ -177,6 +178,8 @@ def one_sync_at_a_time(scope: Scope, wait: float | None = None) -> None:
         Conflict: another sync of the scope held the lock for all of `wait` seconds (a 409
             that says so, never a lock timeout's 503).
     """
+    if not guard_on("one-sync-per-scope"):
+        return
     if connection.vendor == "postgresql":
         import time
 
@@ -233,6 +236,7 @@ def sync_sections(
             texts[section.id] = section.text
     with transaction.atomic():
         one_sync_at_a_time(scope, wait)
+        pauses.pause_point("sync:locked")
         current = dict(Section.objects.filter(scope=scope).values_list("section_id", "hash"))
         summary = SyncSummary(dry_run=dry_run)
         for section_id, digest in incoming.items():
@@ -360,11 +364,19 @@ def queue_sync_job(job_id: int) -> None:
         run_sync_job(job_id)
 
 
+def _lost(now: datetime) -> Q:
+    """Running jobs past their deadline, those with no claim time (left running by a version
+    before claims) by their age."""
+    cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
+    unclaimed = Q(claimed_at__isnull=True, created_at__lt=cutoff) if guard_on("unclaimed-jobs-reaped") else Q(pk__in=[])
+    return Q(state=SectionSyncJob.State.RUNNING) & (Q(claimed_at__lt=cutoff) | unclaimed)
+
+
 def _claim(job_id: int, claimant: str, now: datetime) -> int | None:
     """Claims a job for one run (a conditional update): a queued one, one this same task
     claimed before (its redelivery after a worker died, or its retry), or one whose run is
     past its deadline. Returns the run's attempt number, or None where someone else has it."""
-    lost = Q(state=SectionSyncJob.State.RUNNING, claimed_at__lt=now - timedelta(seconds=JOB_DEADLINE_SECONDS))
+    lost = _lost(now)
     mine = Q(state=SectionSyncJob.State.RUNNING, claimed_by=claimant) if claimant else Q(pk__in=[])
     claimable = SectionSyncJob.objects.filter(
         Q(state=SectionSyncJob.State.QUEUED) | mine | lost, pk=job_id, attempts__lt=JOB_ATTEMPTS
@@ -389,16 +401,25 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
     pauses.pause_point("sync-job:claimed")
     asked = job.request
     try:
-        summary = sync_sections(
-            job.scope,
-            source_sections(asked.get("sections", [])),
-            delete_missing=asked.get("delete_missing", False),
-            dry_run=asked.get("dry_run", False),
-            by=job.by,
-            source=asked.get("source", ""),
-            allow_removing_most=asked.get("allow_removing_most", False),
-            wait=JOB_WAIT_SECONDS,
-        )
+        if job.summary is not None and guard_on("sync-retry-reports-first-run"):
+            summary = None  # an earlier run of this claim synced and committed: its summary is the answer
+        else:
+            with transaction.atomic():
+                summary = sync_sections(
+                    job.scope,
+                    source_sections(asked.get("sections", [])),
+                    delete_missing=asked.get("delete_missing", False),
+                    dry_run=asked.get("dry_run", False),
+                    by=job.by,
+                    source=asked.get("source", ""),
+                    allow_removing_most=asked.get("allow_removing_most", False),
+                    wait=JOB_WAIT_SECONDS,
+                )
+                # With the sync's own commit: a retry after a lost connection answers what it did.
+                SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
+                    summary=summary.as_json(complete=asked.get("list_all", False))
+                )
+            pauses.pause_point("sync-job:synced")
     except (OperationalError, InterfaceError):
         raise  # the database is away: the task retries, and its claim lets the retry in
     except Refused as refused:
@@ -412,7 +433,9 @@ def run_sync_job(job_id: int, claimant: str = "", now: datetime | None = None) -
             {"code": "failed", "message": f"{type(problem).__name__}: {problem}", "field": None},
         )
     else:
-        job.state, job.summary = SectionSyncJob.State.DONE, summary.as_json(complete=asked.get("list_all", False))
+        job.state = SectionSyncJob.State.DONE
+        if summary is not None:
+            job.summary = summary.as_json(complete=asked.get("list_all", False))
     job.request, job.finished_at = {}, timezone.now()
     # Only while this run holds the claim: a run taken back as lost does not overwrite the one after it.
     SectionSyncJob.objects.filter(pk=job.pk, state=SectionSyncJob.State.RUNNING, attempts=attempt).update(
@@ -431,7 +454,7 @@ def reap_lost_sync_jobs(now: datetime) -> dict[str, int]:
         {"requeued": jobs sent again, "failed": jobs said failed}.
     """
     cutoff = now - timedelta(seconds=JOB_DEADLINE_SECONDS)
-    lost = SectionSyncJob.objects.filter(state=SectionSyncJob.State.RUNNING, claimed_at__lt=cutoff)
+    lost = SectionSyncJob.objects.filter(_lost(now))
     failed = lost.filter(attempts__gte=JOB_ATTEMPTS).update(
         state=SectionSyncJob.State.FAILED,
         finished_at=now,

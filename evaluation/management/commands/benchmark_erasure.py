@@ -17,7 +17,7 @@ from evaluation import results
 from evaluation.bulk import bulk_transaction, drop_scope
 from scopes.models import Scope
 from trails.core import pii
-from trails.models import PurgeRun, RecallEvent, Trail, TrailStatus
+from trails.models import PurgeRun, RecallEvent, Trail, TrailStatus, writes
 from trails.upkeep import purge
 
 FIRST = ["Jane", "Søren", "Işık", "Łukasz", "Zoë", "Mary", "Omar", "Chen", "Ana", "Piotr", "Ingrid", "Kofi"]
@@ -109,6 +109,10 @@ class Command(BaseCommand):
         scope = Scope.objects.create(slug=f"bench-erasure-{count}-{random.randint(0, 10**6)}", keep_raw_queries=True)
         questions = _questions(count, seed=count)
         expires = timezone.now() + timedelta(days=365)
+        writes.bulk_load(lambda: self._load(scope, questions, expires))
+        return scope
+
+    def _load(self, scope: Scope, questions: list[str], expires) -> None:
         with bulk_transaction():
             Trail.objects.bulk_create(
                 [
@@ -133,4 +137,3 @@ class Command(BaseCommand):
                 ],
                 batch_size=5000,
             )
-        return scope

@@ -27,7 +27,7 @@ from scopes.access import Access, OperatorGrant
 from scopes.demo import faq_sections
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
-from trails.models import RecallEvent, Trail, TrailStatus, mark_stale
+from trails.models import RecallEvent, Trail, TrailStatus, mark_stale, writes
 from trails.serving.record import RecordInput, TrailRows
 from trails.upkeep.jobs import roll_up
 
@@ -290,4 +290,4 @@ class Command(BaseCommand):
                         feedback_at=at if judged else None,
                     )
                 )
-            RecallEvent.objects.bulk_create(batch)
+            writes.bulk_load(lambda batch=batch: RecallEvent.objects.bulk_create(batch))

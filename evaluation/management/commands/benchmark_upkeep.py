@@ -14,7 +14,7 @@ from evaluation.bulk import drop_scope
 from evaluation.questions import QuestionMaker
 from scopes.models import Scope, Section
 from trails.core.hint import RecordedStep
-from trails.models import RecallEvent, RecallStat
+from trails.models import RecallEvent, RecallStat, writes
 from trails.serving.record import RecordInput, TrailRows
 from trails.upkeep.jobs import roll_up, sweep_expired
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
             started = time.perf_counter()
             outcomes = ["prefetch", "hint", "miss"]
             for start in range(0, events, 20_000):
-                RecallEvent.objects.bulk_create(
+                events_batch = [
                     RecallEvent(
                         scope=scope,
                         created_at=now - timedelta(minutes=rng.randrange(60 * 24 * 60)),
@@ -47,7 +47,8 @@ class Command(BaseCommand):
                         matcher="lexical",
                     )
                     for _ in range(min(20_000, events - start))
-                )
+                ]
+                writes.bulk_load(lambda batch=events_batch: RecallEvent.objects.bulk_create(batch))
             Section.upsert(scope, {"s": "a section"})
             current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
             maker = QuestionMaker(5)
