@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from datetime import timedelta
 from unittest import mock
 
 from django.core.management.base import BaseCommand
@@ -17,7 +16,7 @@ from evaluation import results
 from evaluation.bulk import bulk_transaction, drop_scope
 from scopes.models import Scope
 from trails.core import pii
-from trails.models import PurgeRun, RecallEvent, Trail, TrailStatus, writes
+from trails.models import PurgeRun, RecallEvent, Trail, writes
 from trails.upkeep import purge
 
 FIRST = ["Jane", "Søren", "Işık", "Łukasz", "Zoë", "Mary", "Omar", "Chen", "Ana", "Piotr", "Ingrid", "Kofi"]
@@ -108,23 +107,23 @@ class Command(BaseCommand):
     def _fill(self, count: int) -> Scope:
         scope = Scope.objects.create(slug=f"bench-erasure-{count}-{random.randint(0, 10**6)}", keep_raw_queries=True)
         questions = _questions(count, seed=count)
-        expires = timezone.now() + timedelta(days=365)
-        writes.bulk_load(lambda: self._load(scope, questions, expires))
+        writes.bulk_load(lambda: self._load(scope, questions))
         return scope
 
-    def _load(self, scope: Scope, questions: list[str], expires) -> None:
+    def _load(self, scope: Scope, questions: list[str]) -> None:
         with bulk_transaction():
+            now = timezone.now()
             Trail.objects.bulk_create(
                 [
-                    Trail(
-                        scope=scope,
+                    Trail.start(
+                        scope,
+                        signalled=True,
+                        now=now,
                         query=q,
                         normalised_query=q.lower(),
-                        status=TrailStatus.ACTIVE,
                         lexical_params="minhash:128:1:fold2",
                         lexical_signature=b"",
                         band_layout="",
-                        expires_at=expires,
                     )
                     for q in questions
                 ],
