@@ -1112,7 +1112,7 @@ def test_refusals_are_listed_by_key_name_and_read_whole_whatever_process_tallied
     jobs_heard_from()
     settings.RAGTRAIL_TRUSTED_PROXIES = frozenset({"127.0.0.1"})
     tenant = Scope.objects.create(slug=f"keys-{uuid.uuid4().hex[:6]}", matcher="lexical")
-    (flooder, flood_key), (_, calm_key) = (
+    (flooder, flood_key), (helper, calm_key) = (
         ApiKey.issue([tenant], name="nightly crawler"),
         ApiKey.issue([tenant], name="helpdesk bot"),
     )
@@ -1139,8 +1139,8 @@ def test_refusals_are_listed_by_key_name_and_read_whole_whatever_process_tallied
         [cell.split(">", 1)[1] for cell in row.split("</td>")[:-1]] for row in rows[0].split("<tr>")[2:]
     ]  # after the header's row
     assert cells == [
-        ["nightly crawler", "4", "3", "3 model busy"],
-        ["helpdesk bot", "1", "0", "—"],
+        [f"nightly crawler <code>rt_{flooder.lookup}_…</code>", "4", "3", "3 model busy"],
+        [f"helpdesk bot <code>rt_{helper.lookup}_…</code>", "1", "0", "—"],
     ]
     assert "this scope 3 of 5 API requests refused with 503" in pages[0]
 
