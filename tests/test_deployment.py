@@ -209,9 +209,14 @@ def test_a_keyless_flood_from_one_address_is_answered_429_in_the_apis_error_shap
     limited = [body for status, body in answers if status == 429]
     assert limited, sorted({status for status, _ in answers})
     assert json.loads(limited[0])["error"]["code"] == "rate_limited"
+    # One kept-alive connection asks faster than the rate until it is limited: the 429's headers.
     conn = http.client.HTTPSConnection("127.0.0.1", running.https_port, context=running.tls, timeout=30)
-    conn.request("GET", "/health/live")
-    answer = conn.getresponse()
+    for _ in range(200):
+        conn.request("GET", "/health/live")
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status == 429:
+            break
+    conn.close()
     assert answer.status == 429 and answer.getheader("Retry-After") == "1"
     assert answer.getheader("Content-Type") == "application/json"
-    conn.close()
