@@ -101,4 +101,6 @@ def database_from_url(
         options["options"] = f"-c statement_timeout={statement_timeout_ms} -c lock_timeout={lock_timeout_ms} -c jit=off"
     database["PORT"] = str(database.get("PORT") or "")
     database["CONN_MAX_AGE"] = 60
+    # A kept connection the server dropped (a database restart) is replaced before a request uses it.
+    database["CONN_HEALTH_CHECKS"] = True
     return database

@@ -206,9 +206,7 @@ class MetricsMiddleware:
         method = request.method if request.method in KNOWN_METHODS else "other"
         HTTP_REQUESTS.labels(route, method, str(response.status_code)).inc()
         HTTP_SECONDS.labels(route).observe(elapsed)
-        scope = (match.kwargs.get("scope") or match.kwargs.get("scope_slug")) if match else None
-        presented = refusals.credential(request.headers.get("Authorization", ""))
-        refusals.tally(refusals.whose(scope, let_in, presented, response.status_code), response.status_code, reason)
+        refusals.tally(refusals.whose(let_in), response.status_code, reason)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 "request",

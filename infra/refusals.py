@@ -10,15 +10,13 @@ figures whichever process answered; a bucket outlives the window and then expire
 A request counts for a scope, and for its key there, only once the key check let it into that
 scope (`admitted`): keyless and wrong-key traffic is the service's alone, so nobody without a
 key can move a tenant's verdict. A request refused before its key was checked (queued past the
-budget) counts for the scope where the same key was let into it by this process before.
+budget: the whole service is overloaded) is the service's refusal too, whoever sent it; so the
+figures depend on no process's memory of whom it let in before.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
-from collections import OrderedDict
 from contextvars import ContextVar
 
 SLOT_S = 60
@@ -48,27 +46,12 @@ def _key_in_scope(slug: str, key: str) -> str:
 
 _refused_for: ContextVar[str | None] = ContextVar("ragtrail_refused_for", default=None)
 _admitted_to: ContextVar[tuple[str, str] | None] = ContextVar("ragtrail_admitted_to", default=None)
-_lock = threading.Lock()
 _away_until = [0.0]
-# Credentials this process let in, by digest: (key, scopes), most recent last, bounded.
-_let_in: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
-LET_IN_AT_MOST = 10_000
 
 
-def credential(authorization: str) -> str | None:
-    """A digest of the Authorization header a request presented (None without one)."""
-    return hashlib.sha256(authorization.encode()).hexdigest() if authorization else None
-
-
-def admitted(slug: str, key: str, presented: str | None = None) -> None:
+def admitted(slug: str, key: str) -> None:
     """The key check let the current request into this scope, under this key (its lookup)."""
     _admitted_to.set((slug, key))
-    if presented:
-        with _lock:
-            _, slugs = _let_in.pop(presented, (key, frozenset()))
-            _let_in[presented] = (key, slugs | {slug})
-            while len(_let_in) > LET_IN_AT_MOST:
-                _let_in.popitem(last=False)
 
 
 def refused(reason: str) -> None:
@@ -88,13 +71,8 @@ def end(tokens: tuple[object, object]) -> tuple[str | None, tuple[str, str] | No
     return reason, let_in
 
 
-def whose(slug: str | None, let_in: tuple[str, str] | None, presented: str | None, status: int) -> list[str]:
+def whose(let_in: tuple[str, str] | None) -> list[str]:
     """The tallies a request counts in: the service's, and its scope's and key's where let in."""
-    if let_in is None and status == 503 and slug and presented:
-        with _lock:
-            key, slugs = _let_in.get(presented, ("", frozenset()))
-        if slug in slugs:
-            let_in = (slug, key)
     if let_in is None:
         return [SERVICE]
     return [SERVICE, _scope(let_in[0]), _key_in_scope(*let_in)]

@@ -27,27 +27,28 @@ def _database() -> str:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return "ok"
-    except Exception as problem:  # noqa: BLE001 -- any failure is "not ready", said by its class
-        return f"unreachable ({type(problem).__name__})"
+    except Exception:  # noqa: BLE001 -- any failure is "not ready"; the reason stays in the server's log
+        return "not ready"
 
 
 def _cache() -> str:
     try:
         caches["heartbeats"].get("rt:ready-probe")
         return "ok"
-    except Exception as problem:  # noqa: BLE001 -- as above
-        return f"unreachable ({type(problem).__name__})"
+    except Exception:  # noqa: BLE001 -- as above
+        return "not ready"
 
 
 @never_cache
 @require_GET
 def ready(request: HttpRequest) -> JsonResponse:
     """200 once this process can serve recalls: the database and the shared cache answer and
-    the embedding model is loaded; 503 naming what is not, else."""
+    the embedding model is loaded; 503 else. Each check says only "ok" or "not ready": the
+    probe is unauthenticated, so it names no exception or dependency detail."""
     checks = {
         "database": _database(),
         "cache": _cache(),
-        "model": "ok" if embedders.loaded() else "not loaded",
+        "model": "ok" if embedders.loaded() else "not ready",
     }
     ready = all(value == "ok" for value in checks.values())
     return JsonResponse({"ready": ready, "checks": checks}, status=200 if ready else 503)

@@ -80,7 +80,7 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
     if scope is None:
         raise RequestRefused(404, "not_found", "no such scope", field="scope")
     # Let in: its requests and refusals count for this scope and key from now on.
-    refusals.admitted(scope.slug, request.auth.lookup, refusals.credential(request.headers.get("Authorization", "")))
+    refusals.admitted(scope.slug, request.auth.lookup)
     return scope
 
 

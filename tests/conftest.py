@@ -57,11 +57,9 @@ def _refusals_of_this_test_only(monkeypatch):
     """Each test counts the last minutes' requests and refusals afresh: the tallies of the
     tests before it (same scope slugs, same minute) are not in its window."""
     import uuid
-    from collections import OrderedDict
 
     from infra import refusals
 
-    monkeypatch.setattr(refusals, "_let_in", OrderedDict())
     monkeypatch.setattr(refusals, "_away_until", [0.0])
     tag, key = uuid.uuid4().hex[:8], refusals._key
     monkeypatch.setattr(refusals, "_key", lambda slot, name, what: key(slot, f"{tag}-{name}", what))

@@ -188,3 +188,35 @@ def test_slow_and_lying_clients_keyless_and_keyed_leave_recalls_answered_inside_
     assert p99["attacked"] <= 2 * p99["quiet"] + budget, p99
     log = (running.folder / "web.log").read_text()
     assert "WORKER TIMEOUT" not in log and "Booting worker" in log and log.count("Booting worker") == 2
+
+
+def test_a_slow_header_client_on_plain_http_is_cut_off_at_the_header_timeout(site):
+    running, _, _ = site
+    with socket.create_connection(("127.0.0.1", running.http_port), timeout=30) as slow:
+        slow.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        # nginx closes it without an answer once client_header_timeout (10 s) passes; its default is 60 s.
+        assert slow.recv(4096) == b""
+        assert time.monotonic() - started < 20
+
+
+def test_a_keyless_flood_from_one_address_is_answered_429_in_the_apis_error_shape(site):
+    running, scope, _ = site
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: https(running, "GET", "/health/live"), range(200)))
+    limited = [body for status, body in answers if status == 429]
+    assert limited, sorted({status for status, _ in answers})
+    assert json.loads(limited[0])["error"]["code"] == "rate_limited"
+    # One kept-alive connection asks faster than the rate until it is limited: the 429's headers.
+    conn = http.client.HTTPSConnection("127.0.0.1", running.https_port, context=running.tls, timeout=30)
+    for _ in range(200):
+        conn.request("GET", "/health/live")
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status == 429:
+            break
+    conn.close()
+    assert answer.status == 429 and answer.getheader("Retry-After") == "1"
+    assert answer.getheader("Content-Type") == "application/json"

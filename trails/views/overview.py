@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from infra import metrics, refusals
 from infra.errors import Refused
 from scopes.access import Access
-from scopes.models import Scope, SectionSync, SectionSyncJob
+from scopes.models import KEY_PREFIX, Scope, SectionSync, SectionSyncJob
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
@@ -61,14 +61,14 @@ JOB_NAMES = {metrics.HEARTBEAT_TASK: "worker"}
 
 
 def refusals_by_key(scope: Scope) -> list[dict] | None:
-    """The last minutes' requests and refusals of each of the scope's keys, by name, busiest
-    first (keys with none left out); None when the shared cache cannot be read."""
+    """The last minutes' requests and refusals of each of the scope's keys, by name and public
+    prefix (two keys may share a name), busiest first (keys with none left out); None when the shared cache cannot be read."""
     names = key_names(scope)
     counted = refusals.by_key(scope.slug, list(names))
     if counted is None:
         return None
     rows = [
-        {"key": names[key], **tally, "refused_total": sum(tally["refused"].values())}
+        {"key": names[key], "prefix": f"{KEY_PREFIX}{key}_…", **tally, "refused_total": sum(tally["refused"].values())}
         for key, tally in counted.items()
         if tally["requests"]
     ]
