@@ -192,6 +192,32 @@ def test_a_scope_operator_suspends_a_key_of_their_scope_from_the_audit_page(tena
     assert AuditEvent.objects.filter(scope=scope, kind=AuditEvent.Kind.KEY_RESTORED, who=f"op-{scope.slug}-2").exists()
 
 
+def test_a_key_that_judged_another_tenants_trail_is_not_set_aside_by_this_tenants_operator(tenants):
+    scope, other = tenants["python-faq"]["scope"], tenants["acme-support"]["scope"]
+    key, secret = ApiKey.issue([other], name="moved")
+    api = ApiClient(secret)
+    recall = api.recall(other.slug, query=f"How do I reset {SECRET}?").json()
+    assert recall["outcome"] == "prefetch"
+    assert (
+        api.call("post", f"/scopes/{other.slug}/recalls/{recall['recall_id']}/feedback", {"helpful": False}).status_code
+        < 300
+    )
+    key.scopes.set([scope])  # moved to this tenant since: its report in the other still counts there
+    acting = operator(scope, Access.ACT)
+    assert f"/ops/{scope.slug}/keys/{key.pk}/suspend/" not in acting.get(f"/ops/{scope.slug}/audit/").content.decode()
+    before = Trail.objects.get(public_id=tenants["acme-support"]["trail"])
+    refused = acting.post(f"/ops/{scope.slug}/keys/{key.pk}/suspend/", {"confirm": "yes", "set_aside": "on"})
+    assert refused.status_code == 403
+    key.refresh_from_db()
+    assert key.revoked_at is None and key.set_aside_at is None
+    after = Trail.objects.get(pk=before.pk)
+    assert (after.status, after.held_by, after.false_hit_reporters) == (
+        before.status,
+        before.held_by,
+        before.false_hit_reporters,
+    )
+
+
 def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):
     from scopes.audit import AuditEvent
 

@@ -185,6 +185,16 @@ def moved_by(reporter: str, scope_id: int | None = None) -> list[int]:
     return sorted({*reported.values_list("trail_id", flat=True), *voted.values_list("trail_id", flat=True)})
 
 
+def judged_scopes(reporter: str) -> set[int]:
+    """The ids of the scopes whose trails a reporter reported or voted on: a key moved to
+    another scope since still moved these, so setting it aside reaches them too."""
+    reported = TrailReport.objects.filter(reporter=reporter).values_list("trail__scope_id", flat=True)
+    voted = TrailSignal.objects.filter(
+        by=reporter[:150], source=TrailSignal.Source.FEEDBACK, signal__in=[Signal.UP, Signal.DOWN]
+    ).values_list("scope_id", flat=True)
+    return {*reported.distinct(), *voted.distinct()}
+
+
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")
 def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> None:
     """A key's standing changed: the trails it reported or voted on are decided again (in id
@@ -197,7 +207,7 @@ def recount_after_set_aside(sender, key, by: str, set_aside: bool, **kwargs) -> 
             if set_aside:  # its vote, where nothing changed the trail since, goes first (the table's set-aside)
                 writes.set_aside_vote(trail, key.reporter, by=by)
             writes.recount(trail, excluded, by=by)
-    for scope in key.scopes.all():
+    for scope in Scope.objects.filter(pk__in={*key.scopes.values_list("pk", flat=True), *judged_scopes(key.reporter)}):
         learn_thresholds(scope, timezone.now())
 
 

@@ -21,7 +21,7 @@ from scopes.access import Access, granted_scopes
 from scopes.audit import AuditEvent
 from scopes.keys import revoke, set_aside, unrevoke
 from scopes.models import ApiKey
-from trails.learning.feedback import moved_by
+from trails.learning.feedback import judged_scopes, moved_by
 from trails.models import Trail
 from trails.views.common import csv_response, scope_or_404, scope_page, staff_required, wants_csv
 
@@ -109,7 +109,7 @@ def scope_keys(request: HttpRequest, scope) -> list[dict]:
     acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
     found = []
     for key in ApiKey.objects.filter(scopes=scope).prefetch_related("scopes").order_by("-created_at")[:200]:
-        reaches = {s.pk for s in key.scopes.all()}
+        reaches = {s.pk for s in key.scopes.all()} | judged_scopes(key.reporter)
         moved = (
             list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)).order_by("-id")[:50])
             if key.set_aside_at
@@ -126,8 +126,9 @@ def _operated_key(request: HttpRequest, scope_slug: str, key_id: int):
     scope = scope_or_404(request, scope_slug, Access.ACT)
     key = get_object_or_404(ApiKey, pk=key_id, scopes=scope)
     acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
-    if not set(key.scopes.values_list("pk", flat=True)) <= acting:
-        raise PermissionDenied("this key reaches scopes you may not act on: a superuser may revoke it")
+    # Scopes whose trails it judged count too: setting it aside decides those trails again.
+    if not {*key.scopes.values_list("pk", flat=True), *judged_scopes(key.reporter)} <= acting:
+        raise PermissionDenied("this key reaches or judged scopes you may not act on: a superuser may revoke it")
     return scope, key
 
 
