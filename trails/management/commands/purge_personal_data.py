@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
-from trails.core.pii import MAX_IDENTIFIERS, MAX_SUBJECT_CHARACTERS, identifiers
+from trails.core.pii import MAX_IDENTIFIERS, MAX_SUBJECT_CHARACTERS, identifier_problem, identifiers
 from trails.models import PurgeRun
 from trails.upkeep import purge
 
@@ -27,6 +27,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"an erasure subject has at most {MAX_IDENTIFIERS} identifiers and {MAX_SUBJECT_CHARACTERS} characters"
             )
+        for identifier in identifiers(subject):
+            if problem := identifier_problem(identifier):
+                raise CommandError(problem)
         run = PurgeRun.request(found, subject, delete, by)
         if preview:
             count, shown = purge.preview(run)
