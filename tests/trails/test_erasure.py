@@ -302,3 +302,19 @@ def test_the_purge_page_counts_documentation_and_says_what_is_left_per_store(api
     assert "Still holding it afterwards: 1 section ids (rename at the source)." in page
     assert "nothing in this scope matches" not in page
     assert Section.objects.get(scope=scope, section_id="parking").text == "Ask [redacted] for a permit."
+
+
+def test_a_trail_too_long_to_check_in_a_preview_is_said_unchecked_and_the_run_still_redacts_it(
+    api, scope, sections, monkeypatch
+):
+    monkeypatch.setattr(purge, "PREVIEW_FOLD_CAP", 200)
+    assert api.record("hospital", query="Where does Jane Doe park?", cited=["parking"]).status_code == 201
+    long_query = "Ωμέγα " * 50 + "J\u0332ane Doe asked"
+    assert api.record("hospital", query=long_query, cited=["parking"]).status_code == 201
+    run = PurgeRun.request(scope, "Jane Doe", delete=False, requested_by="op")
+    run.state = PurgeRun.State.PREVIEWED
+    assert purge.preview(run)[::2] == (1, 1)  # one found, one not checked: never "nothing"
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.left == {}
+    assert not any("jane" in fold_text(q) for q in Trail.objects.values_list("query", flat=True))

@@ -181,17 +181,27 @@ def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str],
     return names, in_ids
 
 
-def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
+# A preview folds at most this many characters of one trail's non-ASCII text (ASCII is cheap):
+# a longer trail is not checked in the request but handed to the run, which checks it.
+PREVIEW_FOLD_CAP = 100_000
+
+
+def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]], int]:
     """Finds the trails a run would touch and stores them on the run (which must be
-    saved), so that confirming it purges exactly this set. Each text is folded once.
+    saved), so that confirming it purges exactly this set. Each text is folded once; a trail
+    with more non-ASCII text than `PREVIEW_FOLD_CAP` is left unchecked here and added to the
+    set, so the run checks it (and changes it only where something matches).
 
     Returns:
-        How many trails match, and some (trail id, query, names of the rules that matched,
-        each match in its context).
+        How many trails match, some (trail id, query, names of the rules that matched, each
+        match in its context), and how many trails were too long to check in the preview.
     """
     rules = purge_rules(run)
-    matched, shown = [], []
+    matched, shown, unchecked = [], [], []
     for trail in trail_texts(run.scope_id):
+        if sum(len(text) for text in trail.texts + trail.section_ids if not text.isascii()) > PREVIEW_FOLD_CAP:
+            unchecked.append(trail.id)
+            continue
         names, _ = findings(trail, rules)
         if names:
             matched.append(trail.id)
@@ -199,8 +209,8 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
                 texts = trail.texts + trail.section_ids
                 contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
                 shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
-    run.trail_ids, run.total = matched, len(matched)
-    return len(matched), shown
+    run.trail_ids, run.total = matched + unchecked, len(matched) + len(unchecked)
+    return len(matched), shown, len(unchecked)
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:

@@ -32,8 +32,10 @@ class Command(BaseCommand):
                 raise CommandError(problem)
         run = PurgeRun.request(found, subject, delete, by)
         if preview:
-            count, shown = purge.preview(run)
+            count, shown, unchecked = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
+            if unchecked:
+                self.stdout.write(f"{unchecked} trails too long to check in a preview: the run checks them")
             others = {kind: n for kind, n in purge.preview_records(run).items() if n and kind != "trails"}
             if others:
                 self.stdout.write("and: " + ", ".join(f"{n} {kind}" for kind, n in others.items()))
