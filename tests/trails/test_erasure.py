@@ -318,3 +318,29 @@ def test_a_trail_too_long_to_check_in_a_preview_is_said_unchecked_and_the_run_st
     done = purge.run_purge(run.id)
     assert done.left == {}
     assert not any("jane" in fold_text(q) for q in Trail.objects.values_list("query", flat=True))
+
+
+def test_sync_summaries_naming_the_person_are_counted_and_redacted(api, scope, sections):
+    from scopes.models import SectionSyncJob
+
+    base = dict(sections)
+
+    def sync(texts):
+        sent = {"sections": [{"id": k, "text": v} for k, v in texts.items()], "delete_missing": True}
+        return api.call("post", "/scopes/hospital/section-syncs", {**sent, "source": "git main"})
+
+    assert sync({**base, "staff/jane-doe": "Ask at reception."}).status_code == 200
+    assert sync({**base, "staff/reception": "Ask at reception."}).status_code == 200  # renamed at the source
+    SectionSyncJob.objects.create(scope=scope, summary={"removed_ids": ["staff/jane_doe"]}, state="done")
+    run = PurgeRun.request(scope, "Jane Doe", delete=False, requested_by="op")
+    run.state = PurgeRun.State.PREVIEWED
+    purge.preview(run)
+    records = purge.preview_records(run)
+    assert records["docs sync summaries"] == 2 and records["docs sync job summaries"] == 1
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.left == {}
+    assert done.counts["docs sync summaries"][1] == 2
+    summaries = list(SectionSync.objects.values_list("summary", flat=True))
+    summaries += list(SectionSyncJob.objects.values_list("summary", flat=True))
+    assert summaries and not any("jane" in str(summary).lower() for summary in summaries)

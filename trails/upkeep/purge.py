@@ -26,6 +26,7 @@ from django.db.models import Prefetch, QuerySet
 
 from scopes.models import Scope, Section, SectionSync
 from scopes.revisions import SectionRevision
+from scopes.syncs import SectionSyncJob
 from trails import memory, tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
@@ -383,7 +384,25 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
             "source",
             update(SectionSync, "source"),
         ),
+        # What a sync did, by section id (a file or heading may name a person).
+        Store(
+            "docs sync summaries",
+            SectionSync.objects.filter(scope_id=scope_id).exclude(summary={}),
+            "summary",
+            update(SectionSync, "summary"),
+        ),
+        Store(
+            "docs sync job summaries",
+            SectionSyncJob.objects.filter(scope_id=scope_id, summary__isnull=False),
+            "summary",
+            update(SectionSyncJob, "summary"),
+        ),
     ] + (in_documents if documents else [])
+
+
+def _holds(value: Any, rules: list) -> bool:
+    """Whether a text, or any string of a JSON value, matches."""
+    return any(pii.find(text, rules) for text in _strings(value))
 
 
 def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
@@ -391,13 +410,13 @@ def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
     checked = changed = 0
     for key, text in store.rows.values_list(store.key, store.field).iterator():
         checked += 1
-        if store.write is None or not pii.find(text, rules):
+        if store.write is None or not _holds(text, rules):
             continue
         target = getattr(store.write, "target", None)
         if target is not None:  # a conditional update: a text written since it was read is read again
-            writes.redact_text(target[0], key, target[1], lambda current: pii.redact(current, rules))
+            writes.redact_text(target[0], key, target[1], lambda current: _redact_json(current, rules))
         else:
-            store.write(scope, key, pii.redact(text, rules))
+            store.write(scope, key, _redact_json(text, rules))
         changed += 1
     return checked, changed
 
@@ -410,7 +429,7 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     counts = {"trails": trails}
     for store in stores(Scope.objects.get(pk=scope_id), documents):
         counts[store.kind] = sum(
-            1 for text in store.rows.values_list(store.field, flat=True).iterator() if pii.find(text, rules)
+            1 for text in store.rows.values_list(store.field, flat=True).iterator() if _holds(text, rules)
         )
     return counts
 
