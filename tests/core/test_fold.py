@@ -46,9 +46,62 @@ def test_latin_letters_are_transliterated(spelling, folded):
     assert fold_text(spelling) == folded
 
 
-def test_other_scripts_keep_their_letters_and_marks_in_either_composition():
-    assert fold_text("が東京") == "が東京"
-    assert fold_text(unicodedata.normalize("NFD", "が한국어")) == fold_text("が한국어")
+def test_other_scripts_keep_their_letters_in_either_composition():
+    assert fold_text("東京 한국어") == "東京 한국어"
+    assert fold_text(unicodedata.normalize("NFD", "が한국어")) == fold_text("が한국어") == "か한국어"
+
+
+@pytest.mark.parametrize(
+    "spelling, folded",
+    [
+        ("J\u0332a\u0332n\u0332e\u0332", "jane"),  # marks with no precomposed letter
+        ("J\u0336ane", "jane"),
+        ("J\u0301ane", "jane"),
+        ("a\u0323\u0302", "a"),  # stacked marks in either order
+        ("a\u0302\u0323", "a"),
+        ("ΣΩΚΡΑΤΗΣ", "σωκρατησ"),
+        ("Σωκράτης", "σωκρατησ"),
+        ("Фёдоров", "федоров"),
+        ("Федоров", "федоров"),
+    ],
+)
+def test_combining_marks_are_dropped_in_every_script(spelling, folded):
+    assert fold_text(spelling) == folded
+    assert normalise_query(spelling) == folded
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "J\u0332a\u0332n\u0332e\u0332 D\u0332o\u0332e\u0332 asked",
+        "J\u0336ane Doe asked",
+        "see /search?q=Jane+Doe&x=1",
+        "see /search?q=Jane%20Doe",
+        "see /search?q=%4Aane%20Doe",
+        "JaneDoe asked",
+        "Jane\u200bDoe asked",
+        "Jane\u2014Doe asked",
+        "Jane/Doe asked",
+        "Jane\u00b7Doe asked",
+        "report_jane_doe.pdf",
+    ],
+)
+def test_erasure_finds_and_cuts_every_spelling_the_matcher_reads_as_the_name(text):
+    rules = pii.rules_for(subject="Jane Doe", builtin=False)
+    redacted = pii.redact(text, rules)
+    assert pii.REDACTED in redacted
+    assert "jane" not in normalise_query(redacted) and not pii.find(redacted, rules)
+
+
+@pytest.mark.parametrize("text", ["Janet Doe asked", "Jane Does asked", "Jane Roe", "jane+doey"])
+def test_erasure_leaves_other_names_alone(text):
+    assert pii.redact(text, pii.rules_for(subject="Jane Doe", builtin=False)) == text
+
+
+def test_an_identifier_must_fold_to_three_letters_or_digits_and_is_named_when_not():
+    assert pii.identifier_problem("Bob") is None
+    assert "J\u0332" in pii.identifier_problem("J\u0332\u0332\u0332")  # three characters, one letter
+    assert "nothing" in pii.identifier_problem("\u200b\u0332\u0332\u0332")
 
 
 def test_matching_and_erasure_read_one_fold():
@@ -66,8 +119,8 @@ def test_each_folded_character_points_back_to_its_origin_so_redaction_cuts_the_o
 
 
 def test_a_minhash_label_carries_the_fold_and_reads_back_older_labels():
-    assert MinHashParams(128, 1).label == "minhash:128:1:fold2"
+    assert MinHashParams(128, 1).label == "minhash:128:1:fold3"
     assert MinHashParams.from_label("minhash:128:1") == MinHashParams(128, 1, fold=1)
-    assert MinHashParams.from_label("minhash:128:1:fold2") == MinHashParams(128, 1)
+    assert MinHashParams.from_label("minhash:128:1:fold3") == MinHashParams(128, 1)
     with pytest.raises(ValueError):
         MinHashParams.from_label("minhash:128:1:x")

@@ -39,7 +39,7 @@ def test_jaccard_estimate_is_close_to_exact_jaccard():
 
 
 def test_comparing_signatures_with_different_parameters_raises():
-    with pytest.raises(ValueError, match="minhash:128:1:fold2 and minhash:128:2:fold2"):
+    with pytest.raises(ValueError, match="minhash:128:1:fold3 and minhash:128:2:fold3"):
         jaccard(minhash_query("a question", P), minhash_query("a question", MinHashParams(128, 2)))
 
 

@@ -191,7 +191,7 @@ def test_a_subject_of_more_identifiers_than_one_person_has_is_refused():
 def test_a_text_is_folded_once_however_many_identifiers_the_subject_has(monkeypatch):
     calls = []
     real = pii.fold
-    monkeypatch.setattr(pii, "fold", lambda text: calls.append(text) or real(text))
+    monkeypatch.setattr(pii, "fold", lambda text, **kw: calls.append(text) or real(text, **kw))
     rules = pii.rules_for(subject="\n".join(f"Name{n} Person{n}" for n in range(pii.MAX_IDENTIFIERS)), builtin=False)
     calls.clear()
     assert pii.find("Where does Name7 Person7 park?", rules) == [("subject", 11, 24)]
@@ -276,7 +276,7 @@ def test_trails_signed_under_the_older_fold_are_brought_up_and_match_again(api, 
     # Not compared lexically meanwhile, and no error either.
     assert api.recall("hospital", query="Where does Søren park?").json()["outcome"] == "miss"
     assert catch_up_fold() == (1, 1)
-    assert set(Trail.objects.values_list("lexical_params", flat=True)) == {"minhash:128:1:fold2"}
+    assert set(Trail.objects.values_list("lexical_params", flat=True)) == {"minhash:128:1:fold3"}
     assert Trail.objects.get(query="Where does Søren park?").normalised_query == "where does soren park"
     assert api.recall("hospital", query="Where does Soren park?").json()["outcome"] == "prefetch"
     assert api.recall("hospital", query="Where do visitors park?").json()["outcome"] == "prefetch"
@@ -302,3 +302,45 @@ def test_the_purge_page_counts_documentation_and_says_what_is_left_per_store(api
     assert "Still holding it afterwards: 1 section ids (rename at the source)." in page
     assert "nothing in this scope matches" not in page
     assert Section.objects.get(scope=scope, section_id="parking").text == "Ask [redacted] for a permit."
+
+
+def test_a_trail_too_long_to_check_in_a_preview_is_said_unchecked_and_the_run_still_redacts_it(
+    api, scope, sections, monkeypatch
+):
+    monkeypatch.setattr(purge, "PREVIEW_FOLD_CAP", 200)
+    assert api.record("hospital", query="Where does Jane Doe park?", cited=["parking"]).status_code == 201
+    long_query = "Ωμέγα " * 50 + "J\u0332ane Doe asked"
+    assert api.record("hospital", query=long_query, cited=["parking"]).status_code == 201
+    run = PurgeRun.request(scope, "Jane Doe", delete=False, requested_by="op")
+    run.state = PurgeRun.State.PREVIEWED
+    assert purge.preview(run)[::2] == (1, 1)  # one found, one not checked: never "nothing"
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.left == {}
+    assert not any("jane" in fold_text(q) for q in Trail.objects.values_list("query", flat=True))
+
+
+def test_sync_summaries_naming_the_person_are_counted_and_redacted(api, scope, sections):
+    from scopes.models import SectionSyncJob
+
+    base = dict(sections)
+
+    def sync(texts):
+        sent = {"sections": [{"id": k, "text": v} for k, v in texts.items()], "delete_missing": True}
+        return api.call("post", "/scopes/hospital/section-syncs", {**sent, "source": "git main"})
+
+    assert sync({**base, "staff/jane-doe": "Ask at reception."}).status_code == 200
+    assert sync({**base, "staff/reception": "Ask at reception."}).status_code == 200  # renamed at the source
+    SectionSyncJob.objects.create(scope=scope, summary={"removed_ids": ["staff/jane_doe"]}, state="done")
+    run = PurgeRun.request(scope, "Jane Doe", delete=False, requested_by="op")
+    run.state = PurgeRun.State.PREVIEWED
+    purge.preview(run)
+    records = purge.preview_records(run)
+    assert records["docs sync summaries"] == 2 and records["docs sync job summaries"] == 1
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.left == {}
+    assert done.counts["docs sync summaries"][1] == 2
+    summaries = list(SectionSync.objects.values_list("summary", flat=True))
+    summaries += list(SectionSyncJob.objects.values_list("summary", flat=True))
+    assert summaries and not any("jane" in str(summary).lower() for summary in summaries)

@@ -9,9 +9,14 @@ Rules, in order (docs/matching.md and docs/promises.md say them for users):
    compatibility forms agree.
 3. Apostrophes and quotes people type for one another become "'".
 4. Latin letters are transliterated to ASCII by `anyascii` (é→e, ł→l, ø→o, ı→i, ß→ss, æ→ae);
-   other scripts keep their letters and marks (が stays が), since transliterating them would
-   merge different words (東京 and 董京 both read "DongJing").
-5. Case is fully folded (str.casefold).
+   other scripts keep their letters (Σ stays σ), since transliterating them would merge
+   different words (東京 and 董京 both read "DongJing").
+5. Combining marks (Unicode categories Mn and Me, after canonical decomposition) are removed
+   in every script: J̲a̲n̲e̲ is jane, Σωκράτης is σωκρατησ, Фёдоров is федоров, が is か.
+6. Case is fully folded (str.casefold).
+
+For erasure, `fold(text, urls=True)` also reads percent-encoded runs (%20, %C5%81) decoded and
+"+" as a space, so a name inside a URL is found (and the whole encoded run is cut).
 
 `FOLD_VERSION` names these rules; signatures made from folded text carry it.
 """
@@ -22,11 +27,12 @@ import unicodedata
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
+from urllib.parse import unquote
 
 import regex
 from anyascii import anyascii
 
-FOLD_VERSION = 2
+FOLD_VERSION = 3
 
 _IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
 # Apostrophes and quotes people type for one another (O'Brien, O’Brien, Oʼbrien).
@@ -55,15 +61,22 @@ class Folded:
 
 
 _END = float("inf")
+_MARKS = frozenset({"Mn", "Me"})
+# A run of percent-encoded bytes (read decoded when folding for erasure).
+_PERCENT = regex.compile(r"(?:%[0-9A-Fa-f]{2})+")
 # An ASCII run (not its last letter where a mark follows: e + U+0301 is é), else one grapheme cluster.
 _PIECE = regex.compile(r"(?:[\x00-\x7f](?!\p{M}))+|\X")
+# The same, with percent-encoded runs as pieces of their own.
+_URL_PIECE = regex.compile(r"(?:%[0-9A-Fa-f]{2})+|(?:(?!%[0-9A-Fa-f]{2})[\x00-\x7f](?!\p{M}))+|\X")
 
 
 @lru_cache(maxsize=65536)
 def _fold_cluster(cluster: str) -> str:
-    """A grapheme cluster (a base character with its marks), folded (rules 1-5)."""
+    """A grapheme cluster (a base character with its marks), folded (rules 1-6)."""
     out = []
-    for char in unicodedata.normalize("NFKC", cluster):
+    for char in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", cluster)):
+        if unicodedata.category(char) in _MARKS:
+            continue
         if char.isascii():
             out.append(char.lower())
         elif char in _QUOTES:
@@ -77,21 +90,32 @@ def _fold_cluster(cluster: str) -> str:
     return unicodedata.normalize("NFC", "".join(out))
 
 
-def fold(text: str) -> Folded:
+def _fold_piece(piece: str, urls: bool) -> str:
+    if urls and _PERCENT.fullmatch(piece):
+        return fold_text(unquote(piece))
+    folded = piece.lower() if piece.isascii() else _fold_cluster(piece)
+    return folded.replace("+", " ") if urls else folded
+
+
+def fold(text: str, urls: bool = False) -> Folded:
     """Folds text by the module's rules, keeping where each folded character came from.
+
+    Args:
+        text: any text.
+        urls: also read percent-encoded runs decoded and "+" as a space (erasure's reading).
 
     Returns:
         The folded text with its origins (a redaction cuts the original there).
     """
-    if text.isascii():
-        return Folded(text.lower(), None)
+    if text.isascii() and not (urls and _PERCENT.search(text)):
+        return Folded(text.lower().replace("+", " ") if urls else text.lower(), None)
     out: list[str] = []
     pieces: list[tuple[int, int, int, bool]] = []
     length = 0
-    for match in _PIECE.finditer(text):
+    for match in (_URL_PIECE if urls else _PIECE).finditer(text):
         piece = match.group()
-        ascii_run = piece.isascii()
-        folded = piece.lower() if ascii_run else _fold_cluster(piece)
+        ascii_run = piece.isascii() and not (urls and _PERCENT.fullmatch(piece))
+        folded = _fold_piece(piece, urls)
         if folded:
             pieces.append((length, match.start(), match.end(), ascii_run))
             out.append(folded)

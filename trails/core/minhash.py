@@ -29,7 +29,7 @@ class MinHashParams:
 
     @property
     def label(self) -> str:
-        """Returns the text stored beside a signature, such as "minhash:128:1:fold2"."""
+        """Returns the text stored beside a signature, such as "minhash:128:1:fold3"."""
         base = f"minhash:{self.num_perm}:{self.seed}"
         return base if self.fold == 1 else f"{base}:fold{self.fold}"
 

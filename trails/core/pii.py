@@ -63,7 +63,7 @@ class SubjectRule:
     folded = True
 
     def spans(self, text: str, folded: Folded | None = None) -> list[tuple[int, int]]:
-        folded = folded or fold(text)
+        folded = folded or fold(text, urls=True)
         patterns = list(self.keyless)
         for key in set(_KEY.findall(folded.text)):
             patterns.extend(self.by_key.get(key, ()))
@@ -106,25 +106,38 @@ def rules_for(
 
 def subject_rule(*identifiers: str) -> SubjectRule:
     """Matches each identifier of an erasure subject as a whole word (or run of words) in the
-    fold matching uses (`fold.fold`: case, accents, transliteration, ignorable characters,
-    quotes, compatibility forms): "Park" finds "park" and "PARK" but not "Parking", "12345"
-    not "123456", "O'Brien" finds "O’Brien", "Łukasz" finds "LUKASZ", "Zoë Åberg" finds
-    "zoe aberg". A name's words also match joined by a dot, underscore or hyphen: "Jane Roe"
-    finds jane.roe@example.com and jane_roe too."""
+    fold matching uses (`fold.fold`: case, accents and other marks, transliteration, ignorable
+    characters, quotes, compatibility forms; percent-encoding and "+" read as in a URL): "Park"
+    finds "park" and "PARK" but not "Parking", "12345" not "123456", "O'Brien" finds "O’Brien",
+    "Łukasz" finds "LUKASZ", "Zoë Åberg" finds "zoe aberg". Words are split as the matcher
+    splits them (any character but a letter or digit, underscore included, separates), and a
+    name's words also match joined by any such separators or by none: "Jane Roe" finds
+    jane.roe@example.com, report_jane_roe.pdf, Jane—Roe, Jane%20Roe and JaneRoe."""
     by_key: dict[str, list[re.Pattern[str]]] = {}
-    keyless = []
     for identifier in identifiers:
-        folded = fold(identifier).text
-        words = [re.escape(word) for word in folded.split()]
+        words = subject_words(identifier)
         if not words:
             continue
-        pattern = re.compile(r"(?<!\w)" + r"[\s._-]+".join(words) + r"(?!\w)")
-        key = _KEY.search(folded)
-        if key is None:
-            keyless.append(pattern)
-        else:
-            by_key.setdefault(key.group(0), []).append(pattern)
-    return SubjectRule("subject", {key: tuple(found) for key, found in by_key.items()}, tuple(keyless))
+        pattern = re.compile(r"(?<![^\W_])" + r"[\W_]*".join(map(re.escape, words)) + r"(?![^\W_])")
+        # Indexed by every joined prefix of its words: "jane", "janeroe" (a text's runs are keys).
+        for n in range(1, len(words) + 1):
+            by_key.setdefault("".join(words[:n]), []).append(pattern)
+    return SubjectRule("subject", {key: tuple(dict.fromkeys(found)) for key, found in by_key.items()})
+
+
+def subject_words(identifier: str) -> list[str]:
+    """An identifier's words as erasure matches them: runs of letters or digits of its fold."""
+    return _KEY.findall(fold(identifier, urls=True).text)
+
+
+def identifier_problem(identifier: str) -> str | None:
+    """Why an identifier cannot be erased by, or None: it must fold to 3 letters or digits."""
+    folded = "".join(subject_words(identifier))
+    if not folded:
+        return f"“{identifier}” has no letters or digits once folded; it would match nothing."
+    if len(folded) < 3:
+        return f"“{identifier}” folds to “{folded}”: each identifier needs at least 3 letters or digits."
+    return None
 
 
 def in_context(text: str, rules: Sequence[Rule | SubjectRule], width: int = 30) -> list[str]:
@@ -146,7 +159,7 @@ def find(text: str, rules: Sequence[Rule | SubjectRule]) -> list[tuple[str, int,
     """Returns (rule name, start, end) for every match, in text order; the text is folded once."""
     if not text:
         return []
-    folded = fold(text) if any(rule.folded for rule in rules) else None
+    folded = fold(text, urls=True) if any(rule.folded for rule in rules) else None
     return sorted(((rule.name, a, b) for rule in rules for a, b in rule.spans(text, folded)), key=lambda m: m[1])
 
 

@@ -26,6 +26,7 @@ from django.db.models import Prefetch, QuerySet
 
 from scopes.models import Scope, Section, SectionSync
 from scopes.revisions import SectionRevision
+from scopes.syncs import SectionSyncJob
 from trails import memory, tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
@@ -181,17 +182,27 @@ def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str],
     return names, in_ids
 
 
-def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]]]:
+# A preview folds at most this many characters of one trail's non-ASCII text (ASCII is cheap):
+# a longer trail is not checked in the request but handed to the run, which checks it.
+PREVIEW_FOLD_CAP = 100_000
+
+
+def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]], int]:
     """Finds the trails a run would touch and stores them on the run (which must be
-    saved), so that confirming it purges exactly this set. Each text is folded once.
+    saved), so that confirming it purges exactly this set. Each text is folded once; a trail
+    with more non-ASCII text than `PREVIEW_FOLD_CAP` is left unchecked here and added to the
+    set, so the run checks it (and changes it only where something matches).
 
     Returns:
-        How many trails match, and some (trail id, query, names of the rules that matched,
-        each match in its context).
+        How many trails match, some (trail id, query, names of the rules that matched, each
+        match in its context), and how many trails were too long to check in the preview.
     """
     rules = purge_rules(run)
-    matched, shown = [], []
+    matched, shown, unchecked = [], [], []
     for trail in trail_texts(run.scope_id):
+        if sum(len(text) for text in trail.texts + trail.section_ids if not text.isascii()) > PREVIEW_FOLD_CAP:
+            unchecked.append(trail.id)
+            continue
         names, _ = findings(trail, rules)
         if names:
             matched.append(trail.id)
@@ -199,8 +210,8 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
                 texts = trail.texts + trail.section_ids
                 contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
                 shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
-    run.trail_ids, run.total = matched, len(matched)
-    return len(matched), shown
+    run.trail_ids, run.total = matched + unchecked, len(matched) + len(unchecked)
+    return len(matched), shown, len(unchecked)
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:
@@ -373,7 +384,25 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
             "source",
             update(SectionSync, "source"),
         ),
+        # What a sync did, by section id (a file or heading may name a person).
+        Store(
+            "docs sync summaries",
+            SectionSync.objects.filter(scope_id=scope_id).exclude(summary={}),
+            "summary",
+            update(SectionSync, "summary"),
+        ),
+        Store(
+            "docs sync job summaries",
+            SectionSyncJob.objects.filter(scope_id=scope_id, summary__isnull=False),
+            "summary",
+            update(SectionSyncJob, "summary"),
+        ),
     ] + (in_documents if documents else [])
+
+
+def _holds(value: Any, rules: list) -> bool:
+    """Whether a text, or any string of a JSON value, matches."""
+    return any(pii.find(text, rules) for text in _strings(value))
 
 
 def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
@@ -381,13 +410,13 @@ def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
     checked = changed = 0
     for key, text in store.rows.values_list(store.key, store.field).iterator():
         checked += 1
-        if store.write is None or not pii.find(text, rules):
+        if store.write is None or not _holds(text, rules):
             continue
         target = getattr(store.write, "target", None)
         if target is not None:  # a conditional update: a text written since it was read is read again
-            writes.redact_text(target[0], key, target[1], lambda current: pii.redact(current, rules))
+            writes.redact_text(target[0], key, target[1], lambda current: _redact_json(current, rules))
         else:
-            store.write(scope, key, pii.redact(text, rules))
+            store.write(scope, key, _redact_json(text, rules))
         changed += 1
     return checked, changed
 
@@ -400,7 +429,7 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     counts = {"trails": trails}
     for store in stores(Scope.objects.get(pk=scope_id), documents):
         counts[store.kind] = sum(
-            1 for text in store.rows.values_list(store.field, flat=True).iterator() if pii.find(text, rules)
+            1 for text in store.rows.values_list(store.field, flat=True).iterator() if _holds(text, rules)
         )
     return counts
 

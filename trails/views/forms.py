@@ -78,7 +78,7 @@ class PurgeForm(forms.Form):
         label="Erasure subject",
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Every identifier of the person, one per line: name, e-mail, customer id. A name also matches its "
-        "words joined by a dot, underscore or hyphen (jane.roe). Leave empty to look for e-mails, phone, card and "
+        "words joined by any punctuation or by none (jane.roe, jane_roe, JaneRoe). Leave empty to look for e-mails, phone, card and "
         "IBAN numbers, IP addresses and the scope's own patterns.",
     )
     action = forms.ChoiceField(
@@ -86,12 +86,13 @@ class PurgeForm(forms.Form):
     )
 
     def clean_subject(self) -> str:
-        from trails.core.pii import MAX_IDENTIFIERS, identifiers
+        from trails.core.pii import MAX_IDENTIFIERS, identifier_problem, identifiers
 
         subject = self.cleaned_data["subject"].strip()
-        if any(len(identifier) < 3 for identifier in identifiers(subject)):
-            # A one- or two-letter identifier would match nearly every query.
-            raise forms.ValidationError("Each identifier needs at least 3 characters.")
+        # A one- or two-letter identifier would match nearly every query; one of marks alone, nothing.
+        problems = [problem for identifier in identifiers(subject) if (problem := identifier_problem(identifier))]
+        if problems:
+            raise forms.ValidationError(problems)
         if len(identifiers(subject)) > MAX_IDENTIFIERS:
             # One person's identifiers; a list of people is one erasure each.
             raise forms.ValidationError(f"An erasure subject has at most {MAX_IDENTIFIERS} identifiers (one person's).")

@@ -86,15 +86,16 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
                 scope, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username()
             )
             run.state = PurgeRun.State.PREVIEWED
-            count, shown = preview_purge(run)
+            count, shown, unchecked = preview_purge(run)
             run.save()
             records = preview_records(run)
             preview = {
                 "count": count,
                 "shown": shown,
+                "unchecked": unchecked,
                 "run": run,
                 "records": records,
-                "any": any(records.values()),
+                "any": any(records.values()) or unchecked,
                 "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted",
                 "elsewhere": _elsewhere(request, scope, run) if run.subject else None,
                 "subject_line": "; ".join(identifiers(run.subject)),
@@ -121,18 +122,15 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     )
 
 
-def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[tuple[object, int]]:
-    """The other scopes this operator may act on where the subject also appears, with how many
-    records hold it: an erasure covers one scope, and the page says which others need one."""
-    from trails.upkeep.purge import purge_rules, records_matching
+# At most this many other scopes are offered; a preview never scans them (each costs a full preview).
+ELSEWHERE_LIMIT = 20
 
-    rules = purge_rules(run)
-    found = []
-    for other in granted_scopes(request.user, Access.ACT).exclude(pk=scope.pk).order_by("slug"):
-        count = sum(records_matching(other.pk, rules, documents=True).values())
-        if count:
-            found.append((other, count))
-    return found
+
+def _elsewhere(request: HttpRequest, scope, run: PurgeRun) -> list[object]:
+    """The other scopes this operator may act on, unchecked: an erasure covers one scope, and
+    scanning every other one inside this request costs as much as previewing each, so the page
+    offers a preview there instead of a count."""
+    return list(granted_scopes(request.user, Access.ACT).exclude(pk=scope.pk).order_by("slug")[:ELSEWHERE_LIMIT])
 
 
 def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:

@@ -121,7 +121,7 @@ class Command(BaseCommand):
                         now=now,
                         query=q,
                         normalised_query=q.lower(),
-                        lexical_params="minhash:128:1:fold2",
+                        lexical_params="minhash:128:1:fold3",
                         lexical_signature=b"",
                         band_layout="",
                     )

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
-from trails.core.pii import MAX_IDENTIFIERS, MAX_SUBJECT_CHARACTERS, identifiers
+from trails.core.pii import MAX_IDENTIFIERS, MAX_SUBJECT_CHARACTERS, identifier_problem, identifiers
 from trails.models import PurgeRun
 from trails.upkeep import purge
 
@@ -27,10 +27,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"an erasure subject has at most {MAX_IDENTIFIERS} identifiers and {MAX_SUBJECT_CHARACTERS} characters"
             )
+        for identifier in identifiers(subject):
+            if problem := identifier_problem(identifier):
+                raise CommandError(problem)
         run = PurgeRun.request(found, subject, delete, by)
         if preview:
-            count, shown = purge.preview(run)
+            count, shown, unchecked = purge.preview(run)
             self.stdout.write(f"{count} trails would be {run.action}ed")
+            if unchecked:
+                self.stdout.write(f"{unchecked} trails too long to check in a preview: the run checks them")
             others = {kind: n for kind, n in purge.preview_records(run).items() if n and kind != "trails"}
             if others:
                 self.stdout.write("and: " + ", ".join(f"{n} {kind}" for kind, n in others.items()))
