@@ -12,7 +12,9 @@ Rules, in order (docs/matching.md and docs/promises.md say them for users):
    other scripts keep their letters (Σ stays σ), since transliterating them would merge
    different words (東京 and 董京 both read "DongJing").
 5. Combining marks (Unicode categories Mn and Me, after canonical decomposition) are removed
-   in every script: J̲a̲n̲e̲ is jane, Σωκράτης is σωκρατησ, Фёдоров is федоров, が is か.
+   where they are accents, on Latin, Greek and Cyrillic letters and on symbols: J̲a̲n̲e̲ is jane,
+   Σωκράτης is σωκρατησ, Фёдоров is федоров; in other scripts they change the word and stay
+   (が is not か, कि is not क).
 6. Case is fully folded (str.casefold).
 
 For erasure, `fold(text, urls=True)` also reads percent-encoded runs (%20, %C5%81) decoded and
@@ -71,11 +73,24 @@ _URL_PIECE = regex.compile(r"(?:%[0-9A-Fa-f]{2})+|(?:(?!%[0-9A-Fa-f]{2})[\x00-\x
 
 
 @lru_cache(maxsize=65536)
+def _marks_are_accents(base: str) -> bool:
+    """Whether marks on this base are accents a writer may drop (Latin, Greek, Cyrillic, or a
+    symbol): in other scripts they change the word (が is not か, कि is not क)."""
+    if not base or base.isascii() or not base.isalpha():
+        return True
+    return unicodedata.name(base, "").startswith(("LATIN", "GREEK", "CYRILLIC"))
+
+
 def _fold_cluster(cluster: str) -> str:
     """A grapheme cluster (a base character with its marks), folded (rules 1-6)."""
     out = []
-    for char in unicodedata.normalize("NFD", unicodedata.normalize("NFKC", cluster)):
+    chars = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", cluster))
+    accents = _marks_are_accents(chars[:1])
+    for char in chars:
         if unicodedata.category(char) in _MARKS:
+            if accents:
+                continue
+            out.append(char)
             continue
         if char.isascii():
             out.append(char.lower())
