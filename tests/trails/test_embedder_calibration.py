@@ -42,9 +42,11 @@ def on_endpoint(endpoint, settings):
     settings.RAGTRAIL_EMBEDDING_API_KEY = KEY
     load_embedder.cache_clear()
     endpoint.fail.clear()
+    endpoint.mode = ""
     _, key = ApiKey.issue([scope])
     yield scope, ApiClient(key), endpoint
     endpoint.fail.clear()
+    endpoint.mode = ""
     load_embedder.cache_clear()
 
 
@@ -153,7 +155,7 @@ def test_the_docs_lines_point_the_service_at_an_endpoint_and_fit_it(on_endpoint,
     assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}+words"
 
 
-def test_a_scope_is_fitted_on_its_own_labels_and_no_other_scope_moves(on_endpoint, pairs):
+def test_a_scopes_few_labels_do_not_hold_so_nothing_is_stored_and_no_other_scope_moves(on_endpoint, pairs):
     scope, api, _ = on_endpoint
     calibrate(pairs=str(pairs), bound=0.05)
     other = Scope.objects.create(slug="other")
@@ -166,10 +168,32 @@ def test_a_scope_is_fitted_on_its_own_labels_and_no_other_scope_moves(on_endpoin
         assert served["outcome"] == "prefetch"
         feedback = api.call("post", f"/scopes/help/recalls/{served['recall_id']}/feedback", {"helpful": n % 2 == 0})
         assert feedback.status_code == 200
-    printed = calibrate(scope="help")
-    assert f"6 pairs from labels of scope help embedded by {SERVING}" in printed
-    assert EmbedderCalibration.objects.filter(model=SERVING, scope=scope).exists()
-    changed = [line.split(":")[0] for line in printed.splitlines() if line.startswith("scope ")]
-    assert changed == ["scope help"]
+    threshold = Scope.objects.get(pk=scope.pk).embedding_threshold
+    with pytest.raises(CommandError, match="the fit does not hold.*nothing stored"):
+        calibrate(scope="help")
+    assert not EmbedderCalibration.objects.filter(model=SERVING, scope=scope).exists()
     other.refresh_from_db()
     assert other.embedding_threshold == other_threshold
+    assert Scope.objects.get(pk=scope.pk).embedding_threshold == threshold
+
+
+def test_a_fit_that_does_not_hold_is_refused_and_the_scope_keeps_refusing(on_endpoint, pairs):
+    _, api, endpoint = on_endpoint
+    endpoint.mode = "const"  # every text the same vector: every pair looks a duplicate
+    with pytest.raises(CommandError, match="the fit does not hold: .*nothing stored, no scope changed"):
+        calibrate(pairs=str(pairs), bound=0.05)
+    assert not EmbedderCalibration.objects.exists()
+    scope = Scope.objects.get(slug="help")
+    assert (scope.embedding_fitted_for, scope.embedding_threshold) == ("", 0.9425)
+    answer = api.recall("help", query="Where do visitors park?")
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "embedder_not_calibrated"
+
+
+def test_a_holding_fit_is_not_replaced_by_one_on_fewer_pairs_without_replace(on_endpoint, pairs):
+    calibrate(pairs=str(pairs), bound=0.2)
+    stored = EmbedderCalibration.objects.get(model=SERVING, scope=None).fit
+    with pytest.raises(CommandError, match="fewer than the .* give --replace"):
+        calibrate(pairs=str(pairs), bound=0.2, limit=200)
+    assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit == stored
+    calibrate(pairs=str(pairs), bound=0.2, limit=200, replace=True)
+    assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit["pairs"] == 160

@@ -47,6 +47,11 @@ class Command(BaseCommand):
         parser.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound")
         parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs")
         parser.add_argument("--dry-run", action="store_true", help="print the fit; store and change nothing")
+        parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="store the fit even where it rests on fewer pairs than the holding fit stored for this embedder",
+        )
 
     def handle(
         self,
@@ -57,6 +62,7 @@ class Command(BaseCommand):
         confidence: float,
         limit: int,
         dry_run: bool,
+        replace: bool = False,
         **options,
     ) -> None:
         target = None
@@ -90,6 +96,9 @@ class Command(BaseCommand):
         if dry_run:
             self.stdout.write("dry run: nothing stored")
             return
+        refused = refusal(fit, bound, embedder_calibration.stored_fit(embedder.name, target), replace)
+        if refused:
+            raise CommandError(f"{refused}: nothing stored, no scope changed")
         embedder_calibration.store(embedder.name, fit, source, target)
         self.stdout.write(f"stored for {embedder.name}" + (f" (scope {target.slug} only)" if target else ""))
         scopes = [target] if target else Scope.objects.filter(scratch=False).order_by("slug")
@@ -115,6 +124,24 @@ class Command(BaseCommand):
             f"held out ({held['pairs']:,} pairs never fitted on): false hits {rate(held['false_hits'], held['distinct'], held['false_ci'])}, "
             f"paraphrases matched {rate(held['reused'], held['duplicates'], held['reuse_ci'])}"
         )
+
+
+def refusal(fit: dict, bound: float, stored: dict | None, replace: bool) -> str:
+    """Why the fit must not be stored ("" where it may): one that does not keep the bound would
+    serve unrelated answers; one on fewer pairs than the holding fit stored replaces it only on --replace."""
+    fitted = fit["matchers"]["embedding"]
+    if not fitted["holds"]:
+        return (
+            f"the fit does not hold: no threshold keeps the false-hit bound of {bound:.1%} on these "
+            f"{fit['distinct']:,} non-duplicate pairs (too few pairs, or vectors that tell questions apart poorly)"
+        )
+    if stored and stored["matchers"]["embedding"].get("holds", True) and not replace:
+        if fit["distinct"] < stored["distinct"]:
+            return (
+                f"the fit rests on {fit['distinct']:,} non-duplicate pairs, fewer than the {stored['distinct']:,} "
+                "of the fit stored for this embedder: give --replace to store it anyway"
+            )
+    return ""
 
 
 def rate(events: int, trials: int, interval: list[float] | None) -> str:
