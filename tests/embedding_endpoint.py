@@ -69,12 +69,15 @@ class EmbeddingEndpoint:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
-                if endpoint.mode != "trickle":
-                    return self.wfile.write(content)
-                for start in range(0, len(content), 64):  # each read is quick; the whole answer is not
-                    self.wfile.write(content[start : start + 64])
-                    self.wfile.flush()
-                    time.sleep(0.02)
+                try:
+                    if endpoint.mode != "trickle":
+                        return self.wfile.write(content)
+                    for start in range(0, len(content), 64):  # each read is quick; the whole answer is not
+                        self.wfile.write(content[start : start + 64])
+                        self.wfile.flush()
+                        time.sleep(0.02)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up reading, as it should
 
             def log_message(self, *args) -> None:
                 pass
