@@ -197,3 +197,30 @@ def test_a_holding_fit_is_not_replaced_by_one_on_fewer_pairs_without_replace(on_
     assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit == stored
     calibrate(pairs=str(pairs), bound=0.2, limit=200, replace=True)
     assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit["pairs"] == 160
+
+
+@pytest.mark.parametrize(
+    "trouble, said",
+    [
+        ("down", "the embedder could not embed the pairs: the embedding endpoint .* failed: ConnectError"),
+        (
+            "key",
+            "the embedder could not embed the pairs: .*HTTP 401: Incorrect API key provided: Bearer \\[redacted\\]",
+        ),
+        ("json", "pairs.jsonl, line 3: not JSON"),
+    ],
+)
+def test_an_endpoint_down_a_refused_key_or_a_bad_line_is_one_clear_error(on_endpoint, pairs, settings, trouble, said):
+    endpoint = on_endpoint[2]
+    if trouble == "down":
+        settings.RAGTRAIL_EMBEDDING_URL = "http://127.0.0.1:9/v1"
+    elif trouble == "key":
+        endpoint.mode = "echo"
+    else:
+        lines = pairs.read_text().splitlines()
+        pairs.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
+    load_embedder.cache_clear()
+    with pytest.raises(CommandError, match=said) as refused:
+        calibrate(pairs=str(pairs))
+    assert "\n" not in str(refused.value) and KEY not in str(refused.value)
+    assert not EmbedderCalibration.objects.exists()

@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
 from trails.core.embedder_fit import ScoredPair, fit_pairs
 from trails.core.guard import EMPTY_LEXICON, Lexicon, check_pair, question_terms
 from trails.embedders import get_embedder
+from trails.embedders.base import EmbedderUnavailable
 from trails.learning import embedder_calibration
 from trails.learning.shipped import threshold_for
 from trails.models import MatchLabel
@@ -81,9 +83,12 @@ class Command(BaseCommand):
         labelled = labelled[: limit or None]
         if not labelled:
             raise CommandError(f"no labelled pairs in {source}")
-        embedder = get_embedder()
         started = time.perf_counter()
-        scored = score(labelled, embedder, lexicon)
+        try:
+            embedder = get_embedder()
+            scored = score(labelled, embedder, lexicon)
+        except (EmbedderUnavailable, ImproperlyConfigured) as problem:
+            raise CommandError(f"the embedder could not embed the pairs: {problem}") from None
         self.stdout.write(
             f"{len(labelled):,} pairs from {source} embedded by {embedder.name} in {time.perf_counter() - started:.1f} s"
         )
@@ -151,8 +156,15 @@ def rate(events: int, trials: int, interval: list[float] | None) -> str:
 
 
 def read_pairs(path: Path) -> list[tuple[str, str, bool]]:
+    rows = []
     with path.open(encoding="utf-8") as lines:
-        rows = [json.loads(line) for line in lines if line.strip()]
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as error:
+                raise CommandError(f"{path}, line {number}: not JSON ({error})") from None
     try:
         return [(str(row["a"]), str(row["b"]), bool(row["duplicate"])) for row in rows]
     except (KeyError, TypeError):
