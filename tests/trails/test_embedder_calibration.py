@@ -21,7 +21,7 @@ from trails.models import EmbedderCalibration, Trail
 
 pytestmark = pytest.mark.django_db
 
-SERVING = "stand-in-embedding-1+words"
+SERVING = "stand-in-embedding-1-384d+words"
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +151,8 @@ def test_the_docs_lines_point_the_service_at_an_endpoint_and_fit_it(on_endpoint,
     command = [word for word in shlex.split(next(line for line in lines if "manage.py" in line)) if "=" not in word]
     assert command[:4] == [".venv/bin/python", "manage.py", "calibrate_embedder", "--pairs"]
     printed = calibrate(pairs=str(pairs))
-    assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}+words" in printed and "held out" in printed
-    assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}+words"
+    assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}-384d+words" in printed and "held out" in printed
+    assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}-384d+words"
 
 
 def test_a_scopes_few_labels_do_not_hold_so_nothing_is_stored_and_no_other_scope_moves(on_endpoint, pairs):

@@ -146,11 +146,21 @@ def test_the_endpoint_is_asked_in_batches_with_the_model_and_key_and_vectors_com
     assert np.allclose(together, alone, atol=1e-6) and np.allclose(np.linalg.norm(together, axis=1), 1, atol=1e-5)
 
 
-def test_vectors_are_named_by_the_model_and_the_dimensions_asked_for(asked):
-    assert endpoint_embedder(asked).name == "stand-in-embedding-1"
+def test_vectors_are_named_by_the_model_and_the_dimensions_the_endpoint_answers(asked):
+    assert endpoint_embedder(asked).name == "stand-in-embedding-1-384d"  # none asked for: learnt from the answer
     smaller = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=128)
     assert smaller.name == "stand-in-embedding-1-128d" and smaller.embed("parking").shape == (128,)
     assert asked.requests[-1]["body"]["dimensions"] == 128
+
+
+def test_a_changed_dimension_under_the_same_model_is_refused_clearly(asked):
+    embedder = endpoint_embedder(asked)
+    assert embedder.name == "stand-in-embedding-1-384d"
+    asked.mode = "dim"
+    with pytest.raises(
+        EmbedderUnavailable, match="now answers vectors of 383 dimensions for stand-in-embedding-1, not the 384"
+    ):
+        embedder.embed("Where do visitors park?")
 
 
 def test_a_busy_endpoint_is_asked_again_within_the_deadline(asked):

@@ -69,8 +69,6 @@ class Embedder(BaseEmbedder):
                 f"RAGTRAIL_RECALL_BUDGET_MS ({settings.RAGTRAIL_RECALL_BUDGET_MS}): a recall embeds its question within its budget"
             )
         self.dimensions = settings.RAGTRAIL_EMBEDDING_DIMENSIONS or None
-        # The name records the model and any dimensions asked for: either changes the vectors.
-        self.name = f"{model}-{self.dimensions}d" if self.dimensions else model
         headers = {"Content-Type": "application/json"}
         self._key = settings.RAGTRAIL_EMBEDDING_API_KEY
         if self._key:
@@ -78,6 +76,12 @@ class Embedder(BaseEmbedder):
         self._client = httpx.Client(headers=headers, follow_redirects=False, trust_env=False)
         self._dim: int | None = self.dimensions
         self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The model and the dimensions the endpoint answers (asked for, else learnt from its
+        first answer): either changes the vectors."""
+        return f"{self.model}-{self.dim}d"
 
     @property
     def dim(self) -> int:  # type: ignore[override]
@@ -165,7 +169,9 @@ class Embedder(BaseEmbedder):
                 self._dim = int(matrix.shape[1])
         if matrix.shape[1] != self._dim:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions, not {self._dim}"
+                f"the embedding endpoint {self.url} now answers vectors of {matrix.shape[1]} dimensions for "
+                f"{self.model}, not the {self._dim} its vectors are named for ({self.name}): vectors of the two are "
+                "never compared; restart the service to name the new ones, then run manage.py calibrate_embedder"
             )
         return matrix
 
