@@ -224,3 +224,20 @@ def test_an_endpoint_down_a_refused_key_or_a_bad_line_is_one_clear_error(on_endp
         calibrate(pairs=str(pairs))
     assert "\n" not in str(refused.value) and KEY not in str(refused.value)
     assert not EmbedderCalibration.objects.exists()
+
+
+def test_explain_counts_the_trails_carrying_another_embedders_vectors_and_names_reindex(on_endpoint, pairs):
+    scope, api, _ = on_endpoint
+    calibrate(pairs=str(pairs), bound=0.05)
+    for question in ("Where do visitors park?", "Is parking free for visitors?"):
+        assert api.record("help", query=question, cited=["s1"]).status_code == 201
+    Trail.objects.filter(scope=scope, query="Is parking free for visitors?").update(
+        embedding_model="all-MiniLM-L6-v2+words"
+    )
+    answer = api.recall("help", query="Where do visitors park?", dry_run=True, explain=True)
+    why = answer.json()["explanation"]
+    assert why["other_embedder_trails"] == 1
+    assert (
+        f"1 trail(s) of this scope carry another embedder's vectors than the serving {SERVING}" in why["summary"]
+        and "manage.py reindex_scope --scope help" in why["summary"]
+    )
