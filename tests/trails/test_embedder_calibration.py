@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 
 from scopes.demo import faq_questions
 from scopes.models import ApiKey, Scope, Section
+from tests.bypass import around_the_writer
 from tests.conftest import ApiClient
 from tests.embedding_endpoint import KEY, EmbeddingEndpoint
 from trails.embedders import load_embedder
@@ -231,9 +232,10 @@ def test_explain_counts_the_trails_carrying_another_embedders_vectors_and_names_
     calibrate(pairs=str(pairs), bound=0.05)
     for question in ("Where do visitors park?", "Is parking free for visitors?"):
         assert api.record("help", query=question, cited=["s1"]).status_code == 201
-    Trail.objects.filter(scope=scope, query="Is parking free for visitors?").update(
-        embedding_model="all-MiniLM-L6-v2+words"
-    )
+    with around_the_writer():  # a trail recorded while the bundled model served
+        Trail.objects.filter(scope=scope, query="Is parking free for visitors?").update(
+            embedding_model="all-MiniLM-L6-v2+words"
+        )
     answer = api.recall("help", query="Where do visitors park?", dry_run=True, explain=True)
     why = answer.json()["explanation"]
     assert why["other_embedder_trails"] == 1
