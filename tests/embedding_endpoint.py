@@ -21,11 +21,12 @@ class EmbeddingEndpoint:
     """The server, what it was asked (`requests`: each request's JSON body and headers) and
     how it misbehaves next (`fail`: statuses to answer first, one a request; `hang_s`; `mode`:
     "const" one vector for every text, "nan"/"inf"/"zero" such a vector first, "echo" a 401
-    repeating the key it was sent, "trickle" the answer a few bytes at a time, "huge" a valid
+    repeating the key it was sent, "trickle" the answer a few bytes at a time, "stall" half the answer then nothing for `stall_s`, "huge" a valid
     answer padded to 8 MB, "dim" vectors one dimension shorter)."""
 
     def __init__(self, key: str = KEY) -> None:
         self.key, self.requests, self.fail, self.hang_s, self.mode = key, [], [], 0.0, ""
+        self.stall_s = 2.0
         self._vectors = HashingEmbedder()
         endpoint = self
 
@@ -70,6 +71,10 @@ class EmbeddingEndpoint:
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
                 try:
+                    if endpoint.mode == "stall":  # half the answer, then nothing for hang_s
+                        self.wfile.write(content[: len(content) // 2])
+                        self.wfile.flush()
+                        return time.sleep(endpoint.stall_s)
                     if endpoint.mode != "trickle":
                         return self.wfile.write(content)
                     for start in range(0, len(content), 64):  # each read is quick; the whole answer is not

@@ -191,6 +191,15 @@ def test_a_dripping_answer_is_given_up_at_the_deadline_not_read_to_its_end(asked
         embedder.embed("Where do visitors park?")
 
 
+def test_an_answer_stalling_halfway_is_given_up_at_the_deadline(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=384, RAGTRAIL_EMBEDDING_TIMEOUT_MS=300)
+    asked.mode = "stall"  # headers and half the body at once, then silence for 2 s
+    with pytest.raises(EmbedderUnavailable, match="no whole answer within 300 ms"):
+        embedder.embed("Where do visitors park?")
+    asked.mode = ""
+    assert embedder.embed("Where do visitors park?").shape == (384,)  # the next request is served
+
+
 def test_an_answer_larger_than_its_vectors_could_be_is_refused(asked):
     asked.mode = "huge"
     with pytest.raises(EmbedderUnavailable, match="over the .* bytes its vectors could take"):

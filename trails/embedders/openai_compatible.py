@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from typing import Sequence
@@ -184,15 +185,37 @@ def _read(answer: httpx.Response, deadline: float, cap: int, timeout: float, who
     if whole and declared.isdigit() and int(declared) > cap:
         raise Unreadable(f"an answer of {int(declared):,} bytes, over the {cap:,} bytes its vectors could take")
     content = bytearray()
-    for chunk in answer.iter_bytes():
-        content += chunk
-        if len(content) > cap:
-            if not whole:
-                break
-            raise Unreadable(f"an answer over the {cap:,} bytes its vectors could take")
-        if time.monotonic() > deadline:
-            raise Unreadable(f"no whole answer within {timeout * 1000:.0f} ms")
+    # A read that stalls mid-answer would wait for httpx's per-read timeout: the socket is shut at the deadline.
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, [answer])
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        for chunk in answer.iter_bytes():
+            content += chunk
+            if len(content) > cap:
+                if not whole:
+                    break
+                raise Unreadable(f"an answer over the {cap:,} bytes its vectors could take")
+            if time.monotonic() > deadline:
+                raise Unreadable(f"no whole answer within {timeout * 1000:.0f} ms")
+    except httpx.TransportError:
+        if time.monotonic() >= deadline:
+            raise Unreadable(f"no whole answer within {timeout * 1000:.0f} ms") from None
+        raise
+    finally:
+        watchdog.cancel()
     return bytes(content[:cap])
+
+
+def _shut(answer: httpx.Response) -> None:
+    """Ends a read blocked on the answer's socket (its connection is not reused)."""
+    stream = answer.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
 
 
 def _error_message(content: bytes) -> str:
