@@ -19,10 +19,14 @@ KEY = "sk-stand-in"
 
 class EmbeddingEndpoint:
     """The server, what it was asked (`requests`: each request's JSON body and headers) and
-    how it misbehaves next (`fail`: statuses to answer first, one a request; `hang_s`)."""
+    how it misbehaves next (`fail`: statuses to answer first, one a request; `hang_s`; `mode`:
+    "const" one vector for every text, "nan"/"inf"/"zero" such a vector first, "echo" a 401
+    repeating the key it was sent, "trickle" the answer a few bytes at a time, "stall" half the answer then nothing for `stall_s`, "huge" a valid
+    answer padded to 8 MB, "dim" vectors one dimension shorter)."""
 
     def __init__(self, key: str = KEY) -> None:
-        self.key, self.requests, self.fail, self.hang_s = key, [], [], 0.0
+        self.key, self.requests, self.fail, self.hang_s, self.mode = key, [], [], 0.0, ""
+        self.stall_s = 2.0
         self._vectors = HashingEmbedder()
         endpoint = self
 
@@ -36,14 +40,29 @@ class EmbeddingEndpoint:
                     return self.answer(endpoint.fail.pop(0), {"error": {"message": "the stand-in is busy"}})
                 if self.path != "/v1/embeddings":
                     return self.answer(404, {"error": {"message": f"no route {self.path}"}})
+                if endpoint.mode == "echo":
+                    sent = self.headers.get("Authorization", "")
+                    return self.answer(401, {"error": {"message": f"Incorrect API key provided: {sent}"}})
                 if self.headers.get("Authorization") != f"Bearer {endpoint.key}":
                     return self.answer(401, {"error": {"message": "Incorrect API key provided"}})
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 vectors = endpoint._vectors.embed_many(texts) * 3.0
                 if body.get("dimensions"):
                     vectors = vectors[:, : body["dimensions"]]
-                data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
-                self.answer(200, {"object": "list", "data": data[::-1], "model": body["model"]})
+                rows = [v.tolist() for v in vectors]
+                if endpoint.mode == "const":
+                    rows = [[1.0] * len(row) for row in rows]
+                elif endpoint.mode in ("nan", "inf", "zero"):
+                    rows[0][0] = {"nan": float("nan"), "inf": float("inf"), "zero": 0.0}[endpoint.mode]
+                    if endpoint.mode == "zero":
+                        rows[0] = [0.0] * len(rows[0])
+                elif endpoint.mode == "dim":
+                    rows = [row[:-1] for row in rows]
+                data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)]
+                payload = {"object": "list", "data": data[::-1], "model": body["model"]}
+                if endpoint.mode == "huge":
+                    payload["padding"] = "x" * 8_000_000
+                self.answer(200, payload)
 
             def answer(self, status: int, payload: dict) -> None:
                 content = json.dumps(payload).encode()
@@ -51,7 +70,19 @@ class EmbeddingEndpoint:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
-                self.wfile.write(content)
+                try:
+                    if endpoint.mode == "stall":  # half the answer, then nothing for hang_s
+                        self.wfile.write(content[: len(content) // 2])
+                        self.wfile.flush()
+                        return time.sleep(endpoint.stall_s)
+                    if endpoint.mode != "trickle":
+                        return self.wfile.write(content)
+                    for start in range(0, len(content), 64):  # each read is quick; the whole answer is not
+                        self.wfile.write(content[start : start + 64])
+                        self.wfile.flush()
+                        time.sleep(0.02)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up reading, as it should
 
             def log_message(self, *args) -> None:
                 pass

@@ -127,7 +127,9 @@ def test_every_term_the_concepts_page_promises_is_defined_there():
     page = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
     defined = {m.lower() for m in re.findall(r"\*\*([\w -]+?)\.?\*\*", page)}
     wanted = {"scope", "section", "trail", "signal", "partition", "prefetch", "hint", "miss", "lifecycle", "held"}
-    assert wanted | {"band keys", "re-sign", "roll-up"} <= defined
+    assert wanted | {"band keys", "re-sign", "roll-up", "operator", "token budget", "signature", "embedder"} <= defined
+    embedder = page.split("**Embedder.**", 1)[1].split("\n\n", 1)[0]
+    assert "503 embedder_not_calibrated" in embedder and "calibrate_embedder" in embedder
 
 
 # Measured figures: decimal milliseconds, ratios, percentiles with a value, rates per second.

@@ -61,6 +61,8 @@ class Explanation(Schema):
     embedding_threshold: Optional[float]
     candidates_read: int
     candidates: list[CandidateExplained]
+    # Trails of the scope whose vectors another embedder made (reindex_scope re-embeds them).
+    other_embedder_trails: int = 0
     summary: str
 
 

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 
 from scopes.demo import faq_questions
 from scopes.models import ApiKey, Scope, Section
+from tests.bypass import around_the_writer
 from tests.conftest import ApiClient
 from tests.embedding_endpoint import KEY, EmbeddingEndpoint
 from trails.embedders import load_embedder
@@ -21,7 +22,7 @@ from trails.models import EmbedderCalibration, Trail
 
 pytestmark = pytest.mark.django_db
 
-SERVING = "stand-in-embedding-1+words"
+SERVING = "stand-in-embedding-1-384d+words"
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,11 @@ def on_endpoint(endpoint, settings):
     settings.RAGTRAIL_EMBEDDING_API_KEY = KEY
     load_embedder.cache_clear()
     endpoint.fail.clear()
+    endpoint.mode = ""
     _, key = ApiKey.issue([scope])
     yield scope, ApiClient(key), endpoint
     endpoint.fail.clear()
+    endpoint.mode = ""
     load_embedder.cache_clear()
 
 
@@ -149,11 +152,11 @@ def test_the_docs_lines_point_the_service_at_an_endpoint_and_fit_it(on_endpoint,
     command = [word for word in shlex.split(next(line for line in lines if "manage.py" in line)) if "=" not in word]
     assert command[:4] == [".venv/bin/python", "manage.py", "calibrate_embedder", "--pairs"]
     printed = calibrate(pairs=str(pairs))
-    assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}+words" in printed and "held out" in printed
-    assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}+words"
+    assert f"embedded by {exports['RAGTRAIL_EMBEDDING_MODEL']}-384d+words" in printed and "held out" in printed
+    assert Scope.objects.get(slug="help").embedding_fitted_for == f"{exports['RAGTRAIL_EMBEDDING_MODEL']}-384d+words"
 
 
-def test_a_scope_is_fitted_on_its_own_labels_and_no_other_scope_moves(on_endpoint, pairs):
+def test_a_scopes_few_labels_do_not_hold_so_nothing_is_stored_and_no_other_scope_moves(on_endpoint, pairs):
     scope, api, _ = on_endpoint
     calibrate(pairs=str(pairs), bound=0.05)
     other = Scope.objects.create(slug="other")
@@ -166,10 +169,77 @@ def test_a_scope_is_fitted_on_its_own_labels_and_no_other_scope_moves(on_endpoin
         assert served["outcome"] == "prefetch"
         feedback = api.call("post", f"/scopes/help/recalls/{served['recall_id']}/feedback", {"helpful": n % 2 == 0})
         assert feedback.status_code == 200
-    printed = calibrate(scope="help")
-    assert f"6 pairs from labels of scope help embedded by {SERVING}" in printed
-    assert EmbedderCalibration.objects.filter(model=SERVING, scope=scope).exists()
-    changed = [line.split(":")[0] for line in printed.splitlines() if line.startswith("scope ")]
-    assert changed == ["scope help"]
+    threshold = Scope.objects.get(pk=scope.pk).embedding_threshold
+    with pytest.raises(CommandError, match="the fit does not hold.*nothing stored"):
+        calibrate(scope="help")
+    assert not EmbedderCalibration.objects.filter(model=SERVING, scope=scope).exists()
     other.refresh_from_db()
     assert other.embedding_threshold == other_threshold
+    assert Scope.objects.get(pk=scope.pk).embedding_threshold == threshold
+
+
+def test_a_fit_that_does_not_hold_is_refused_and_the_scope_keeps_refusing(on_endpoint, pairs):
+    _, api, endpoint = on_endpoint
+    endpoint.mode = "const"  # every text the same vector: every pair looks a duplicate
+    with pytest.raises(CommandError, match="the fit does not hold: .*nothing stored, no scope changed"):
+        calibrate(pairs=str(pairs), bound=0.05)
+    assert not EmbedderCalibration.objects.exists()
+    scope = Scope.objects.get(slug="help")
+    assert (scope.embedding_fitted_for, scope.embedding_threshold) == ("", 0.9425)
+    answer = api.recall("help", query="Where do visitors park?")
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "embedder_not_calibrated"
+
+
+def test_a_holding_fit_is_not_replaced_by_one_on_fewer_pairs_without_replace(on_endpoint, pairs):
+    calibrate(pairs=str(pairs), bound=0.2)
+    stored = EmbedderCalibration.objects.get(model=SERVING, scope=None).fit
+    with pytest.raises(CommandError, match="fewer than the .* give --replace"):
+        calibrate(pairs=str(pairs), bound=0.2, limit=200)
+    assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit == stored
+    calibrate(pairs=str(pairs), bound=0.2, limit=200, replace=True)
+    assert EmbedderCalibration.objects.get(model=SERVING, scope=None).fit["pairs"] == 160
+
+
+@pytest.mark.parametrize(
+    "trouble, said",
+    [
+        ("down", "the embedder could not embed the pairs: the embedding endpoint .* failed: ConnectError"),
+        (
+            "key",
+            "the embedder could not embed the pairs: .*HTTP 401: Incorrect API key provided: Bearer \\[redacted\\]",
+        ),
+        ("json", "pairs.jsonl, line 3: not JSON"),
+    ],
+)
+def test_an_endpoint_down_a_refused_key_or_a_bad_line_is_one_clear_error(on_endpoint, pairs, settings, trouble, said):
+    endpoint = on_endpoint[2]
+    if trouble == "down":
+        settings.RAGTRAIL_EMBEDDING_URL = "http://127.0.0.1:9/v1"
+    elif trouble == "key":
+        endpoint.mode = "echo"
+    else:
+        lines = pairs.read_text().splitlines()
+        pairs.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
+    load_embedder.cache_clear()
+    with pytest.raises(CommandError, match=said) as refused:
+        calibrate(pairs=str(pairs))
+    assert "\n" not in str(refused.value) and KEY not in str(refused.value)
+    assert not EmbedderCalibration.objects.exists()
+
+
+def test_explain_counts_the_trails_carrying_another_embedders_vectors_and_names_reindex(on_endpoint, pairs):
+    scope, api, _ = on_endpoint
+    calibrate(pairs=str(pairs), bound=0.05)
+    for question in ("Where do visitors park?", "Is parking free for visitors?"):
+        assert api.record("help", query=question, cited=["s1"]).status_code == 201
+    with around_the_writer():  # a trail recorded while the bundled model served
+        Trail.objects.filter(scope=scope, query="Is parking free for visitors?").update(
+            embedding_model="all-MiniLM-L6-v2+words"
+        )
+    answer = api.recall("help", query="Where do visitors park?", dry_run=True, explain=True)
+    why = answer.json()["explanation"]
+    assert why["other_embedder_trails"] == 1
+    assert (
+        f"1 trail(s) of this scope carry another embedder's vectors than the serving {SERVING}" in why["summary"]
+        and "manage.py reindex_scope --scope help" in why["summary"]
+    )

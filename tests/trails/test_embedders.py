@@ -123,10 +123,10 @@ def asked(endpoint):
     """The stand-in with its log of requests emptied, and an embedder on it built by `make`."""
     endpoint.requests.clear()
     endpoint.fail.clear()
-    endpoint.hang_s = 0.0
+    endpoint.hang_s, endpoint.mode = 0.0, ""
     yield endpoint
     endpoint.fail.clear()
-    endpoint.hang_s = 0.0
+    endpoint.hang_s, endpoint.mode = 0.0, ""
 
 
 def endpoint_embedder(endpoint: EmbeddingEndpoint, **extra):
@@ -146,11 +146,21 @@ def test_the_endpoint_is_asked_in_batches_with_the_model_and_key_and_vectors_com
     assert np.allclose(together, alone, atol=1e-6) and np.allclose(np.linalg.norm(together, axis=1), 1, atol=1e-5)
 
 
-def test_vectors_are_named_by_the_model_and_the_dimensions_asked_for(asked):
-    assert endpoint_embedder(asked).name == "stand-in-embedding-1"
+def test_vectors_are_named_by_the_model_and_the_dimensions_the_endpoint_answers(asked):
+    assert endpoint_embedder(asked).name == "stand-in-embedding-1-384d"  # none asked for: learnt from the answer
     smaller = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=128)
     assert smaller.name == "stand-in-embedding-1-128d" and smaller.embed("parking").shape == (128,)
     assert asked.requests[-1]["body"]["dimensions"] == 128
+
+
+def test_a_changed_dimension_under_the_same_model_is_refused_clearly(asked):
+    embedder = endpoint_embedder(asked)
+    assert embedder.name == "stand-in-embedding-1-384d"
+    asked.mode = "dim"
+    with pytest.raises(
+        EmbedderUnavailable, match="now answers vectors of 383 dimensions for stand-in-embedding-1, not the 384"
+    ):
+        embedder.embed("Where do visitors park?")
 
 
 def test_a_busy_endpoint_is_asked_again_within_the_deadline(asked):
@@ -172,6 +182,43 @@ def test_a_hung_endpoint_costs_one_deadline_then_says_so(asked):
     with pytest.raises(EmbedderUnavailable, match="no answer within 100 ms"):
         embedder.embed("Where do visitors park?")
     assert len(asked.requests) == 1  # the deadline was spent on the one attempt: none after it
+
+
+def test_a_dripping_answer_is_given_up_at_the_deadline_not_read_to_its_end(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=384, RAGTRAIL_EMBEDDING_TIMEOUT_MS=300)
+    asked.mode = "trickle"  # 64 bytes every 20 ms: each read is quick, the whole answer takes seconds
+    with pytest.raises(EmbedderUnavailable, match="no whole answer within 300 ms"):
+        embedder.embed("Where do visitors park?")
+
+
+def test_an_answer_stalling_halfway_is_given_up_at_the_deadline(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=384, RAGTRAIL_EMBEDDING_TIMEOUT_MS=300)
+    asked.mode = "stall"  # headers and half the body at once, then silence for 2 s
+    with pytest.raises(EmbedderUnavailable, match="no whole answer within 300 ms"):
+        embedder.embed("Where do visitors park?")
+    asked.mode = ""
+    assert embedder.embed("Where do visitors park?").shape == (384,)  # the next request is served
+
+
+def test_an_answer_larger_than_its_vectors_could_be_is_refused(asked):
+    asked.mode = "huge"
+    with pytest.raises(EmbedderUnavailable, match="over the .* bytes its vectors could take"):
+        endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=384).embed("Where do visitors park?")
+
+
+def test_an_echoed_key_is_redacted_from_the_error_and_the_log(asked, caplog):
+    asked.mode = "echo"
+    with pytest.raises(EmbedderUnavailable) as refused:
+        endpoint_embedder(asked).embed("Where do visitors park?")
+    assert "HTTP 401: Incorrect API key provided: Bearer [redacted]" in str(refused.value)
+    assert KEY not in str(refused.value) and KEY not in caplog.text and "[redacted]" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["nan", "inf", "zero"])
+def test_a_vector_not_finite_or_all_zeros_is_a_malformed_answer(asked, mode):
+    asked.mode = mode
+    with pytest.raises(EmbedderUnavailable, match="malformed vector"):
+        endpoint_embedder(asked).embed_many(["Where do visitors park?", "Is parking free?"])
 
 
 def test_a_stopped_endpoint_is_said_to_be_unavailable(asked):

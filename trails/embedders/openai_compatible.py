@@ -11,7 +11,10 @@ RAGTRAIL_EMBEDDING_RETRIES. docs/matching.md, "Another embedding model", says ho
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import socket
 import threading
 import time
 from typing import Sequence
@@ -29,6 +32,19 @@ logger = logging.getLogger(__name__)
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 # The first wait between attempts (doubled each time), cut to the time left.
 BACKOFF_S = 0.05
+# An answer's size cap: bytes a float takes in JSON at most (with its separator), the
+# dimensions assumed before the first answer tells them, and room for the envelope.
+BYTES_PER_FLOAT = 32
+DIM_BEFORE_FIRST_ANSWER = 8192
+ENVELOPE_BYTES = 64 * 1024
+# An error answer is read this far only: its message is all that is kept.
+ERROR_BYTES = 4096
+# A bearer token in anything the endpoint sends back.
+BEARER = re.compile(r"Bearer\s+\S+", re.IGNORECASE)
+
+
+class Unreadable(Exception):
+    """The answer could not be read whole within the deadline or the size cap."""
 
 
 class Embedder(BaseEmbedder):
@@ -54,14 +70,19 @@ class Embedder(BaseEmbedder):
                 f"RAGTRAIL_RECALL_BUDGET_MS ({settings.RAGTRAIL_RECALL_BUDGET_MS}): a recall embeds its question within its budget"
             )
         self.dimensions = settings.RAGTRAIL_EMBEDDING_DIMENSIONS or None
-        # The name records the model and any dimensions asked for: either changes the vectors.
-        self.name = f"{model}-{self.dimensions}d" if self.dimensions else model
         headers = {"Content-Type": "application/json"}
-        if settings.RAGTRAIL_EMBEDDING_API_KEY:
+        self._key = settings.RAGTRAIL_EMBEDDING_API_KEY
+        if self._key:
             headers["Authorization"] = f"Bearer {settings.RAGTRAIL_EMBEDDING_API_KEY}"
         self._client = httpx.Client(headers=headers, follow_redirects=False, trust_env=False)
         self._dim: int | None = self.dimensions
         self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The model and the dimensions the endpoint answers (asked for, else learnt from its
+        first answer): either changes the vectors."""
+        return f"{self.model}-{self.dim}d"
 
     @property
     def dim(self) -> int:  # type: ignore[override]
@@ -94,51 +115,117 @@ class Embedder(BaseEmbedder):
             if left <= 0:
                 break
             try:
-                answer = self._client.post(self.url, json=body, timeout=httpx.Timeout(left))
+                with self._client.stream("POST", self.url, json=body, timeout=httpx.Timeout(left)) as answer:
+                    ok = answer.status_code == 200
+                    content = _read(answer, deadline, self._cap(len(texts)) if ok else ERROR_BYTES, timeout, ok)
             except httpx.TimeoutException:
                 problem = f"no answer within {timeout * 1000:.0f} ms"
                 break  # the deadline is spent: another attempt could not finish in it
+            except Unreadable as error:
+                problem = str(error)
+                break
             except httpx.TransportError as error:
                 problem = f"{type(error).__name__}: {error}"
             else:
-                if answer.status_code == 200:
-                    return self._vectors(answer, len(texts))
-                problem = f"HTTP {answer.status_code}: {_error_message(answer)}"
+                if ok:
+                    return self._vectors(content, len(texts))
+                problem = f"HTTP {answer.status_code}: {_error_message(content)}"
                 if answer.status_code not in RETRY_STATUSES:
                     break  # a wrong key, model or request: asking again gives the same answer
             time.sleep(max(0.0, min(BACKOFF_S * 2**attempt, deadline - time.monotonic())))
+        problem = self._redact(problem)
         logger.warning("embedding endpoint %s failed: %s", self.url, problem)
         raise EmbedderUnavailable(f"the embedding endpoint {self.url} failed: {problem}")
 
-    def _vectors(self, answer: httpx.Response, count: int) -> np.ndarray:
+    def _cap(self, count: int) -> int:
+        """The most bytes an answer of `count` vectors may take."""
+        return count * (self._dim or self.dimensions or DIM_BEFORE_FIRST_ANSWER) * BYTES_PER_FLOAT + ENVELOPE_BYTES
+
+    def _redact(self, text: str) -> str:
+        """The text without the API key or any bearer token the endpoint echoed."""
+        if self._key:
+            text = text.replace(self._key, "[redacted]")
+        return BEARER.sub("Bearer [redacted]", text)
+
+    def _vectors(self, content: bytes, count: int) -> np.ndarray:
         try:
-            data = sorted(answer.json()["data"], key=lambda item: item["index"])
+            data = sorted(json.loads(content)["data"], key=lambda item: item["index"])
             matrix = np.asarray([item["embedding"] for item in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as error:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered no embeddings list: {error}"
+                self._redact(f"the embedding endpoint {self.url} answered no embeddings list: {error}")
             ) from None
         if matrix.ndim != 2 or matrix.shape[0] != count:
             raise EmbedderUnavailable(
                 f"the embedding endpoint {self.url} answered {matrix.shape[0] if matrix.ndim else 0} vectors for {count} texts"
+            )
+        with np.errstate(all="ignore"):
+            norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
+        if not (np.isfinite(matrix).all() and (norms > 0).all()):
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered a malformed vector (not finite, or all zeros)"
             )
         with self._lock:
             if self._dim is None:
                 self._dim = int(matrix.shape[1])
         if matrix.shape[1] != self._dim:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions, not {self._dim}"
+                f"the embedding endpoint {self.url} now answers vectors of {matrix.shape[1]} dimensions for "
+                f"{self.model}, not the {self._dim} its vectors are named for ({self.name}): vectors of the two are "
+                "never compared; restart the service to name the new ones, then run manage.py calibrate_embedder"
             )
         return matrix
 
 
-def _error_message(answer: httpx.Response) -> str:
-    """The endpoint's own error message where it gives one (OpenAI's `{"error": {"message"}}`)."""
+def _read(answer: httpx.Response, deadline: float, cap: int, timeout: float, whole: bool) -> bytes:
+    """The answer's body, read a chunk at a time: stops at the deadline (each read alone is
+    bounded by httpx, the whole only by this clock) and at `cap` bytes (an error's first bytes
+    are kept; a success past it is refused)."""
+    declared = answer.headers.get("Content-Length", "")
+    if whole and declared.isdigit() and int(declared) > cap:
+        raise Unreadable(f"an answer of {int(declared):,} bytes, over the {cap:,} bytes its vectors could take")
+    content = bytearray()
+    # A read that stalls mid-answer would wait for httpx's per-read timeout: the socket is shut at the deadline.
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, [answer])
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        body = answer.json()
+        for chunk in answer.iter_bytes():
+            content += chunk
+            if len(content) > cap:
+                if not whole:
+                    break
+                raise Unreadable(f"an answer over the {cap:,} bytes its vectors could take")
+            if time.monotonic() > deadline:
+                raise Unreadable(f"no whole answer within {timeout * 1000:.0f} ms")
+    except httpx.TransportError:
+        if time.monotonic() >= deadline:
+            raise Unreadable(f"no whole answer within {timeout * 1000:.0f} ms") from None
+        raise
+    finally:
+        watchdog.cancel()
+    return bytes(content[:cap])
+
+
+def _shut(answer: httpx.Response) -> None:
+    """Ends a read blocked on the answer's socket (its connection is not reused)."""
+    stream = answer.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
+def _error_message(content: bytes) -> str:
+    """The endpoint's own error message where it gives one (OpenAI's `{"error": {"message"}}`)."""
+    text = content.decode("utf-8", "replace")
+    try:
+        body = json.loads(text)
     except ValueError:
-        return answer.text[:200]
+        return text[:200]
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         return str(error.get("message", error))[:200]
-    return str(error or answer.text)[:200]
+    return str(error or text)[:200]

@@ -91,6 +91,12 @@ def stored_embedder() -> tuple[str, dict] | None:
     return (name, fit) if fit is not None else None
 
 
+def stored_fit(model: str, scope: Scope | None = None) -> dict | None:
+    """The fit stored for exactly this embedder and scope (None where none is)."""
+    row = EmbedderCalibration.objects.filter(model=model, scope=scope).first()
+    return row.fit if row else None
+
+
 def store(model: str, fit: dict, source: str, scope: Scope | None = None) -> EmbedderCalibration:
     """Keeps a fit for an embedder (replacing the one before for the same embedder and scope)."""
     with transaction.atomic():

@@ -19,7 +19,7 @@ from trails.core.validation import Outcome, SectionStatus, Validation, as_stored
 from trails.learning.embedder_calibration import check_calibrated
 from trails.learning.feedback import research_key
 from trails.learning.shipped import floor_for
-from trails.models import pauses, write_recall_effects
+from trails.models import Trail, pauses, write_recall_effects
 from trails.serving.candidates import Candidate, add_paths
 from trails.serving.candidates import candidates as read_candidates
 from trails.serving.matching import (
@@ -147,7 +147,8 @@ def recall(
             result.matched_query = stale[0].query
 
     if verdicts is not None:
-        result.explanation = explanation(scope, result, verdicts, stale, read)
+        serving = question.embedding.model if question.embedding else ""
+        result.explanation = explanation(scope, result, verdicts, stale, read, serving)
     nearest = None
     if not dry_run and session and not candidates and found:
         # What a lower threshold would have served: the path this session records next
@@ -264,7 +265,12 @@ EXPLAINED_CANDIDATES = 10
 
 
 def explanation(
-    scope: Scope, result: RecallResult, verdicts: list[Verdict], stale: list[Candidate], read: int
+    scope: Scope,
+    result: RecallResult,
+    verdicts: list[Verdict],
+    stale: list[Candidate],
+    read: int,
+    serving: str = "",
 ) -> dict[str, Any]:
     """Why a recall answered as it did, for an operator: the candidates read (nearest
     first) with their similarities and verdicts, the thresholds, and a summary."""
@@ -322,4 +328,24 @@ def explanation(
             f"None of the {read} candidate(s) compared reached the threshold: the nearest scored "
             f"{best.nearest} by {by} (threshold {thresholds[by + '_threshold']})."
         )
-    return {"matcher": scope.matcher, **thresholds, "candidates_read": read, "candidates": rows, "summary": summary}
+    others = other_embedder_trails(scope, serving)
+    if others:
+        summary += (
+            f" {others} trail(s) of this scope carry another embedder's vectors than the serving {serving}: "
+            f"they are never compared by embedding; `manage.py reindex_scope --scope {scope.slug}` re-embeds them."
+        )
+    return {
+        "matcher": scope.matcher,
+        **thresholds,
+        "candidates_read": read,
+        "candidates": rows,
+        "other_embedder_trails": others,
+        "summary": summary,
+    }
+
+
+def other_embedder_trails(scope: Scope, serving: str) -> int:
+    """How many of the scope's trails carry vectors of another embedder than the serving one."""
+    if not serving or not scope.uses_embedding:
+        return 0
+    return Trail.objects.filter(scope=scope).exclude(embedding_model__in=["", serving]).count()

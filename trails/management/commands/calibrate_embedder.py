@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from scopes.models import Scope
 from trails.core.embedder_fit import ScoredPair, fit_pairs
 from trails.core.guard import EMPTY_LEXICON, Lexicon, check_pair, question_terms
 from trails.embedders import get_embedder
+from trails.embedders.base import EmbedderUnavailable
 from trails.learning import embedder_calibration
 from trails.learning.shipped import threshold_for
 from trails.models import MatchLabel
@@ -47,6 +49,11 @@ class Command(BaseCommand):
         parser.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound")
         parser.add_argument("--limit", type=int, default=0, help="use only the first N pairs")
         parser.add_argument("--dry-run", action="store_true", help="print the fit; store and change nothing")
+        parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="store the fit even where it rests on fewer pairs than the holding fit stored for this embedder",
+        )
 
     def handle(
         self,
@@ -57,6 +64,7 @@ class Command(BaseCommand):
         confidence: float,
         limit: int,
         dry_run: bool,
+        replace: bool = False,
         **options,
     ) -> None:
         target = None
@@ -75,9 +83,12 @@ class Command(BaseCommand):
         labelled = labelled[: limit or None]
         if not labelled:
             raise CommandError(f"no labelled pairs in {source}")
-        embedder = get_embedder()
         started = time.perf_counter()
-        scored = score(labelled, embedder, lexicon)
+        try:
+            embedder = get_embedder()
+            scored = score(labelled, embedder, lexicon)
+        except (EmbedderUnavailable, ImproperlyConfigured) as problem:
+            raise CommandError(f"the embedder could not embed the pairs: {problem}") from None
         self.stdout.write(
             f"{len(labelled):,} pairs from {source} embedded by {embedder.name} in {time.perf_counter() - started:.1f} s"
         )
@@ -90,6 +101,9 @@ class Command(BaseCommand):
         if dry_run:
             self.stdout.write("dry run: nothing stored")
             return
+        refused = refusal(fit, bound, embedder_calibration.stored_fit(embedder.name, target), replace)
+        if refused:
+            raise CommandError(f"{refused}: nothing stored, no scope changed")
         embedder_calibration.store(embedder.name, fit, source, target)
         self.stdout.write(f"stored for {embedder.name}" + (f" (scope {target.slug} only)" if target else ""))
         scopes = [target] if target else Scope.objects.filter(scratch=False).order_by("slug")
@@ -117,6 +131,24 @@ class Command(BaseCommand):
         )
 
 
+def refusal(fit: dict, bound: float, stored: dict | None, replace: bool) -> str:
+    """Why the fit must not be stored ("" where it may): one that does not keep the bound would
+    serve unrelated answers; one on fewer pairs than the holding fit stored replaces it only on --replace."""
+    fitted = fit["matchers"]["embedding"]
+    if not fitted["holds"]:
+        return (
+            f"the fit does not hold: no threshold keeps the false-hit bound of {bound:.1%} on these "
+            f"{fit['distinct']:,} non-duplicate pairs (too few pairs, or vectors that tell questions apart poorly)"
+        )
+    if stored and stored["matchers"]["embedding"].get("holds", True) and not replace:
+        if fit["distinct"] < stored["distinct"]:
+            return (
+                f"the fit rests on {fit['distinct']:,} non-duplicate pairs, fewer than the {stored['distinct']:,} "
+                "of the fit stored for this embedder: give --replace to store it anyway"
+            )
+    return ""
+
+
 def rate(events: int, trials: int, interval: list[float] | None) -> str:
     if not trials or interval is None:
         return "no pairs"
@@ -124,8 +156,15 @@ def rate(events: int, trials: int, interval: list[float] | None) -> str:
 
 
 def read_pairs(path: Path) -> list[tuple[str, str, bool]]:
+    rows = []
     with path.open(encoding="utf-8") as lines:
-        rows = [json.loads(line) for line in lines if line.strip()]
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as error:
+                raise CommandError(f"{path}, line {number}: not JSON ({error})") from None
     try:
         return [(str(row["a"]), str(row["b"]), bool(row["duplicate"])) for row in rows]
     except (KeyError, TypeError):
