@@ -21,7 +21,7 @@ Needs `langchain-core` (`pip install 'ragtrail-client[langchain]'`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -33,8 +33,8 @@ except ImportError as missing:  # the extra not installed: say which
 from pydantic import PrivateAttr
 
 from ragtrail_client.aio import AsyncRagtrailClient
-from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
-from ragtrail_client.recall_first import RAGTRAIL_KEYS, Found, RecallFirst
+from ragtrail_client.client import RagtrailClient, Recall
+from ragtrail_client.recall_first import RAGTRAIL_KEYS, AnswerSignals, Found, RecallFirst
 
 
 def document_section_id(document: Document) -> str | None:
@@ -42,7 +42,7 @@ def document_section_id(document: Document) -> str | None:
     return document.metadata.get("section_id") or document.id
 
 
-class RagtrailRetriever(BaseRetriever):
+class RagtrailRetriever(AnswerSignals, BaseRetriever):
     """Wraps any LangChain retriever: ragtrail's prefetch where the path is known and every
     section it cites unchanged, the wrapped retriever otherwise (a hint, a miss, ragtrail
     unreachable); `accept(question)` records the path once the application accepts the answer.
@@ -91,28 +91,6 @@ class RagtrailRetriever(BaseRetriever):
         found = [Found(i, d.page_content, d.metadata) for d in documents if (i := self.section_id(d))]
         self._memory.searched(query, found, len(documents))
         return documents
-
-    def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
-        """Records the path to this question's answer, which the application accepted (`signal`
-        as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
-        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
-        ValueError where the wrapped retriever's documents had no section ids."""
-        return self._memory.accept(query, cited=cited, signal=signal)
-
-    async def aaccept(
-        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
-    ) -> Recorded | None:
-        """`accept`, with an `AsyncRagtrailClient`."""
-        return await self._memory.aaccept(query, cited=cited, signal=signal)
-
-    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
-        serve it or is unreachable (as `accept`)."""
-        return self._memory.reject(query, reason)
-
-    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """`reject`, with an `AsyncRagtrailClient`."""
-        return await self._memory.areject(query, reason)
 
 
 def _documents(served: Recall, kept: dict[str, dict[str, Any]]) -> list[Document]:

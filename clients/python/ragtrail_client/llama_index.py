@@ -22,7 +22,7 @@ Needs `llama-index-core` (`pip install 'ragtrail-client[llama-index]'`).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -31,8 +31,8 @@ except ImportError as missing:  # the extra not installed: say which
     raise ImportError(f"{missing}: pip install 'ragtrail-client[llama-index]'") from missing
 
 from ragtrail_client.aio import AsyncRagtrailClient
-from ragtrail_client.client import RagtrailClient, Recall, RecallFeedback, Recorded
-from ragtrail_client.recall_first import RAGTRAIL_KEYS, Found, RecallFirst
+from ragtrail_client.client import RagtrailClient, Recall
+from ragtrail_client.recall_first import RAGTRAIL_KEYS, AnswerSignals, Found, RecallFirst
 
 
 def node_section_id(node: BaseNode) -> str | None:
@@ -40,7 +40,7 @@ def node_section_id(node: BaseNode) -> str | None:
     return node.metadata.get("section_id") or node.node_id
 
 
-class RagtrailRetriever(BaseRetriever):
+class RagtrailRetriever(AnswerSignals, BaseRetriever):
     """Wraps any LlamaIndex retriever: ragtrail's prefetch where the path is known and every
     section it cites unchanged (nodes scored by the question's similarity), the wrapped
     retriever otherwise; `accept(question)` records the path once the application accepts
@@ -90,28 +90,6 @@ class RagtrailRetriever(BaseRetriever):
         found = [Found(i, n.node.get_content(), n.node.metadata) for n in nodes if (i := self.section_id(n.node))]
         self._memory.searched(query, found, len(nodes))
         return nodes
-
-    def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
-        """Records the path to this question's answer, which the application accepted (`signal`
-        as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
-        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
-        ValueError where the wrapped retriever's nodes had no section ids."""
-        return self._memory.accept(query, cited=cited, signal=signal)
-
-    async def aaccept(
-        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
-    ) -> Recorded | None:
-        """`accept`, with an `AsyncRagtrailClient`."""
-        return await self._memory.aaccept(query, cited=cited, signal=signal)
-
-    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
-        serve it or is unreachable (as `accept`)."""
-        return self._memory.reject(query, reason)
-
-    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
-        """`reject`, with an `AsyncRagtrailClient`."""
-        return await self._memory.areject(query, reason)
 
 
 def _nodes(served: Recall, kept: dict[str, dict[str, Any]]) -> list[NodeWithScore]:

@@ -204,6 +204,35 @@ class RecallFirst:
         return self.client  # type: ignore[return-value]
 
 
+class AnswerSignals:
+    """What the application says of an answer, for a retriever wrapper holding a `RecallFirst`
+    as `_memory` (the LangChain and LlamaIndex retrievers share it)."""
+
+    _memory: RecallFirst
+
+    def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
+        """Records the path to this question's answer, which the application accepted (`signal`
+        as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
+        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
+        ValueError where the wrapped retriever's results had no section ids."""
+        return self._memory.accept(query, cited=cited, signal=signal)
+
+    async def aaccept(
+        self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
+    ) -> Recorded | None:
+        """`accept`, with an `AsyncRagtrailClient`."""
+        return await self._memory.aaccept(query, cited=cited, signal=signal)
+
+    def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
+        serve it or is unreachable (as `accept`)."""
+        return self._memory.reject(query, reason)
+
+    async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
+        """`reject`, with an `AsyncRagtrailClient`."""
+        return await self._memory.areject(query, reason)
+
+
 def isolation(partition: str | None, shared: bool) -> str:
     """The partition a retriever recalls and records in: the one named, or "" where `shared`;
     neither (or both) is refused, since a served path bypasses the wrapped retriever's filters."""
