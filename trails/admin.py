@@ -243,6 +243,10 @@ class TrailAdmin(GrantedScopesAdmin):
     def has_add_permission(self, request, obj=None) -> bool:
         return False  # trails are recorded through the API, with their signal
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        # A trail's page is for reading: a Save would write the loaded row back outside the one writer.
+        return obj is None and super().has_change_permission(request)
+
     def has_delete_permission(self, request, obj=None) -> bool:
         # Django's delete view and "delete selected" would remove active trails outside the
         # lifecycle, with no history: deleting is the table's action (stale or expired only).

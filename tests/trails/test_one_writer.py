@@ -101,3 +101,23 @@ def test_every_guard_in_the_code_is_a_row_of_the_guard_table_and_each_row_names_
     for _, test in table:
         path, name = test.split("::")
         assert f"def {name}(" in (root / path).read_text(encoding="utf-8"), test
+
+
+def test_saving_a_trails_admin_page_is_refused_and_writes_nothing(api, sections):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from tests.trails.test_recall import record_icu
+    from trails.models import Trail
+
+    trail = Trail.objects.get(public_id=record_icu(api))
+    client = Client(raise_request_exception=False)
+    client.force_login(User.objects.create_superuser("olga", "olga@example.com", "pw"))
+    url = f"/admin/trails/trail/{trail.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert client.post(url, {"_save": "Save"}).status_code == 403
+    after = Trail.objects.get(pk=trail.pk)
+    assert (after.status, after.expires_at, after.hit_count) == (trail.status, trail.expires_at, trail.hit_count)
+    # The list keeps its actions: the table's rules, through the writer.
+    assert 'value="reject"' in client.get("/admin/trails/trail/").content.decode()
