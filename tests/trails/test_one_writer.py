@@ -121,3 +121,45 @@ def test_saving_a_trails_admin_page_is_refused_and_writes_nothing(api, sections)
     assert (after.status, after.expires_at, after.hit_count) == (trail.status, trail.expires_at, trail.hit_count)
     # The list keeps its actions: the table's rules, through the writer.
     assert 'value="reject"' in client.get("/admin/trails/trail/").content.decode()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE public.trails_trail SET reason = 'x' WHERE id = %s",
+        'UPDATE "public"."trails_trail" SET reason = \'x\' WHERE id = %s',
+        "UPDATE ONLY trails_trail SET reason = 'x' WHERE id = %s",
+        "UPDATE/**/trails_trail SET reason = 'x' WHERE id = %s",
+        "UPDATE -- a comment\n trails_trail SET reason = 'x' WHERE id = %s",
+        "MERGE INTO trails_trail t USING (SELECT %s AS id) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET reason = 'x'",
+    ],
+)
+def test_a_write_outside_the_writer_fails_however_the_statement_is_spelled(api, sections, statement):
+    from django.db import connection
+
+    from tests.trails.test_recall import record_icu
+    from trails.models import Trail
+    from trails.models.gate import WriteOutsideWriter
+
+    trail = Trail.objects.get(public_id=record_icu(api))
+    with pytest.raises(WriteOutsideWriter), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, [trail.pk])
+    assert Trail.objects.get(pk=trail.pk).reason == trail.reason
+
+
+def test_a_composed_statement_outside_the_writer_fails_too(api, sections):
+    from django.db import connection
+    from psycopg import sql
+
+    from tests.trails.test_recall import record_icu
+    from trails.models import Trail
+    from trails.models.gate import WriteOutsideWriter
+
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's composed statements are PostgreSQL's")
+    trail = Trail.objects.get(public_id=record_icu(api))
+    statement = sql.SQL("UPDATE {} SET reason = 'x' WHERE id = %s").format(sql.Identifier("trails_trail"))
+    with pytest.raises(WriteOutsideWriter), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, [trail.pk])
+    with pytest.raises(WriteOutsideWriter), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("TRUNCATE trails_matchlabel")

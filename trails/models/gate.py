@@ -42,7 +42,13 @@ WRITER_MODULES = frozenset(
     }
 )
 
-_WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)\"?", re.IGNORECASE)
+# The table a statement writes, after an optional schema; comments are removed first.
+_WRITE = re.compile(
+    r"\b(?:INSERT\s+INTO|UPDATE(?:\s+ONLY)?|DELETE\s+FROM(?:\s+ONLY)?|MERGE\s+INTO(?:\s+ONLY)?"
+    r"|TRUNCATE(?:\s+TABLE)?(?:\s+ONLY)?|COPY)\s+(?:\"?\w+\"?\s*\.\s*)?\"?(\w+)\"?",
+    re.IGNORECASE,
+)
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _writer: ContextVar[str | None] = ContextVar("ragtrail_writer", default=None)
 
 
@@ -77,10 +83,11 @@ def writer(what: str):
 def refuse_outside_writer(execute, sql, params, many, context):
     """A connection's execute wrapper: an owned table written outside `writing()` raises."""
     if _writer.get() is None and guard_on("one-writer-enforced"):
-        for match in _WRITE.finditer(sql if isinstance(sql, str) else str(sql)):
+        text = sql.as_string(context["connection"].connection) if hasattr(sql, "as_string") else str(sql)
+        for match in _WRITE.finditer(_COMMENTS.sub(" ", text)):
             if match.group(1).lower() in OWNED_TABLES:
                 raise WriteOutsideWriter(
-                    f"{match.group(1)} written outside the one writer (trails.models.writes): {sql[:120]}"
+                    f"{match.group(1)} written outside the one writer (trails.models.writes): {text[:120]}"
                 )
     return execute(sql, params, many, context)
 
