@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import pytest
 from django.db import OperationalError, close_old_connections
 from django.test import Client
@@ -80,3 +83,47 @@ def test_readiness_answers_on_the_first_probe_after_the_database_dropped_its_con
     close_old_connections()
     answer = probe.get("/health/ready")
     assert answer.status_code == 200, answer.json()
+
+
+def test_readiness_with_the_cache_down_makes_one_bounded_attempt(probe, settings, monkeypatch):
+    from redis.connection import Connection
+
+    # A Redis going down: it takes each connection and drops it before answering.
+    dropping = socket.socket()
+    dropping.bind(("127.0.0.1", 0))
+    dropping.listen(16)
+
+    def drop() -> None:
+        while True:
+            try:
+                taken, _ = dropping.accept()
+            except OSError:
+                return
+            taken.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    settings.RAGTRAIL_CACHE_TIMEOUT_S = 0.1
+    settings.CACHES = {
+        **settings.CACHES,
+        "heartbeats": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{dropping.getsockname()[1]}/0",
+            "OPTIONS": {"socket_timeout": 0.1, "socket_connect_timeout": 0.1},
+        },
+    }
+    attempts = []
+    connect = Connection._connect
+
+    def counted(self):
+        attempts.append((self.socket_connect_timeout, self.socket_timeout))
+        return connect(self)
+
+    monkeypatch.setattr(Connection, "_connect", counted)
+    try:
+        answer = probe.get("/health/ready")
+    finally:
+        dropping.close()
+    assert answer.status_code == 503 and answer.json()["checks"]["cache"] == "not ready"
+    # One connection attempt, bounded by the configured cache timeout: the client's default
+    # retries with backoff (seconds on a Redis going down) are not the probe's.
+    assert attempts == [(0.1, 0.1)]
