@@ -663,3 +663,29 @@ def test_a_purge_never_overwrites_a_reason_written_after_it_read_it(api, scope, 
     held.release()
     assert purging.outcome().state == "done"
     assert _trail(trail.public_id).reason == "sent back to pending by an operator"
+
+
+def test_a_record_whose_scope_is_deleted_meanwhile_is_not_found_not_a_500(api, scope, sections, monkeypatch):
+    from tests.trails.test_recall import ICU_STEPS
+
+    hold = Hold(monkeypatch, "record:signed")
+    body = dict(query="What are the ICU visiting hours?", steps=ICU_STEPS, cited=["visiting/icu", "parking"])
+    recording = Run(lambda: api.record("hospital", **body))
+    hold.wait()
+    Scope.objects.get(pk=scope.pk).delete()
+    hold.release()
+    response = recording.outcome()
+    assert response.status_code == 404 and response.json()["error"]["field"] == "scope"
+    assert not Trail.objects.filter(scope_id=scope.pk).exists()
+
+
+def test_a_recall_whose_scope_is_deleted_meanwhile_is_not_found_not_a_500(api, scope, sections, monkeypatch):
+    record_icu(api)
+    hold = Hold(monkeypatch, "recall:answered")
+    recalling = Run(lambda: api.recall("hospital", query="What are the ICU visiting hours?"))
+    hold.wait()
+    Scope.objects.get(pk=scope.pk).delete()
+    hold.release()
+    response = recalling.outcome()
+    assert response.status_code == 404 and response.json()["error"]["field"] == "scope"
+    assert not RecallEvent.objects.filter(scope_id=scope.pk).exists()

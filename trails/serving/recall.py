@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import IntegrityError
 from django.utils import timezone
 
 from infra import metrics
-from infra.errors import Invalid
+from infra.errors import Invalid, NotFound
 from scopes.models import Scope
 from trails.core import savings
 from trails.core.budget import count_tokens, cut_to_budget
@@ -157,25 +158,31 @@ def recall(
         nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
     if not dry_run:
         pauses.pause_point("recall:answered")
-        recall_id, served = write_recall_effects(
-            scope=scope,
-            outcome=result.outcome.value,
-            similarity=result.similarity,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-            trail_id=result.trail.id if result.trail else None,
-            hit=result.outcome is not Outcome.MISS,
-            stale_ids=[t.id for t in stale],
-            matcher=result.matcher,
-            query=query if scope.keep_raw_queries else "",
-            partition=partition if scope.keep_raw_queries else "",
-            now=now,
-            calls_saved=result.calls_saved,
-            tokens_saved=result.tokens_saved,
-            research_key=research_key(session, query) if session else "",
-            nearest_trail_id=nearest.trail.id if nearest else None,
-            nearest_similarity=round(nearest.similarity, 4) if nearest else None,
-            caller=caller,
-        )
+        try:
+            recall_id, served = write_recall_effects(
+                scope=scope,
+                outcome=result.outcome.value,
+                similarity=result.similarity,
+                latency_ms=(time.perf_counter() - started) * 1000.0,
+                trail_id=result.trail.id if result.trail else None,
+                hit=result.outcome is not Outcome.MISS,
+                stale_ids=[t.id for t in stale],
+                matcher=result.matcher,
+                query=query if scope.keep_raw_queries else "",
+                partition=partition if scope.keep_raw_queries else "",
+                now=now,
+                calls_saved=result.calls_saved,
+                tokens_saved=result.tokens_saved,
+                research_key=research_key(session, query) if session else "",
+                nearest_trail_id=nearest.trail.id if nearest else None,
+                nearest_similarity=round(nearest.similarity, 4) if nearest else None,
+                caller=caller,
+            )
+        except IntegrityError:
+            # The scope was deleted under the recall (its event can no longer be written): not found, never a 500.
+            if Scope.objects.filter(pk=scope.pk).exists():
+                raise
+            raise NotFound("not_found", "no such scope", field="scope") from None
         if not served:
             # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
             result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)

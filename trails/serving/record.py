@@ -11,7 +11,7 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from infra import metrics
-from infra.errors import Conflict, Invalid
+from infra.errors import Conflict, Invalid, NotFound
 from scopes.models import Scope, Section
 from trails.core.banding import scoped_keys
 from trails.core.budget import count_tokens
@@ -140,6 +140,9 @@ def record(scope: Scope, request: RecordInput, now: datetime | None = None) -> R
             earlier = _earlier_result(scope, request.idempotency_key, fingerprint)
             if earlier is not None:
                 return RecordResult(earlier, created=False)
+        if not Scope.objects.filter(pk=scope.pk).exists():
+            # The scope was deleted under the record: not found, never a 500.
+            raise NotFound("not_found", "no such scope", field="scope") from None
         raise
     if request.session:
         learn_from_research(scope, request.session, request.query, cited, now, request.reporter)
