@@ -417,7 +417,10 @@ def test_an_operator_cannot_approve_an_expired_trail_but_may_delete_it(api, scop
     assert staff.get(f"/ops/hospital/trails/{trail.public_id}/").context["actions"] == ["delete"]
     staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "up"})
     assert Trail.objects.get(pk=trail.pk).expires_at == trail.expires_at
-    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "delete"})
+    # Without JavaScript a plain post asks first and deletes nothing; confirm=yes deletes.
+    asked = staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "delete"}).content.decode()
+    assert "Delete this trail?" in asked and Trail.objects.filter(pk=trail.pk).exists()
+    staff.post(f"/ops/hospital/trails/{trail.public_id}/vote/", {"vote": "delete", "confirm": "yes"})
     assert not Trail.objects.filter(pk=trail.pk).exists()
 
 

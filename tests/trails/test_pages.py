@@ -494,8 +494,14 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     page = staff.get("/ops/hospital/trails/").content.decode()
     assert 'value="delete"' in page and 'value="reinstate"' in page and 'id="select-all"' in page
     both = [str(icu.public_id), str(pending.public_id)]
+    # Without JavaScript a plain post asks first and deletes nothing; confirm.js adds confirm=yes.
+    asked = staff.post("/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}).content.decode()
+    assert "Delete the 2 selected trails?" in asked and 'name="confirm" value="yes"' in asked
+    assert f'name="trail" value="{icu.public_id}"' in asked and Trail.objects.filter(pk=icu.pk).exists()
     deleted = staff.post(
-        "/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}, headers={"HX-Request": "true"}
+        "/ops/hospital/trails/vote/",
+        {"vote": "delete", "trail": both, "confirm": "yes"},
+        headers={"HX-Request": "true"},
     ).content.decode()
     assert "1 trail deleted. 1 selected trail left as it was: the action does not apply to its status." in deleted
     assert not Trail.objects.filter(pk=icu.pk).exists() and Trail.objects.filter(pk=pending.pk).exists()
@@ -623,7 +629,13 @@ def test_the_overview_says_when_the_threshold_waits_for_an_operator_and_a_reset_
         'id="threshold-in-use-lexical">0.55' in page
         and "60 false of 60 labels from 1 reporter, 80 questions asked" in page
     )
-    response = staff.post("/ops/hospital/thresholds/", {"action": "reset"}, follow=True)
+    # Without JavaScript a plain post asks first and changes nothing; confirm=yes resets.
+    asked = staff.post("/ops/hospital/thresholds/", {"action": "reset"}).content.decode()
+    assert "Reset the learned thresholds?" in asked and 'name="confirm" value="yes"' in asked
+    assert ThresholdChange.objects.filter(scope=scope, kind="reset").count() == 0
+    scope.refresh_from_db()
+    assert scope.learned_lexical_threshold == 0.55
+    response = staff.post("/ops/hospital/thresholds/", {"action": "reset", "confirm": "yes"}, follow=True)
     page = response.content.decode()
     assert (
         response.status_code == 200

@@ -47,7 +47,7 @@ from trails.models.recalls import (
 from trails.serving.matching import matching_settings
 from trails.upkeep.reindex import resigning
 from trails.upkeep.sync import JOB_DEADLINE_SECONDS
-from trails.views.common import key_names, last_scope, scope_or_404, scope_page, staff_required
+from trails.views.common import confirmed_or_ask, key_names, last_scope, scope_or_404, scope_page, staff_required
 
 WHAT_IF_RECALLS = 100_000
 # The jobs whose heartbeat the overview shows, and how often beat runs each (settings).
@@ -298,6 +298,15 @@ def threshold_action(request: HttpRequest, scope_slug: str) -> HttpResponse:
     scope = scope_or_404(request, scope_slug, Access.CONFIGURE)
     action, by = request.POST.get("action"), request.user.get_username()
     if action == "reset":
+        asked = confirmed_or_ask(
+            request,
+            scope,
+            "Reset the learned thresholds?",
+            "The labels so far are set aside and the configured thresholds are used; this cannot be undone.",
+            reverse("ops:overview", args=[scope_slug]) + "#thresholds",
+        )
+        if asked:
+            return asked
         thresholds.reset_learning(scope, by=by)
         messages.info(
             request, "Learned thresholds reset: the configured ones are in use, and labels so far are set aside."

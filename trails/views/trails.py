@@ -26,6 +26,7 @@ from trails.upkeep.purge import scope_rules, trails_to_check
 from trails.views.common import (
     CSV_ROW_LIMIT,
     ID_PART,
+    confirmed_or_ask,
     csv_response,
     scope_or_404,
     scope_page,
@@ -275,6 +276,16 @@ def trail_detail(request: HttpRequest, scope_slug: str, trail_id) -> HttpRespons
 def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
     trail = _trail(request, scope_slug, trail_id, Access.ACT)
     action = request.POST.get("vote", "")
+    if action == "delete" and (
+        asked := confirmed_or_ask(
+            request,
+            trail.scope,
+            "Delete this trail?",
+            f"“{trail.query[:100]}”: its history and reports go with it; this cannot be undone.",
+            reverse("ops:trail", args=[scope_slug, trail.public_id]),
+        )
+    ):
+        return asked
     error = ""
     try:
         if action == "undo":
@@ -327,6 +338,16 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
         notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."
+    elif action == "delete" and (
+        asked := confirmed_or_ask(
+            request,
+            scope,
+            f"Delete the {len(ids)} selected trail{'s' if len(ids) != 1 else ''}?",
+            "Those of them that are stale are deleted with their history and reports; this cannot be undone.",
+            reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""),
+        )
+    ):
+        return asked
     else:
         changed, _ = writes.act_on_many(
             Trail.objects.filter(scope=scope, public_id__in=ids), action, Actor.OPERATOR, by=request.user.get_username()
