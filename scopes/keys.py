@@ -87,7 +87,7 @@ def set_aside(key: ApiKey, by: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=True).update(
-            set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now
+            set_aside_at=now, set_aside_by=by[:150], revoked_at=key.revoked_at or now, moved_unacknowledged_at=None
         )
         if changed:
             audit.record(
@@ -106,7 +106,7 @@ def restore(key: ApiKey, by: str) -> None:
     """Counts the key's reports and labels again (the key stays revoked)."""
     with transaction.atomic():
         changed = ApiKey.objects.filter(pk=key.pk, set_aside_at__isnull=False).update(
-            set_aside_at=None, set_aside_by=""
+            set_aside_at=None, set_aside_by="", moved_unacknowledged_at=timezone.now()
         )
         if changed:
             audit.record(
@@ -118,3 +118,10 @@ def restore(key: ApiKey, by: str) -> None:
             )
             transaction.on_commit(lambda: key_set_aside.send(ApiKey, key=key, by=by, set_aside=False))
     key.refresh_from_db()
+
+
+def acknowledge_moved(key: ApiKey) -> bool:
+    """An operator has seen the trails a set-aside re-decided: no longer listed under the key."""
+    done = ApiKey.objects.filter(pk=key.pk, moved_unacknowledged_at__isnull=False).update(moved_unacknowledged_at=None)
+    key.refresh_from_db()
+    return bool(done)

@@ -445,6 +445,8 @@ class ApiKey(models.Model):
     # Its reports and labels no longer count (scopes/keys.py): set with a revocation, reversible.
     set_aside_at = models.DateTimeField(null=True, blank=True)
     set_aside_by = models.CharField(max_length=150, blank=True)
+    # Counted again after a set-aside: the trails it re-decided stay listed until an operator acknowledges.
+    moved_unacknowledged_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
 

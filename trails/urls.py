@@ -20,6 +20,8 @@ urlpatterns = [
     path("<slug:scope_slug>/audit/", audit.audit, name="audit"),
     path("<slug:scope_slug>/keys/<int:key_id>/suspend/", audit.suspend_key, name="suspend-key"),
     path("<slug:scope_slug>/keys/<int:key_id>/restore/", audit.restore_key, name="restore-key"),
+    path("<slug:scope_slug>/keys/<int:key_id>/set-aside/", audit.set_aside_key, name="set-aside-key"),
+    path("<slug:scope_slug>/keys/<int:key_id>/seen/", audit.acknowledge_key_moved, name="key-moved-seen"),
     path("<slug:scope_slug>/purge/", purge.purge, name="purge"),
     path("<slug:scope_slug>/purge/<uuid:run_id>/", purge.purge_progress, name="purge-progress"),
 ]

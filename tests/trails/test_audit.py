@@ -93,3 +93,16 @@ def test_an_event_is_never_changed_nor_deleted(scope):
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
             AuditEvent.objects.filter(pk=event.pk).delete()
     assert AuditEvent.objects.get(pk=event.pk).who == "ann"
+
+
+def test_a_key_event_reads_as_written_whatever_the_keys_standing_now(scope, root):
+    from scopes.keys import unrevoke
+
+    bot = ApiKey.issue([scope], name="old bot")[0]
+    revoke(ApiKey.objects.filter(pk=bot.pk), by="ann")
+    written = f"old bot (key:{bot.lookup}): revoked"
+    for _ in ("revoked", "restored"):
+        page = root.get("/ops/hospital/audit/").content.decode()
+        assert written in page and "old bot — revoked" not in page and "old bot (old bot" not in page
+        unrevoke(bot, by="ann")
+    assert f"old bot (key:{bot.lookup}): restored, let in again" in page

@@ -140,3 +140,52 @@ def test_setting_aside_a_key_that_rejected_what_its_reports_held_brings_the_trai
     assert "What are the ICU visiting hours?" in moved and "active" in moved
     assert "When is the general ward open to visitors?" in moved and "pending (held by operator)" in moved
     assert "Where do visitors park?" in moved  # reported only: counted again, still active
+
+
+def test_a_suspended_key_is_set_aside_from_the_page_and_restore_keeps_the_trails_it_moved_listed(
+    flooded, scope, committed, django_user_model
+):
+    from scopes.access import Access
+    from scopes.audit import AuditEvent
+
+    flood_key, _ = flooded
+    acting, looking = Client(), Client()
+    for client, name, access in ((acting, "ann", Access.ACT), (looking, "vic", Access.VIEW)):
+        user = django_user_model.objects.create_user(name, password="x", is_staff=True)
+        grant(user, scope, access=access)
+        client.force_login(user)
+    lookup, base = flood_key.lookup, f"/ops/hospital/keys/{flood_key.pk}"
+    # Suspended without "set aside": the keys table then offers setting its reports aside.
+    assert acting.post(f"{base}/suspend/", {"confirm": "yes"}).status_code == 302
+    page = acting.get("/ops/hospital/audit/").content.decode()
+    assert f'id="set-aside-{lookup}"' in page and f"{base}/set-aside/" in page
+    # It asks first (no JavaScript needed) and changes nothing; view access may not.
+    asked = acting.get(f"{base}/set-aside/").content.decode()
+    assert "Set aside the reports of key scraper?" in asked and 'name="confirm" value="yes"' in asked
+    assert acting.post(f"{base}/set-aside/").status_code == 200
+    assert looking.post(f"{base}/set-aside/", {"confirm": "yes"}).status_code == 403
+    flood_key.refresh_from_db()
+    assert flood_key.set_aside_at is None
+    with committed():
+        assert acting.post(f"{base}/set-aside/", {"confirm": "yes"}).status_code == 302
+    flood_key.refresh_from_db()
+    assert flood_key.set_aside_at is not None and flood_key.revoked_at is not None
+    assert AuditEvent.objects.filter(scope_id=scope.pk, kind="key set aside", who="ann").exists()
+    icu = Trail.objects.get(scope=scope, query="What are the ICU visiting hours?")
+    assert (icu.status, icu.held_by) == ("active", "")
+    # The audit row reads as written: the key's name once, without its standing now.
+    written = "scraper (key:{}): revoked, its reports and labels set aside".format(lookup)
+    page = acting.get("/ops/hospital/audit/").content.decode()
+    assert written in page and "scraper — revoked (key:" not in page and f'id="moved-{lookup}"' in page
+
+    # Restore says what it does, and the trails the set-aside moved stay listed until seen.
+    with committed():
+        restored = acting.post(f"{base}/restore/", follow=True).content.decode()
+    assert "stay as decided unless an operator acts" in restored and "undoes both" not in restored
+    assert written in restored and "scraper — revoked (key:" not in restored
+    moved = restored.split(f'id="moved-{lookup}"', 1)[1].split("</ul>", 1)[0]
+    assert "What are the ICU visiting hours?" in moved and "Where do visitors park?" in moved
+    assert "Its reports and votes count again" in restored and f'id="moved-seen-{lookup}"' in restored
+    assert looking.post(f"{base}/seen/").status_code == 403
+    assert acting.post(f"{base}/seen/").status_code == 302
+    assert f'id="moved-{lookup}"' not in acting.get("/ops/hospital/audit/").content.decode()

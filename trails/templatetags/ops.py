@@ -69,3 +69,17 @@ def keys_named(text: str | None, names: dict[str, str] | None) -> str:
     if not text or not names:
         return text or ""
     return _KEY.sub(lambda m: f"{names[m.group(1)]} (key:{m.group(1)})" if m.group(1) in names else m.group(0), text)
+
+
+_BARE_KEY = re.compile(r"(?<!\()key:([0-9a-f]{6,16})")
+
+
+@register.filter
+def keys_named_as_written(text: str | None, names: dict[str, str] | None) -> str:
+    """An audit row's text as it was written: a key it already names ("scraper (key:1a2b…)")
+    is left so; a bare `key:<lookup>` (who did it) gets the key's name, never its standing now."""
+    if not text or not names:
+        return text or ""
+    return _BARE_KEY.sub(
+        lambda m: f"{names[m.group(1)]} (key:{m.group(1)})" if m.group(1) in names else m.group(0), text
+    )

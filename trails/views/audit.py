@@ -19,11 +19,19 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from scopes.access import Access, granted_scopes
 from scopes.audit import AuditEvent
-from scopes.keys import revoke, set_aside, unrevoke
+from scopes.keys import acknowledge_moved, revoke, set_aside, unrevoke
 from scopes.models import ApiKey
 from trails.learning.feedback import judged_scopes, moved_by
 from trails.models import Trail
-from trails.views.common import csv_response, scope_or_404, scope_page, staff_required, wants_csv
+from trails.views.common import (
+    confirmed_or_ask,
+    csv_response,
+    key_names,
+    scope_or_404,
+    scope_page,
+    staff_required,
+    wants_csv,
+)
 
 PAGE_SIZE = 100
 
@@ -98,6 +106,7 @@ def audit(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "filters": query.urlencode(),
             "tab": "audit",
             "keys": scope_keys(request, scope),
+            "names_as_written": key_names(scope, standing=False),
         },
     )
 
@@ -112,7 +121,7 @@ def scope_keys(request: HttpRequest, scope) -> list[dict]:
         reaches = {s.pk for s in key.scopes.all()} | judged_scopes(key.reporter)
         moved = (
             list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)).order_by("-id")[:50])
-            if key.set_aside_at
+            if key.set_aside_at or key.moved_unacknowledged_at
             else []
         )
         found.append(
@@ -157,7 +166,8 @@ def suspend_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpRespo
         messages.success(
             request,
             f"Key {name} suspended and its reports and votes set aside: the trails they moved are decided again "
-            "and listed under the key. Restore undoes both.",
+            "and listed under the key. Restore lets it in and counts its reports again; those trails stay as "
+            "decided unless an operator acts.",
         )
     elif revoke(ApiKey.objects.filter(pk=key.pk), by=by):
         messages.success(request, f"Key {name} suspended: it is refused from now on. Restore lets it in again.")
@@ -173,7 +183,49 @@ def restore_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpRespo
     scope, key = _operated_key(request, scope_slug, key_id)
     name = key.name or key.lookup
     if unrevoke(key, by=request.user.get_username()):
-        messages.success(request, f"Key {name} restored: it is let in again, its reports and votes count again.")
+        messages.success(
+            request,
+            f"Key {name} restored: it is let in again, its reports and votes count again. Trails re-decided while "
+            "they were set aside stay as decided unless an operator acts: they stay listed under the key.",
+        )
     else:
         messages.info(request, f"Key {name} was not suspended.")
+    return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def set_aside_key(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
+    """Sets aside the reports and votes of a key already suspended (a flood found later): asks
+    first, as suspend does; the trails they moved are decided again and listed. Audited."""
+    scope, key = _operated_key(request, scope_slug, key_id)
+    name = key.name or key.lookup
+    moved = Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)).count()
+    asked = confirmed_or_ask(
+        request,
+        scope,
+        f"Set aside the reports of key {name}?",
+        f"Its reports and votes stop counting, in every scope it reached, and the {moved} trail"
+        f"{'s' if moved != 1 else ''} here they moved {'is' if moved == 1 else 'are'} decided again without them, "
+        "then listed under the key. Restore counts them again.",
+        reverse("ops:audit", args=[scope.slug]) + "#keys",
+    )
+    if asked:
+        return asked
+    if key.set_aside_at:
+        messages.info(request, f"The reports of key {name} were already set aside.")
+    else:
+        set_aside(key, by=request.user.get_username())
+        messages.success(
+            request, f"The reports and votes of key {name} are set aside: the trails they moved are listed."
+        )
+    return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")
+
+
+@staff_required
+@require_POST
+def acknowledge_key_moved(request: HttpRequest, scope_slug: str, key_id: int) -> HttpResponse:
+    """The operator has seen the trails a set-aside re-decided: the list under the key goes."""
+    scope, key = _operated_key(request, scope_slug, key_id)
+    acknowledge_moved(key)
     return redirect(reverse("ops:audit", args=[scope.slug]) + "#keys")

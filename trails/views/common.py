@@ -169,12 +169,13 @@ def what_recall_gives(scope: Scope, trail_ids: Iterable[int]) -> tuple[dict[int,
     return cited, {trail_id: validation.outcome.value for trail_id, validation in checked.items()}
 
 
-def key_names(scope) -> dict[str, str]:
-    """The scope's API keys by lookup, named as an operator knows them ("name (owner)")."""
+def key_names(scope, standing: bool = True) -> dict[str, str]:
+    """The scope's API keys by lookup, named as an operator knows them ("name (owner)"), with
+    " — revoked" where it is now (standing=False: not, for a record that must read as written)."""
     from scopes.models import ApiKey
 
     return {
-        lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked else ''}"
+        lookup: f"{name or 'key ' + lookup}{f' ({owner})' if owner else ''}{' — revoked' if revoked and standing else ''}"
         for lookup, name, owner, revoked in ApiKey.objects.filter(scopes=scope).values_list(
             "lookup", "name", "owner", "revoked_at"
         )
