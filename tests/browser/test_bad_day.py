@@ -139,6 +139,11 @@ def test_an_operator_reads_a_bad_day_step_by_step(page, live_server, hospital, s
     assert agents.revoked_at is None and agents.set_aside_at is None
     audit = page.locator("#audit").inner_text()
     assert "key set aside" in audit and "key restored" in audit and "olga" in audit
+    # The trails the set-aside decided again stay as decided, listed until an operator marks them seen.
+    assert "When can I visit the ICU" in page.locator(f"#moved-{agents.lookup}").inner_text()
+    with page.expect_navigation():
+        page.click(f"#moved-seen-{agents.lookup}")
+    assert page.locator(f"#moved-{agents.lookup}").count() == 0
 
     # One person's actions among many: thirty by others, one by olga; the filter keeps hers.
     trail = Trail.objects.get(scope=hospital, query__startswith="When can I visit")
