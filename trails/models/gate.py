@@ -45,7 +45,7 @@ WRITER_MODULES = frozenset(
 # The table a statement writes, after an optional schema; comments are removed first.
 _WRITE = re.compile(
     r"\b(?:INSERT\s+INTO|UPDATE(?:\s+ONLY)?|DELETE\s+FROM(?:\s+ONLY)?|MERGE\s+INTO(?:\s+ONLY)?"
-    r"|TRUNCATE(?:\s+TABLE)?(?:\s+ONLY)?|COPY)\s+(?:\"?\w+\"?\s*\.\s*)?\"?(\w+)\"?",
+    r"|COPY)\s+(?:\"?\w+\"?\s*\.\s*)?\"?(\w+)\"?",
     re.IGNORECASE,
 )
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
