@@ -23,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.utils import load_backend
 
 from evaluation.bulk import without_statement_timeout
-from trails.models import BandKeys, Trail
+from trails.models import BandKeys, Trail, writes
 
 PARTITIONED = (Trail, BandKeys)
 SCHEMA = "partitioned_by_scope"
@@ -68,7 +68,7 @@ def copy_partitioned(partitions: int, say: Callable[[str], None], schema: str = 
                     f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {remainder}){storage}"
                 )
             started = time.perf_counter()
-            cursor.execute(f"INSERT INTO {schema}.{table} SELECT * FROM public.{table}")
+            writes.bulk_load(lambda: cursor.execute(f"INSERT INTO {schema}.{table} SELECT * FROM public.{table}"))
             spent[f"{table} rows"] = time.perf_counter() - started
             say(
                 f"  {table}: {cursor.rowcount:,} rows copied into {partitions} partitions ({spent[f'{table} rows']:.0f} s)"

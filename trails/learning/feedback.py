@@ -39,6 +39,7 @@ from trails.models import (
     trail_status_changed,
     writes,
 )
+from trails.models.verdicts import judge_recall
 
 # How soon after a recall a path recorded for the same question counts as a re-search.
 RESEARCH_WINDOW = timedelta(minutes=10)
@@ -165,7 +166,7 @@ def give_feedback(
     if found is None:
         raise NotFound("not_found", "no such recall", field="recall_id")
     with transaction.atomic():
-        event, labelled, reported = writes.judge_recall(found[0], found[1], scope.id, helpful, reason, reporter, now)
+        event, labelled, reported = judge_recall(found[0], found[1], scope.id, helpful, reason, reporter, now)
     if reported:
         metrics.FALSE_HIT_REPORTS.inc()
     if labelled:

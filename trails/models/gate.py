@@ -34,6 +34,7 @@ OWNED_TABLES = frozenset(
 WRITER_MODULES = frozenset(
     {
         "trails.models.writes",
+        "trails.models.verdicts",
         "trails.models.bulk",
         "trails.models.deletion",
         "trails.models.recalls",
