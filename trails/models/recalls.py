@@ -213,8 +213,8 @@ def write_recall_effects(
     served = trail_id if hit else None
     locked = sorted({*stale_ids, *([served] if served is not None else [])})
     statements: list[tuple[str, list]] = []
-    if locked:
-        # One lock order with every other write: the trails it touches, by id, before any update.
+    if locked and connection.vendor == "postgresql":
+        # One lock order with every other write: the trails it touches, by id, before any update (SQLite writes one at a time).
         statements.append(
             (
                 f"SELECT id FROM {trail} WHERE scope_id = %s AND id IN ({', '.join(['%s'] * len(locked))}) "
@@ -243,7 +243,7 @@ def write_recall_effects(
     if guard_on("recall-of-a-deleted-trail-is-a-miss"):
         trail_sql, trail_params = exists, [scope.id, trail_id]
         nearest_sql, nearest_params = exists, [scope.id, nearest_trail_id]
-        outcome_sql = f"CASE WHEN %s::bigint IS NOT NULL AND {exists} IS NULL THEN %s ELSE %s END"
+        outcome_sql = f"CASE WHEN CAST(%s AS BIGINT) IS NOT NULL AND {exists} IS NULL THEN %s ELSE %s END"
         outcome_params = [served, scope.id, served, RecallOutcome.MISS.value, outcome]
     else:
         trail_sql, trail_params, nearest_sql, nearest_params = "%s", [trail_id], "%s", [nearest_trail_id]
