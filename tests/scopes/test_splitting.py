@@ -317,3 +317,19 @@ def test_a_sync_never_reads_past_the_boundary_it_declares(tmp_path):
     )
     with pytest.raises(SplitError, match="a hidden file the sync never reads"):
         split_tree(folder)
+
+
+def test_a_page_with_two_top_level_headings_keeps_both(tmp_path):
+    folder = write(
+        tmp_path,
+        {
+            "fields.rst": "Field reference\n===============\n\nAll fields.\n\n"
+            "Field options\n-------------\n\nOptions.\n\nField API reference\n===================\n\nThe API.\n"
+        },
+    )
+    # The first heading is the page's title: its section is the page itself.
+    assert {s.id: s.text for s in split_tree(folder)} == {
+        "fields.rst": "All fields.",
+        "fields.rst#field-options": "Options.",
+        "fields.rst#field-api-reference": "The API.",
+    }
