@@ -10,6 +10,7 @@ import os
 import socket
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.conf import settings
@@ -169,7 +170,12 @@ def test_slow_and_lying_clients_keyless_and_keyed_leave_recalls_answered_inside_
     headers = {"Authorization": f"Bearer {key}"}
 
     def load() -> list:
-        return asyncio.run(closed_loop("127.0.0.1", running.https_port, headers, lambda n: recall, 8, 6.0))
+        # Its own thread: a browser test's Playwright loop may still be running in this one.
+        with ThreadPoolExecutor(1) as own_thread:
+            run = own_thread.submit(
+                asyncio.run, closed_loop("127.0.0.1", running.https_port, headers, lambda n: recall, 8, 6.0)
+            )
+            return run.result()
 
     with deploy.through_proxy(running):
         load()  # unmeasured: each client's TLS handshake and the workers' first requests
@@ -202,7 +208,6 @@ def test_a_slow_header_client_on_plain_http_is_cut_off_at_the_header_timeout(sit
 
 def test_a_keyless_flood_from_one_address_is_answered_429_in_the_apis_error_shape(site):
     running, scope, _ = site
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: https(running, "GET", "/health/live"), range(200)))
