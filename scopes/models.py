@@ -111,6 +111,22 @@ class Scope(KeptWrites, models.Model):
         default=False,
         help_text="Learning off: the configured thresholds are used as they are, whatever the labels say.",
     )
+    # The second chance (docs/second-chance.md): its defaults are what evaluate_second_chance fitted.
+    second_chance = models.BooleanField(
+        default=False,
+        help_text="After a miss, serve a near candidate whose cited sections the agent's own first search "
+        "returned (POST .../recalls/{id}/second-chance). Off: such a call answers a miss and says why.",
+    )
+    second_chance_margin = models.FloatField(
+        default=0.05,
+        validators=[MinValueValidator(0.0), MaxValueValidator(0.2)],
+        help_text="How far under the embedding threshold in use a near candidate may score.",
+    )
+    second_chance_top = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(50)],
+        help_text="Every section the near candidate cites must be among this many first search results.",
+    )
     # Labels older than this are not read: an operator's reset starts the evidence afresh.
     labels_since = models.DateTimeField(null=True, blank=True, editable=False)
     # Why the scope waits for an operator ("ceiling", "reporter:key:…"), comma-separated; "" when it does not.

@@ -26,6 +26,7 @@ from trails.schemas import (
     RecallOut,
     RecordIn,
     RecordOut,
+    SecondChanceIn,
     SectionSyncIn,
     SectionSyncJobOut,
     SectionSyncOut,
@@ -39,6 +40,7 @@ from trails.schemas import (
 )
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
+from trails.serving.second_chance import second_chance
 from trails.upkeep.sync import queue_sync_job, source_sections, sync_sections
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,23 @@ def recall_endpoint(request: HttpRequest, scope: str, payload: RecallIn):
         session=payload.session,
         explain=payload.explain,
         caller=request.auth.lookup,
+    )
+    request.ragtrail_outcome = result.outcome.value  # for the access log line (infra.metrics)
+    return result
+
+
+@router.post("/{scope}/recalls/{recall_id}/second-chance", response=RecallOut)
+def second_chance_endpoint(request: HttpRequest, scope: str, recall_id: str, payload: SecondChanceIn):
+    """After a miss, the section ids the agent's own first search returned: a near candidate of
+    that recall whose cited sections are all among the first few is served as a hit (matcher
+    "second-chance"), validated on read as any hit. Once per recall, by the key that made it,
+    within 15 minutes; `second_chance.reason` says why one was or was not given."""
+    result = second_chance(
+        granted_scope(request, scope),
+        recall_id,
+        payload.section_ids,
+        caller=request.auth.lookup,
+        token_budget=payload.token_budget,
     )
     request.ragtrail_outcome = result.outcome.value  # for the access log line (infra.metrics)
     return result

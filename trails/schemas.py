@@ -8,6 +8,7 @@ from ninja import Schema
 from pydantic import Field, field_validator
 
 from scopes.schemas import SectionId, StrictSchema, json_int
+from trails.core.second_chance import MAX_SEARCH_RESULTS
 from trails.core.validation import Outcome, SectionStatus
 
 Query = Annotated[str, Field(min_length=1, max_length=2000)]
@@ -66,11 +67,17 @@ class Explanation(Schema):
     summary: str
 
 
+class SecondChanceOut(Schema):
+    given: bool
+    # Why it was or was not given, in one sentence.
+    reason: str
+
+
 class RecallOut(Schema):
     outcome: Outcome
     recall_id: Optional[str]
     trail_id: Optional[str]
-    matcher: Optional[Literal["lexical", "embedding"]]
+    matcher: Optional[Literal["lexical", "embedding", "second-chance"]]
     similarity: Optional[float]
     matched_query: Optional[str]
     sections: list[SectionResult]
@@ -79,6 +86,14 @@ class RecallOut(Schema):
     tokens: int
     truncated: bool
     explanation: Optional[Explanation] = None
+    # On a second chance's answer only.
+    second_chance: Optional[SecondChanceOut] = None
+
+
+class SecondChanceIn(StrictSchema):
+    # The section ids the agent's own first search returned for the question, best first.
+    section_ids: Annotated[list[SectionId], Field(max_length=MAX_SEARCH_RESULTS)]
+    token_budget: Optional[json_int(ge=0, le=200_000)] = None
 
 
 class StepIn(StrictSchema):

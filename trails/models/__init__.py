@@ -43,6 +43,7 @@ from trails.models.recalls import (
     RecallStat,
     SimilarityStat,
     write_recall_effects,
+    write_second_chance_effects,
 )
 from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.trail import (
@@ -84,6 +85,7 @@ __all__ = [
     "RecallStat",
     "SimilarityStat",
     "write_recall_effects",
+    "write_second_chance_effects",
     "EmbedderCalibration",
     "MatchLabel",
     "ThresholdChange",

@@ -14,6 +14,7 @@ from django.utils import timezone
 from infra.guards import guard_on
 from scopes.models import Scope
 from trails.core.charts import HourCounts
+from trails.core.second_chance import SECOND_CHANCE_MATCHER
 from trails.core.validation import Outcome
 from trails.models.gate import writing
 from trails.models.lifecycle import mark_stale_statements
@@ -61,6 +62,11 @@ class RecallEvent(models.Model):
     # which reporter judged it: the recall log filters by key, and a key set aside stops counting.
     caller = models.CharField(max_length=16, blank=True, db_default="")
     feedback_by = models.CharField(max_length=100, blank=True, db_default="")
+    # A miss's near candidates the guard allowed, [[trail id, similarity], ...]: what a second chance may serve.
+    near_candidates = models.JSONField(null=True, blank=True)
+    # When the caller handed back its search for a second chance (once a recall), and what was decided.
+    second_chance_at = models.DateTimeField(null=True, blank=True)
+    second_chance_reason = models.CharField(max_length=300, blank=True, db_default="")
 
     class Meta:
         indexes = [
@@ -200,6 +206,7 @@ def write_recall_effects(
     nearest_trail_id: int | None = None,
     nearest_similarity: float | None = None,
     caller: str = "",
+    near_candidates: list[list] | None = None,
 ) -> tuple[uuid.UUID, bool]:
     """Marks trails stale, counts the hit and logs the recall event, in one transaction,
     the trails it touches locked first in id order (docs/consistency.md).
@@ -251,8 +258,9 @@ def write_recall_effects(
     statements.append(
         (
             f"INSERT INTO {event} (public_id, scope_id, created_at, outcome, similarity, latency_ms, trail_id, matcher, "
-            "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller) "
-            f"VALUES (%s, %s, %s, {outcome_sql}, %s, %s, {trail_sql}, %s, %s, %s, %s, %s, %s, %s, {nearest_sql}, %s, %s) "
+            "stale_marked, calls_saved, tokens_saved, query, partition, research_key, nearest_trail_id, nearest_similarity, caller, "
+            "near_candidates) "
+            f"VALUES (%s, %s, %s, {outcome_sql}, %s, %s, {trail_sql}, %s, %s, %s, %s, %s, %s, %s, {nearest_sql}, %s, %s, %s) "
             "RETURNING outcome",
             [
                 _prep(RecallEvent, "public_id", public_id),
@@ -272,6 +280,7 @@ def write_recall_effects(
                 *nearest_params,
                 nearest_similarity,
                 caller[:16],
+                _prep(RecallEvent, "near_candidates", near_candidates),
             ],
         )
     )
@@ -296,6 +305,70 @@ def write_recall_effects(
                     cursor.execute(sql, params)
                 (stored,) = cursor.fetchone()
     return public_id, stored == outcome
+
+
+def write_second_chance_effects(
+    *,
+    scope: Scope,
+    event_id: int,
+    outcome: str,
+    trail_id: int | None,
+    similarity: float | None,
+    calls_saved: int,
+    tokens_saved: int,
+    stale_ids: Sequence[int],
+    reason: str,
+    now: datetime,
+) -> bool | None:
+    """A missed recall's second chance, once: marks stale the near candidates whose sections all
+    changed, counts the hit, and turns the event into the hit (matcher "second-chance"), the
+    trails locked first in id order (docs/consistency.md).
+
+    Returns:
+        None where a second chance was already asked for this recall; else whether the trail
+        served still existed (a trail deleted meanwhile leaves the recall a miss).
+    """
+    served = trail_id if outcome != RecallOutcome.MISS else None
+    locked = sorted({*stale_ids, *([served] if served is not None else [])})
+    with writing("recall"), transaction.atomic():
+        # The lock order: the trails by id, then the recall (docs/consistency.md).
+        present = set(
+            Trail.objects.select_for_update(no_key=True)
+            .filter(scope=scope, pk__in=locked)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        event = (
+            RecallEvent.objects.select_for_update()
+            .filter(pk=event_id, scope=scope, second_chance_at__isnull=True, outcome=RecallOutcome.MISS)
+            .only("id")
+            .first()
+        )
+        if event is None:
+            return None
+        if stale_ids:
+            with connection.cursor() as cursor:
+                for sql, params in mark_stale_statements(
+                    Trail._meta.db_table, scope.id, list(stale_ids), _prep(Trail, "stale_at", now)
+                ):
+                    cursor.execute(sql, params)
+        fields = {
+            "second_chance_at": now,
+            "second_chance_reason": reason[:300],
+            "stale_marked": F("stale_marked") + len(stale_ids),
+        }
+        if served is not None and served in present:
+            Trail.objects.filter(scope=scope, pk=served).update(hit_count=F("hit_count") + 1, last_hit_at=now)
+            fields.update(
+                outcome=outcome,
+                trail_id=served,
+                similarity=similarity,
+                matcher=SECOND_CHANCE_MATCHER,
+                calls_saved=calls_saved,
+                tokens_saved=tokens_saved,
+            )
+        RecallEvent.objects.filter(pk=event_id).update(**fields)
+    return served is None or served in present
 
 
 class RecallStat(models.Model):

@@ -234,6 +234,28 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     )
 
 
+def servable_by_id(scope: Scope, ids: Sequence[int], now: datetime) -> list[Candidate]:
+    """These trails of the scope, where still servable now, with their paths (a second chance's near candidates)."""
+    if not ids:
+        return []
+    columns = trail_columns(with_lexical=False)
+    servable = [TrailStatus.ACTIVE.value, now]
+    where_servable = "t.status = %s AND t.expires_at > %s"
+    if connection.vendor == "postgresql":
+        found = (
+            f"SELECT {columns} FROM unnest(CAST(%s AS BIGINT[])) f(id) CROSS JOIN LATERAL {trail_probe('f.id')} t "
+            f"WHERE {where_servable}"
+        )
+        params = [list(ids), scope.id, *servable]
+    else:
+        found = (
+            f"SELECT {columns} FROM {Trail._meta.db_table} t WHERE t.scope_id = %s "
+            f"AND t.id IN ({', '.join(['%s'] * len(ids))}) AND {where_servable}"
+        )
+        params = [scope.id, *ids, *servable]
+    return _read(found, params, scope.id, with_trails=True, with_paths=True)
+
+
 def trail_probe(trail_id: str) -> str:
     """A subquery reading the trail `trail_id` names if it is the scope's (whose id is its one
     parameter), through an index that finds exactly that row whatever the statistics say.

@@ -19,6 +19,7 @@ from trails.core.guard import EMPTY_LEXICON, Lexicon, QuestionTerms, check_pair,
 from trails.core.lexical import jaccard_many, lexical_band_keys
 from trails.core.minhash import MinHashParams, MinHashSignature, minhash_query
 from trails.core.normalise import words
+from trails.core.second_chance import SecondChanceRule
 from trails.core.simhash import (
     EmbeddingVector,
     SimHashParams,
@@ -111,6 +112,18 @@ def _matching_settings(
     )
 
 
+def second_chance_cut(scope: Scope) -> float:
+    """The similarity a missed recall's near candidate needs for a second chance."""
+    return SecondChanceRule(scope.second_chance_margin, scope.second_chance_top).lower_cut(
+        matching_settings(scope).embedding_threshold
+    )
+
+
+@lru_cache(maxsize=256)
+def _sketch_limit(cosine: float) -> int:
+    return sketch_distance_limit(cosine)
+
+
 def simhash_params() -> SimHashParams:
     """SimHash hyperplanes for the embedder in use (its dimension is read from the loaded model)."""
     return SimHashParams(
@@ -144,11 +157,14 @@ class QuestionSignature:
     def lookup(self, scope: Scope) -> Lookup:
         """What the candidate read looks for: the band keys, and how near an embedding collision must be."""
         matching = matching_settings(scope)
+        distance = matching.embedding_sketch_limit
+        if scope.second_chance:  # its near candidates are read with the rest, down to the lower cut
+            distance = max(distance, _sketch_limit(second_chance_cut(scope)))
         return Lookup(
             self.lexical_keys,
             self.embedding_keys,
             self.sketch,
-            matching.embedding_sketch_limit if self.embedding_keys else 0,
+            distance if self.embedding_keys else 0,
             path_distance=matching.embedding_path_limit if self.embedding_keys else -1,
         )
 
@@ -352,20 +368,30 @@ def nearest_allowed(
     """A miss's nearest candidate by embedding at or above `floor` that the guard allows:
     what a lower threshold would have served. None where there is none, or the scope
     does not match by embedding."""
+    allowed = near_allowed(scope, question, candidates, floor, keep=1)
+    return allowed[0] if allowed else None
+
+
+def near_allowed(
+    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], floor: float, keep: int = 3
+) -> list[Match]:
+    """Up to `keep` of a miss's candidates by embedding at or above `floor` that the guard allows,
+    nearest first, of the NEAREST_JUDGED nearest; none where the scope does not match by embedding."""
     if not scope.uses_embedding or question.embedding is None:
-        return None
+        return []
     comparable = [c for c in candidates if c.embedding is not None and c.embedding_model == question.embedding.model]
     if not comparable:
-        return None
+        return []
     cosines = cosine_many(
         question.embedding, [c.embedding for c in comparable], [c.embedding_model for c in comparable]
     )
     lexicon = matching_settings(scope).lexicon
     query_terms = question.guard_terms(lexicon)
+    allowed: list[Match] = []
     for i in np.argsort(-cosines, kind="stable")[:NEAREST_JUDGED]:
-        if cosines[i] < floor:
+        if cosines[i] < floor or len(allowed) >= keep:
             break
         verdict = check_pair(query_terms, question_terms(comparable[i].query, lexicon), max_unshared_terms=None)
         if verdict.allowed:
-            return Match(comparable[i], "embedding", float(cosines[i]))
-    return None
+            allowed.append(Match(comparable[i], "embedding", float(cosines[i])))
+    return allowed

@@ -30,8 +30,10 @@ from trails.serving.matching import (
     matching_settings,
     nearest_allowed,
     score_candidates,
+    second_chance_cut,
     sign,
 )
+from trails.serving.second_chance import near_candidates
 
 # A trail whose sections all changed is marked stale and the next candidate is
 # tried; this bounds how many such trails one recall may step over.
@@ -58,6 +60,8 @@ class RecallResult:
     tokens_saved: int = 0
     # Why it answered as it did (a dry run with explain only).
     explanation: dict[str, Any] | None = None
+    # A second chance's answer: {"given": bool, "reason": str} (POST .../recalls/{id}/second-chance).
+    second_chance: dict[str, Any] | None = None
 
     @property
     def trail_id(self) -> str | None:
@@ -135,7 +139,7 @@ def recall(
         if validation.outcome is Outcome.MISS:
             stale.append(match.trail)
             continue
-        result = _answer(match, validation, budget)
+        result = answer_match(match, validation, budget)
         result.candidates = read
         break
     else:
@@ -147,9 +151,10 @@ def recall(
             )
             result.matched_query = stale[0].query
 
+    near = near_candidates(scope, question, found, candidates) if result.outcome is Outcome.MISS else []
     if verdicts is not None:
         serving = question.embedding.model if question.embedding else ""
-        result.explanation = explanation(scope, result, verdicts, stale, read, serving)
+        result.explanation = explanation(scope, result, verdicts, stale, read, serving, near)
     nearest = None
     if not dry_run and session and not candidates and found:
         # What a lower threshold would have served: the path this session records next
@@ -177,6 +182,7 @@ def recall(
                 nearest_trail_id=nearest.trail.id if nearest else None,
                 nearest_similarity=round(nearest.similarity, 4) if nearest else None,
                 caller=caller,
+                near_candidates=near or None,
             )
         except IntegrityError:
             # The scope was deleted under the recall (its event can no longer be written): not found, never a 500.
@@ -194,7 +200,8 @@ def recall(
     return result
 
 
-def _answer(match: Match, validation: Validation, budget: int) -> RecallResult:
+def answer_match(match: Match, validation: Validation, budget: int) -> RecallResult:
+    """A prefetch or hint of this match's trail, its sections validated on read, within the budget."""
     trail, steps = match.trail, match.trail.steps
     result = RecallResult(
         validation.outcome,
@@ -278,6 +285,7 @@ def explanation(
     stale: list[Candidate],
     read: int,
     serving: str = "",
+    near: list[list] | None = None,
 ) -> dict[str, Any]:
     """Why a recall answered as it did, for an operator: the candidates read (nearest
     first) with their similarities and verdicts, the thresholds, and a summary."""
@@ -341,6 +349,8 @@ def explanation(
             f" {others} trail(s) of this scope carry another embedder's vectors than the serving {serving}: "
             f"they are never compared by embedding; `manage.py reindex_scope --scope {scope.slug}` re-embeds them."
         )
+    if result.outcome is Outcome.MISS:
+        summary += " " + second_chance_summary(scope, near or [], {v.trail.id: v.trail for v in verdicts})
     return {
         "matcher": scope.matcher,
         **thresholds,
@@ -356,3 +366,20 @@ def other_embedder_trails(scope: Scope, serving: str) -> int:
     if not serving or not scope.uses_embedding:
         return 0
     return Trail.objects.filter(scope=scope).exclude(embedding_model__in=["", serving]).count()
+
+
+def second_chance_summary(scope: Scope, near: list[list], read: dict[int, Candidate]) -> str:
+    """What a second chance could serve after this miss, in a sentence."""
+    if not scope.second_chance:
+        return "Second chances are off for this scope."
+    if not scope.uses_embedding:
+        return "Second chances need a scope that matches by embedding."
+    cut = second_chance_cut(scope)
+    if not near:
+        return f"No candidate the guard allows reached the second chance's lower cut {cut:.4f}."
+    trail_id, similarity = near[0]
+    query = read[trail_id].query if trail_id in read else ""
+    return (
+        f'A second chance may serve "{query}" ({similarity:.4f}, lower cut {cut:.4f}) if the search the agent '
+        f"makes now returns every section it cites among its first {scope.second_chance_top}."
+    )
