@@ -69,6 +69,10 @@ FALSE_HIT_REPORTS = Counter("ragtrail_false_hit_reports_total", "Recalls reporte
 THRESHOLD_CHANGES = Counter(
     "ragtrail_threshold_changes_total", "Moves of a scope's threshold in use, by cause", ["cause"]
 )
+# Not in RECALLS: the recall it follows was counted there already, as a miss.
+SECOND_CHANCES = Counter(
+    "ragtrail_second_chances_total", "Second chances asked after a miss, by outcome (miss: none given)", ["outcome"]
+)
 STALE_MARKS = Counter("ragtrail_stale_marks_total", "Trails marked stale by recall (none of their sections unchanged)")
 TOOL_LOOKUPS = Counter(
     "ragtrail_tool_result_lookups_total", "Tool-result cache lookups, by tool and result", ["tool", "result"]

@@ -606,6 +606,24 @@ def test_two_verdicts_racing_on_one_recall_apply_once(api, scope, sections, monk
     assert RecallEvent.objects.get(public_id=served).helpful is True
 
 
+def test_two_second_chances_racing_on_one_recall_serve_it_once(transactional_db, monkeypatch):
+    from infra.errors import Conflict
+    from tests.trails.test_second_chance import ASKED, helpdesk_with_a_trail
+    from trails.serving.second_chance import second_chance
+
+    scope, api = helpdesk_with_a_trail()
+    missed = api.recall("helpdesk", query=ASKED).json()["recall_id"]
+    caller = ApiKey.objects.get(name="agent").lookup
+    held = Hold(monkeypatch, "second-chance:decided")
+    first = Run(second_chance, scope, missed, ["billing/cancel"], caller=caller)
+    held.wait()  # decided to serve, nothing locked yet
+    assert second_chance(scope, missed, ["billing/cancel"], caller=caller).outcome.value == "prefetch"
+    held.release()
+    with pytest.raises(Conflict):
+        first.outcome()
+    assert Trail.objects.get(scope=scope).hit_count == 1
+
+
 def test_a_second_sync_of_a_scope_waits_for_the_first_and_says_so(scope, monkeypatch):
     from infra.errors import Conflict
     from trails.upkeep.sync import source_sections, sync_sections

@@ -27,6 +27,11 @@ SECTIONS = {
 
 @pytest.fixture
 def helpdesk(db):
+    return helpdesk_with_a_trail()
+
+
+def helpdesk_with_a_trail() -> tuple[Scope, ApiClient]:
+    """A scope giving second chances (a 0.1 margin) with one trail citing billing/cancel, and its agent's client."""
     get_embedder().embed("warm up")
     scope = Scope.objects.create(slug="helpdesk", second_chance=True, second_chance_margin=0.1, second_chance_top=3)
     Section.upsert(scope, SECTIONS)

@@ -338,9 +338,10 @@ def write_second_chance_effects(
             .order_by("pk")
             .values_list("pk", flat=True)
         )
+        once = Q(second_chance_at__isnull=True, outcome=RecallOutcome.MISS)
         event = (
             RecallEvent.objects.select_for_update()
-            .filter(pk=event_id, scope=scope, second_chance_at__isnull=True, outcome=RecallOutcome.MISS)
+            .filter(Q(pk=event_id, scope=scope) & (once if guard_on("second-chance-once-per-recall") else Q()))
             .only("id")
             .first()
         )

@@ -21,7 +21,7 @@ from trails.core.second_chance import (
     choose,
 )
 from trails.core.validation import Outcome, as_stored, validate
-from trails.models import RecallEvent, RecallOutcome, write_second_chance_effects
+from trails.models import RecallEvent, RecallOutcome, pauses, write_second_chance_effects
 from trails.serving.candidates import Candidate, servable_by_id
 from trails.serving.matching import Match, QuestionSignature, matching_settings, near_allowed, second_chance_cut
 
@@ -114,6 +114,7 @@ def second_chance(
             # The agent has made its first search already: the path spares the calls after it.
             result.calls_saved = max(0, result.calls_saved - 1)
             break
+    pauses.pause_point("second-chance:decided")
     served = write_second_chance_effects(
         scope=scope,
         event_id=event.id,
@@ -127,13 +128,15 @@ def second_chance(
         now=now,
     )
     if served is None:
+        if not RecallEvent.objects.filter(pk=event.id).exists():  # the scope (or the event's retention) went meanwhile
+            raise NotFound("not_found", "no such recall", field="recall_id")
         raise Conflict("conflict", "a second chance was already asked for this recall", field="recall_id")
     if not served and result.outcome is not Outcome.MISS:
         # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
         result, reason = RecallResult(Outcome.MISS), "the trail it would serve was deleted meanwhile"
     result.recall_id = str(event.public_id)
     result.second_chance = {"given": result.outcome is not Outcome.MISS, "reason": reason}
-    metrics.RECALLS.labels(result.outcome.value, SECOND_CHANCE_MATCHER).inc()
+    metrics.SECOND_CHANCES.labels(result.outcome.value).inc()
     if stale:
         metrics.STALE_MARKS.inc(len(stale))
     return result
