@@ -88,11 +88,13 @@ class RecallOut(Schema):
     explanation: Optional[Explanation] = None
     # On a second chance's answer only.
     second_chance: Optional[SecondChanceOut] = None
+    # On a miss: whether the recall kept a near candidate a second chance may serve (ask only then).
+    second_chance_possible: bool = False
 
 
 class SecondChanceIn(StrictSchema):
     # The section ids the agent's own first search returned for the question, best first.
-    section_ids: Annotated[list[SectionId], Field(max_length=MAX_SEARCH_RESULTS)]
+    section_ids: Annotated[list[SectionId], Field(min_length=1, max_length=MAX_SEARCH_RESULTS)]
     token_budget: Optional[json_int(ge=0, le=200_000)] = None
 
 

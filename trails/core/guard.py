@@ -256,7 +256,11 @@ class GuardVerdict:
 
 
 def check_pair(
-    query: QuestionTerms, candidate: QuestionTerms, max_unshared_terms: int | None = 0, check_order: bool = True
+    query: QuestionTerms,
+    candidate: QuestionTerms,
+    max_unshared_terms: int | None = 0,
+    check_order: bool = True,
+    refuse_added_terms: bool = False,
 ) -> GuardVerdict:
     """Decides whether a candidate question may answer for the query.
 
@@ -267,6 +271,8 @@ def check_pair(
             not the other; 0 demands the same content terms, None sets no limit
             (paraphrases found by embedding reword freely).
         check_order: refuse when shared terms stand in another order.
+        refuse_added_terms: refuse where one question's content terms are the other's and more
+            ("reset my admin password" / "reset my password"): a narrower or wider question.
 
     Returns:
         allowed, or refused with the reason: numbers, negation, opposite terms,
@@ -286,6 +292,8 @@ def check_pair(
             if are_opposites(term, other):
                 return GuardVerdict(False, f"opposite terms: {other} / {term}")
     unshared = only_query | only_candidate
+    if refuse_added_terms and bool(only_query) != bool(only_candidate):
+        return GuardVerdict(False, "one question adds terms: " + ", ".join(sorted(unshared)))
     if max_unshared_terms is not None and len(unshared) > max_unshared_terms:
         return GuardVerdict(False, "terms differ: " + ", ".join(sorted(unshared)))
     shared = query.terms & candidate.terms

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-# The most section ids a caller may hand back, and how long an id may be (a search's page, not a corpus).
+# The most section ids a caller may hand back (a search's page, not a corpus).
 MAX_SEARCH_RESULTS = 50
-MAX_SECTION_ID_LENGTH = 500
 # The matcher a second chance's recall is counted under, apart from the first-chance hits.
 SECOND_CHANCE_MATCHER = "second-chance"
 # How many of a miss's near candidates the recall keeps for a second chance.

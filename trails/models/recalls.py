@@ -150,7 +150,8 @@ def similarity_evidence(
     similarity (0.01 bins from 0.85, where thresholds live) and, for a picked threshold, the
     hits it would lose and the sessions' near misses it would serve. Four queries over a
     week of a million events cost the page 440 ms of its 300 (benchmark_overview)."""
-    hit = ~Q(outcome=Outcome.MISS) & Q(similarity__isnull=False)
+    # A second chance's hit was served under the threshold with the search's backing: no threshold's evidence.
+    hit = ~Q(outcome=Outcome.MISS) & Q(similarity__isnull=False) & ~Q(matcher=SECOND_CHANCE_MATCHER)
     # (Aggregate names differ from the fields: a filter on `helpful` would read the aggregate.)
     counted = {"hits": hit, "helpful_hits": hit & Q(helpful=True), "reported_hits": hit & Q(helpful=False)}
     if picked is not None and picked > current:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from infra.errors import Conflict, NotFound
 from infra.guards import guard_on
+from trails.core.second_chance import SECOND_CHANCE_MATCHER
 from trails.models import pauses
 from trails.models.gate import writer
 from trails.models.learning import MatchLabel
@@ -66,7 +67,10 @@ def judge_recall(
         > 0
     )
     # The event's trail as it is now: a trail deleted while this waited left it unlinked.
-    reported = not helpful and trail is not None and event.trail_id == trail.pk
+    # A second chance served the trail to another question: a wrong one is the second chance's
+    # mistake (counted in the scope's false hits), not the trail's, so no report against it.
+    second_chance = event.matcher == SECOND_CHANCE_MATCHER
+    reported = not helpful and trail is not None and event.trail_id == trail.pk and not second_chance
     if reported:
         try:
             report(trail, reporter, reason, now)

@@ -373,10 +373,16 @@ def nearest_allowed(
 
 
 def near_allowed(
-    scope: Scope, question: QuestionSignature, candidates: Sequence[Candidate], floor: float, keep: int = 3
+    scope: Scope,
+    question: QuestionSignature,
+    candidates: Sequence[Candidate],
+    floor: float,
+    keep: int = 3,
+    refuse_added_terms: bool = False,
 ) -> list[Match]:
     """Up to `keep` of a miss's candidates by embedding at or above `floor` that the guard allows,
-    nearest first, of the NEAREST_JUDGED nearest; none where the scope does not match by embedding."""
+    nearest first, of the NEAREST_JUDGED nearest; none where the scope does not match by embedding.
+    `refuse_added_terms`: the guard also refuses a narrower or wider question (guard.check_pair)."""
     if not scope.uses_embedding or question.embedding is None:
         return []
     comparable = [c for c in candidates if c.embedding is not None and c.embedding_model == question.embedding.model]
@@ -391,7 +397,8 @@ def near_allowed(
     for i in np.argsort(-cosines, kind="stable")[:NEAREST_JUDGED]:
         if cosines[i] < floor or len(allowed) >= keep:
             break
-        verdict = check_pair(query_terms, question_terms(comparable[i].query, lexicon), max_unshared_terms=None)
+        terms = question_terms(comparable[i].query, lexicon)
+        verdict = check_pair(query_terms, terms, max_unshared_terms=None, refuse_added_terms=refuse_added_terms)
         if verdict.allowed:
             allowed.append(Match(comparable[i], "embedding", float(cosines[i])))
     return allowed

@@ -62,6 +62,8 @@ class RecallResult:
     explanation: dict[str, Any] | None = None
     # A second chance's answer: {"given": bool, "reason": str} (POST .../recalls/{id}/second-chance).
     second_chance: dict[str, Any] | None = None
+    # A miss that kept near candidates: a second chance with the agent's search may serve one.
+    second_chance_possible: bool = False
 
     @property
     def trail_id(self) -> str | None:
@@ -193,6 +195,7 @@ def recall(
             # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
             result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
         result.recall_id = str(recall_id)
+        result.second_chance_possible = result.outcome is Outcome.MISS and bool(near)
         metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()
         metrics.RECALL_LOOKUP_SECONDS.observe(time.perf_counter() - started)
         if stale:

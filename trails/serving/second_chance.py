@@ -30,7 +30,8 @@ SECOND_CHANCE_WINDOW = timedelta(minutes=15)
 
 
 def rule_for(scope: Scope) -> SecondChanceRule:
-    return SecondChanceRule(margin=scope.second_chance_margin, top=scope.second_chance_top)
+    # The search's first result must be cited: a search ranking another section first points elsewhere.
+    return SecondChanceRule(margin=scope.second_chance_margin, top=scope.second_chance_top, first_cited=True)
 
 
 def near_candidates(
@@ -42,7 +43,13 @@ def near_candidates(
         return []
     served = {m.trail.id for m in passing}  # passed but stale: never a second chance
     near = near_allowed(
-        scope, question, [c for c in found if c.id not in served], second_chance_cut(scope), keep=NEAR_CANDIDATES_KEPT
+        scope,
+        question,
+        [c for c in found if c.id not in served],
+        second_chance_cut(scope),
+        keep=NEAR_CANDIDATES_KEPT,
+        # Under the threshold a qualifier added ("reset my admin password") is the commonest look-alike.
+        refuse_added_terms=True,
     )
     return [[m.trail.id, round(m.similarity, 4)] for m in near]
 
@@ -96,7 +103,13 @@ def second_chance(
             NearCandidate(i, near_ids[i], tuple(c.section_id for c in read[i].citations)) for i in near_ids if i in read
         ]
         threshold = matching_settings(scope).embedding_threshold
-        while True:
+        while near_ids:
+            if not near:
+                reason = (
+                    f"the recall kept {len(near_ids)} near candidate(s), none still servable "
+                    "(every cited section changed, or stale, rejected, expired or deleted since)"
+                )
+                break
             decision = choose(near, results, rule_for(scope), threshold)
             reason = decision.reason
             if not decision.given:
@@ -111,9 +124,12 @@ def second_chance(
                 near = [c for c in near if c.trail_id != candidate.id]
                 continue
             result = answer_match(Match(candidate, SECOND_CHANCE_MATCHER, decision.similarity), validation, budget)
-            # The agent has made its first search already: the path spares the calls after it.
-            result.calls_saved = max(0, result.calls_saved - 1)
+            # The agent made its first search and read its results: the path spares the calls after it, and
+            # no tokens are counted as spared (which of the path's tokens were the search's is not known).
+            result.calls_saved, result.tokens_saved = max(0, result.calls_saved - 1), 0
             break
+        else:
+            reason = "the recall kept no near candidate (none the guard allows at or above the lower cut)"
     pauses.pause_point("second-chance:decided")
     served = write_second_chance_effects(
         scope=scope,

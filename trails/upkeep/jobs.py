@@ -12,6 +12,7 @@ from django.utils import timezone
 from infra import metrics
 from scopes.models import Scope, SectionRevision
 from trails.core.calibration import FLAG_KINDS, false_hit_verdict
+from trails.core.second_chance import SECOND_CHANCE_MATCHER
 from trails.learning.embedder_calibration import matcher_fit
 from trails.learning.shipped import limits_for
 from trails.learning.thresholds import in_use, used_matchers
@@ -105,6 +106,7 @@ def roll_up(start: datetime, end: datetime) -> int:
     hits = (
         RecallEvent.objects.filter(created_at__gte=first, created_at__lt=last, similarity__isnull=False)
         .exclude(outcome=RecallOutcome.MISS)
+        .exclude(matcher=SECOND_CHANCE_MATCHER)  # the threshold's histogram: first-chance hits only
         .annotate(bucket=TruncHour("created_at"), bin=Floor(F("similarity") * SIMILARITY_BINS))
         .values("scope_id", "bucket", "bin")
         .annotate(n=Count("id"))
