@@ -195,11 +195,17 @@ def test_after_a_second_chance_reject_reports_it_and_accept_records_the_question
     assert recorded.status == "active" and Trail.objects.filter(scope=scope, query=ASKED).exists()
 
 
-def test_a_scope_without_second_chances_leaves_the_search_as_it_was(helpdesk):
+def test_a_scope_without_second_chances_leaves_the_search_as_it_was_and_is_asked_again_only_later(helpdesk):
     scope, client = helpdesk
     Scope.objects.filter(pk=scope.pk).update(second_chance=False)
-    _, retrieve = retrieve_with("LangChain", client, search_over("LangChain", FOUND, []), False)
-    assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(ASKED))
+    retriever, retrieve = retrieve_with("LangChain", client, search_over("LangChain", FOUND, []), False)
+    for _ in range(2):
+        assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(ASKED))
+    # The first miss asked and heard the scope gives none; the second did not ask.
+    assert [e.second_chance_at is not None for e in RecallEvent.objects.order_by("id")] == [True, False]
+    Scope.objects.filter(pk=scope.pk).update(second_chance=True)
+    retriever._memory._none_until = 0.0  # as SCOPE_RECHECK_S later
+    assert any("ragtrail" in metadata for _, _, metadata, _ in retrieve(ASKED))
 
 
 @pytest.mark.parametrize("framework", ["LangChain", "LlamaIndex"])

@@ -13,7 +13,8 @@ After a miss, the section ids the wrapped retriever returned are handed back for
 chance (`second_chance`): where a near miss's path cites only sections among its first
 results, ragtrail serves it, and the retrievers mark those results as the path's. A second
 chance never fails the search: any error, a refusal included, is logged and the wrapped
-retriever's results are returned as they are.
+retriever's results are returned as they are. Where the scope gives no second chance at all,
+the retriever stops asking for SCOPE_RECHECK_S.
 
 Isolation is by partition, never by the wrapped retriever's filters: a prefetch answers
 without the wrapped retriever, so a path accepted for one user is served to every caller of
@@ -28,6 +29,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -52,6 +54,9 @@ REMEMBERED = 256
 METADATA_ARG = "metadata"
 # Metadata the retrievers set on what they serve, never kept as the wrapped retriever's.
 RAGTRAIL_KEYS = ("section_id", "hash", "truncated", "ragtrail")
+# The server's reasons where a scope gives none at all: each such ask is a round trip for nothing, so it pauses.
+SCOPE_GIVES_NONE = ("second chances are off for this scope", "second chances need a scope that matches by embedding")
+SCOPE_RECHECK_S = 600.0
 # A section id the API takes (scopes' SectionId): one it would refuse is left out of a second chance.
 SECTION_ID = re.compile(r"^[^\x00-\x1f\x7f-\x9f]{1,512}$")
 
@@ -97,6 +102,7 @@ class RecallFirst:
         self._searched: OrderedDict[str, tuple[tuple[Found, ...], int]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
         self._missed: OrderedDict[str, str] = OrderedDict()
+        self._none_until = 0.0  # time.monotonic() before which the scope is known to give no second chance
 
     def recall(self, query: str) -> Recall | None:
         """The prefetch for this question with every section's text, else None (search)."""
@@ -244,12 +250,17 @@ class RecallFirst:
         """The missed recall's id and the section ids to hand back; None where there is nothing to ask."""
         with self._lock:
             recall_id = self._missed.pop(query, None)
+            if time.monotonic() < self._none_until:
+                return None
         returned = [f.section_id for f in found if isinstance(f.section_id, str) and SECTION_ID.match(f.section_id)]
         if not recall_id or not returned:
             return None
         return recall_id, list(dict.fromkeys(returned))[:SECOND_CHANCE_IDS]
 
     def _given(self, query: str, answer: Recall) -> Recall | None:
+        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
+            with self._lock:
+                self._none_until = time.monotonic() + SCOPE_RECHECK_S
         if answer.second_chance is None or not answer.second_chance.given or not answer.hit:
             return None
         with self._lock:
