@@ -289,3 +289,31 @@ def test_the_mcp_tool_gives_the_second_chance_after_a_miss(helpdesk):
     assert refused.structured_content["outcome"] == "miss" and not refused.structured_content["second_chance"]["given"]
     assert "no second chance" in text_of(refused) and "Answer from your search" in text_of(refused)
     assert seen["again"].is_error and "409" in text_of(seen["again"])
+
+
+def test_the_mcp_recall_stops_offering_the_tool_once_the_scope_said_it_gives_none(helpdesk):
+    from mcp import Client
+    from ragtrail_client.mcp_server import build_server
+
+    scope, client = helpdesk
+    Scope.objects.filter(pk=scope.pk).update(second_chance=False)
+    server = build_server(client.base_url, client.api_key, "helpdesk", timeout=10, recall_timeout=10)
+    said: list = []
+
+    async def main():
+        async with Client(server) as mcp:
+            for _ in range(2):
+                missed = await mcp.call_tool("ragtrail_recall", {"query": ASKED})
+                said.append(text_of(missed))
+                recall_id = missed.structured_content["recall_id"]
+                said.append(
+                    await mcp.call_tool("ragtrail_second_chance", {"recall_id": recall_id, "section_ids": FOUND})
+                )
+
+    run_async(main)
+    first, off, again, _ = said
+    assert "ragtrail_second_chance" in first
+    assert (
+        "second chances are off for this scope" in text_of(off) and not off.structured_content["second_chance"]["given"]
+    )
+    assert "ragtrail_second_chance" not in again and "ragtrail_record" in again  # no model turn spent on it

@@ -41,13 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import CALL_DEADLINE, RECALL_DEADLINE, RagtrailClient, RagtrailError, Recall, Step
+from ragtrail_client.recall_first import SCOPE_GIVES_NONE, SCOPE_RECHECK_S
 
 INSTRUCTIONS = (
     "ragtrail remembers how earlier questions in this scope were answered. Call `ragtrail_recall` "
     "first: on a prefetch, answer from the sections it returns (they are current); on a hint, re-read "
-    "the sections it names as changed; on a miss, search as usual, then call `ragtrail_second_chance` "
-    "with the recall id and the section ids your search returned, best first: a path recorded for a "
-    "nearly matching question may apply. When your answer has a positive "
+    "the sections it names as changed; on a miss, search as usual, then, where the miss says so, call "
+    "`ragtrail_second_chance` with the recall id and the section ids your search returned, best first: "
+    "a path recorded for a nearly matching question may apply. When your answer has a positive "
     "signal (the user or a verifier accepted it), call `ragtrail_record` with the steps you took and "
     "the sections you cited; without one, record with signal `pending`, and an operator decides. If "
     "a recalled path did not help, call `ragtrail_feedback` with helpful=false."
@@ -81,13 +82,19 @@ SIGNAL_MEANING = (
 )
 
 
-def recall_text(answer: Recall) -> str:
-    """A recall written for an agent to read."""
+def recall_text(answer: Recall, second_chance: bool = True) -> str:
+    """A recall written for an agent to read; a miss names ragtrail_second_chance unless the
+    scope is known to give none (`second_chance` False)."""
     if answer.outcome == "miss":
+        then = (
+            "search as usual, then call ragtrail_second_chance with this recall id and the section ids your search "
+            "returned, and once answered, ragtrail_record"
+            if second_chance and answer.recall_id
+            else "search as usual, then call ragtrail_record"
+        )
         return (
             f"ragtrail: miss (recall {answer.recall_id}). No recorded path for this question is valid now; "
-            "search as usual, then call ragtrail_second_chance with this recall id and the section ids your search "
-            "returned, and once answered, ragtrail_record with the steps you took and the sections your answer cites."
+            f"{then} with the steps you took and the sections your answer cites."
         )
     steps = "\n".join(
         f"{n}. {step.tool} {json.dumps(step.args, ensure_ascii=False)}"
@@ -240,6 +247,12 @@ def build_server(
     # once looked up (a few hundred keys at most: the oldest are let go).
     pool = httpx.AsyncClient(follow_redirects=False)
     clients: OrderedDict[str, AsyncRagtrailClient] = OrderedDict()
+    # By (key, scope): until when a scope that answered it gives no second chance is not offered one.
+    none_until: dict[tuple[str, str | None], float] = {}
+
+    def gives_second_chances(ctx: Context, scope: str | None) -> bool:
+        client = client_for(ctx)
+        return time.monotonic() >= none_until.get((client.api_key, scope or client.scope), 0.0)
 
     def client_for(ctx: Context) -> AsyncRagtrailClient:
         key = api_key
@@ -320,8 +333,9 @@ def build_server(
         answer: Recall = await call(
             ctx, "recall", query, partition=partition, token_budget=token_budget, session=session, scope=scope
         )
+        text = recall_text(answer, second_chance=gives_second_chances(ctx, scope))
         return CallToolResult(
-            content=[TextContent(type="text", text=recall_text(answer))], structured_content=recall_structured(answer)
+            content=[TextContent(type="text", text=text)], structured_content=recall_structured(answer)
         )
 
     async def second_chance(
@@ -357,6 +371,11 @@ def build_server(
         answer: Recall = await call(
             ctx, "second_chance", recall_id, section_ids, token_budget=token_budget, scope=scope
         )
+        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
+            client = client_for(ctx)
+            if len(none_until) > 1024:
+                none_until.clear()
+            none_until[(client.api_key, scope or client.scope)] = time.monotonic() + SCOPE_RECHECK_S
         return CallToolResult(
             content=[TextContent(type="text", text=second_chance_text(answer))],
             structured_content=recall_structured(answer),
