@@ -233,6 +233,27 @@ def test_a_second_chance_that_fails_never_breaks_the_search(framework, failure):
     assert asked == [("r-1", FOUND)] and calls == [ASKED]
 
 
+def test_a_server_without_the_endpoint_is_asked_once_then_left_alone():
+    from ragtrail_client import RagtrailClient, RagtrailError, Recall
+    from ragtrail_client.recall_first import Found, RecallFirst
+
+    asked = []
+
+    class Older(RagtrailClient):
+        def recall(self, query, **_):
+            return Recall.from_json({"outcome": "miss", "recall_id": "r-1", "sections": [], "steps": []})
+
+        def second_chance(self, *args, **_):
+            asked.append(args)
+            raise RagtrailError(404, {"error": {"code": "not_found", "message": "no such endpoint"}})
+
+    memory = RecallFirst(Older("http://127.0.0.1:9", "rt_x", "s"), "search", shared=True)
+    for _ in range(2):
+        memory.recall(ASKED)
+        assert memory.second_chance(ASKED, [Found("billing/cancel", "x")]) is None
+    assert len(asked) == 1
+
+
 def test_a_miss_without_a_recall_id_or_a_search_without_ids_asks_nothing():
     from ragtrail_client import RagtrailClient, Recall
     from ragtrail_client.recall_first import Found, RecallFirst

@@ -137,7 +137,7 @@ class RecallFirst:
         try:
             answer = self._sync().second_chance(*ask)
         except RagtrailError as error:
-            return _second_chance_failed(error)
+            return self._second_chance_failed(error)
         return self._given(query, answer)
 
     async def asecond_chance(self, query: str, found: Sequence[Found]) -> Recall | None:
@@ -148,7 +148,7 @@ class RecallFirst:
         try:
             answer = await self._async().second_chance(*ask)
         except RagtrailError as error:
-            return _second_chance_failed(error)
+            return self._second_chance_failed(error)
         return self._given(query, answer)
 
     @staticmethod
@@ -268,6 +268,17 @@ class RecallFirst:
             _keep(self._served, query, answer.recall_id or "")
         return answer
 
+    def _second_chance_failed(self, error: RagtrailError) -> None:
+        """None: a second chance that failed leaves the search's results as they are, whatever the error."""
+        if error.status == 0 or error.status >= 500:
+            logger.info("ragtrail's second chance was not answered: %s", error)
+            return None
+        logger.warning("ragtrail refused a second chance: %s", error)
+        if error.status == 404 and error.field is None:
+            with self._lock:  # no such endpoint (a server older than this client): asked again only later
+                self._none_until = time.monotonic() + SCOPE_RECHECK_S
+        return None
+
     def _served_id(self, query: str) -> str | None:
         with self._lock:
             return self._served.pop(query, None) or None
@@ -359,15 +370,6 @@ def second_chance_about(served: Recall) -> dict[str, Any]:
         "matcher": served.matcher,
         "second_chance": True,
     }
-
-
-def _second_chance_failed(error: RagtrailError) -> None:
-    """None: a second chance that failed leaves the search's results as they are, whatever the error."""
-    if error.status == 0 or error.status >= 500:
-        logger.info("ragtrail's second chance was not answered: %s", error)
-    else:
-        logger.warning("ragtrail refused a second chance: %s", error)
-    return None
 
 
 def _unless_down(error: RagtrailError) -> None:
