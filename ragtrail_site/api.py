@@ -61,6 +61,10 @@ CONFLICTS = {
         "/feedback",
     ): "the vote or verdict does not apply now (a rejected trail, a recall judged already or a miss)",
     ("put", "/tool-results"): "a sent hash is no longer the section's",
+    (
+        "post",
+        "/second-chance",
+    ): "the recall was not a miss, a second chance was asked for it already, or its 15 minutes have passed",
 }
 # What the server refuses (422) that a JSON Schema cannot say: rules across fields and rules
 # on stored state. Each is named by the field the refusal names, and listed in the operation's

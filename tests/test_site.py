@@ -21,9 +21,14 @@ def test_openapi_document_lists_the_v1_endpoints(db):
     paths = set(schema["paths"])
     assert {
         "/api/v1/scopes/{scope}/recall",
+        "/api/v1/scopes/{scope}/recalls/{recall_id}/second-chance",
         "/api/v1/scopes/{scope}/trails",
         "/api/v1/scopes/{scope}/sections",
     } <= paths
+    second_chance = schema["paths"]["/api/v1/scopes/{scope}/recalls/{recall_id}/second-chance"]["post"]
+    assert {"404", "409", "422"} <= set(second_chance["responses"])
+    answer = schema["components"]["schemas"]["RecallOut"]["properties"]
+    assert "second-chance" in str(answer["matcher"]) and "second_chance" in answer
 
 
 def test_the_apis_address_answers_with_where_to_go_and_every_link_answers(db):

@@ -23,6 +23,7 @@ from trails.models import Trail, TrailStatus
 
 TOOLS = {
     "ragtrail_recall",
+    "ragtrail_second_chance",
     "ragtrail_record",
     "ragtrail_feedback",
     "ragtrail_get_section",
@@ -313,6 +314,7 @@ def test_a_stdio_server_with_its_scope_serves_while_ragtrail_hangs_and_every_cal
         "ragtrail_recall": {"query": QUESTION},
         "ragtrail_record": {"query": QUESTION, "cited": ["s1"], "signal": "accepted"},
         "ragtrail_feedback": {"recall_id": "00000000-0000-0000-0000-000000000000", "helpful": False},
+        "ragtrail_second_chance": {"recall_id": "00000000-0000-0000-0000-000000000000", "section_ids": ["s1"]},
         "ragtrail_get_section": {"section_id": "s1"},
         "ragtrail_lookup_tool_result": {"tool": "search", "args": {}},
     }

@@ -2,10 +2,11 @@
 
 Calls that are safe to repeat (reads, recall, record with its idempotency key, PUTs,
 tool-result lookups and stores) are retried with exponential backoff on connection
-errors and on 502/503/504 (honouring Retry-After); votes and feedback are sent once.
-Every call has one overall deadline, retries, waits and a scope lookup included (recall's
-is 1 s: an agent that waits on its memory longer than a search would take is better off
-searching; the others' 1.5 s), and recall is never retried after a timeout. Every error
+errors and on 502/503/504 (honouring Retry-After); votes, feedback and second chances are
+sent once. Every call has one overall deadline, retries, waits and a scope lookup included
+(recall's and a second chance's is 1 s: an agent that waits on its memory longer than a
+search would take is better off searching; the others' 1.5 s), and recall is never retried
+after a timeout. Every error
 the API answers is raised as `RagtrailError` carrying its JSON body; no answer within the
 deadline is status 0, code "deadline"; a TLS failure is code "tls"; a redirect is never
 followed (it would carry the key elsewhere, and a POST would lose its body): code "redirect";
@@ -35,6 +36,8 @@ RETRYABLE_STATUSES = frozenset({502, 503, 504})
 # Deadlines an agent gets unless it says otherwise (seconds): a hung server costs no more.
 RECALL_DEADLINE = 1.0
 CALL_DEADLINE = 1.5
+# The most section ids a second chance takes (the server refuses more).
+SECOND_CHANCE_IDS = 50
 T = TypeVar("T")
 
 
@@ -86,8 +89,17 @@ class Step:
 
 
 @dataclass(frozen=True)
+class SecondChance:
+    """What a second chance came to: whether a near miss's path was served, and why in one sentence."""
+
+    given: bool
+    reason: str
+
+
+@dataclass(frozen=True)
 class Recall:
-    """What recall answered: "prefetch" (sections' current text), "hint" or "miss"."""
+    """What recall answered: "prefetch" (sections' current text), "hint" or "miss"; `matcher`
+    "second-chance" where `second_chance` served it."""
 
     outcome: str
     recall_id: str | None
@@ -102,6 +114,8 @@ class Recall:
     truncated: bool
     # Why it answered as it did (explain() only): each candidate read, its similarity and verdict.
     explanation: Mapping[str, Any] | None = None
+    # On a second chance's answer only (`second_chance`): whether one was given and why.
+    second_chance: SecondChance | None = None
 
     @property
     def hit(self) -> bool:
@@ -129,6 +143,9 @@ class Recall:
             tokens=body.get("tokens", 0),
             truncated=body.get("truncated", False),
             explanation=body.get("explanation"),
+            second_chance=SecondChance(chance["given"], chance.get("reason", ""))
+            if isinstance(chance := body.get("second_chance"), dict)
+            else None,
         )
 
 
@@ -319,6 +336,38 @@ class Calls(ABC):
             safe=True,
             recall=True,
             parse=lambda _, answer: Recall.from_json(answer),
+        )
+
+    def second_chance(
+        self,
+        recall_id: str,
+        section_ids: Sequence[str],
+        *,
+        token_budget: int | None = None,
+        scope: str | None = None,
+    ) -> Recall:
+        """After a recall missed and the agent searched: the path of a near miss whose cited
+        sections are all among the first few `section_ids` (the search's results, best first),
+        validated on read and served as a hit (`matcher` "second-chance"); else a miss.
+        `Recall.second_chance` says whether one was given and why.
+
+        Once per recall, by the key that made it, within 15 minutes of it (a 409 after, or
+        on a recall that was not a miss; a 404 for another key's recall). Recall's deadline;
+        sent once (a repeat would be refused as asked already). At most 50 ids are sent.
+        """
+        body: dict[str, Any] = {"section_ids": list(dict.fromkeys(section_ids))[:SECOND_CHANCE_IDS]}
+        if token_budget is not None:
+            body["token_budget"] = token_budget
+        return self._send(
+            Call(
+                "POST",
+                ("recalls", recall_id, "second-chance"),
+                body,
+                scope=scope,
+                safe=False,
+                recall=True,
+                parse=lambda _, answer: Recall.from_json(answer),
+            )
         )
 
     def record(

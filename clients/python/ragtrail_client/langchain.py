@@ -14,6 +14,11 @@ retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronou
 `ainvoke`); with a `RagtrailClient`, `ainvoke` runs the recall in LangChain's executor and
 awaits the wrapped retriever's `ainvoke`.
 
+After a miss, the ids of the documents the wrapped retriever returned are handed back to
+ragtrail for a second chance: where the path of a near miss cites only documents among its
+first results, those documents come back marked `metadata["ragtrail"]["second_chance"]`
+(True), in the wrapped retriever's order, with nothing added or removed.
+
 A document's section id is `metadata["section_id"]`, else `Document.id` (documents with
 neither are not cited); its hash is the SHA-256 of its `page_content`, the text read.
 Needs `langchain-core` (`pip install 'ragtrail-client[langchain]'`).
@@ -34,7 +39,14 @@ from pydantic import PrivateAttr
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, Recall
-from ragtrail_client.recall_first import RAGTRAIL_KEYS, AnswerSignals, Found, RecallFirst
+from ragtrail_client.recall_first import (
+    RAGTRAIL_KEYS,
+    AnswerSignals,
+    Found,
+    RecallFirst,
+    second_chance_about,
+    second_chance_sections,
+)
 
 
 def document_section_id(document: Document) -> str | None:
@@ -53,7 +65,9 @@ class RagtrailRetriever(AnswerSignals, BaseRetriever):
     Prefetched documents carry the metadata the wrapped retriever gave each section when the
     path was accepted (what JSON can carry), and `metadata["section_id"]`, `metadata["hash"]`,
     `metadata["truncated"]` (cut to the scope's token budget) and `metadata["ragtrail"]`
-    (outcome, recall_id, trail_id, matched_query)."""
+    (outcome, recall_id, trail_id, matched_query). After a miss, the wrapped retriever's
+    documents that a second chance's path cites carry `metadata["ragtrail"]` too, with
+    `matcher` "second-chance" and `second_chance` True."""
 
     client: RagtrailClient | AsyncRagtrailClient
     retriever: BaseRetriever
@@ -73,7 +87,8 @@ class RagtrailRetriever(AnswerSignals, BaseRetriever):
         if served is not None:
             return _documents(served, self._memory.metadata(served))
         documents = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
-        return self._searched(query, documents)
+        found = self._searched(query, documents)
+        return self._marked(documents, self._memory.second_chance(query, found))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
@@ -85,12 +100,34 @@ class RagtrailRetriever(AnswerSignals, BaseRetriever):
         if served is not None:
             return _documents(served, self._memory.metadata(served))
         documents = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()})
-        return self._searched(query, documents)
+        found = self._searched(query, documents)
+        if self._memory.is_async:
+            chance = await self._memory.asecond_chance(query, found)
+        else:
+            chance = await run_in_executor(None, self._memory.second_chance, query, found)
+        return self._marked(documents, chance)
 
-    def _searched(self, query: str, documents: list[Document]) -> list[Document]:
+    def _searched(self, query: str, documents: list[Document]) -> list[Found]:
         found = [Found(i, d.page_content, d.metadata) for d in documents if (i := self.section_id(d))]
         self._memory.searched(query, found, len(documents))
-        return documents
+        return found
+
+    def _marked(self, documents: list[Document], chance: Recall | None) -> list[Document]:
+        """The wrapped retriever's documents, those a second chance's path cites marked as such."""
+        served = second_chance_sections(chance)
+        if not served:
+            return documents
+        about = second_chance_about(chance)  # type: ignore[arg-type]
+        return [
+            Document(
+                page_content=d.page_content,
+                id=d.id,
+                metadata={**d.metadata, "section_id": section_id, "ragtrail": about},
+            )
+            if (section_id := self.section_id(d)) in served
+            else d
+            for d in documents
+        ]
 
 
 def _documents(served: Recall, kept: dict[str, dict[str, Any]]) -> list[Document]:

@@ -14,6 +14,11 @@ retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronou
 `RagtrailClient`, `aretrieve` runs the recall in an executor and awaits the wrapped
 retriever's `aretrieve`.
 
+After a miss, the ids of the nodes the wrapped retriever returned are handed back to
+ragtrail for a second chance: where the path of a near miss cites only nodes among its
+first results, those nodes come back marked `metadata["ragtrail"]["second_chance"]` (True),
+in the wrapped retriever's order and with its scores, with nothing added or removed.
+
 A node's section id is `metadata["section_id"]`, else its `node_id`; its hash is the
 SHA-256 of its content (without metadata), the text read.
 Needs `llama-index-core` (`pip install 'ragtrail-client[llama-index]'`).
@@ -32,7 +37,14 @@ except ImportError as missing:  # the extra not installed: say which
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import RagtrailClient, Recall
-from ragtrail_client.recall_first import RAGTRAIL_KEYS, AnswerSignals, Found, RecallFirst
+from ragtrail_client.recall_first import (
+    RAGTRAIL_KEYS,
+    AnswerSignals,
+    Found,
+    RecallFirst,
+    second_chance_about,
+    second_chance_sections,
+)
 
 
 def node_section_id(node: BaseNode) -> str | None:
@@ -75,7 +87,8 @@ class RagtrailRetriever(AnswerSignals, BaseRetriever):
         served = self._memory.recall(query_bundle.query_str)
         if served is not None:
             return _nodes(served, self._memory.metadata(served))
-        return self._searched(query_bundle.query_str, self.retriever.retrieve(query_bundle))
+        query, nodes = query_bundle.query_str, self.retriever.retrieve(query_bundle)
+        return self._marked(nodes, self._memory.second_chance(query, self._searched(query, nodes)))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if self._memory.is_async:
@@ -84,12 +97,37 @@ class RagtrailRetriever(AnswerSignals, BaseRetriever):
             served = await asyncio.get_running_loop().run_in_executor(None, self._memory.recall, query_bundle.query_str)
         if served is not None:
             return _nodes(served, self._memory.metadata(served))
-        return self._searched(query_bundle.query_str, await self.retriever.aretrieve(query_bundle))
+        query, nodes = query_bundle.query_str, await self.retriever.aretrieve(query_bundle)
+        found = self._searched(query, nodes)
+        if self._memory.is_async:
+            chance = await self._memory.asecond_chance(query, found)
+        else:
+            chance = await asyncio.get_running_loop().run_in_executor(None, self._memory.second_chance, query, found)
+        return self._marked(nodes, chance)
 
-    def _searched(self, query: str, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
+    def _searched(self, query: str, nodes: list[NodeWithScore]) -> list[Found]:
         found = [Found(i, n.node.get_content(), n.node.metadata) for n in nodes if (i := self.section_id(n.node))]
         self._memory.searched(query, found, len(nodes))
-        return nodes
+        return found
+
+    def _marked(self, nodes: list[NodeWithScore], chance: Recall | None) -> list[NodeWithScore]:
+        """The wrapped retriever's nodes, those a second chance's path cites marked as such."""
+        served = second_chance_sections(chance)
+        if not served:
+            return nodes
+        about = second_chance_about(chance)  # type: ignore[arg-type]
+        marked = []
+        for n in nodes:
+            section_id = self.section_id(n.node)
+            if section_id not in served:
+                marked.append(n)
+                continue
+            node = n.node.model_copy(deep=True)
+            node.metadata = {**node.metadata, "section_id": section_id, "ragtrail": about}
+            for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+                excluded.extend(k for k in ("section_id", "ragtrail") if k not in excluded)
+            marked.append(NodeWithScore(node=node, score=n.score))
+        return marked
 
 
 def _nodes(served: Recall, kept: dict[str, dict[str, Any]]) -> list[NodeWithScore]:

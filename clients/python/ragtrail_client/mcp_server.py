@@ -41,11 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import CALL_DEADLINE, RECALL_DEADLINE, RagtrailClient, RagtrailError, Recall, Step
+from ragtrail_client.recall_first import SCOPE_GIVES_NONE, SCOPE_RECHECK_S
 
 INSTRUCTIONS = (
     "ragtrail remembers how earlier questions in this scope were answered. Call `ragtrail_recall` "
     "first: on a prefetch, answer from the sections it returns (they are current); on a hint, re-read "
-    "the sections it names as changed; on a miss, search as usual. When your answer has a positive "
+    "the sections it names as changed; on a miss, search as usual, then, where the miss says so, call "
+    "`ragtrail_second_chance` with the recall id and the section ids your search returned, best first: "
+    "a path recorded for a nearly matching question may apply. When your answer has a positive "
     "signal (the user or a verifier accepted it), call `ragtrail_record` with the steps you took and "
     "the sections you cited; without one, record with signal `pending`, and an operator decides. If "
     "a recalled path did not help, call `ragtrail_feedback` with helpful=false."
@@ -79,12 +82,19 @@ SIGNAL_MEANING = (
 )
 
 
-def recall_text(answer: Recall) -> str:
-    """A recall written for an agent to read."""
+def recall_text(answer: Recall, second_chance: bool = True) -> str:
+    """A recall written for an agent to read; a miss names ragtrail_second_chance unless the
+    scope is known to give none (`second_chance` False)."""
     if answer.outcome == "miss":
+        then = (
+            "search as usual, then call ragtrail_second_chance with this recall id and the section ids your search "
+            "returned, and once answered, ragtrail_record"
+            if second_chance and answer.recall_id
+            else "search as usual, then call ragtrail_record"
+        )
         return (
             f"ragtrail: miss (recall {answer.recall_id}). No recorded path for this question is valid now; "
-            "search as usual, then call ragtrail_record with the steps you took and the sections your answer cites."
+            f"{then} with the steps you took and the sections your answer cites."
         )
     steps = "\n".join(
         f"{n}. {step.tool} {json.dumps(step.args, ensure_ascii=False)}"
@@ -119,6 +129,40 @@ def recall_text(answer: Recall) -> str:
     return f"{header}\nEvery cited section is unchanged since; answer from them.\n\n{sections}" + (
         f"\n\nThe path taken then:\n{steps}" if steps else ""
     )
+
+
+def second_chance_text(answer: Recall) -> str:
+    """A second chance's answer written for an agent to read."""
+    if answer.outcome == "miss":
+        reason = answer.second_chance.reason if answer.second_chance else "none was given"
+        return (
+            f"ragtrail: no second chance (recall {answer.recall_id}): {reason}. Answer from your search, then call "
+            "ragtrail_record with the steps you took and the sections your answer cites."
+        )
+    return (
+        "ragtrail: second chance given. A nearly matching question's path cites only sections your search "
+        "returned; they follow, current.\n" + recall_text(answer)
+    )
+
+
+def recall_structured(answer: Recall) -> dict[str, Any]:
+    """A recall's structured content (RECALL_OUTPUT_SCHEMA)."""
+    structured = {
+        "outcome": answer.outcome,
+        "recall_id": answer.recall_id,
+        "trail_id": answer.trail_id,
+        "matcher": answer.matcher,
+        "similarity": answer.similarity,
+        "matched_query": answer.matched_query,
+        "hint": answer.hint,
+        "sections": [{"id": s.id, "status": s.status, "text": s.text, "hash": s.hash} for s in answer.sections],
+        "steps": [s.as_json() for s in answer.steps],
+        "tokens": answer.tokens,
+        "truncated": answer.truncated,
+    }
+    if answer.second_chance is not None:
+        structured["second_chance"] = {"given": answer.second_chance.given, "reason": answer.second_chance.reason}
+    return structured
 
 
 def invalid_arguments(error: ValidationError) -> str:
@@ -203,6 +247,12 @@ def build_server(
     # once looked up (a few hundred keys at most: the oldest are let go).
     pool = httpx.AsyncClient(follow_redirects=False)
     clients: OrderedDict[str, AsyncRagtrailClient] = OrderedDict()
+    # By (key, scope): until when a scope that answered it gives no second chance is not offered one.
+    none_until: dict[tuple[str, str | None], float] = {}
+
+    def gives_second_chances(ctx: Context, scope: str | None) -> bool:
+        client = client_for(ctx)
+        return time.monotonic() >= none_until.get((client.api_key, scope or client.scope), 0.0)
 
     def client_for(ctx: Context) -> AsyncRagtrailClient:
         key = api_key
@@ -283,20 +333,52 @@ def build_server(
         answer: Recall = await call(
             ctx, "recall", query, partition=partition, token_budget=token_budget, session=session, scope=scope
         )
-        structured = {
-            "outcome": answer.outcome,
-            "recall_id": answer.recall_id,
-            "trail_id": answer.trail_id,
-            "similarity": answer.similarity,
-            "matched_query": answer.matched_query,
-            "hint": answer.hint,
-            "sections": [{"id": s.id, "status": s.status, "text": s.text, "hash": s.hash} for s in answer.sections],
-            "steps": [s.as_json() for s in answer.steps],
-            "tokens": answer.tokens,
-            "truncated": answer.truncated,
-        }
+        text = recall_text(answer, second_chance=gives_second_chances(ctx, scope))
         return CallToolResult(
-            content=[TextContent(type="text", text=recall_text(answer))], structured_content=structured
+            content=[TextContent(type="text", text=text)], structured_content=recall_structured(answer)
+        )
+
+    async def second_chance(
+        ctx: Context,
+        recall_id: Annotated[
+            str,
+            Field(min_length=1, max_length=100, description="The recall id of the miss ragtrail_recall gave you."),
+        ],
+        section_ids: Annotated[
+            list[SectionId],
+            Field(
+                max_length=50,
+                description="The ids of the sections your own search returned for the question, best first, "
+                "as your search tool gave them.",
+            ),
+        ],
+        token_budget: Annotated[
+            Optional[Annotated[int, Strict()]],
+            Field(
+                ge=0,
+                le=200_000,
+                description="The most tokens of section text to return; omit for the scope's default.",
+            ),
+        ] = None,
+        scope: Optional[str] = None,
+    ) -> CallToolResult:
+        """Call this right after searching for a question ragtrail_recall answered with `miss`,
+        with that recall's id and the section ids your search returned, best first. Where a
+        path recorded for a nearly matching question cites only sections among your first
+        results, ragtrail serves it, checked against the current text (`prefetch`: answer from
+        those sections; `hint`: some changed). Otherwise `miss`, with the reason: answer from
+        your search. Once per recall, within 15 minutes of it; never after a prefetch or hint."""
+        answer: Recall = await call(
+            ctx, "second_chance", recall_id, section_ids, token_budget=token_budget, scope=scope
+        )
+        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
+            client = client_for(ctx)
+            if len(none_until) > 1024:
+                none_until.clear()
+            none_until[(client.api_key, scope or client.scope)] = time.monotonic() + SCOPE_RECHECK_S
+        return CallToolResult(
+            content=[TextContent(type="text", text=second_chance_text(answer))],
+            structured_content=recall_structured(answer),
         )
 
     async def record(
@@ -446,6 +528,7 @@ def build_server(
 
     for fn, read_only in (
         (recall, False),
+        (second_chance, False),
         (record, False),
         (feedback, False),
         (get_section, True),
@@ -457,6 +540,7 @@ def build_server(
         # Advertised as enforced: an argument a tool does not take is refused (call_tool), not ignored.
         registered.parameters["additionalProperties"] = False
     server._tool_manager.get_tool("ragtrail_recall").fn_metadata.output_schema = RECALL_OUTPUT_SCHEMA
+    server._tool_manager.get_tool("ragtrail_second_chance").fn_metadata.output_schema = RECALL_OUTPUT_SCHEMA
     return server
 
 
@@ -468,6 +552,7 @@ RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
         "outcome": {"enum": ["prefetch", "hint", "miss"]},
         "recall_id": _TEXT_OR_NULL,
         "trail_id": _TEXT_OR_NULL,
+        "matcher": {"enum": ["lexical", "embedding", "second-chance", None]},
         "matched_query": _TEXT_OR_NULL,
         "hint": _TEXT_OR_NULL,
         "similarity": {"type": ["number", "null"]},
@@ -487,6 +572,12 @@ RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
         "steps": {"type": "array", "items": {"type": "object", "required": ["tool", "args", "section_ids"]}},
         "tokens": {"type": "integer"},
         "truncated": {"type": "boolean"},
+        # ragtrail_second_chance's only: whether one was given, and why.
+        "second_chance": {
+            "type": "object",
+            "required": ["given", "reason"],
+            "properties": {"given": {"type": "boolean"}, "reason": {"type": "string"}},
+        },
     },
     "required": ["outcome", "recall_id", "sections", "steps", "tokens", "truncated"],
 }

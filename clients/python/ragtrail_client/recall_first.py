@@ -9,6 +9,13 @@ ragtrail unreachable, late or failing (status 0 or 5xx) never fails the applicat
 wrapped retriever runs; `accept` and `reject` send nothing and return None); a refusal
 (4xx) is raised, since it is the caller's bug.
 
+After a miss, the section ids the wrapped retriever returned are handed back for a second
+chance (`second_chance`): where a near miss's path cites only sections among its first
+results, ragtrail serves it, and the retrievers mark those results as the path's. A second
+chance never fails the search: any error, a refusal included, is logged and the wrapped
+retriever's results are returned as they are. Where the scope gives no second chance at all,
+the retriever stops asking for SCOPE_RECHECK_S.
+
 Isolation is by partition, never by the wrapped retriever's filters: a prefetch answers
 without the wrapped retriever, so a path accepted for one user is served to every caller of
 its partition. The retrievers therefore take either `partition=` (one per access group or
@@ -19,13 +26,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ragtrail_client.aio import AsyncRagtrailClient
-from ragtrail_client.client import RagtrailClient, RagtrailError, Recall, RecallFeedback, Recorded, Step
+from ragtrail_client.client import (
+    SECOND_CHANCE_IDS,
+    RagtrailClient,
+    RagtrailError,
+    Recall,
+    RecallFeedback,
+    Recorded,
+    SectionResult,
+    Step,
+)
+
+logger = logging.getLogger(__name__)
 
 # Questions whose retrieval awaits the application's verdict, at most (the oldest are let go).
 REMEMBERED = 256
@@ -33,6 +54,11 @@ REMEMBERED = 256
 METADATA_ARG = "metadata"
 # Metadata the retrievers set on what they serve, never kept as the wrapped retriever's.
 RAGTRAIL_KEYS = ("section_id", "hash", "truncated", "ragtrail")
+# The server's reasons where a scope gives none at all: each such ask is a round trip for nothing, so it pauses.
+SCOPE_GIVES_NONE = ("second chances are off for this scope", "second chances need a scope that matches by embedding")
+SCOPE_RECHECK_S = 600.0
+# A section id the API takes (scopes' SectionId): one it would refuse is left out of a second chance.
+SECTION_ID = re.compile(r"^[^\x00-\x1f\x7f-\x9f]{1,512}$")
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,8 @@ class RecallFirst:
         self._lock = threading.Lock()
         self._searched: OrderedDict[str, tuple[tuple[Found, ...], int]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
+        self._missed: OrderedDict[str, str] = OrderedDict()
+        self._none_until = 0.0  # time.monotonic() before which the scope is known to give no second chance
 
     def recall(self, query: str) -> Recall | None:
         """The prefetch for this question with every section's text, else None (search)."""
@@ -98,6 +126,30 @@ class RecallFirst:
         with self._lock:
             self._served.pop(query, None)
             _keep(self._searched, query, (tuple(found), len(found) if returned is None else returned))
+
+    def second_chance(self, query: str, found: Sequence[Found]) -> Recall | None:
+        """After this question's recall missed and the wrapped retriever ran: the near miss's
+        path ragtrail serves because the retriever returned every section it cites (`found`,
+        best first), else None. Never raises a `RagtrailError` (the search stands as it is)."""
+        ask = self._second_chance_ask(query, found)
+        if ask is None:
+            return None
+        try:
+            answer = self._sync().second_chance(*ask)
+        except RagtrailError as error:
+            return self._second_chance_failed(error)
+        return self._given(query, answer)
+
+    async def asecond_chance(self, query: str, found: Sequence[Found]) -> Recall | None:
+        """`second_chance`, awaited on the asynchronous client."""
+        ask = self._second_chance_ask(query, found)
+        if ask is None:
+            return None
+        try:
+            answer = await self._async().second_chance(*ask)
+        except RagtrailError as error:
+            return self._second_chance_failed(error)
+        return self._given(query, answer)
 
     @staticmethod
     def metadata(served: Recall) -> dict[str, dict[str, Any]]:
@@ -153,6 +205,11 @@ class RecallFirst:
             return _unless_down(error)
 
     def _prefetch(self, query: str, answer: Recall | None) -> Recall | None:
+        with self._lock:
+            if answer is not None and answer.outcome == "miss" and answer.recall_id:
+                _keep(self._missed, query, answer.recall_id)  # its search may earn a second chance
+            else:
+                self._missed.pop(query, None)
         if answer is None or answer.outcome != "prefetch" or any(s.text is None for s in answer.sections):
             return None  # a hint, a miss, or a scope that keeps hashes only: the application's retriever reads
         with self._lock:
@@ -188,6 +245,39 @@ class RecallFirst:
             "hashes": {f.section_id: f.hash for f in found if f.section_id in cited},
             "partition": self.partition,
         }
+
+    def _second_chance_ask(self, query: str, found: Sequence[Found]) -> tuple[str, list[str]] | None:
+        """The missed recall's id and the section ids to hand back; None where there is nothing to ask."""
+        with self._lock:
+            recall_id = self._missed.pop(query, None)
+            if time.monotonic() < self._none_until:
+                return None
+        returned = [f.section_id for f in found if isinstance(f.section_id, str) and SECTION_ID.match(f.section_id)]
+        if not recall_id or not returned:
+            return None
+        return recall_id, list(dict.fromkeys(returned))[:SECOND_CHANCE_IDS]
+
+    def _given(self, query: str, answer: Recall) -> Recall | None:
+        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
+            with self._lock:
+                self._none_until = time.monotonic() + SCOPE_RECHECK_S
+        if answer.second_chance is None or not answer.second_chance.given or not answer.hit:
+            return None
+        with self._lock:
+            # A served path: `reject` reports it; the search stays kept, so `accept` records this question's own path.
+            _keep(self._served, query, answer.recall_id or "")
+        return answer
+
+    def _second_chance_failed(self, error: RagtrailError) -> None:
+        """None: a second chance that failed leaves the search's results as they are, whatever the error."""
+        if error.status == 0 or error.status >= 500:
+            logger.info("ragtrail's second chance was not answered: %s", error)
+            return None
+        logger.warning("ragtrail refused a second chance: %s", error)
+        if error.status == 404 and error.field is None:
+            with self._lock:  # no such endpoint (a server older than this client): asked again only later
+                self._none_until = time.monotonic() + SCOPE_RECHECK_S
+        return None
 
     def _served_id(self, query: str) -> str | None:
         with self._lock:
@@ -261,6 +351,25 @@ def _json_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
             continue  # a value JSON cannot carry (a datetime, an object) is not kept
         kept[key] = value
     return kept
+
+
+def second_chance_sections(served: Recall | None) -> dict[str, SectionResult]:
+    """The sections a second chance served that are valid now, by id (none where none was given)."""
+    if served is None:
+        return {}
+    return {s.id: s for s in served.sections if s.status == "valid"}
+
+
+def second_chance_about(served: Recall) -> dict[str, Any]:
+    """What the retrievers put under `metadata["ragtrail"]` of a result a second chance served."""
+    return {
+        "outcome": served.outcome,
+        "recall_id": served.recall_id,
+        "trail_id": served.trail_id,
+        "matched_query": served.matched_query,
+        "matcher": served.matcher,
+        "second_chance": True,
+    }
 
 
 def _unless_down(error: RagtrailError) -> None:

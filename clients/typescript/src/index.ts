@@ -4,10 +4,11 @@
  *
  * Calls that are safe to repeat (reads, recall, record with its idempotency key, PUTs,
  * tool-result lookups and stores) are retried with exponential backoff on a dropped
- * connection and on 502/503/504 (honouring Retry-After); votes and feedback are sent once; a
- * refused connection fails at once. Every call has one overall deadline, retries, waits and a
- * scope lookup included: recall's 1 s (an agent that waits on its memory longer than a search
- * would take is better off searching), the others' 1.5 s. Every error is a `RagtrailError`:
+ * connection and on 502/503/504 (honouring Retry-After); votes, feedback and second chances
+ * are sent once; a refused connection fails at once. Every call has one overall deadline,
+ * retries, waits and a scope lookup included: recall's and a second chance's 1 s (an agent
+ * that waits on its memory longer than a search would take is better off searching), the
+ * others' 1.5 s. Every error is a `RagtrailError`:
  * the API's own (status >= 400, its JSON body), or no answer (status 0, code "deadline",
  * "unreachable", "tls" or "bad_url"); a redirect is never followed (code "redirect"); a
  * success whose body lacks ragtrail's fields (empty, or another service's JSON) is code
@@ -78,7 +79,16 @@ export interface Step {
   sectionIds?: string[];
 }
 
-/** What recall answered: "prefetch" (sections' current text), "hint" or "miss". */
+/** What a second chance came to: whether a near miss's path was served, and why in one sentence. */
+export interface SecondChance {
+  given: boolean;
+  reason: string;
+}
+
+/** The most section ids a second chance takes (the server refuses more). */
+export const SECOND_CHANCE_IDS = 50;
+
+/** What recall answered: "prefetch" (sections' current text), "hint" or "miss"; `matcher` "second-chance" where `secondChance` served it. */
 export interface Recall {
   outcome: "prefetch" | "hint" | "miss";
   hit: boolean;
@@ -94,6 +104,8 @@ export interface Recall {
   truncated: boolean;
   /** Why it answered as it did (explain() only): each candidate read, its similarity and verdict. */
   explanation: Record<string, unknown> | null;
+  /** On a second chance's answer only (`secondChance()`): whether one was given and why. */
+  secondChance: SecondChance | null;
 }
 
 export interface Recorded {
@@ -303,6 +315,32 @@ export class RagtrailClient {
   explain(query: string, options: InScope & { partition?: string; tokenBudget?: number } = {}): Promise<Recall> {
     const body = { query, partition: options.partition ?? "", dry_run: true, explain: true };
     return this.call(recallCall(body, options.tokenBudget, options.scope));
+  }
+
+  /**
+   * After a recall missed and the agent searched: the path of a near miss whose cited sections
+   * are all among the first few `sectionIds` (the search's results, best first), validated on
+   * read and served as a hit (`matcher` "second-chance"); else a miss. `secondChance` on the
+   * answer says whether one was given and why. Once per recall, by the key that made it, within
+   * 15 minutes of it (409 after, or on a recall that was not a miss; 404 for another key's
+   * recall). Recall's deadline; sent once. At most 50 ids are sent.
+   */
+  secondChance(
+    recallId: string,
+    sectionIds: string[],
+    options: InScope & { tokenBudget?: number } = {},
+  ): Promise<Recall> {
+    const body: Record<string, unknown> = { section_ids: [...new Set(sectionIds)].slice(0, SECOND_CHANCE_IDS) };
+    if (options.tokenBudget !== undefined) body.token_budget = options.tokenBudget;
+    return this.call({
+      method: "POST",
+      parts: ["recalls", recallId, "second-chance"],
+      body,
+      scope: options.scope,
+      safe: false,
+      recall: true,
+      parse: (_, b) => recallFrom(b),
+    });
   }
 
   /**
@@ -715,6 +753,10 @@ function recallFrom(b: any): Recall {
     tokens: b.tokens ?? 0,
     truncated: b.truncated ?? false,
     explanation: b.explanation ?? null,
+    secondChance:
+      b.second_chance && typeof b.second_chance === "object"
+        ? { given: Boolean(b.second_chance.given), reason: String(b.second_chance.reason ?? "") }
+        : null,
   };
 }
 

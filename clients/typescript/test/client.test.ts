@@ -125,6 +125,50 @@ describe("against a live ragtrail", live, () => {
   });
 });
 
+// A scope that gives second chances (embedding matching, a 0.1 margin) holding a path for
+// "How do I cancel my subscription?" that cites billing/cancel; its key in RAGTRAIL_SECOND_CHANCE_API_KEY.
+const SECOND_CHANCE_KEY = process.env.RAGTRAIL_SECOND_CHANCE_API_KEY;
+const secondChanceLive = {
+  skip:
+    !URL_ || !SECOND_CHANCE_KEY
+      ? "no live scope with second chances: set RAGTRAIL_URL and RAGTRAIL_SECOND_CHANCE_API_KEY (as tests/client/test_typescript_client.py does)"
+      : false,
+};
+
+describe("a second chance against a live ragtrail", secondChanceLive, () => {
+  const client = () =>
+    new RagtrailClient(URL_!, {
+      apiKey: SECOND_CHANCE_KEY!,
+      scope: "helpdesk",
+      timeoutMs: 10_000,
+      recallTimeoutMs: 10_000,
+    });
+  const asked = "How do I stop my subscription?";
+
+  test("a near miss whose search found the cited section is served once, as a second chance", async () => {
+    const ragtrail = client();
+    const missed = await ragtrail.recall(asked);
+    assert.deepEqual([missed.outcome, missed.secondChance], ["miss", null]);
+    const given = await ragtrail.secondChance(missed.recallId!, ["billing/refunds", "billing/cancel", "billing/cancel"]);
+    assert.deepEqual([given.outcome, given.matcher, given.hit], ["prefetch", "second-chance", true]);
+    assert.equal(given.matchedQuery, "How do I cancel my subscription?");
+    assert.equal(given.secondChance?.given, true);
+    assert.deepEqual(given.sections.map((s) => s.id), ["billing/cancel"]);
+    const again = await rejection(ragtrail.secondChance(missed.recallId!, ["billing/cancel"]));
+    assert.deepEqual([again.status, again.code, again.field], [409, "conflict", "recall_id"]);
+  });
+
+  test("a search that did not find the cited section gets a miss and the reason", async () => {
+    const ragtrail = client();
+    const missed = await ragtrail.recall(asked);
+    const answer = await ragtrail.secondChance(missed.recallId!, ["billing/refunds"], { tokenBudget: 500 });
+    assert.deepEqual([answer.outcome, answer.sections, answer.secondChance?.given], ["miss", [], false]);
+    assert.match(answer.secondChance!.reason, /not among the search's first 3/);
+    const elsewhere = await rejection(ragtrail.secondChance("00000000-0000-0000-0000-000000000000", ["x"]));
+    assert.equal(elsewhere.status, 404);
+  });
+});
+
 type Answer = (request: IncomingMessage, response: ServerResponse) => void;
 
 /** A stand-in HTTP server; every request kept as "METHOD path". */
