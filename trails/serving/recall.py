@@ -352,7 +352,7 @@ def explanation(
             f" {others} trail(s) of this scope carry another embedder's vectors than the serving {serving}: "
             f"they are never compared by embedding; `manage.py reindex_scope --scope {scope.slug}` re-embeds them."
         )
-    if result.outcome is Outcome.MISS:
+    if result.outcome is Outcome.MISS and scope.uses_embedding:  # a lexical scope has no second chance to speak of
         summary += " " + second_chance_summary(scope, near or [], {v.trail.id: v.trail for v in verdicts})
     return {
         "matcher": scope.matcher,
@@ -375,8 +375,6 @@ def second_chance_summary(scope: Scope, near: list[list], read: dict[int, Candid
     """What a second chance could serve after this miss, in a sentence."""
     if not scope.second_chance:
         return "Second chances are off for this scope."
-    if not scope.uses_embedding:
-        return "Second chances need a scope that matches by embedding."
     cut = second_chance_cut(scope)
     if not near:
         return f"No candidate the guard allows reached the second chance's lower cut {cut:.4f}."
