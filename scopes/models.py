@@ -19,6 +19,7 @@ from django.utils import timezone
 from infra.errors import Invalid
 from infra.hashing import section_hash
 from infra.prepared import prepared_cursor
+from scopes import audit
 from scopes.saving import KeptWrites, ScopeQuerySet, new_cache_token, new_policy_version  # noqa: F401
 
 
@@ -151,6 +152,19 @@ class Scope(KeptWrites, models.Model):
     def expiry_for(self, active: bool, now=None) -> "timezone.datetime":
         now = now or timezone.now()
         return now + timedelta(days=self.active_ttl_days if active else self.pending_ttl_days)
+
+    def switch_second_chance(self, on: bool, by: str) -> bool:
+        """Turns the scope's second chance on or off, recorded in its audit log with who (as the
+        admin records a settings change); returns whether it changed (False: it already was)."""
+        with transaction.atomic():
+            changed = Scope.objects.filter(pk=self.pk, second_chance=not on).update(second_chance=on)
+            if changed:
+                detail = {"second_chance": {"before": not on, "after": on}}
+                audit.record(
+                    [self], by, audit.AuditEvent.Kind.SETTINGS, what=f"second_chance: {not on} → {on}", detail=detail
+                )
+        self.second_chance = on
+        return bool(changed)
 
 
 # Sent inside the transaction of every write that changes or removes sections, with

@@ -637,6 +637,8 @@ class Promises(RuleBasedStateMachine):
                     "event_retention_days",
                     "max_false_hit_rate",
                     "false_hit_reporters_to_pending",
+                    "second_chance_margin",
+                    "second_chance_top",
                 )
             }
             form.update({"lexical_threshold": threshold, "synonyms": "", "band_count": "", "band_rows": ""})
@@ -668,6 +670,8 @@ class Promises(RuleBasedStateMachine):
                 "pending_ttl_days": 7,
                 "event_retention_days": 30,
                 "false_hit_reporters_to_pending": 2,
+                "second_chance_margin": Scope._meta.get_field("second_chance_margin").default,
+                "second_chance_top": Scope._meta.get_field("second_chance_top").default,
                 "synonyms": "",
                 "band_count": "",
                 "band_rows": "",

@@ -114,6 +114,8 @@ def test_changing_the_threshold_in_admin_resigns_the_trails(admin_client):
             "event_retention_days",
             "max_false_hit_rate",
             "false_hit_reporters_to_pending",
+            "second_chance_margin",
+            "second_chance_top",
         )
     }
     form.update({"lexical_threshold": 0.8, "synonyms": "", "band_count": "", "band_rows": ""})
@@ -140,6 +142,8 @@ def test_a_stricter_false_hit_bound_in_admin_raises_both_thresholds_from_the_cal
             "pending_ttl_days",
             "event_retention_days",
             "false_hit_reporters_to_pending",
+            "second_chance_margin",
+            "second_chance_top",
         )
     }
     form.update({"max_false_hit_rate": 0.005, "synonyms": "", "band_count": "", "band_rows": ""})
@@ -172,6 +176,8 @@ def test_choosing_both_matchers_in_admin_gives_each_half_the_bound(admin_client)
             "pending_ttl_days",
             "event_retention_days",
             "false_hit_reporters_to_pending",
+            "second_chance_margin",
+            "second_chance_top",
         )
     }
     form.update({"matcher": "both", "synonyms": "", "band_count": "", "band_rows": ""})

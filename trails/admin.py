@@ -38,6 +38,7 @@ class ScopeAdmin(GrantedScopesAdmin):
         "token_budget",
         "active_ttl_days",
         "keep_raw_queries",
+        "second_chance",
     ]
     search_fields = ["slug", "name"]
     readonly_fields = [
@@ -100,6 +101,18 @@ class ScopeAdmin(GrantedScopesAdmin):
                 "so they stay findable, on every path that saves a scope. After a change of embedding model, run "
                 "`manage.py reindex_scope --scope SLUG`. The scope's labels move the threshold in use within limits; "
                 "pin the configured thresholds to turn that off.",
+            },
+        ),
+        (
+            "Second chance (after a miss)",
+            {
+                "fields": ["second_chance", "second_chance_margin", "second_chance_top"],
+                "description": "After a miss, an agent may hand back the section ids its own first search returned "
+                "(POST .../recalls/{id}/second-chance). With this on, a near candidate scoring at least the embedding "
+                "threshold in use less the margin, whose cited sections are all among that many first results, is "
+                "checked on read and served; the overview counts it apart from first-chance hits. Embedding-matching "
+                "scopes only. Off: every such call answers a miss that says second chances are off. Each change is "
+                "in the scope's audit log.",
             },
         ),
         ("Prefetch", {"fields": ["token_budget", "keeps_text"]}),

@@ -8,6 +8,7 @@ urlpatterns = [
     path("<slug:scope_slug>/", overview.overview, name="overview"),
     path("<slug:scope_slug>/thresholds/", overview.threshold_action, name="thresholds"),
     path("<slug:scope_slug>/tuning/", overview.tuning, name="tuning"),
+    path("<slug:scope_slug>/second-chance/", overview.second_chance_switch, name="second-chance"),
     path("<slug:scope_slug>/trails/", trails.trail_list, name="trails"),
     path("<slug:scope_slug>/trails/vote/", trails.trail_bulk_vote, name="bulk-vote"),
     path("<slug:scope_slug>/trails/<uuid:trail_id>/", trails.trail_detail, name="trail"),

@@ -86,6 +86,12 @@ class RecallEvent(models.Model):
                 condition=Q(feedback_at__isnull=False),
                 include=["helpful"],
             ),
+            # The recall log's second-chance filter: few recalls ask for one, so the scope's others are never read.
+            models.Index(
+                fields=["scope", "created_at"],
+                name="recallevent_second_chance",
+                condition=Q(second_chance_at__isnull=False),
+            ),
             # The what-if page's near misses: only recalls with a session carry one.
             models.Index(
                 fields=["scope", "created_at"],
@@ -394,16 +400,25 @@ class RecallStat(models.Model):
 
     @classmethod
     def hourly(cls, scope: Scope, start: datetime) -> list[HourCounts]:
-        """The scope's counts per hour and outcome from `start` on, summed over matchers."""
+        """The scope's counts per hour and outcome from `start` on: the second chance's apart,
+        the rest summed over matchers."""
         rows = (
             cls.objects.filter(scope=scope, hour__gte=start)
-            .values_list("hour", "outcome")
+            .annotate(
+                second_chance=Case(
+                    When(matcher=SECOND_CHANCE_MATCHER, then=True), default=False, output_field=models.BooleanField()
+                )
+            )
+            .values_list("hour", "outcome", "second_chance")
             .annotate(
                 models.Sum("count"), models.Sum("stale_marked"), models.Sum("calls_saved"), models.Sum("tokens_saved")
             )
             .order_by()
         )
-        return [HourCounts(*row) for row in rows]
+        return [
+            HourCounts(hour, outcome, count, stale, calls, tokens, second_chance=second_chance)
+            for hour, outcome, second_chance, count, stale, calls, tokens in rows
+        ]
 
     @classmethod
     def last_hour(cls, scope: Scope) -> datetime | None:

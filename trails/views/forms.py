@@ -38,6 +38,14 @@ FEEDBACK_CHOICES = [
     ("none", "No feedback"),
 ]
 
+# A recall's second chance, beside its outcome: "given" are the hits a second chance served.
+SECOND_CHANCE_CHOICES = [
+    ("", "Any"),
+    ("given", "Given (a second-chance hit)"),
+    ("not_given", "Asked, not given"),
+    ("asked", "Asked, given or not"),
+]
+
 
 class RecallLogFilterForm(forms.Form):
     """Filters of the recall log; none of them is caller-written text, so they may sit in the URL."""
@@ -48,6 +56,7 @@ class RecallLogFilterForm(forms.Form):
     since = forms.DateTimeField(required=False, label="From (UTC)", help_text="e.g. 2026-12-01 13:00")
     until = forms.DateTimeField(required=False, label="Until (UTC)")
     feedback = forms.ChoiceField(choices=FEEDBACK_CHOICES, required=False)
+    second_chance = forms.ChoiceField(choices=SECOND_CHANCE_CHOICES, required=False, label="Second chance")
     key = forms.ChoiceField(choices=[("", "any")], required=False, label="API key")
     before = forms.IntegerField(required=False, widget=forms.HiddenInput)
 

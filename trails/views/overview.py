@@ -44,7 +44,7 @@ from trails.models.recalls import (
     latest_recalls_since,
     similarity_evidence,
 )
-from trails.serving.matching import matching_settings
+from trails.serving.matching import matching_settings, second_chance_cut
 from trails.upkeep.reindex import resigning
 from trails.upkeep.sync import JOB_DEADLINE_SECONDS
 from trails.views.common import confirmed_or_ask, key_names, last_scope, scope_or_404, scope_page, staff_required
@@ -153,14 +153,15 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         )
         if used
     }
+    totals = charts.totals(current_rows)
+    second_chance = second_chance_context(scope, totals)
     figures = {
         "outcomes": charts.outcomes_figure(data, reverse("ops:recalls", args=[scope.slug]), bucket),
-        "hit-rate": charts.hit_rate_figure(data),
+        "hit-rate": charts.hit_rate_figure(data, second_chance["apart"]),
         "similarity": charts.similarity_figure(
             SimilarityStat.histogram(scope, start), SIMILARITY_BINS, drawn_thresholds
         ),
     }
-    totals = charts.totals(current_rows)
     # The window before, for comparison (the same roll-up rows, read once).
     previous = charts.totals(r for r in rows if start - span <= r.hour < start)
     judged = RecallEvent.objects.filter(scope=scope, feedback_at__gte=start).aggregate(
@@ -265,9 +266,45 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "figures": figures,
             "tab": "overview",
             "syncs": list(SectionSync.objects.filter(scope=scope)[:5]),
+            "second_chance": second_chance,
             **threshold_context(scope),
         },
     )
+
+
+def second_chance_context(scope: Scope, totals: charts.Totals) -> dict:
+    """The scope's second-chance switch and rule, the similarity a near candidate needs now, and
+    whether the page shows second chances apart (the switch on, or hits of theirs in the window)."""
+    return {
+        "apart": scope.second_chance or totals.second_chance_hits > 0,
+        "on": scope.second_chance,
+        "margin": scope.second_chance_margin,
+        "top": scope.second_chance_top,
+        "applies": scope.uses_embedding,
+        "cut": second_chance_cut(scope) if scope.uses_embedding else None,
+    }
+
+
+@staff_required
+@require_POST
+def second_chance_switch(request: HttpRequest, scope_slug: str) -> HttpResponse:
+    """Turns the scope's second chance on or off: recorded in its audit log with who."""
+    scope = scope_or_404(request, scope_slug, Access.CONFIGURE)
+    asked = request.POST.get("second_chance")
+    if asked not in ("on", "off"):
+        return HttpResponse("second_chance must be on or off", status=400)
+    on = asked == "on"
+    changed = scope.switch_second_chance(on, by=request.user.get_username())
+    if changed:
+        messages.info(
+            request,
+            "Second chance on: after a miss, a near candidate the agent's own search backs is served."
+            if on
+            else "Second chance off: a second-chance call now answers a miss that says so.",
+        )
+    else:
+        messages.info(request, f"Second chance was already {asked}; nothing changed.")
+    return redirect(reverse("ops:overview", args=[scope_slug]) + "#second-chance")
 
 
 def threshold_context(scope: Scope) -> dict:

@@ -13,8 +13,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from infra.errors import Refused
 from scopes.models import Section
+from trails.core.second_chance import SECOND_CHANCE_MATCHER
 from trails.core.validation import SectionStatus
-from trails.models import RecallEvent, Trail, validations_now
+from trails.models import RecallEvent, RecallOutcome, Trail, validations_now
 from trails.schemas import recall_json
 from trails.serving.recall import recall
 from trails.views.common import (
@@ -107,6 +108,8 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "trail__public_id",
             "trail__query",
             "caller",
+            "second_chance_at",
+            "second_chance_reason",
         )
     )
     if form.is_bound and form.is_valid():
@@ -125,6 +128,13 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
             events = events.filter(feedback_at__isnull=True)
         elif f["feedback"]:
             events = events.filter(helpful=f["feedback"] == "helpful")
+        if f["second_chance"]:
+            # Every recall a second chance was asked for has its time (recallevent_second_chance).
+            events = events.filter(second_chance_at__isnull=False)
+        if f["second_chance"] == "given":
+            events = events.filter(matcher=SECOND_CHANCE_MATCHER)
+        elif f["second_chance"] == "not_given":
+            events = events.filter(outcome=RecallOutcome.MISS)
         if f["key"]:
             events = events.filter(caller=f["key"])
         if f["before"]:
@@ -141,6 +151,8 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "helpful",
             "feedback_reason",
             "caller",
+            "second_chance_at",
+            "second_chance_reason",
         ]
         if scope.keep_raw_queries:
             fields.append("query")
@@ -156,6 +168,8 @@ def recall_log(request: HttpRequest, scope_slug: str) -> HttpResponse:
             "helpful",
             "feedback_reason",
             "key",
+            "second_chance_at_utc",
+            "second_chance_reason",
         ]
         named = ((*row[:9], keys.get(row[9], row[9]), *row[10:]) for row in rows.iterator())
         return csv_response(f"{scope.slug}-recalls.csv", header + (["query"] if scope.keep_raw_queries else []), named)
