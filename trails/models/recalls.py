@@ -365,6 +365,8 @@ def write_second_chance_effects(
             "second_chance_reason": reason[:300],
             "stale_marked": F("stale_marked") + len(stale_ids),
         }
+        if served is not None and served not in present:
+            fields["second_chance_reason"] = "the trail it would serve was deleted meanwhile"
         if served is not None and served in present:
             Trail.objects.filter(scope=scope, pk=served).update(hit_count=F("hit_count") + 1, last_hit_at=now)
             fields.update(
