@@ -43,7 +43,7 @@ def helpdesk(transactional_db) -> dict:
     given = recall(scope, ASKED)
     refused = recall(scope, ASKED)
     assert (first.outcome.value, given.outcome.value, refused.outcome.value) == ("prefetch", "miss", "miss")
-    assert second_chance(scope, given.recall_id, ["billing/refunds", "billing/cancel"]).second_chance["given"]
+    assert second_chance(scope, given.recall_id, ["billing/cancel", "billing/refunds"]).second_chance["given"]
     assert not second_chance(scope, refused.recall_id, ["billing/invoices"]).second_chance["given"]
     roll_up(timezone.now() - timedelta(hours=1), timezone.now() + timedelta(minutes=1))
     grant(User.objects.create_user("olga", password="correct horse", is_staff=True), scope)

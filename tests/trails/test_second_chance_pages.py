@@ -280,7 +280,7 @@ def test_the_scope_admin_groups_the_second_chance_settings_and_records_their_cha
 def test_a_real_second_chance_shows_on_the_overview_and_in_the_log(helpdesk):  # noqa: F811
     scope, api = helpdesk
     recall_id = missed(api)["recall_id"]
-    assert ask(api, recall_id, ["billing/refunds", "billing/cancel"]).json()["matcher"] == "second-chance"
+    assert ask(api, recall_id, ["billing/cancel", "billing/refunds"]).json()["matcher"] == "second-chance"
     refused_id = missed(api)["recall_id"]
     assert ask(api, refused_id, ["billing/invoices"]).json()["second_chance"]["given"] is False
     roll_up(timezone.now() - timedelta(hours=2), timezone.now() + timedelta(hours=1))
