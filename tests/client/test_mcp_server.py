@@ -81,6 +81,9 @@ async def walk(client: Client, scope: Scope) -> None:
     missed = await client.call_tool("ragtrail_recall", {"query": QUESTION})
     assert not missed.is_error, text_of(missed)
     assert missed.structured_content["outcome"] == "miss" and "miss" in text_of(missed)
+    # A scope without second chances: the miss does not send the model to a tool that cannot help.
+    assert missed.structured_content["second_chance_possible"] is False
+    assert "ragtrail_second_chance" not in text_of(missed) and "ragtrail_record" in text_of(missed)
     section = (await client.call_tool("ragtrail_get_section", {"section_id": "visiting/icu"})).structured_content
     # Malformed calls come back as tool errors naming the field, as the REST API names it.
     malformed = await client.call_tool(
@@ -300,6 +303,23 @@ def test_a_hashes_only_prefetch_tells_the_model_to_read_its_own_index():
     )
     text = recall_text(answer)
     assert "read these sections from your own index" in text and f"visiting/icu (sha256 {'a' * 64})" in text
+
+
+def test_a_miss_names_the_second_chance_tool_only_where_the_answer_says_it_is_possible():
+    from ragtrail_client.client import Recall
+    from ragtrail_client.mcp_server import recall_structured, recall_text
+
+    miss = {"outcome": "miss", "recall_id": "r1", "sections": [], "steps": []}
+    for said, named in (
+        ({}, False),
+        ({"second_chance_possible": False}, False),
+        ({"second_chance_possible": True}, True),
+    ):
+        answer = Recall.from_json({**miss, **said})
+        assert ("ragtrail_second_chance" in recall_text(answer)) is named, said
+        assert recall_structured(answer)["second_chance_possible"] is named
+    nameless = Recall.from_json({**miss, "recall_id": None, "second_chance_possible": True})
+    assert "ragtrail_second_chance" not in recall_text(nameless)  # no recall id to give it
 
 
 def test_a_stdio_server_with_its_scope_serves_while_ragtrail_hangs_and_every_call_fails_within_a_second_and_a_half(

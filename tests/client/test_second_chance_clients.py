@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+import anyio
 import pytest
+from django.db import connections
 
 from scopes.models import ApiKey, Scope, Section
 from tests.client.test_mcp_server import run_async, text_of
@@ -20,8 +22,9 @@ SECTIONS = {
     "billing/refunds": "Refunds are given within 14 days of a charge.",
     "billing/invoices": "Invoices are emailed on the first of each month.",
 }
-FOUND = ["billing/refunds", "billing/cancel", "billing/invoices"]  # the search found the cited section
+FOUND = ["billing/cancel", "billing/refunds", "billing/invoices"]  # the search found the cited section first
 NOT_FOUND = ["billing/refunds", "billing/invoices"]
+UNRELATED = "Where is the car park?"  # no recorded question near it: no second chance is possible
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_the_client_gets_a_second_chance_after_a_near_miss_once(helpdesk):
 
     _, client = helpdesk
     missed = client.recall(ASKED)
-    assert missed.outcome == "miss" and missed.second_chance is None
+    assert missed.outcome == "miss" and missed.second_chance is None and missed.second_chance_possible is True
     given = client.second_chance(missed.recall_id, FOUND)
     assert (given.outcome, given.matcher, given.matched_query) == ("prefetch", "second-chance", STORED)
     assert given.second_chance.given is True and isinstance(given.second_chance, SecondChance)
@@ -58,6 +61,15 @@ def test_the_client_gets_a_second_chance_after_a_near_miss_once(helpdesk):
     with pytest.raises(RagtrailError) as unknown:
         client.second_chance("00000000-0000-0000-0000-000000000000", FOUND)
     assert unknown.value.status == 404
+
+
+def test_a_miss_says_whether_a_second_chance_is_possible(helpdesk):
+    scope, client = helpdesk
+    assert client.recall(ASKED).second_chance_possible is True
+    assert client.recall(UNRELATED).second_chance_possible is False
+    assert client.explain(ASKED).second_chance_possible is False  # a dry run keeps no recall to ask about
+    Scope.objects.filter(pk=scope.pk).update(second_chance=False)
+    assert client.recall(ASKED).second_chance_possible is False
 
 
 def test_the_client_hears_why_no_second_chance_was_given(helpdesk):
@@ -195,21 +207,40 @@ def test_after_a_second_chance_reject_reports_it_and_accept_records_the_question
     assert recorded.status == "active" and Trail.objects.filter(scope=scope, query=ASKED).exists()
 
 
-def test_a_scope_without_second_chances_leaves_the_search_as_it_was_and_is_asked_again_only_later(helpdesk):
+@pytest.mark.parametrize(("framework", "how"), [w for w in WRAPPERS if w[1] != "async"])
+def test_a_miss_where_no_second_chance_is_possible_asks_none_and_leaves_the_search_as_it_was(helpdesk, framework, how):
     scope, client = helpdesk
+    calls: list[str] = []
+    _, retrieve = retrieve_with(framework, client, search_over(framework, FOUND, calls), asynchronous=how != "sync")
     Scope.objects.filter(pk=scope.pk).update(second_chance=False)
-    retriever, retrieve = retrieve_with("LangChain", client, search_over("LangChain", FOUND, []), False)
-    for _ in range(2):
-        assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(ASKED))
-    # The first miss asked and heard the scope gives none; the second did not ask.
-    assert [e.second_chance_at is not None for e in RecallEvent.objects.order_by("id")] == [True, False]
+    assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(ASKED))
     Scope.objects.filter(pk=scope.pk).update(second_chance=True)
-    retriever._memory._none_until = 0.0  # as SCOPE_RECHECK_S later
-    assert any("ragtrail" in metadata for _, _, metadata, _ in retrieve(ASKED))
+    assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(UNRELATED))
+    events = list(RecallEvent.objects.order_by("id"))
+    assert [e.outcome for e in events] == ["miss", "miss"] and calls == [ASKED, UNRELATED]
+    assert [e.second_chance_at for e in events] == [None, None]  # neither miss was followed by a second chance
+    # The next possible one is asked at once: no pause after the misses that were not.
+    marked = [i for i, _, metadata, _ in retrieve(ASKED) if "ragtrail" in metadata]
+    assert marked == ["billing/cancel"]
+    assert RecallEvent.objects.order_by("id").last().second_chance_at is not None
 
 
 @pytest.mark.parametrize("framework", ["LangChain", "LlamaIndex"])
-@pytest.mark.parametrize("failure", [(0, "deadline"), (409, "conflict"), (422, "invalid"), (503, "overloaded")])
+def test_with_the_async_client_a_miss_where_no_second_chance_is_possible_asks_none(helpdesk, framework):
+    from ragtrail_client import AsyncRagtrailClient
+
+    _, client = helpdesk
+    client = AsyncRagtrailClient(client.base_url, client.api_key, "helpdesk", timeout=10, recall_timeout=10)
+    _, retrieve = retrieve_with(framework, client, search_over(framework, FOUND, []), asynchronous=True)
+    assert all("ragtrail" not in metadata for _, _, metadata, _ in retrieve(UNRELATED))
+    event = RecallEvent.objects.get()
+    assert event.outcome == "miss" and event.second_chance_at is None
+
+
+@pytest.mark.parametrize("framework", ["LangChain", "LlamaIndex"])
+@pytest.mark.parametrize(
+    "failure", [(0, "deadline"), (404, "not_found"), (409, "conflict"), (422, "invalid"), (503, "overloaded")]
+)
 def test_a_second_chance_that_fails_never_breaks_the_search(framework, failure):
     from ragtrail_client import RagtrailClient, RagtrailError, Recall
 
@@ -218,7 +249,9 @@ def test_a_second_chance_that_fails_never_breaks_the_search(framework, failure):
 
     class Failing(RagtrailClient):
         def recall(self, query, **_):
-            return Recall.from_json({"outcome": "miss", "recall_id": "r-1", "sections": [], "steps": []})
+            return Recall.from_json(
+                {"outcome": "miss", "recall_id": "r-1", "sections": [], "steps": [], "second_chance_possible": True}
+            )
 
         def second_chance(self, recall_id, section_ids, **_):
             asked.append((recall_id, list(section_ids)))
@@ -233,25 +266,25 @@ def test_a_second_chance_that_fails_never_breaks_the_search(framework, failure):
     assert asked == [("r-1", FOUND)] and calls == [ASKED]
 
 
-def test_a_server_without_the_endpoint_is_asked_once_then_left_alone():
-    from ragtrail_client import RagtrailClient, RagtrailError, Recall
+@pytest.mark.parametrize("said", [{}, {"second_chance_possible": False}, {"second_chance_possible": "yes"}])
+def test_a_miss_that_does_not_say_a_second_chance_is_possible_asks_none(said):
+    from ragtrail_client import RagtrailClient, Recall
     from ragtrail_client.recall_first import Found, RecallFirst
 
     asked = []
 
-    class Older(RagtrailClient):
+    class Older(RagtrailClient):  # {}: a server from before the flag, which may lack the endpoint too
         def recall(self, query, **_):
-            return Recall.from_json({"outcome": "miss", "recall_id": "r-1", "sections": [], "steps": []})
+            return Recall.from_json({"outcome": "miss", "recall_id": "r-1", "sections": [], "steps": [], **said})
 
         def second_chance(self, *args, **_):
             asked.append(args)
-            raise RagtrailError(404, {"error": {"code": "not_found", "message": "no such endpoint"}})
 
     memory = RecallFirst(Older("http://127.0.0.1:9", "rt_x", "s"), "search", shared=True)
     for _ in range(2):
         memory.recall(ASKED)
         assert memory.second_chance(ASKED, [Found("billing/cancel", "x")]) is None
-    assert len(asked) == 1
+    assert asked == []
 
 
 def test_a_miss_without_a_recall_id_or_a_search_without_ids_asks_nothing():
@@ -262,7 +295,9 @@ def test_a_miss_without_a_recall_id_or_a_search_without_ids_asks_nothing():
 
     class Counting(RagtrailClient):
         def recall(self, query, **_):
-            return Recall.from_json({"outcome": "miss", "recall_id": None, "sections": [], "steps": []})
+            return Recall.from_json(
+                {"outcome": "miss", "recall_id": None, "sections": [], "steps": [], "second_chance_possible": True}
+            )
 
         def second_chance(self, *args, **_):
             asked.append(args)
@@ -303,6 +338,8 @@ def test_the_mcp_tool_gives_the_second_chance_after_a_miss(helpdesk):
     assert tool.input_schema["required"] == ["recall_id", "section_ids"]
     missed, given = seen[len(FOUND)]
     assert missed.structured_content["outcome"] == "miss" and "ragtrail_second_chance" in text_of(missed)
+    assert missed.structured_content["second_chance_possible"] is True
+    assert given.structured_content["second_chance_possible"] is False  # a hit: nothing more to ask
     assert given.structured_content["matcher"] == "second-chance" and given.structured_content["second_chance"]["given"]
     assert "second chance given" in text_of(given) and SECTIONS["billing/cancel"] in text_of(given)
     missed, refused = seen[len(NOT_FOUND)]
@@ -312,29 +349,29 @@ def test_the_mcp_tool_gives_the_second_chance_after_a_miss(helpdesk):
     assert seen["again"].is_error and "409" in text_of(seen["again"])
 
 
-def test_the_mcp_recall_stops_offering_the_tool_once_the_scope_said_it_gives_none(helpdesk):
+def test_the_mcp_recall_names_the_second_chance_only_where_the_miss_says_it_is_possible(helpdesk):
     from mcp import Client
     from ragtrail_client.mcp_server import build_server
 
     scope, client = helpdesk
-    Scope.objects.filter(pk=scope.pk).update(second_chance=False)
     server = build_server(client.base_url, client.api_key, "helpdesk", timeout=10, recall_timeout=10)
     said: list = []
 
+    def switch(on: bool) -> None:
+        Scope.objects.filter(pk=scope.pk).update(second_chance=on)
+        connections.close_all()  # this worker thread's connection, which would outlive the test database
+
     async def main():
-        async with Client(server) as mcp:
-            for _ in range(2):
-                missed = await mcp.call_tool("ragtrail_recall", {"query": ASKED})
-                said.append(text_of(missed))
-                recall_id = missed.structured_content["recall_id"]
-                said.append(
-                    await mcp.call_tool("ragtrail_second_chance", {"recall_id": recall_id, "section_ids": FOUND})
-                )
+        async with Client(server) as mcp:  # one server and session throughout, as a model's
+            for query, on in ((ASKED, False), (UNRELATED, True), (ASKED, True)):
+                await anyio.to_thread.run_sync(switch, on)
+                said.append(await mcp.call_tool("ragtrail_recall", {"query": query}))
 
     run_async(main)
-    first, off, again, _ = said
-    assert "ragtrail_second_chance" in first
-    assert (
-        "second chances are off for this scope" in text_of(off) and not off.structured_content["second_chance"]["given"]
-    )
-    assert "ragtrail_second_chance" not in again and "ragtrail_record" in again  # no model turn spent on it
+    off, unrelated, near = said
+    for missed in (off, unrelated):
+        assert missed.structured_content["outcome"] == "miss"
+        assert missed.structured_content["second_chance_possible"] is False
+        assert "ragtrail_second_chance" not in text_of(missed) and "ragtrail_record" in text_of(missed)
+    # Possible again at once: nothing about the earlier misses is kept.
+    assert near.structured_content["second_chance_possible"] is True and "ragtrail_second_chance" in text_of(near)

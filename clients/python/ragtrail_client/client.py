@@ -116,6 +116,8 @@ class Recall:
     explanation: Mapping[str, Any] | None = None
     # On a second chance's answer only (`second_chance`): whether one was given and why.
     second_chance: SecondChance | None = None
+    # On a miss: whether a second chance may serve a near miss's path (ask only then; False from older servers).
+    second_chance_possible: bool = False
 
     @property
     def hit(self) -> bool:
@@ -146,6 +148,7 @@ class Recall:
             second_chance=SecondChance(chance["given"], chance.get("reason", ""))
             if isinstance(chance := body.get("second_chance"), dict)
             else None,
+            second_chance_possible=body.get("second_chance_possible") is True,
         )
 
 
@@ -347,9 +350,10 @@ class Calls(ABC):
         scope: str | None = None,
     ) -> Recall:
         """After a recall missed and the agent searched: the path of a near miss whose cited
-        sections are all among the first few `section_ids` (the search's results, best first),
-        validated on read and served as a hit (`matcher` "second-chance"); else a miss.
-        `Recall.second_chance` says whether one was given and why.
+        sections are all among the first few `section_ids` (the search's results, best first;
+        the first of them cited), validated on read and served as a hit (`matcher`
+        "second-chance"); else a miss. `Recall.second_chance` says whether one was given and why.
+        Worth asking only after a miss whose `second_chance_possible` is True.
 
         Once per recall, by the key that made it, within 15 minutes of it (a 409 after, or
         on a recall that was not a miss; a 404 for another key's recall). Recall's deadline;

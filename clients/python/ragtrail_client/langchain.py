@@ -14,10 +14,11 @@ retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronou
 `ainvoke`); with a `RagtrailClient`, `ainvoke` runs the recall in LangChain's executor and
 awaits the wrapped retriever's `ainvoke`.
 
-After a miss, the ids of the documents the wrapped retriever returned are handed back to
-ragtrail for a second chance: where the path of a near miss cites only documents among its
-first results, those documents come back marked `metadata["ragtrail"]["second_chance"]`
-(True), in the wrapped retriever's order, with nothing added or removed.
+After a miss whose answer says a second chance is possible, the ids of the documents the
+wrapped retriever returned are handed back to ragtrail for one: where the path of a near
+miss cites only documents among its first results, those documents come back marked
+`metadata["ragtrail"]["second_chance"]` (True), in the wrapped retriever's order, with
+nothing added or removed. After any other miss nothing more is asked.
 
 A document's section id is `metadata["section_id"]`, else `Document.id` (documents with
 neither are not cited); its hash is the SHA-256 of its `page_content`, the text read.

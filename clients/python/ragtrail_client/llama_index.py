@@ -14,10 +14,11 @@ retriever.aaccept(question)` call ragtrail and the wrapped retriever asynchronou
 `RagtrailClient`, `aretrieve` runs the recall in an executor and awaits the wrapped
 retriever's `aretrieve`.
 
-After a miss, the ids of the nodes the wrapped retriever returned are handed back to
-ragtrail for a second chance: where the path of a near miss cites only nodes among its
-first results, those nodes come back marked `metadata["ragtrail"]["second_chance"]` (True),
-in the wrapped retriever's order and with its scores, with nothing added or removed.
+After a miss whose answer says a second chance is possible, the ids of the nodes the
+wrapped retriever returned are handed back to ragtrail for one: where the path of a near
+miss cites only nodes among its first results, those nodes come back marked
+`metadata["ragtrail"]["second_chance"]` (True), in the wrapped retriever's order and with
+its scores, with nothing added or removed. After any other miss nothing more is asked.
 
 A node's section id is `metadata["section_id"]`, else its `node_id`; its hash is the
 SHA-256 of its content (without metadata), the text read.

@@ -41,7 +41,6 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from ragtrail_client.aio import AsyncRagtrailClient
 from ragtrail_client.client import CALL_DEADLINE, RECALL_DEADLINE, RagtrailClient, RagtrailError, Recall, Step
-from ragtrail_client.recall_first import SCOPE_GIVES_NONE, SCOPE_RECHECK_S
 
 INSTRUCTIONS = (
     "ragtrail remembers how earlier questions in this scope were answered. Call `ragtrail_recall` "
@@ -82,14 +81,14 @@ SIGNAL_MEANING = (
 )
 
 
-def recall_text(answer: Recall, second_chance: bool = True) -> str:
-    """A recall written for an agent to read; a miss names ragtrail_second_chance unless the
-    scope is known to give none (`second_chance` False)."""
+def recall_text(answer: Recall) -> str:
+    """A recall written for an agent to read; a miss names ragtrail_second_chance only where
+    the answer says a second chance is possible (`second_chance_possible`)."""
     if answer.outcome == "miss":
         then = (
             "search as usual, then call ragtrail_second_chance with this recall id and the section ids your search "
             "returned, and once answered, ragtrail_record"
-            if second_chance and answer.recall_id
+            if answer.second_chance_possible and answer.recall_id
             else "search as usual, then call ragtrail_record"
         )
         return (
@@ -159,6 +158,7 @@ def recall_structured(answer: Recall) -> dict[str, Any]:
         "steps": [s.as_json() for s in answer.steps],
         "tokens": answer.tokens,
         "truncated": answer.truncated,
+        "second_chance_possible": answer.second_chance_possible,
     }
     if answer.second_chance is not None:
         structured["second_chance"] = {"given": answer.second_chance.given, "reason": answer.second_chance.reason}
@@ -247,12 +247,6 @@ def build_server(
     # once looked up (a few hundred keys at most: the oldest are let go).
     pool = httpx.AsyncClient(follow_redirects=False)
     clients: OrderedDict[str, AsyncRagtrailClient] = OrderedDict()
-    # By (key, scope): until when a scope that answered it gives no second chance is not offered one.
-    none_until: dict[tuple[str, str | None], float] = {}
-
-    def gives_second_chances(ctx: Context, scope: str | None) -> bool:
-        client = client_for(ctx)
-        return time.monotonic() >= none_until.get((client.api_key, scope or client.scope), 0.0)
 
     def client_for(ctx: Context) -> AsyncRagtrailClient:
         key = api_key
@@ -333,9 +327,8 @@ def build_server(
         answer: Recall = await call(
             ctx, "recall", query, partition=partition, token_budget=token_budget, session=session, scope=scope
         )
-        text = recall_text(answer, second_chance=gives_second_chances(ctx, scope))
         return CallToolResult(
-            content=[TextContent(type="text", text=text)], structured_content=recall_structured(answer)
+            content=[TextContent(type="text", text=recall_text(answer))], structured_content=recall_structured(answer)
         )
 
     async def second_chance(
@@ -362,8 +355,9 @@ def build_server(
         ] = None,
         scope: Optional[str] = None,
     ) -> CallToolResult:
-        """Call this right after searching for a question ragtrail_recall answered with `miss`,
-        with that recall's id and the section ids your search returned, best first. Where a
+        """Call this right after searching for a question ragtrail_recall answered with `miss`
+        and whose miss names this tool (a second chance is possible), with that recall's id and
+        the section ids your search returned, best first. Where a
         path recorded for a nearly matching question cites only sections among your first
         results, ragtrail serves it, checked against the current text (`prefetch`: answer from
         those sections; `hint`: some changed). Otherwise `miss`, with the reason: answer from
@@ -371,11 +365,6 @@ def build_server(
         answer: Recall = await call(
             ctx, "second_chance", recall_id, section_ids, token_budget=token_budget, scope=scope
         )
-        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
-            client = client_for(ctx)
-            if len(none_until) > 1024:
-                none_until.clear()
-            none_until[(client.api_key, scope or client.scope)] = time.monotonic() + SCOPE_RECHECK_S
         return CallToolResult(
             content=[TextContent(type="text", text=second_chance_text(answer))],
             structured_content=recall_structured(answer),
@@ -572,6 +561,8 @@ RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
         "steps": {"type": "array", "items": {"type": "object", "required": ["tool", "args", "section_ids"]}},
         "tokens": {"type": "integer"},
         "truncated": {"type": "boolean"},
+        # On a miss: whether ragtrail_second_chance may serve a near miss's path (call it only then).
+        "second_chance_possible": {"type": "boolean"},
         # ragtrail_second_chance's only: whether one was given, and why.
         "second_chance": {
             "type": "object",

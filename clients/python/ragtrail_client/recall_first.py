@@ -9,12 +9,13 @@ ragtrail unreachable, late or failing (status 0 or 5xx) never fails the applicat
 wrapped retriever runs; `accept` and `reject` send nothing and return None); a refusal
 (4xx) is raised, since it is the caller's bug.
 
-After a miss, the section ids the wrapped retriever returned are handed back for a second
-chance (`second_chance`): where a near miss's path cites only sections among its first
-results, ragtrail serves it, and the retrievers mark those results as the path's. A second
-chance never fails the search: any error, a refusal included, is logged and the wrapped
-retriever's results are returned as they are. Where the scope gives no second chance at all,
-the retriever stops asking for SCOPE_RECHECK_S.
+After a miss whose answer says a second chance is possible (`second_chance_possible`), the
+section ids the wrapped retriever returned are handed back for one (`second_chance`): where
+a near miss's path cites only sections among its first results, ragtrail serves it, and the
+retrievers mark those results as the path's. Any other miss (a scope without second chances,
+no near miss, a server that never says) asks nothing. A second chance never fails the
+search: any error, a refusal included, is logged and the wrapped retriever's results are
+returned as they are.
 
 Isolation is by partition, never by the wrapped retriever's filters: a prefetch answers
 without the wrapped retriever, so a path accepted for one user is served to every caller of
@@ -29,7 +30,6 @@ import json
 import logging
 import re
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -54,9 +54,6 @@ REMEMBERED = 256
 METADATA_ARG = "metadata"
 # Metadata the retrievers set on what they serve, never kept as the wrapped retriever's.
 RAGTRAIL_KEYS = ("section_id", "hash", "truncated", "ragtrail")
-# The server's reasons where a scope gives none at all: each such ask is a round trip for nothing, so it pauses.
-SCOPE_GIVES_NONE = ("second chances are off for this scope", "second chances need a scope that matches by embedding")
-SCOPE_RECHECK_S = 600.0
 # A section id the API takes (scopes' SectionId): one it would refuse is left out of a second chance.
 SECTION_ID = re.compile(r"^[^\x00-\x1f\x7f-\x9f]{1,512}$")
 
@@ -102,7 +99,6 @@ class RecallFirst:
         self._searched: OrderedDict[str, tuple[tuple[Found, ...], int]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
         self._missed: OrderedDict[str, str] = OrderedDict()
-        self._none_until = 0.0  # time.monotonic() before which the scope is known to give no second chance
 
     def recall(self, query: str) -> Recall | None:
         """The prefetch for this question with every section's text, else None (search)."""
@@ -128,9 +124,10 @@ class RecallFirst:
             _keep(self._searched, query, (tuple(found), len(found) if returned is None else returned))
 
     def second_chance(self, query: str, found: Sequence[Found]) -> Recall | None:
-        """After this question's recall missed and the wrapped retriever ran: the near miss's
-        path ragtrail serves because the retriever returned every section it cites (`found`,
-        best first), else None. Never raises a `RagtrailError` (the search stands as it is)."""
+        """After this question's recall missed, saying a second chance is possible, and the
+        wrapped retriever ran: the near miss's path ragtrail serves because the retriever
+        returned every section it cites (`found`, best first), else None (nothing is asked
+        after any other miss). Never raises a `RagtrailError` (the search stands as it is)."""
         ask = self._second_chance_ask(query, found)
         if ask is None:
             return None
@@ -206,7 +203,7 @@ class RecallFirst:
 
     def _prefetch(self, query: str, answer: Recall | None) -> Recall | None:
         with self._lock:
-            if answer is not None and answer.outcome == "miss" and answer.recall_id:
+            if answer is not None and answer.outcome == "miss" and answer.recall_id and answer.second_chance_possible:
                 _keep(self._missed, query, answer.recall_id)  # its search may earn a second chance
             else:
                 self._missed.pop(query, None)
@@ -250,17 +247,12 @@ class RecallFirst:
         """The missed recall's id and the section ids to hand back; None where there is nothing to ask."""
         with self._lock:
             recall_id = self._missed.pop(query, None)
-            if time.monotonic() < self._none_until:
-                return None
         returned = [f.section_id for f in found if isinstance(f.section_id, str) and SECTION_ID.match(f.section_id)]
         if not recall_id or not returned:
             return None
         return recall_id, list(dict.fromkeys(returned))[:SECOND_CHANCE_IDS]
 
     def _given(self, query: str, answer: Recall) -> Recall | None:
-        if answer.second_chance is not None and answer.second_chance.reason in SCOPE_GIVES_NONE:
-            with self._lock:
-                self._none_until = time.monotonic() + SCOPE_RECHECK_S
         if answer.second_chance is None or not answer.second_chance.given or not answer.hit:
             return None
         with self._lock:
@@ -274,9 +266,6 @@ class RecallFirst:
             logger.info("ragtrail's second chance was not answered: %s", error)
             return None
         logger.warning("ragtrail refused a second chance: %s", error)
-        if error.status == 404 and error.field is None:
-            with self._lock:  # no such endpoint (a server older than this client): asked again only later
-                self._none_until = time.monotonic() + SCOPE_RECHECK_S
         return None
 
     def _served_id(self, query: str) -> str | None:

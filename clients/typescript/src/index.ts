@@ -106,6 +106,8 @@ export interface Recall {
   explanation: Record<string, unknown> | null;
   /** On a second chance's answer only (`secondChance()`): whether one was given and why. */
   secondChance: SecondChance | null;
+  /** On a miss: whether a second chance may serve a near miss's path (call `secondChance()` only then; false from older servers). */
+  secondChancePossible: boolean;
 }
 
 export interface Recorded {
@@ -319,9 +321,10 @@ export class RagtrailClient {
 
   /**
    * After a recall missed and the agent searched: the path of a near miss whose cited sections
-   * are all among the first few `sectionIds` (the search's results, best first), validated on
-   * read and served as a hit (`matcher` "second-chance"); else a miss. `secondChance` on the
-   * answer says whether one was given and why. Once per recall, by the key that made it, within
+   * are all among the first few `sectionIds` (the search's results, best first; the first of
+   * them cited), validated on read and served as a hit (`matcher` "second-chance"); else a miss.
+   * `secondChance` on the answer says whether one was given and why. Worth calling only after a
+   * miss whose `secondChancePossible` is true. Once per recall, by the key that made it, within
    * 15 minutes of it (409 after, or on a recall that was not a miss; 404 for another key's
    * recall). Recall's deadline; sent once. At most 50 ids are sent.
    */
@@ -757,6 +760,7 @@ function recallFrom(b: any): Recall {
       b.second_chance && typeof b.second_chance === "object"
         ? { given: Boolean(b.second_chance.given), reason: String(b.second_chance.reason ?? "") }
         : null,
+    secondChancePossible: b.second_chance_possible === true,
   };
 }
 

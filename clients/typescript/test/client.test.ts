@@ -145,11 +145,19 @@ describe("a second chance against a live ragtrail", secondChanceLive, () => {
     });
   const asked = "How do I stop my subscription?";
 
+  test("a miss says whether a second chance is possible", async () => {
+    const ragtrail = client();
+    const near = await ragtrail.recall(asked);
+    assert.deepEqual([near.outcome, near.secondChancePossible], ["miss", true]);
+    const unrelated = await ragtrail.recall("Where is the car park?");
+    assert.deepEqual([unrelated.outcome, unrelated.secondChancePossible], ["miss", false]);
+  });
+
   test("a near miss whose search found the cited section is served once, as a second chance", async () => {
     const ragtrail = client();
     const missed = await ragtrail.recall(asked);
     assert.deepEqual([missed.outcome, missed.secondChance], ["miss", null]);
-    const given = await ragtrail.secondChance(missed.recallId!, ["billing/refunds", "billing/cancel", "billing/cancel"]);
+    const given = await ragtrail.secondChance(missed.recallId!, ["billing/cancel", "billing/refunds", "billing/cancel"]);
     assert.deepEqual([given.outcome, given.matcher, given.hit], ["prefetch", "second-chance", true]);
     assert.equal(given.matchedQuery, "How do I cancel my subscription?");
     assert.equal(given.secondChance?.given, true);
@@ -338,6 +346,15 @@ describe("deadlines and errors", () => {
     }
     const empty = await rejection(client.recall("anything", { scope: "empty" }));
     assert.match(empty.message, /an empty body/);
+  });
+
+  test("a miss from a server that does not say a second chance is possible reads as not possible", async () => {
+    const { url } = await standIn((request, response) =>
+      json(response, 200, request.url?.includes("/newer/") ? { ...MISS, second_chance_possible: true } : MISS),
+    );
+    const client = new RagtrailClient(url, { apiKey: "rt_x", scope: "older" });
+    assert.equal((await client.recall("anything")).secondChancePossible, false);
+    assert.equal((await client.recall("anything", { scope: "newer" })).secondChancePossible, true);
   });
 
   test("the global fetch is called as a plain function, as browsers require", async () => {
