@@ -45,6 +45,8 @@ SEARCH_RESULTS = 10
 # The results a recorded search step keeps (what the agent read of the page).
 STEP_RESULTS = 5
 CALLER = "key:eval-agent"
+# How many wrong second-chance serves the results keep for a reader to judge.
+WRONG_EXAMPLES = 30
 # The grid the fit considers; the fit scope keeps near candidates down to the widest margin.
 MARGINS = (0.02, 0.04, 0.05, 0.06, 0.08, 0.10, 0.12, 0.15)
 TOPS = (1, 2, 3, 5)
@@ -194,6 +196,9 @@ class Tally:
     second_right: int = 0
     second_wrong: int = 0
     second_right_duplicates: int = 0
+    second_wrong_duplicates: int = 0  # wrong serves where a trail citing the truth was recorded already
+    # The first wrong second-chance serves: what was asked, what was served, and its similarity.
+    wrong_examples: list = field(default_factory=list)
     duplicates_right: int = 0  # duplicates served right, first or second chance
     calls_saved: int = 0
     tokens_saved: int = 0
@@ -315,6 +320,9 @@ class Stream:
                 tally.second_right += right
                 tally.second_wrong += not right
                 tally.second_right_duplicates += right and duplicate
+                tally.second_wrong_duplicates += not right and duplicate
+                if not right and len(tally.wrong_examples) < WRONG_EXAMPLES:
+                    tally.wrong_examples.append([question.text, served.matched_query, served.similarity])
                 tally.duplicates_right += right and duplicate
                 tally.calls_saved += served.calls_saved
                 tally.tokens_saved += served.tokens_saved
@@ -352,6 +360,7 @@ def fit(corpus: Corpus, index: BM25, vectors, progress: Callable[[str], None]) -
                     counts["serves"] += 1
                     counts["right" if right else "wrong"] += 1
                     counts["right_duplicates"] += right and missed["duplicate"]
+                    counts["wrong_duplicates"] += not right and missed["duplicate"]
             if (number + 1) % 1000 == 0:
                 progress(f"{corpus.name} fit: {number + 1:,}/{len(questions):,} questions")
     finally:
@@ -428,6 +437,7 @@ ROWS = [
     ("second-chance serves", "second_serves"),
     ("  served right", "second_right"),
     ("  served wrong", "second_wrong"),
+    ("    of which a trail citing the truth was recorded already", "second_wrong_duplicates"),
     ("calls saved per 100 questions", "calls_saved_per_100"),
     ("tokens saved per 100 questions", "tokens_saved_per_100"),
     ("near misses (nearest recorded question at or above the lower cut)", "near_misses"),
@@ -444,8 +454,10 @@ def table(arms: dict) -> list[str]:
     without, with_ = arms["without"], arms["with"]
     lines = ["| | without | with the second chance |", "|---|---:|---:|"]
     for label, key in ROWS:
+        if key not in with_:
+            continue  # a figure the results file was written without
         left = "–" if key.startswith(("second", "near")) else without[key]
-        lines.append(f"| {label} | {left} | {with_[key]} |")
+        lines.append(f"| {label} | {left} | {with_.get(key, '–')} |")
     lines.append(
         f"| duplicates served right, rate (95 % Wilson) | {100 * without['duplicates_right_rate']:.1f} % "
         f"{_interval(without['duplicates_right_wilson'])} | {100 * with_['duplicates_right_rate']:.1f} % "
@@ -456,11 +468,38 @@ def table(arms: dict) -> list[str]:
         f"{_interval(without['served_wrong_per_question_wilson'])} | {100 * with_['served_wrong_per_question']:.2f} % "
         f"{_interval(with_['served_wrong_per_question_wilson'])} |"
     )
+    first = []
+    for arm in (without, with_):
+        serves = arm["first_right"] + arm["first_wrong"]
+        bounds = list(wilson(arm["first_wrong"], serves))
+        first.append(f"{100 * arm['first_wrong'] / max(1, serves):.2f} % {_interval(bounds)}")
+    lines.append(f"| served wrong per first-chance serve (95 % Wilson) | {first[0]} | {first[1]} |")
     rate = with_["second_wrong_rate"]
     lines.append(
         f"| served wrong per second-chance serve (95 % Wilson) | – | "
         f"{'–' if rate is None else f'{100 * rate:.2f} %'} {_interval(with_['second_wrong_wilson'])} |"
     )
+    return lines
+
+
+def fit_table(rows: list[dict]) -> list[str]:
+    """Second-chance serves right and wrong per margin and top on the fit splits, as markdown lines."""
+    settable = [r for r in rows if not r["first_cited"]]
+    lines = [
+        "Fit splits, both corpora: second-chance serves right / wrong (95 % Wilson upper bound of wrong per serve)",
+        "",
+        "| margin | " + " | ".join(f"top {t}" for t in TOPS) + " |",
+        "|---|" + "---:|" * len(TOPS),
+    ]
+    for margin in MARGINS:
+        cells = {r["top"]: r for r in settable if r["margin"] == margin}
+        lines.append(
+            f"| {margin:.2f} | "
+            + " | ".join(
+                f"{cells[t]['right']} / {cells[t]['wrong']} ({100 * cells[t]['wrong_upper']:.1f} %)" for t in TOPS
+            )
+            + " |"
+        )
     return lines
 
 
@@ -477,6 +516,7 @@ def render(results: dict) -> str:
         f"(bound {100 * results['bound']:.0f} %: {'within' if chosen['holds'] else 'NOT within'}).",
         "",
     ]
+    lines += fit_table(results["choice"]["rows"]) + [""]
     for name, corpus in results["corpora"].items():
         arms = corpus["held_out"]
         lines += [
