@@ -32,13 +32,29 @@ class BM25:
             frequency.update(counts.keys())
         n = len(self.ids)
         self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items()}
-
-    def search(self, query: str, k: int = 5) -> list[tuple[str, float]]:
-        """Returns the k best (section id, score) pairs with a positive score, best first."""
-        wanted = set(terms(query))
-        scored = []
+        # Term -> the sections holding it: a query reads only those, not the whole corpus.
+        self.postings: dict[str, list[str]] = {}
         for section_id in self.ids:
+            for term in self.counts[section_id]:
+                self.postings.setdefault(term, []).append(section_id)
+
+    def search(self, query: str, k: int = 5, left_out: tuple[str, str] | None = None) -> list[tuple[str, float]]:
+        """Returns the k best (section id, score) pairs with a positive score, best first.
+
+        `left_out` is (section id, text): that section is scored as if it did not hold the text
+        (the words' document frequencies stay as indexed).
+        """
+        wanted = set(terms(query))
+        removed_id, removed = left_out if left_out else ("", Counter())
+        if left_out:
+            removed = Counter(terms(left_out[1]))
+        touched = {section_id for term in wanted for section_id in self.postings.get(term, ())}
+        scored = []
+        for section_id in touched:
             counts, length = self.counts[section_id], self.lengths[section_id]
+            if section_id == removed_id:
+                counts = counts - removed
+                length = sum(counts.values())
             score = 0.0
             for term in wanted:
                 f = counts.get(term, 0)
