@@ -94,7 +94,8 @@ class Command(BaseCommand):
             "machine": f"{os.cpu_count()} cores",
             "embedding_model": model.name,
             "bound": bound,
-            "denominator": "second-chance serves (misses given a second chance whose near candidate was served)",
+            "denominator": "non-duplicate questions (no earlier question had the same truth); wrong serves of the "
+            "first and the second chance together, as the scope's false-hit bound counts them",
             "choice": choice,
             "wall_seconds": round(time.perf_counter() - started, 1),
         }
@@ -117,7 +118,10 @@ class Command(BaseCommand):
             self.stdout.write(f"figures of {page} rewritten")
 
     def print_fit(self, choice: dict, bound: float) -> None:
-        self.stdout.write(f"\nfit splits, both corpora: second-chance serves per rule (bound {bound}):")
+        self.stdout.write(
+            f"\nfit splits, both corpora: second-chance serves per rule; upper: served wrong per non-duplicate "
+            f"question, first and second chance together (bound {bound}):"
+        )
         for row in sorted(choice["rows"], key=lambda r: (r["first_cited"], r["margin"], r["top"])):
             self.stdout.write(
                 f"  {row['rule']:<34} serves {row['serves']:>5}  right {row['right']:>5}  wrong {row['wrong']:>4}  "
@@ -127,8 +131,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"chosen: {chosen['rule']} ({'within the bound' if chosen['holds'] else 'no rule within the bound: the lowest upper bound'})"
         )
-        best = choice["best_with_first_cited"]
-        if best and best["first_cited"] and best["right"] > chosen["right"]:
-            self.stdout.write(
-                f"  with a first-cited condition (no scope field): {best['rule']} serves {best['right']} right"
-            )
+        self.stdout.write(
+            f"the first chance alone: {choice['first_chance_wrong']} wrong of {choice['non_duplicates']} "
+            f"non-duplicate questions, upper {100 * choice['first_chance_wrong_upper']:.2f} %"
+        )
