@@ -61,6 +61,20 @@ def test_a_hit_is_written_after_its_read_in_one_statement(postgres, api, section
     assert trail.hit_count == 1 and trail.last_hit_at is not None
 
 
+def test_a_miss_whose_read_found_a_likely_hit_is_written_after_it(postgres, api, sections):
+    record_icu(api)
+    # A look-alike shares band keys with the recorded question (so the read leaves the event), then the guard refuses it.
+    response, statements = statements_of(
+        lambda: api.recall("hospital", query="What are the ICU visiting hours for children?")
+    )
+    body = response.json()
+    read, *written = [s for s in statements if "trails_recallevent" in s or "WITH found" in s]
+    assert body["outcome"] == "miss" and read.startswith("WITH found")
+    assert [s[: len("WITH quick")] for s in written] == ["WITH quick"]  # the read's CTE wrote nothing
+    event = RecallEvent.objects.get(public_id=body["recall_id"])
+    assert (event.outcome, event.trail_id, event.similarity, event.stale_marked) == ("miss", None, None, 0)
+
+
 def test_a_hit_rewrites_the_event_its_read_wrote_as_a_miss(postgres, every_read_logs, api, sections):
     trail_id = record_icu(api)
     body = api.recall("hospital", query=QUESTION).json()

@@ -295,14 +295,13 @@ def write_recall_effects(
     trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
     served = trail_id if hit else None
     if (
-        served is not None
-        and not stale_ids
+        not stale_ids
         and nearest_trail_id is None
         and not near_candidates
         and connection.vendor == "postgresql"
-        and guard_on("recall-of-a-deleted-trail-is-a-miss")
+        and (trail_id is None if served is None else guard_on("recall-of-a-deleted-trail-is-a-miss"))
     ):
-        stored = _write_hit(
+        stored = _write_plain(
             scope=scope,
             public_id=public_id,
             logged=logged is not None,
@@ -501,12 +500,12 @@ def write_second_chance_effects(
     return served is None or served in present
 
 
-def _write_hit(
+def _write_plain(
     *,
     scope: Scope,
     public_id: uuid.UUID,
     logged: bool,
-    served: int,
+    served: int | None,
     outcome: str,
     similarity: float | None,
     latency_ms: float,
@@ -519,29 +518,38 @@ def _write_hit(
     research_key: str,
     caller: str,
 ) -> str:
-    """The common hit's writes (one trail counted, nothing stale) as one statement PostgreSQL
-    plans once: the served trail's hit counted (its row lock the only one taken), then the event
-    written, or rewritten where the candidate read logged it, naming the trail only where the
-    count found it (a trail deleted meanwhile makes the recall a miss). Gives the outcome stored.
+    """The common recall's writes (a hit's one trail counted, or a plain miss; nothing stale,
+    no near candidate kept) as one statement PostgreSQL plans once: the served trail's hit
+    counted (its row lock the only one taken), then the event written, or rewritten where the
+    candidate read logged it, naming the trail only where the count found it (a trail deleted
+    meanwhile makes the recall a miss). Gives the outcome stored.
 
     Raises:
         RecallEvent.DoesNotExist: the logged event is gone (its scope was deleted meanwhile).
     """
     trail, event = Trail._meta.db_table, RecallEvent._meta.db_table
-    if trails_partitioned():
-        where, found = "scope_id = %s AND id = %s", [scope.id, served]
-    else:
-        # By primary key alone, the scope checked apart: given both, a new scope's missing statistics drew a scope index.
-        where = f"id = (SELECT id FROM (SELECT id, scope_id FROM {trail} WHERE id = %s OFFSET 0) t WHERE scope_id = %s)"
-        found = [served, scope.id]
     # Bookkeeping, as the other recall writes: the commit need not wait for the WAL flush.
-    counted = (
-        "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true)), "
-        f"counted AS (UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE {where} RETURNING id), "
-        "answer AS (SELECT counted.id AS trail_id, CASE WHEN counted.id IS NULL THEN %s ELSE %s END AS outcome "
-        "FROM quick LEFT JOIN counted ON TRUE) "
-    )
-    params = [_prep(Trail, "last_hit_at", now), *found, RecallOutcome.MISS.value, outcome]
+    quick = "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true)), "
+    if served is None:
+        counted = (
+            quick + "answer AS (SELECT CAST(NULL AS BIGINT) AS trail_id, CAST(%s AS VARCHAR) AS outcome FROM quick) "
+        )
+        params: list = [outcome]
+    else:
+        if trails_partitioned():
+            where, found = "scope_id = %s AND id = %s", [scope.id, served]
+        else:
+            # By primary key alone, the scope checked apart: given both, a new scope's missing statistics drew a scope index.
+            where = (
+                f"id = (SELECT id FROM (SELECT id, scope_id FROM {trail} WHERE id = %s OFFSET 0) t WHERE scope_id = %s)"
+            )
+            found = [served, scope.id]
+        counted = quick + (
+            f"counted AS (UPDATE {trail} SET hit_count = hit_count + 1, last_hit_at = %s WHERE {where} RETURNING id), "
+            "answer AS (SELECT counted.id AS trail_id, CASE WHEN counted.id IS NULL THEN %s ELSE %s END AS outcome "
+            "FROM quick LEFT JOIN counted ON TRUE) "
+        )
+        params = [_prep(Trail, "last_hit_at", now), *found, RecallOutcome.MISS.value, outcome]
     if logged:
         sql = counted + (
             f"UPDATE {event} e SET outcome = a.outcome, similarity = %s, latency_ms = %s, trail_id = a.trail_id, "
