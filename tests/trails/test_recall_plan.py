@@ -139,3 +139,26 @@ def test_path_read_of_a_winner_probes_its_citations_not_the_scopes_without_fresh
     plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
     assert rows_read(plan, Citation._meta.db_table) <= 5, json.dumps(plan)[:3000]
     assert rows_read(plan, Step._meta.db_table) <= 5, json.dumps(plan)[:3000]
+
+
+def trail_rows_fetched() -> int:
+    """Trail rows this transaction has read so far, by any scan."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables WHERE relname = %s",
+            [Trail._meta.db_table],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("answer", ["a hit", "a stale trail"])
+def test_recalls_writes_read_a_few_trails_not_the_scope_without_fresh_statistics(grown_scope, answer):
+    from trails.serving.recall import recall
+
+    if answer == "a stale trail":
+        Section.upsert(grown_scope, {"s": "another text"})  # every trail cites it: the one matched is stale on read
+    before = trail_rows_fetched()
+    result = recall(grown_scope, grown_scope.asked)
+    read = trail_rows_fetched() - before
+    assert (result.outcome.value == "miss") == (answer == "a stale trail")
+    assert read <= 50, f"{read} trail rows read of {TRAILS} for {answer}"

@@ -174,15 +174,18 @@ OPPOSITES = frozenset(
         ("legal", "illegal"),
     )
 )
-_OPPOSITE_PREFIXES = ("dis", "un", "in", "im", "il", "ir", "non", "anti", "de")
+_OPPOSITE_PREFIXES = frozenset(("dis", "un", "in", "im", "il", "ir", "non", "anti", "de"))
 
 
 def are_opposites(a: str, b: str) -> bool:
     """Tells whether two terms ask opposite things ("advantage"/"disadvantage", "min"/"max")."""
     if frozenset((a, b)) in OPPOSITES:
         return True
-    short, long_ = sorted((a, b), key=len)
-    return any(long_ == prefix + short for prefix in _OPPOSITE_PREFIXES)
+    if len(a) == len(b):
+        return False
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    # The guard asks this of every pair of terms a hit's two questions hold: one slice, not a loop over prefixes.
+    return long_.endswith(short) and long_[: len(long_) - len(short)] in _OPPOSITE_PREFIXES
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,13 @@ from trails.models.lifecycle import (
 from trails.models.purge import PiiPattern, PurgeRun
 from trails.models.recalls import (
     SIMILARITY_BINS,
+    LoggedMiss,
     RecallEvent,
     RecallOutcome,
     RecallStat,
     SimilarityStat,
+    logged_miss,
+    logging_miss,
     write_recall_effects,
     write_second_chance_effects,
 )
@@ -80,6 +83,9 @@ __all__ = [
     "delete_rows",
     "validations_now",
     "SIMILARITY_BINS",
+    "LoggedMiss",
+    "logged_miss",
+    "logging_miss",
     "RecallEvent",
     "RecallOutcome",
     "RecallStat",

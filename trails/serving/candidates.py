@@ -26,7 +26,7 @@ from trails.core.banding import scoped_keys
 from trails.core.hint import RecordedStep
 from trails.core.validation import Citation as CoreCitation
 from trails.core.validation import CurrentSection
-from trails.models import BandKeys, Citation, Step, Trail, TrailStatus, trails_partitioned
+from trails.models import BandKeys, Citation, LoggedMiss, Step, Trail, TrailStatus, trails_partitioned
 
 
 @dataclass
@@ -77,7 +77,8 @@ class StepRow(NamedTuple):
 
 # The UNION ALL's columns: kind, trail id, position, then five of text and two of bytes.
 # Each kind's SELECT lists its own fields in these slots; `decode` names them again.
-TRAIL, CITATION, STEP = 0, 1, 2
+# A LOGGED row (no fields) says the read wrote the recall's event.
+TRAIL, CITATION, STEP, LOGGED = 0, 1, 2, 3
 
 
 def decode(row: tuple) -> TrailRow | CitationRow | StepRow:
@@ -108,7 +109,14 @@ class Lookup:
     path_distance: int = -1
 
 
-def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with_paths: bool = True) -> list[Candidate]:
+def candidates(
+    scope: Scope,
+    partition: str,
+    lookup: Lookup,
+    now: datetime,
+    with_paths: bool = True,
+    logged: LoggedMiss | None = None,
+) -> list[Candidate]:
     """Servable trails of the scope and partition sharing a band key with the query.
 
     Lexical collisions are all read. Embedding collisions are read only where their
@@ -118,7 +126,8 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
     scope's trails. Without paths (as with embeddings), `add_paths` reads them for the
     few that win, but for the nearest embedding collision (by sketch) when it lies within
     `lookup.path_distance` bits: its path comes in the same read, as it is nearly always
-    the winner, and a hit then needs no second read.
+    the winner, and a hit then needs no second read. With `logged` (PostgreSQL), the same
+    statement writes the recall's event as a miss.
     """
     if not lookup.lexical_keys and not lookup.embedding_keys:
         return []
@@ -231,6 +240,7 @@ def candidates(scope: Scope, partition: str, lookup: Lookup, now: datetime, with
         with_trails=True,
         with_paths=with_paths,
         nearest_path_within=lookup.path_distance if nearest_paths else None,
+        logged=logged,
     )
 
 
@@ -313,6 +323,7 @@ def _read(
     with_paths: bool,
     into: dict[int, Candidate] | None = None,
     nearest_path_within: int | None = None,
+    logged: LoggedMiss | None = None,
 ) -> list[Candidate]:
     """Reads the trails `found` selects (with `trail_columns` where `with_trails`) and their paths,
     each table by the scope's id as well as the trail's. With `nearest_path_within` (bits;
@@ -363,10 +374,18 @@ def _read(
             f"SELECT {STEP}, p.trail_id, p.position, p.tool, CAST(p.args AS TEXT), CAST(p.section_ids AS TEXT), "
             f"NULL, NULL, NULL, NULL FROM {per_found(step, 'p', 'trail_id')}"
         )
+    also = ""
+    if logged is not None:  # its CTE comes after `found`'s
+        # Written here only where no trail read is likely to be served: a hit rewrites it, so
+        # a read that looks like a hit leaves the event to the write after it.
+        likely = "SELECT 1 FROM found WHERE distance <= %s" if nearest_only else "SELECT 1 FROM found"
+        also = ", " + logged.cte(f"EXISTS ({likely})")
+        params = params + logged.params + ([nearest_path_within] if nearest_only else [])
+        parts.append(f"SELECT {LOGGED}, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM logged")
     if with_paths or nearest_only:  # the citations' and the steps' (distance and) scope
         params = params + ([nearest_path_within, scope_id] * 2 if nearest_only else [scope_id] * 2)
     materialized = "MATERIALIZED " if postgres else ""
-    sql = f"WITH found AS {materialized}({found}) " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
+    sql = f"WITH found AS {materialized}({found}){also} " + " UNION ALL ".join(parts) + " ORDER BY 1, 2, 3"
     # A candidate's embedding is 1.5 kB; in text it crossed as 3 kB of hex.
     with prepared_cursor(binary=True) as cursor:
         cursor.execute(sql, params)
@@ -374,6 +393,9 @@ def _read(
     result: dict[int, Candidate] = into if into is not None else {}
     distances: dict[int, int] = {}
     for raw in rows:
+        if raw[0] == LOGGED:
+            logged.written = True
+            continue
         row = decode(raw)
         if isinstance(row, TrailRow):
             if nearest_only:

@@ -20,7 +20,7 @@ from trails.core.validation import Outcome, SectionStatus, Validation, as_stored
 from trails.learning.embedder_calibration import check_calibrated
 from trails.learning.feedback import research_key
 from trails.learning.shipped import floor_for
-from trails.models import Trail, pauses, write_recall_effects
+from trails.models import LoggedMiss, RecallEvent, Trail, logged_miss, logging_miss, pauses, write_recall_effects
 from trails.serving.candidates import Candidate, add_paths
 from trails.serving.candidates import candidates as read_candidates
 from trails.serving.matching import (
@@ -71,12 +71,20 @@ class RecallResult:
 
 
 def rank_candidates(
-    scope: Scope, question: QuestionSignature, partition: str, now: datetime, verdicts: list[Verdict] | None = None
+    scope: Scope,
+    question: QuestionSignature,
+    partition: str,
+    now: datetime,
+    verdicts: list[Verdict] | None = None,
+    logged: LoggedMiss | None = None,
 ) -> tuple[list[Match], list[Candidate]]:
-    """Returns the candidates that pass a matcher and the guard, best first, and those read."""
+    """Returns the candidates that pass a matcher and the guard, best first, and those read
+    (the read writing `logged`, the recall's event as a miss, where given)."""
     # Lexical lookups find about one candidate, so its path comes in the same read;
     # embedding lookups find tens, so `recall` reads the path of a winner when it gets to it.
-    found = read_candidates(scope, partition, question.lookup(scope), now, with_paths=not scope.uses_embedding)
+    found = read_candidates(
+        scope, partition, question.lookup(scope), now, with_paths=not scope.uses_embedding, logged=logged
+    )
     passing = score_candidates(scope, question, found, verdicts=verdicts, limit=MAX_VALIDATED_CANDIDATES)
     return passing, found
 
@@ -126,7 +134,29 @@ def recall(
         raise Invalid("invalid", "query has no words to match on", field="query") from None
 
     verdicts: list[Verdict] | None = [] if explain else None
-    candidates, found = rank_candidates(scope, question, partition, now, verdicts)
+    keep_raw = scope.keep_raw_queries
+    research = research_key(session, query) if session else ""
+    # The event is written as a miss by the candidate read, so a miss takes one round trip; any other answer rewrites it.
+    logged = (
+        None
+        if dry_run
+        else logged_miss(
+            scope=scope,
+            query=query if keep_raw else "",
+            partition=partition if keep_raw else "",
+            research_key=research,
+            caller=caller,
+            now=now,
+            elapsed_ms=(time.perf_counter() - started) * 1000.0,
+        )
+    )
+    try:
+        with logging_miss(logged):
+            candidates, found = rank_candidates(scope, question, partition, now, verdicts, logged)
+    except IntegrityError:
+        if not scope_deleted(scope):
+            raise
+        raise NotFound("not_found", "no such scope", field="scope") from None
     read = len(found)
     result = RecallResult(Outcome.MISS, candidates=read)
     stale: list[Candidate] = []
@@ -165,35 +195,40 @@ def recall(
         nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
     if not dry_run:
         pauses.pause_point("recall:answered")
-        try:
-            recall_id, served = write_recall_effects(
-                scope=scope,
-                outcome=result.outcome.value,
-                similarity=result.similarity,
-                latency_ms=(time.perf_counter() - started) * 1000.0,
-                trail_id=result.trail.id if result.trail else None,
-                hit=result.outcome is not Outcome.MISS,
-                stale_ids=[t.id for t in stale],
-                matcher=result.matcher,
-                query=query if scope.keep_raw_queries else "",
-                partition=partition if scope.keep_raw_queries else "",
-                now=now,
-                calls_saved=result.calls_saved,
-                tokens_saved=result.tokens_saved,
-                research_key=research_key(session, query) if session else "",
-                nearest_trail_id=nearest.trail.id if nearest else None,
-                nearest_similarity=round(nearest.similarity, 4) if nearest else None,
-                caller=caller,
-                near_candidates=near or None,
-            )
-        except IntegrityError:
-            # The scope was deleted under the recall (its event can no longer be written): not found, never a 500.
-            if Scope.objects.filter(pk=scope.pk).exists():
-                raise
-            raise NotFound("not_found", "no such scope", field="scope") from None
-        if not served:
-            # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
-            result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
+        logged_id = logged.public_id if logged is not None and logged.written else None
+        if logged_id is not None and result.outcome is Outcome.MISS and not stale and not nearest and not near:
+            recall_id = logged_id  # the read wrote this miss as it is
+        else:
+            try:
+                recall_id, served = write_recall_effects(
+                    scope=scope,
+                    outcome=result.outcome.value,
+                    similarity=result.similarity,
+                    latency_ms=(time.perf_counter() - started) * 1000.0,
+                    trail_id=result.trail.id if result.trail else None,
+                    hit=result.outcome is not Outcome.MISS,
+                    stale_ids=[t.id for t in stale],
+                    matcher=result.matcher,
+                    query=query if keep_raw else "",
+                    partition=partition if keep_raw else "",
+                    now=now,
+                    calls_saved=result.calls_saved,
+                    tokens_saved=result.tokens_saved,
+                    research_key=research,
+                    nearest_trail_id=nearest.trail.id if nearest else None,
+                    nearest_similarity=round(nearest.similarity, 4) if nearest else None,
+                    caller=caller,
+                    near_candidates=near or None,
+                    logged=logged_id,
+                )
+            except (IntegrityError, RecallEvent.DoesNotExist):
+                # The scope was deleted under the recall (with its event, or before the event could be written).
+                if not scope_deleted(scope):
+                    raise
+                raise NotFound("not_found", "no such scope", field="scope") from None
+            if not served:
+                # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
+                result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
         result.recall_id = str(recall_id)
         result.second_chance_possible = result.outcome is Outcome.MISS and bool(near)
         metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()
@@ -201,6 +236,11 @@ def recall(
         if stale:
             metrics.STALE_MARKS.inc(len(stale))
     return result
+
+
+def scope_deleted(scope: Scope) -> bool:
+    """Whether the scope is gone: a recall it was deleted under answers not found, never a 500."""
+    return not Scope.objects.filter(pk=scope.pk).exists()
 
 
 def answer_match(match: Match, validation: Validation, budget: int) -> RecallResult:
