@@ -61,3 +61,43 @@ def test_a_scope_without_synonyms_gets_the_terms_a_lexicon_would_give(question):
     # phrase-by-phrase path does under a lexicon that names none of the question's words.
     unrelated = Lexicon.from_groups([["zyxwv", "vwxyz"]])
     assert question_terms(question) == question_terms(question, unrelated)
+
+
+@pytest.mark.parametrize(
+    "asked,stored",
+    [
+        ("How do I scale up my cluster?", "How do I scale down my cluster?"),
+        ("How do I zoom in on the chart?", "How do I zoom out on the chart?"),
+        ("Can I go over my storage quota?", "Can I go under my storage quota?"),
+        ("How do I turn on 2FA?", "How do I turn off 2FA?"),
+        ("How do I switch to yearly billing?", "How do I switch to monthly billing?"),
+    ],
+)
+def test_opposite_directions_are_refused_even_in_function_words(asked, stored):
+    verdict = check_pair(question_terms(asked), question_terms(stored), max_unshared_terms=None)
+    assert not verdict.allowed and verdict.reason.startswith("opposite terms")
+
+
+def test_a_particle_on_one_side_only_is_no_opposite():
+    assert check_pair(
+        question_terms("Why do I wake up at night?"), question_terms("Why do I wake at night?"), None
+    ).allowed
+
+
+@pytest.mark.parametrize(
+    "asked,stored",
+    [
+        ("How do I reset all passwords?", "How do I reset my password?"),
+        ("When did my build fail?", "Why did my build fail?"),
+        ("How can I see other people's invoices?", "How can I see my invoices?"),
+        ("How do I reset my admin password?", "How do I reset my password?"),
+    ],
+)
+def test_under_the_threshold_the_stricter_rules_refuse_narrower_and_other_questions(asked, stored):
+    strict = check_pair(question_terms(asked), question_terms(stored), None, refuse_added_terms=True)
+    assert not strict.allowed
+
+
+def test_under_the_threshold_a_reworded_question_still_passes():
+    pair = question_terms("How do I stop my subscription?"), question_terms("How do I cancel my subscription?")
+    assert check_pair(*pair, None, refuse_added_terms=True).allowed

@@ -697,6 +697,19 @@ def test_a_record_whose_scope_is_deleted_meanwhile_is_not_found_not_a_500(api, s
     assert not Trail.objects.filter(scope_id=scope.pk).exists()
 
 
+def test_a_record_arriving_as_a_scopes_deletion_commits_waits_and_is_not_found(api, scope, sections, monkeypatch):
+    record_icu(api)
+    held = Hold(monkeypatch, "delete-scope:locked")
+    deleting = Run(lambda: Scope.objects.get(pk=scope.pk).delete())
+    held.wait()  # its trails deleted in batches, the last transaction open
+    recording = Run(lambda: api.record("hospital", query="Where do visitors park?", cited=["parking"]))
+    wait_for_lock_waiters()  # the record waits for the deletion to commit
+    held.release()
+    deleting.outcome()
+    assert recording.outcome().status_code == 404
+    assert not Scope.objects.filter(pk=scope.pk).exists() and not Trail.objects.filter(scope_id=scope.pk).exists()
+
+
 def test_a_recall_whose_scope_is_deleted_meanwhile_is_not_found_not_a_500(api, scope, sections, monkeypatch):
     record_icu(api)
     hold = Hold(monkeypatch, "recall:answered")

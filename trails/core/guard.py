@@ -159,6 +159,14 @@ OPPOSITES = frozenset(
         ("more", "less"),
         ("most", "least"),
         ("over", "under"),
+        ("in", "out"),
+        ("on", "off"),
+        ("upgrade", "downgrade"),
+        ("upgrading", "downgrading"),
+        ("upload", "download"),
+        ("monthly", "yearly"),
+        ("monthly", "annual"),
+        ("login", "logout"),
         ("day", "night"),
         ("husband", "wife"),
         ("mother", "father"),
@@ -173,6 +181,15 @@ OPPOSITES = frozenset(
         ("push", "pull"),
         ("legal", "illegal"),
     )
+)
+# Function words that still set a direction or an amount ("scale up" / "scale down"): not content
+# terms, but a question holding one its look-alike holds the opposite of asks the opposite.
+PARTICLES = frozenset("up down in out on off over under more less most least".split())
+# Under the threshold (a second chance) these also tell questions apart: "when" is not "why",
+# "reset all passwords" is not "reset my password".
+QUESTION_WORDS = frozenset("when where why who".split())
+SCOPE_WORDS = frozenset(
+    "all every everyone everybody my mine our other others someone somebody anyone their your".split()
 )
 _OPPOSITE_PREFIXES = frozenset(("dis", "un", "in", "im", "il", "ir", "non", "anti", "de"))
 
@@ -196,6 +213,9 @@ class QuestionTerms:
     negated: bool
     terms: frozenset[str]
     order: tuple[str, ...] = ()  # content terms in order of first appearance
+    particles: frozenset[str] = frozenset()  # PARTICLES the question holds
+    question_words: frozenset[str] = frozenset()  # QUESTION_WORDS it holds
+    scope_words: frozenset[str] = frozenset()  # SCOPE_WORDS it holds
 
 
 def _singular(word: str) -> str:
@@ -249,7 +269,16 @@ def question_terms(text: str, lexicon: Lexicon = EMPTY_LEXICON) -> QuestionTerms
                     order.append(lexicon.canonical.get(_singular(token), _singular(token)))
                 i += 1
     order = list(dict.fromkeys(order))
-    return QuestionTerms(numbers, negated, frozenset(order), tuple(order))
+    present = frozenset(tokens)
+    return QuestionTerms(
+        numbers,
+        negated,
+        frozenset(order),
+        tuple(order),
+        present & PARTICLES,
+        present & QUESTION_WORDS,
+        present & SCOPE_WORDS,
+    )
 
 
 @dataclass(frozen=True)
@@ -274,8 +303,10 @@ def check_pair(
             not the other; 0 demands the same content terms, None sets no limit
             (paraphrases found by embedding reword freely).
         check_order: refuse when shared terms stand in another order.
-        refuse_added_terms: refuse where one question's content terms are the other's and more
-            ("reset my admin password" / "reset my password"): a narrower or wider question.
+        refuse_added_terms: the stricter rules for a question under the threshold: refuse where
+            one question's content terms are the other's and more ("reset my admin password" /
+            "reset my password"), where they ask with another of when/where/why/who, or where
+            they differ in whose or how many ("all" / "my" / "someone").
 
     Returns:
         allowed, or refused with the reason: numbers, negation, opposite terms,
@@ -294,9 +325,21 @@ def check_pair(
         for other in query.terms:
             if are_opposites(term, other):
                 return GuardVerdict(False, f"opposite terms: {other} / {term}")
+    for term in query.particles - candidate.particles:
+        for other in candidate.particles - query.particles:
+            if are_opposites(term, other):
+                return GuardVerdict(False, f"opposite terms: {term} / {other}")
     unshared = only_query | only_candidate
     if refuse_added_terms and bool(only_query) != bool(only_candidate):
         return GuardVerdict(False, "one question adds terms: " + ", ".join(sorted(unshared)))
+    if refuse_added_terms and query.question_words != candidate.question_words:
+        return GuardVerdict(
+            False, "asks another question: " + ", ".join(sorted(query.question_words ^ candidate.question_words))
+        )
+    if refuse_added_terms and query.scope_words != candidate.scope_words:
+        return GuardVerdict(
+            False, "whose or how many differ: " + ", ".join(sorted(query.scope_words ^ candidate.scope_words))
+        )
     if max_unshared_terms is not None and len(unshared) > max_unshared_terms:
         return GuardVerdict(False, "terms differ: " + ", ".join(sorted(unshared)))
     shared = query.terms & candidate.terms

@@ -94,4 +94,14 @@ def delete_scope(scope, cascade: Callable[[], tuple], batch_size: int = 1000) ->
                         break
                     delete_rows(model.objects.filter(id__in=ids))
         with transaction.atomic():
+            if guard_on("scope-deletion-locks-the-scope"):
+                # A record holds the scope's row FOR SHARE until it commits: after this lock none can add a trail,
+                # and those that committed during the batches go here, not into a cascade that trips on them.
+                type(scope).objects.select_for_update().filter(pk=scope.pk).first()
+                late = list(Trail.objects.filter(scope_id=scope.pk).order_by("id").values_list("id", flat=True))
+                if late:
+                    delete_trails(late)
+                for model in (MatchLabel, RecallEvent):
+                    delete_rows(model.objects.filter(scope_id=scope.pk))
+            pauses.pause_point("delete-scope:locked")
             return cascade()
