@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from scopes.models import Scope, Section
 from tests.browser.test_operator_flows import log_in
 from tests.conftest import grant
+from tests.trails.test_second_chance import ASKED, SECTIONS, STORED
 from trails.embedders import get_embedder
 from trails.serving.recall import recall
 from trails.serving.record import RecordInput, record
@@ -20,15 +21,6 @@ from trails.serving.second_chance import second_chance
 from trails.upkeep.jobs import roll_up
 
 pytestmark = pytest.mark.slow
-
-# Cosine 0.88 with the bundled model: a miss at the default threshold, a near candidate at a 0.1 margin.
-STORED = "How do I cancel my subscription?"
-ASKED = "How do I stop my subscription?"
-SECTIONS = {
-    "billing/cancel": "Cancel from Settings, Billing, Cancel plan; access lasts to the period's end.",
-    "billing/refunds": "Refunds are given within 14 days of a charge.",
-    "billing/invoices": "Invoices are emailed on the first of each month.",
-}
 
 
 @pytest.fixture

@@ -12,16 +12,9 @@ from django.db import connections
 
 from scopes.models import ApiKey, Scope, Section
 from tests.client.test_mcp_server import run_async, text_of
+from tests.trails.test_second_chance import ASKED, SECTIONS, STORED
 from trails.models import RecallEvent, Trail
 
-# Cosine 0.88 with the bundled model: under the scope's embedding threshold, over a 0.1 margin's cut.
-STORED = "How do I cancel my subscription?"
-ASKED = "How do I stop my subscription?"
-SECTIONS = {
-    "billing/cancel": "Cancel from Settings, Billing, Cancel plan; access lasts to the period's end.",
-    "billing/refunds": "Refunds are given within 14 days of a charge.",
-    "billing/invoices": "Invoices are emailed on the first of each month.",
-}
 FOUND = ["billing/cancel", "billing/refunds", "billing/invoices"]  # the search found the cited section first
 NOT_FOUND = ["billing/refunds", "billing/invoices"]
 UNRELATED = "Where is the car park?"  # no recorded question near it: no second chance is possible
