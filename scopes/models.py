@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import hmac
 import secrets
@@ -13,14 +12,19 @@ from typing import Iterable
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connection, models, transaction
-from django.dispatch import Signal
 from django.utils import timezone
 
 from infra.errors import Invalid
 from infra.hashing import section_hash
 from infra.prepared import prepared_cursor
-from scopes import audit
 from scopes.saving import KeptWrites, ScopeQuerySet, new_cache_token, new_policy_version  # noqa: F401
+from scopes.store_writes import (  # noqa: F401
+    STORE_FIELDS,
+    _hashes_given,
+    _refuse_write_around_the_store,
+    _store_writing,
+    sections_changed,
+)
 
 
 class Matcher(models.TextChoices):
@@ -152,40 +156,6 @@ class Scope(KeptWrites, models.Model):
     def expiry_for(self, active: bool, now=None) -> "timezone.datetime":
         now = now or timezone.now()
         return now + timedelta(days=self.active_ttl_days if active else self.pending_ttl_days)
-
-    def switch_second_chance(self, on: bool, by: str) -> bool:
-        """Turns the scope's second chance on or off, recorded in its audit log with who (as the
-        admin records a settings change); returns whether it changed (False: it already was)."""
-        with transaction.atomic():
-            changed = Scope.objects.filter(pk=self.pk, second_chance=not on).update(second_chance=on)
-            if changed:
-                detail = {"second_chance": {"before": not on, "after": on}}
-                audit.record(
-                    [self], by, audit.AuditEvent.Kind.SETTINGS, what=f"second_chance: {not on} → {on}", detail=detail
-                )
-        self.second_chance = on
-        return bool(changed)
-
-
-# Sent inside the transaction of every write that changes or removes sections, with
-# `scope`, `section_ids` and `at`. The trails app flags the trails citing them; the
-# store itself knows nothing of trails (a lower app never imports an upper one).
-sections_changed = Signal()
-
-# Set while Section.upsert writes, so the guards below let its own bulk writes through.
-_store_writing: contextvars.ContextVar[bool] = contextvars.ContextVar("section_store_writing", default=False)
-# Set while a hashes-only scope's sections are written: the hash is the source's (there is no text to hash).
-_hashes_given: contextvars.ContextVar[bool] = contextvars.ContextVar("section_hashes_given", default=False)
-
-STORE_FIELDS = frozenset({"text", "hash", "section_id", "scope", "scope_id"})
-
-
-def _refuse_write_around_the_store(fields: Iterable[str]) -> None:
-    if not _store_writing.get() and STORE_FIELDS & set(fields):
-        raise ValueError(
-            "a section's text, hash or id changes only through Section.upsert (or save/remove), which "
-            "hashes the text, keeps the old revision and flags the trails citing it"
-        )
 
 
 class SectionQuerySet(models.QuerySet):

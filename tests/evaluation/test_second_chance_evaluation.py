@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from evaluation import second_chance as lab
+from evaluation import second_chance_report as report
 
 PAIRS = [
     ("How do I copy an object in Python?", "How can I copy an object in Python?", True),
@@ -68,7 +69,7 @@ def test_the_evaluation_runs_both_arms_on_both_corpora_and_writes_the_figures(db
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps({"a": a, "b": b, "duplicate": d}) for a, b, d in PAIRS))
     page = tmp_path / "page.md"
-    page.write_text(f"# The second chance\n\nBefore.\n\n{lab.START}\nold figures\n{lab.END}\n\nAfter.\n")
+    page.write_text(f"# The second chance\n\nBefore.\n\n{report.START}\nold figures\n{report.END}\n\nAfter.\n")
     results = tmp_path / "results.json"
     out = StringIO()
     call_command(

@@ -36,17 +36,19 @@ from trails.models.lifecycle import (
     trail_status_changed,
 )
 from trails.models.purge import PiiPattern, PurgeRun
-from trails.models.recalls import (
-    SIMILARITY_BINS,
+from trails.models.recall_writes import (
     LoggedMiss,
-    RecallEvent,
-    RecallOutcome,
-    RecallStat,
-    SimilarityStat,
     logged_miss,
     logging_miss,
     write_recall_effects,
     write_second_chance_effects,
+)
+from trails.models.recalls import (
+    SIMILARITY_BINS,
+    RecallEvent,
+    RecallOutcome,
+    RecallStat,
+    SimilarityStat,
 )
 from trails.models.tool_policies import ToolPolicy, ToolPolicyQuerySet, bump_tool_policy_version
 from trails.models.trail import (

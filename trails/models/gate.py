@@ -38,6 +38,7 @@ WRITER_MODULES = frozenset(
         "trails.models.bulk",
         "trails.models.deletion",
         "trails.models.recalls",
+        "trails.models.recall_writes",
         "trails.models.lifecycle",
         "trails.models.trail",
     }

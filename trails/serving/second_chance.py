@@ -22,6 +22,7 @@ from trails.core.second_chance import (
 )
 from trails.core.validation import Outcome, as_stored, validate
 from trails.models import RecallEvent, RecallOutcome, pauses, write_second_chance_effects
+from trails.serving.answer import RecallResult, answer_match
 from trails.serving.candidates import Candidate, servable_by_id
 from trails.serving.matching import Match, QuestionSignature, matching_settings, near_allowed, second_chance_cut
 
@@ -80,8 +81,6 @@ def second_chance(
         Conflict: not a miss, asked before, or asked too late.
         Invalid: search results out of bounds.
     """
-    from trails.serving.recall import RecallResult, answer_match
-
     now = now or timezone.now()
     event = _missed_recall(scope, recall_id, caller, now)
     results = list(dict.fromkeys(search_results))

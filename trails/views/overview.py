@@ -18,6 +18,7 @@ from infra import metrics, refusals
 from infra.errors import Refused
 from scopes.access import Access
 from scopes.models import KEY_PREFIX, Scope, SectionSync, SectionSyncJob
+from scopes.second_chance import switch_second_chance
 from trails import tool_results
 from trails.core import charts
 from trails.core.calibration import false_hit_verdict
@@ -294,7 +295,7 @@ def second_chance_switch(request: HttpRequest, scope_slug: str) -> HttpResponse:
     if asked not in ("on", "off"):
         return HttpResponse("second_chance must be on or off", status=400)
     on = asked == "on"
-    changed = scope.switch_second_chance(on, by=request.user.get_username())
+    changed = switch_second_chance(scope, on, by=request.user.get_username())
     if changed:
         messages.info(
             request,

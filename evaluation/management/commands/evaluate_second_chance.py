@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from evaluation import matching
 from evaluation import results as benchmark_results
 from evaluation import second_chance as lab
+from evaluation import second_chance_report as report
 from evaluation.bm25 import BM25
 from evaluation.matching import DEFAULT_PAIRS
 from evaluation.scale import embedded
@@ -51,7 +52,7 @@ class Command(BaseCommand):
         if page_only:
             figures = json.loads(Path(results).read_text(encoding="utf-8"))
             Path(page).write_text(
-                lab.page_with_figures(Path(page).read_text(encoding="utf-8"), figures), encoding="utf-8"
+                report.page_with_figures(Path(page).read_text(encoding="utf-8"), figures), encoding="utf-8"
             )
             self.stdout.write(f"figures of {page} rewritten from {results}")
             return
@@ -104,7 +105,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"\n{name}, held-out split, margin {choice['chosen']['margin']:.2f}, top {choice['chosen']['top']}:"
             )
-            self.stdout.write("\n".join(lab.table(corpus["held_out"])))
+            self.stdout.write("\n".join(report.table(corpus["held_out"])))
         self.stdout.write(
             f"\nOn by default: {'yes' if figures['on_by_default']['yes'] else 'no'} ({figures['on_by_default']['why']})"
         )
@@ -113,7 +114,7 @@ class Command(BaseCommand):
         self.stdout.write(f"figures written to {results}")
         if page and Path(page).exists():
             Path(page).write_text(
-                lab.page_with_figures(Path(page).read_text(encoding="utf-8"), figures), encoding="utf-8"
+                report.page_with_figures(Path(page).read_text(encoding="utf-8"), figures), encoding="utf-8"
             )
             self.stdout.write(f"figures of {page} rewritten")
 
