@@ -99,7 +99,7 @@ def delete_scope(scope, cascade: Callable[[], tuple], batch_size: int = 1000) ->
                 # and those that committed during the batches go here, not into a cascade that trips on them.
                 type(scope).objects.select_for_update().filter(pk=scope.pk).first()
                 late = list(Trail.objects.filter(scope_id=scope.pk).order_by("id").values_list("id", flat=True))
-                if late:
+                if late and guard_on("scope-deletion-through-the-deletion-path"):
                     delete_trails(late)
                 for model in (MatchLabel, RecallEvent):
                     delete_rows(model.objects.filter(scope_id=scope.pk))
