@@ -47,6 +47,7 @@ def test_latin_letters_are_transliterated(spelling, folded):
 
 
 def test_other_scripts_keep_their_letters_in_either_composition():
+    assert fold_text("が東京") == "が東京"  # the voicing mark is kept: が is not か
     assert fold_text("東京 한국어") == "東京 한국어"
     assert fold_text(unicodedata.normalize("NFD", "が한국어")) == fold_text("が한국어") == "が한국어"
     assert fold_text("कि") != fold_text("क")  # a vowel sign is part of the word, not an accent
