@@ -52,6 +52,11 @@ def rows_read(plan: dict, table: str, indexes: set[str] | None = None) -> int:
 
 def fill(scope: Scope, questions: list[str]) -> None:
     Section.upsert(scope, {"s": "a section"})
+    save_accepted(scope, questions)
+
+
+def save_accepted(scope: Scope, questions) -> None:
+    """Records each question as an accepted one-step path citing the scope's section "s", in one bulk write."""
     current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
     now = timezone.now()
     TrailRows.save_all(

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from evaluation.questions import QuestionMaker
 from scopes.models import Scope, Section
-from trails.core.hint import RecordedStep
+from tests.trails.test_recall_plan import save_accepted
 from trails.models import BandKeys, Citation, Trail
-from trails.serving.record import RecordInput, TrailRows
 from trails.upkeep.reindex import reindex_scope
 
 
@@ -23,20 +21,7 @@ def counted(table: str) -> float:
 
 def record_many(scope: Scope, count: int, seed: int) -> None:
     maker = QuestionMaker(seed=seed)
-    current = {s.section_id: s for s in Section.objects.filter(scope=scope)}
-    now = timezone.now()
-    TrailRows.save_all(
-        [
-            TrailRows.build(
-                scope,
-                RecordInput(query=q, cited=["s"], steps=[RecordedStep("search", {"q": q}, ["s"])], signal="accepted"),
-                current,
-                "",
-                now,
-            )
-            for q in (maker.question() for _ in range(count))
-        ]
-    )
+    save_accepted(scope, (maker.question() for _ in range(count)))
 
 
 @pytest.fixture
