@@ -185,3 +185,35 @@ def test_when_the_nearest_trail_went_stale_the_next_one_is_served_with_its_own_p
     assert [(s["id"], s["text"]) for s in result.sections] == [("s", "Passwords are reset from the account page.")]
     nearest.refresh_from_db()
     assert nearest.status == "stale"
+
+
+def test_a_winner_second_nearest_by_sketch_comes_with_its_path_in_the_read(crowd):
+    """The read brings the paths of the two nearest collisions by sketch: where the better trail
+    by cosine is the second nearest by sketch, a hit still takes no third statement."""
+    from trails.core.simhash import sketch, sketch_distance
+    from trails.serving.matching import matching_settings, simhash_params
+
+    scope, embedder = crowd
+    params, limit = simhash_params(), matching_settings(scope).embedding_path_limit
+    asked = sketch(embedder.query, params)
+    for _ in range(500):  # vectors whose sketches rank them the other way round from their cosines
+        nearer = embedder.at_cosine("what is the way to reset a password", 0.965)
+        better = embedder.at_cosine("how might i reset a password", 0.985)
+        near, far = (sketch_distance(asked, sketch(embedder.vectors[t], params)) for t in (nearer, better))
+        if near < far <= limit:
+            break
+    else:
+        pytest.fail("no pair of vectors ranked the other way by their sketches")
+    store(scope, nearer)
+    best = store(scope, better)
+    statements: list[str] = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        result = recall(scope, QUESTION, dry_run=True)
+    assert result.outcome.value == "prefetch" and result.trail.id == best.id
+    reads = [s for s in statements if s.lstrip().startswith("WITH found")]
+    assert len(reads) == 1, reads  # no second read for the winner's path
