@@ -3,13 +3,16 @@ an event the read wrote as a miss is rewritten with whatever recall answered ins
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from scopes.models import Scope
 from tests.trails.test_races import Hold, Run
 from tests.trails.test_recall import record_icu
 from trails.models import LoggedMiss, RecallEvent, Trail, TrailSignal, TrailStatus, writes
+from trails.serving import recall as recall_module
 
 QUESTION = "What are the ICU visiting hours?"
 
@@ -148,3 +151,22 @@ def test_a_logged_recall_whose_trail_is_deleted_meanwhile_stays_a_miss(
     body = recalling.outcome().json()
     assert body["outcome"] == "miss" and body["trail_id"] is None
     assert RecallEvent.objects.get(public_id=body["recall_id"]).outcome == "miss"
+
+
+def test_a_recall_that_fails_after_its_read_logged_a_miss_leaves_no_event(
+    postgres, every_read_logs, api, sections, monkeypatch
+):
+    trail = Trail.objects.get(public_id=record_icu(api))
+
+    def connection_lost(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(recall_module, "write_recall_effects", connection_lost)
+    with pytest.raises(OperationalError):
+        recall_module.recall(Scope.objects.get(slug="hospital"), QUESTION)
+    # Neither a miss the caller never got nor a hit it never saw is counted.
+    assert not RecallEvent.objects.exists()
+    assert Trail.objects.get(pk=trail.pk).hit_count == 0
+    monkeypatch.undo()
+    body = api.recall("hospital", query=QUESTION).json()
+    assert RecallEvent.objects.get().public_id == uuid.UUID(body["recall_id"])

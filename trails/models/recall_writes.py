@@ -4,6 +4,7 @@ Part of the one writer (docs/consistency.md)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
-from django.db import connection, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Q
 
 from infra.guards import guard_on
@@ -22,6 +23,8 @@ from trails.models.gate import writing
 from trails.models.lifecycle import mark_stale_statements
 from trails.models.recalls import RecallEvent, RecallOutcome
 from trails.models.trail import Trail, trails_partitioned
+
+logger = logging.getLogger(__name__)
 
 
 def _prep(model: type[models.Model], field: str, value):
@@ -39,6 +42,7 @@ class LoggedMiss:
     insert: str  # the INSERT ... SELECT, reading `found` first; `cte` adds the condition
     params: list
     written: bool = False  # the read says it wrote the event
+    settled: bool = False  # recall answered with it, as it is or rewritten
 
     def cte(self, unless: str) -> str:
         """The WITH item writing the event unless `unless` (SQL over `found`) holds."""
@@ -82,6 +86,22 @@ def logged_miss(
         caller[:16],
     ]
     return LoggedMiss(public_id, insert, params)
+
+
+@contextmanager
+def forgotten_unless_settled(scope: Scope, event: LoggedMiss | None) -> Iterator[None]:
+    """Deletes the event the candidate read wrote as a miss where recall then fails before settling
+    it: a recall that raised leaves no event, as on SQLite (where recall writes its event last)."""
+    try:
+        yield
+    except Exception:
+        if event is not None and event.written and not event.settled:
+            try:
+                with writing("recall"):
+                    RecallEvent.objects.filter(public_id=event.public_id, scope=scope).delete()
+            except DatabaseError:  # the connection that failed the recall may fail this too: say so, raise the first
+                logger.exception("the miss event %s of a failed recall could not be deleted", event.public_id)
+        raise
 
 
 @contextmanager

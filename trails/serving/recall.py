@@ -16,7 +16,16 @@ from trails.core.validation import Outcome, SectionStatus, as_stored, validate
 from trails.learning.embedder_calibration import check_calibrated
 from trails.learning.feedback import research_key
 from trails.learning.shipped import floor_for
-from trails.models import LoggedMiss, RecallEvent, Trail, logged_miss, logging_miss, pauses, write_recall_effects
+from trails.models import (
+    LoggedMiss,
+    RecallEvent,
+    Trail,
+    forgotten_unless_settled,
+    logged_miss,
+    logging_miss,
+    pauses,
+    write_recall_effects,
+)
 from trails.serving.answer import RecallResult, answer_match
 from trails.serving.candidates import Candidate, add_paths
 from trails.serving.candidates import candidates as read_candidates
@@ -117,85 +126,91 @@ def recall(
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
         )
     )
-    try:
-        with logging_miss(logged):
-            candidates, found = rank_candidates(scope, question, partition, now, verdicts, logged)
-    except IntegrityError:
-        if not scope_deleted(scope):
-            raise
-        raise NotFound("not_found", "no such scope", field="scope") from None
-    read = len(found)
-    result = RecallResult(Outcome.MISS, candidates=read)
-    stale: list[Candidate] = []
-    for match in candidates[:MAX_VALIDATED_CANDIDATES]:
-        if not match.trail.has_paths:
-            # One winner at a time: the best is nearly always valid, so one read, not three.
-            add_paths(scope, [match.trail])
-        current = match.trail.current
-        if not scope.keeps_text:  # hashes only: nothing to re-hash or serve (as_stored); else the rows as read
-            current = {k: as_stored(v.hash, v.text, False) for k, v in current.items()}
-        validation = validate(match.trail.citations, current)
-        if validation.outcome is Outcome.MISS:
-            stale.append(match.trail)
-            continue
-        result = answer_match(match, validation, budget)
-        result.candidates = read
-        break
-    else:
-        if stale:
-            result.trail, result.similarity, result.matcher = (
-                stale[0],
-                round(candidates[0].similarity, 4),
-                candidates[0].matcher,
-            )
-            result.matched_query = stale[0].query
-
-    near = near_candidates(scope, question, found, candidates) if result.outcome is Outcome.MISS else []
-    if verdicts is not None:
-        serving = question.embedding.model if question.embedding else ""
-        result.explanation = explanation(scope, result, verdicts, stale, read, serving, near)
-    nearest = None
-    if not dry_run and session and not candidates and found:
-        # What a lower threshold would have served: the path this session records next
-        # for the question says whether that would have been right (feedback.learn_from_research).
-        # Only the floor: the ceiling (a walk over the calibration curve) is no business of recall.
-        nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
-    if not dry_run:
-        pauses.pause_point("recall:answered")
-        logged_id = logged.public_id if logged is not None and logged.written else None
-        if logged_id is not None and result.outcome is Outcome.MISS and not stale and not nearest and not near:
-            recall_id = logged_id  # the read wrote this miss as it is
+    # A recall that fails after its read wrote the event as a miss leaves no event.
+    with forgotten_unless_settled(scope, logged):
+        try:
+            with logging_miss(logged):
+                candidates, found = rank_candidates(scope, question, partition, now, verdicts, logged)
+        except IntegrityError:
+            if not scope_deleted(scope):
+                raise
+            raise NotFound("not_found", "no such scope", field="scope") from None
+        read = len(found)
+        result = RecallResult(Outcome.MISS, candidates=read)
+        stale: list[Candidate] = []
+        for match in candidates[:MAX_VALIDATED_CANDIDATES]:
+            if not match.trail.has_paths:
+                # One winner at a time: the best is nearly always valid, so one read, not three.
+                add_paths(scope, [match.trail])
+            current = match.trail.current
+            if not scope.keeps_text:  # hashes only: nothing to re-hash or serve (as_stored); else the rows as read
+                current = {k: as_stored(v.hash, v.text, False) for k, v in current.items()}
+            validation = validate(match.trail.citations, current)
+            if validation.outcome is Outcome.MISS:
+                stale.append(match.trail)
+                continue
+            result = answer_match(match, validation, budget)
+            result.candidates = read
+            break
         else:
-            try:
-                recall_id, served = write_recall_effects(
-                    scope=scope,
-                    outcome=result.outcome.value,
-                    similarity=result.similarity,
-                    latency_ms=(time.perf_counter() - started) * 1000.0,
-                    trail_id=result.trail.id if result.trail else None,
-                    hit=result.outcome is not Outcome.MISS,
-                    stale_ids=[t.id for t in stale],
-                    matcher=result.matcher,
-                    query=query if keep_raw else "",
-                    partition=partition if keep_raw else "",
-                    now=now,
-                    calls_saved=result.calls_saved,
-                    tokens_saved=result.tokens_saved,
-                    research_key=research,
-                    nearest_trail_id=nearest.trail.id if nearest else None,
-                    nearest_similarity=round(nearest.similarity, 4) if nearest else None,
-                    caller=caller,
-                    near_candidates=near or None,
-                    logged=logged_id,
+            if stale:
+                result.trail, result.similarity, result.matcher = (
+                    stale[0],
+                    round(candidates[0].similarity, 4),
+                    candidates[0].matcher,
                 )
-            except (IntegrityError, RecallEvent.DoesNotExist):
-                # The scope was deleted under the recall (with its event, or before the event could be written).
-                if not scope_deleted(scope):
-                    raise
-                raise NotFound("not_found", "no such scope", field="scope") from None
-            if not served:
-                # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
-                result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
+                result.matched_query = stale[0].query
+
+        near = near_candidates(scope, question, found, candidates) if result.outcome is Outcome.MISS else []
+        if verdicts is not None:
+            serving = question.embedding.model if question.embedding else ""
+            result.explanation = explanation(scope, result, verdicts, stale, read, serving, near)
+        nearest = None
+        if not dry_run and session and not candidates and found:
+            # What a lower threshold would have served: the path this session records next
+            # for the question says whether that would have been right (feedback.learn_from_research).
+            # Only the floor: the ceiling (a walk over the calibration curve) is no business of recall.
+            nearest = nearest_allowed(scope, question, found, floor_for("embedding", scope.embedding_threshold))
+        if not dry_run:
+            pauses.pause_point("recall:answered")
+            logged_id = logged.public_id if logged is not None and logged.written else None
+            if logged_id is not None and result.outcome is Outcome.MISS and not stale and not nearest and not near:
+                recall_id = logged_id  # the read wrote this miss as it is
+                logged.settled = True
+            else:
+                try:
+                    recall_id, served = write_recall_effects(
+                        scope=scope,
+                        outcome=result.outcome.value,
+                        similarity=result.similarity,
+                        latency_ms=(time.perf_counter() - started) * 1000.0,
+                        trail_id=result.trail.id if result.trail else None,
+                        hit=result.outcome is not Outcome.MISS,
+                        stale_ids=[t.id for t in stale],
+                        matcher=result.matcher,
+                        query=query if keep_raw else "",
+                        partition=partition if keep_raw else "",
+                        now=now,
+                        calls_saved=result.calls_saved,
+                        tokens_saved=result.tokens_saved,
+                        research_key=research,
+                        nearest_trail_id=nearest.trail.id if nearest else None,
+                        nearest_similarity=round(nearest.similarity, 4) if nearest else None,
+                        caller=caller,
+                        near_candidates=near or None,
+                        logged=logged_id,
+                    )
+                except (IntegrityError, RecallEvent.DoesNotExist):
+                    # The scope was deleted under the recall (with its event, or before the event could be written).
+                    if not scope_deleted(scope):
+                        raise
+                    raise NotFound("not_found", "no such scope", field="scope") from None
+                if logged is not None:
+                    logged.settled = True
+                if not served:
+                    # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
+                    result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
+    if not dry_run:
         result.recall_id = str(recall_id)
         result.second_chance_possible = result.outcome is Outcome.MISS and bool(near)
         metrics.RECALLS.labels(result.outcome.value, result.matcher or "none").inc()
