@@ -20,6 +20,8 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django.conf import settings
@@ -123,6 +125,25 @@ def described(problem: Exception) -> str:
     the request's values, which no purge could reach in a log)."""
     state = getattr(problem.__cause__, "sqlstate", None) or getattr(problem, "sqlstate", None)
     return type(problem).__name__ + (f" (SQLSTATE {state})" if state else "")
+
+
+# A cleanup after a failed call gets this share of RAGTRAIL_DB_DEADLINE_S of its own: a DELETE by
+# key takes milliseconds where the database answers at all, and a paused one delays the answer by no more.
+CLEANUP_SHARE = 0.25
+
+
+@contextmanager
+def cleanup_window() -> Iterator[None]:
+    """The database calls within get a deadline of their own, whatever is left of the request's:
+    for undoing what a request that then failed (its deadline spent, say) had written."""
+    if _request_deadline.get() is None:
+        yield
+        return
+    token = _request_deadline.set(time.monotonic() + settings.RAGTRAIL_DB_DEADLINE_S * CLEANUP_SHARE)
+    try:
+        yield
+    finally:
+        _request_deadline.reset(token)
 
 
 def deadline_passed() -> bool:

@@ -12,6 +12,7 @@ from scopes.models import Scope
 from tests.trails.test_races import Hold, Run
 from tests.trails.test_recall import record_icu
 from trails.models import LoggedMiss, RecallEvent, Trail, TrailSignal, TrailStatus, writes
+from trails.serving import candidates as candidates_module
 from trails.serving import recall as recall_module
 
 QUESTION = "What are the ICU visiting hours?"
@@ -170,3 +171,35 @@ def test_a_recall_that_fails_after_its_read_logged_a_miss_leaves_no_event(
     monkeypatch.undo()
     body = api.recall("hospital", query=QUESTION).json()
     assert RecallEvent.objects.get().public_id == uuid.UUID(body["recall_id"])
+
+
+def test_a_recall_that_fails_reading_the_rows_of_a_read_that_logged_it_leaves_no_event(
+    postgres, every_read_logs, api, sections, monkeypatch
+):
+    record_icu(api)
+
+    def unreadable(row):
+        raise ValueError("a row recall cannot read")
+
+    # The event is committed with the read; the row saying so comes last and is never reached.
+    monkeypatch.setattr(candidates_module, "decode", unreadable)
+    with pytest.raises(ValueError):
+        recall_module.recall(Scope.objects.get(slug="hospital"), QUESTION)
+    assert not RecallEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recall_cut_by_its_database_deadline_after_its_read_leaves_no_event(
+    postgres, every_read_logs, api, sections, settings, monkeypatch
+):
+    record_icu(api)
+    settings.RAGTRAIL_DB_DEADLINE_S = 1.0
+
+    def stuck(**kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(3)")  # the watchdog shuts the connection's socket at the deadline
+
+    monkeypatch.setattr(recall_module, "write_recall_effects", stuck)
+    response = api.recall("hospital", query=QUESTION)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "deadline"
+    assert not RecallEvent.objects.exists()

@@ -15,6 +15,7 @@ from typing import Sequence
 from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Q
 
+from infra.db_deadline import cleanup_window, described
 from infra.guards import guard_on
 from infra.prepared import prepared_cursor
 from scopes.models import Scope
@@ -95,13 +96,27 @@ def forgotten_unless_settled(scope: Scope, event: LoggedMiss | None) -> Iterator
     try:
         yield
     except Exception:
-        if event is not None and event.written and not event.settled:
-            try:
-                with writing("recall"):
-                    RecallEvent.objects.filter(public_id=event.public_id, scope=scope).delete()
-            except DatabaseError:  # the connection that failed the recall may fail this too: say so, raise the first
-                logger.exception("the miss event %s of a failed recall could not be deleted", event.public_id)
+        # Whatever `written` says: the read may have committed the event before its rows were read.
+        if event is not None and not event.settled:
+            _forget_failed_recall(scope, event.public_id)
         raise
+
+
+def _forget_failed_recall(scope: Scope, public_id: uuid.UUID) -> None:
+    """Deletes a failed recall's event, in a database window of its own (the request's deadline may
+    be what failed it) and on a new connection where the failure broke the request's. A database
+    that is away keeps the event; the log says so, with the error's class and SQLSTATE only."""
+    if connection.in_atomic_block:
+        info = getattr(connection.connection, "info", None)
+        if connection.needs_rollback or (info is not None and info.transaction_status.name == "INERROR"):
+            return  # the transaction is rolled back, the event with it
+    elif connection.connection is not None and connection.connection.closed:
+        connection.close()  # the watchdog shut its socket: the next statement connects anew
+    try:
+        with cleanup_window(), writing("recall"):
+            RecallEvent.objects.filter(public_id=public_id, scope=scope).delete()
+    except DatabaseError as problem:  # the first error is the one raised
+        logger.warning("the miss event %s of a failed recall is kept: %s", public_id, described(problem))
 
 
 @contextmanager
