@@ -167,3 +167,29 @@ def bad_request(request, exception=None, *args, **kwargs):
     from django.views.defaults import bad_request as page  # noqa: PLC0415 -- only off the API
 
     return page(request, exception, *args, **kwargs)
+
+
+class JsonApiErrorsMiddleware:
+    """Under /api/, a 404 or 405 answered in HTML (the router's wrong method; with DEBUG on,
+    Django's page for a path no route matches) answers the one JSON error shape instead."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code not in (404, 405)
+            or not request.path.startswith("/api/")
+            or response.get("Content-Type", "").startswith("application/json")
+        ):
+            return response
+        if response.status_code == 404:
+            return RequestRefused(404, "not_found", "no such endpoint or object").response()
+        allowed = response.get("Allow", "")
+        refused = RequestRefused(
+            405, "method_not_allowed", f"{request.method} is not allowed here (allowed: {allowed})"
+        )
+        answer = refused.response()
+        answer["Allow"] = allowed
+        return answer

@@ -71,6 +71,8 @@ MIDDLEWARE = [
     # A chunked body without its length is refused, never read as empty.
     "infra.body_length.LengthRequiredMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Under /api/, every 404 and 405 in the JSON error shape (DEBUG's pages and the router's included).
+    "infra.errors.JsonApiErrorsMiddleware",
     # Operator pages compressed (BREACH-safe); listed early so it sees the final page.
     "infra.compression.HtmlGZipMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.

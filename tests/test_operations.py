@@ -228,6 +228,19 @@ def test_api_errors_never_show_a_traceback(api, scope, settings):
     assert response.status_code == 400 and "Traceback" not in response.content.decode()
 
 
+def test_a_wrong_method_or_path_under_the_api_answers_the_json_error_shape_with_debug_on_or_off(api, scope, settings):
+    for debug in (False, True):
+        settings.DEBUG = debug
+        wrong_method = api.call("get", "/scopes/hospital/recall")
+        assert wrong_method.status_code == 405 and wrong_method["Allow"] == "POST"
+        assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+        for path in ("/scopes/hospital/recall/", "/no-such-endpoint"):
+            missing = api.call("post", path, {"query": "Where do visitors park?"})
+            assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found", path
+    # Off the API, Django's own pages as before.
+    assert "application/json" not in api.client.get("/ops/no-such-page/")["Content-Type"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_hung_database_answers_503_within_the_deadline_not_after_the_pause(api, scope, settings):
     if connection.vendor != "postgresql":
