@@ -213,7 +213,15 @@ RULES: tuple[Rule, ...] = (
         expiry=Expiry.ACTIVE,
         note="approve: the only way back into service from held",
     ),
-    Rule(VOTE_DOWN, O, ANY_RECORDED, REJECTED, reason="rejected by {who}", labels=Labels.REJECTION),
+    Rule(
+        VOTE_DOWN,
+        O,
+        (PENDING, HELD, ACTIVE, STALE),
+        REJECTED,
+        reason="rejected by {who}",
+        labels=Labels.REJECTION,
+        note="a rejected trail is not rejected again (its undo would restore the rejection)",
+    ),
     Rule(
         DEMOTE,
         O,
