@@ -248,9 +248,13 @@ def test_bulk_approval_activates_only_the_selected_pending_trails(staff, trails,
         {"vote": "up", "trail": [str(pending[0].public_id), str(active.public_id), "not-a-uuid"]},
         headers={"HX-Request": "true"},
     )
-    # Approval applies to pending and active trails (it refreshes an active one's lifetime).
-    assert response.status_code == 200 and "2 trails approved." in response.content.decode()
+    # "Approve selected pending" approves the pending ones only (an active one's lifetime is not renewed).
+    assert response.status_code == 200
+    assert "1 trail approved. 1 selected trail left as it was: the action applies to pending trails only." in (
+        response.content.decode()
+    )
     assert sorted(Trail.objects.values_list("status", flat=True)) == ["active", "active", "pending"]
+    assert Trail.objects.get(pk=active.pk).expires_at == active.expires_at
     assert (
         staff.post("/ops/hospital/trails/vote/", {"vote": "up"}, headers={"HX-Request": "true"})
         .content.decode()
@@ -496,14 +500,14 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     both = [str(icu.public_id), str(pending.public_id)]
     # Without JavaScript a plain post asks first and deletes nothing; confirm.js adds confirm=yes.
     asked = staff.post("/ops/hospital/trails/vote/", {"vote": "delete", "trail": both}).content.decode()
-    assert "Delete the 2 selected trails?" in asked and 'name="confirm" value="yes"' in asked
+    assert "Delete the 1 selected stale trail?" in asked and 'name="confirm" value="yes"' in asked
     assert f'name="trail" value="{icu.public_id}"' in asked and Trail.objects.filter(pk=icu.pk).exists()
     deleted = staff.post(
         "/ops/hospital/trails/vote/",
         {"vote": "delete", "trail": both, "confirm": "yes"},
         headers={"HX-Request": "true"},
     ).content.decode()
-    assert "1 trail deleted. 1 selected trail left as it was: the action does not apply to its status." in deleted
+    assert "1 trail deleted. 1 selected trail left as it was: the action applies to stale trails only." in deleted
     assert not Trail.objects.filter(pk=icu.pk).exists() and Trail.objects.filter(pk=pending.pk).exists()
     # Undo a rejection, from its row.
     row = staff.post(
@@ -519,6 +523,36 @@ def test_bulk_actions_apply_only_where_they_fit(staff, api, scope, trails):
     # Where nothing fits, no bulk bar.
     active_only = staff.get("/ops/hospital/trails/?status=active").content.decode()
     assert 'id="bulk-bar"' not in active_only
+
+
+def test_bulk_reject_of_a_whole_page_rejects_only_its_pending_trails_and_says_so_without_javascript(
+    staff, api, scope, trails
+):
+    from scopes.models import Section
+
+    rejected = Trail.objects.filter(status="pending").first()
+    writes.act(rejected, "down", Actor.OPERATOR, by="olga")
+    Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
+    api.recall("hospital", query="When are ICU visiting hours?")
+    stale = Trail.objects.get(query="When are ICU visiting hours?", status="stale")
+    every = list(Trail.objects.filter(scope=scope))
+    before = {t.pk: (t.status, t.signals.count()) for t in every}
+    page = staff.post(
+        "/ops/hospital/trails/vote/", {"vote": "down", "trail": [str(t.public_id) for t in every]}, follow=True
+    ).content.decode()
+    pending = [t.pk for t in every if before[t.pk][0] == "pending"]
+    assert f"{len(pending)} trail{'s' if len(pending) != 1 else ''} rejected." in page
+    assert "the action applies to pending trails only." in page
+    after = {t.pk: (t.status, t.signals.count()) for t in Trail.objects.filter(scope=scope)}
+    assert all(after[pk][0] == "rejected" for pk in pending)
+    assert {pk: state for pk, state in after.items() if pk not in pending} == {
+        pk: state for pk, state in before.items() if pk not in pending
+    }
+    assert after[stale.pk][0] == "stale" and after[rejected.pk] == before[rejected.pk]
+    # A rejected trail offers no second rejection (whose undo would restore the rejection).
+    assert 'id="trail-reject"' not in staff.get(f"/ops/hospital/trails/{rejected.public_id}/").content.decode()
+    again = staff.post(f"/ops/hospital/trails/{rejected.public_id}/vote/", {"vote": "down"}, follow=True)
+    assert "Nothing was done" in again.content.decode() and rejected.signals.count() == before[rejected.pk][1]
 
 
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):

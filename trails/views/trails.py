@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from scopes.access import Access, may
 from scopes.models import Scope, Section, SectionRevision
-from trails.core.lifecycle import Actor
+from trails.core.lifecycle import VERBS, Actor
 from trails.core.validation import SectionStatus, validate
 from trails.models import ActionRefused, Citation, Signal, Trail, TrailReport, TrailStatus, validations_now, writes
 from trails.upkeep.purge import findings as purge_findings
@@ -312,10 +312,28 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
     if error:
         # Said on the page the operator comes back to, never as a bare error page.
         messages.error(request, f"Nothing was done: {error}.")
+    elif action != "undo":  # undo says its own outcome above
+        messages.info(request, f"Done ({VERBS[action]}): the trail is {trail.get_status_display().lower()} now.")
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
         back = reverse("ops:trail", args=[scope_slug, trail.public_id])
     return redirect(back)
+
+
+# The status each bulk button names ("Reject selected pending"): its action touches no other, even
+# where the lifecycle table would let an operator take it from there (a stale trail rejected).
+BULK_ACTS_ON = {
+    Signal.UP: TrailStatus.PENDING,
+    Signal.DOWN: TrailStatus.PENDING,
+    Signal.REINSTATE: TrailStatus.REJECTED,
+    Signal.DEMOTE: TrailStatus.ACTIVE,
+    "delete": TrailStatus.STALE,
+}
+
+
+def _applicable(scope: Scope, ids: list, action: str):
+    """The selected trails of the scope in the status the bulk action names."""
+    return Trail.objects.filter(scope=scope, public_id__in=ids, status=BULK_ACTS_ON[action])
 
 
 @staff_required
@@ -342,20 +360,22 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
         asked := confirmed_or_ask(
             request,
             scope,
-            f"Delete the {len(ids)} selected trail{'s' if len(ids) != 1 else ''}?",
-            "Those of them that are stale are deleted with their history and reports; this cannot be undone.",
+            f"Delete the {(stale := _applicable(scope, ids, action).count())} selected stale "
+            f"trail{'s' if stale != 1 else ''}?",
+            "They are deleted with their history and reports; this cannot be undone. The other selected trails "
+            "are left as they are.",
             reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""),
         )
     ):
         return asked
     else:
         changed, _ = writes.act_on_many(
-            Trail.objects.filter(scope=scope, public_id__in=ids), action, Actor.OPERATOR, by=request.user.get_username()
+            _applicable(scope, ids, action), action, Actor.OPERATOR, by=request.user.get_username()
         )
         skipped = len(ids) - changed
         notice = f"{changed} trail{'s' if changed != 1 else ''} {done[action]}." + (
             f" {skipped} selected trail{'s' if skipped != 1 else ''} left as {'they were' if skipped != 1 else 'it was'}: "
-            f"the action does not apply to {'their' if skipped != 1 else 'its'} status."
+            f"the action applies to {BULK_ACTS_ON[action].value} trails only."
             if skipped
             else ""
         )
@@ -369,4 +389,5 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
                 **_trail_table(request, scope, form, notice),
             },
         )
+    messages.info(request, notice)  # without JavaScript, said on the list the operator comes back to
     return redirect(reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""))
