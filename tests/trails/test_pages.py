@@ -555,6 +555,21 @@ def test_bulk_reject_of_a_whole_page_rejects_only_its_pending_trails_and_says_so
     assert "Nothing was done" in again.content.decode() and rejected.signals.count() == before[rejected.pk][1]
 
 
+def test_a_stale_row_is_deleted_from_its_own_row_after_asking(staff, api, scope, trails):
+    from scopes.models import Section
+
+    Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
+    api.recall("hospital", query="When are ICU visiting hours?")
+    stale = Trail.objects.get(query="When are ICU visiting hours?", status="stale")
+    row = staff.get("/ops/hospital/trails/?status=stale").content.decode().split(stale.query)[1].split("</tr>")[0]
+    assert 'value="delete"' in row and "hx-confirm=" in row
+    vote = f"/ops/hospital/trails/{stale.public_id}/vote/"
+    asked = staff.post(vote, {"vote": "delete"}).content.decode()  # without JavaScript: asked first
+    assert "Delete this trail?" in asked and Trail.objects.filter(pk=stale.pk).exists()
+    gone = staff.post(vote, {"vote": "delete", "confirm": "yes"}, headers={"HX-Request": "true"})
+    assert gone.status_code == 200 and gone.content == b"" and not Trail.objects.filter(pk=stale.pk).exists()
+
+
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 

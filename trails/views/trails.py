@@ -301,6 +301,9 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
     except ActionRefused as problem:
         error = str(problem)
     if trail.status == "deleted":
+        if request.htmx:  # the row swapped for nothing: it is gone
+            return HttpResponse("")
+        messages.info(request, "The trail was deleted.")
         return redirect(reverse("ops:trails", args=[scope_slug]))
     if request.htmx:
         _triage(trail.scope, [trail])
