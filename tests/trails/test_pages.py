@@ -570,6 +570,20 @@ def test_a_stale_row_is_deleted_from_its_own_row_after_asking(staff, api, scope,
     assert gone.status_code == 200 and gone.content == b"" and not Trail.objects.filter(pk=stale.pk).exists()
 
 
+def test_pages_read_while_the_database_refuses_writes_once_the_scope_is_remembered(staff, trails, monkeypatch):
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import OperationalError
+
+    assert staff.get("/ops/hospital/trails/").status_code == 200  # the scope remembered
+
+    def refused(self, must_create=False):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(SessionStore, "save", refused)
+    for page in ("/ops/hospital/", "/ops/hospital/trails/", "/ops/hospital/recalls/"):
+        assert staff.get(page).status_code == 200, page
+
+
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 

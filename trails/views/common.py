@@ -107,8 +107,9 @@ def operator_scopes(request: HttpRequest):
 def scope_page(
     request: HttpRequest, template: str, scope: Scope | None, context: dict, status: int = 200
 ) -> HttpResponse:
-    if scope is not None and scope.pk:
-        request.session[LAST_SCOPE] = scope.slug  # /ops/ opens it next time
+    # /ops/ opens it next time; set only when it changes, so reading a page writes no session.
+    if scope is not None and scope.pk and request.session.get(LAST_SCOPE) != scope.slug:
+        request.session[LAST_SCOPE] = scope.slug
     context = {
         "scope": scope,
         "scopes": operator_scopes(request).only("slug", "name"),
