@@ -88,6 +88,22 @@ def test_operator_approves_a_pending_trail_with_one_click_and_the_row_changes_in
     assert trail.status == "active"
 
 
+def test_an_approval_the_database_refuses_says_so_and_the_next_one_clears_it(page, live_server, hospital):
+    log_in(page, live_server, "/ops/hospital/trails/?status=pending")
+    trail = Trail.objects.get(query="Is the car park free for visitors?")
+    row = page.locator(f"#trail-{trail.public_id}")
+    away = "<!doctype html><html><body><main><h1>The database is not answering</h1></main></body></html>"
+    page.route("**/vote/", lambda route: route.fulfill(status=503, body=away, content_type="text/html"))
+    row.get_by_role("button", name="Approve").click()
+    notice = page.get_by_role("alert")
+    expect(notice).to_have_text("Nothing was done: The database is not answering (503). Try again in a moment.")
+    expect(row.locator("[data-status]")).to_have_text("pending")
+    page.unroute("**/vote/")
+    row.get_by_role("button", name="Approve").click()
+    expect(row.locator("[data-status]")).to_have_text("active")
+    expect(page.locator("#action-error")).to_have_count(0)
+
+
 def test_operator_filters_the_table_without_a_reload(page, live_server, hospital):
     log_in(page, live_server, "/ops/hospital/trails/")
     page.evaluate("window.notReloaded = true")
