@@ -270,22 +270,28 @@ def count_task_runs() -> None:
 
     from celery.signals import beat_embedded_init, beat_init
 
-    def started(sender=None, **kwargs) -> None:
+    def started(embedded: bool) -> None:
         # Beat sends each job one period after it starts: a job not run since is not late before then.
+        # Embedded (`worker --beat`, as `make run` starts it), beat stops with the worker: say the worker.
         try:
             from django.core.cache import caches
 
-            caches["heartbeats"].set(BEAT_STARTED, time.time(), None)
+            caches["heartbeats"].set_many({BEAT_STARTED: time.time(), BEAT_EMBEDDED: embedded}, None)
         except Exception:  # noqa: BLE001 -- best effort, as above
             pass
 
-    beat_init.connect(started, weak=False, dispatch_uid="ragtrail.metrics.beat_started")
-    beat_embedded_init.connect(started, weak=False, dispatch_uid="ragtrail.metrics.beat_embedded_started")
+    beat_init.connect(
+        lambda sender=None, **kwargs: started(False), weak=False, dispatch_uid="ragtrail.metrics.beat_started"
+    )
+    beat_embedded_init.connect(
+        lambda sender=None, **kwargs: started(True), weak=False, dispatch_uid="ragtrail.metrics.beat_embedded_started"
+    )
 
 
 HEARTBEAT_TASK = "trails.tasks.heartbeat_task"
 BEAT_SENT = "rt:beat-sent-heartbeat"
 BEAT_STARTED = "rt:beat-started"
+BEAT_EMBEDDED = "rt:beat-embedded"
 
 
 def beat_last_sent() -> float | None:
@@ -306,6 +312,16 @@ def beat_started() -> float | None:
         return caches["heartbeats"].get(BEAT_STARTED)
     except Exception:  # noqa: BLE001 -- a cache that is away: unknown
         return None
+
+
+def beat_embedded() -> bool:
+    """Whether beat last started inside a worker (`worker --beat`), as it told the shared cache."""
+    from django.core.cache import caches
+
+    try:
+        return bool(caches["heartbeats"].get(BEAT_EMBEDDED))
+    except Exception:  # noqa: BLE001 -- a cache that is away: unknown, as a beat of its own
+        return False
 
 
 ROLLED_UP = "rt:rolled-up-to"

@@ -198,3 +198,7 @@ def test_production_serves_the_api_static_files_and_docs_and_runs_jobs(productio
         -3000:
     ]
     assert (tmp_path / "beat-schedule").exists() or any(tmp_path.glob("beat-schedule*")), "beat did not start"
+    # Beat said it runs inside the worker: the overview names the worker when both fall silent.
+    from infra import metrics
+
+    assert metrics.beat_embedded() and metrics.beat_started() is not None

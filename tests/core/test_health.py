@@ -103,6 +103,17 @@ def test_a_beat_outage_beside_a_healthy_worker_names_beat_and_not_the_worker():
     )
 
 
+def test_beat_running_inside_the_worker_names_the_worker_when_both_go_silent():
+    # `worker --beat` (as make run starts it): one process, so stopping it silences both.
+    embedded = judge(**jobs(beat=240.0, worker=240.0), beat_embedded=True)
+    assert embedded.verdict == "broken" and embedded.because == (
+        "beat silent for 4 min (it sends a heartbeat every 1 min): is the worker (beat runs inside it) running? "
+        "No job is sent until it is"
+    )
+    standalone = judge(**jobs(beat=240.0, worker=240.0))
+    assert "is beat running?" in standalone.because and "worker" not in standalone.because
+
+
 def test_a_job_not_yet_due_after_a_deploy_is_not_late():
     # Ten minutes after beat started: the hourly sweep has not come due, and the verdict is calm.
     fresh = judge(**jobs(sweep_expired_task=None), beat_started_age=600.0)

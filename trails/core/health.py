@@ -101,14 +101,18 @@ def due_in(age: float | None, period: float, beat_started_age: float | None) -> 
 
 
 def job_findings(
-    job_ages: dict[str, float | None], job_periods: dict[str, float], beat_started_age: float | None = None
+    job_ages: dict[str, float | None],
+    job_periods: dict[str, float],
+    beat_started_age: float | None = None,
+    beat_embedded: bool = False,
 ) -> list[Finding]:
     """Each job judged by its own schedule and heartbeat, and the process to look at named.
 
     Beat sends every job, the worker runs it: "beat" is when beat last sent the heartbeat,
     "worker" when the worker last ran it. While beat is silent nothing reaches the worker, so
     a worker that ran the last heartbeat beat sent is not blamed, nor are the jobs beat did not
-    send. A job that never ran is not late before its first run is due (after a deploy).
+    send. A job that never ran is not late before its first run is due (after a deploy). Beat
+    embedded in the worker (`worker --beat`) stops with it: its silence then names the worker.
     """
     findings: list[Finding] = []
     silent_beat = beat_silent(job_ages, job_periods)
@@ -121,12 +125,13 @@ def job_findings(
             if age is None:
                 findings.append(Finding("watch", "jobs", "beat never heard from: is beat running?"))
             elif period and age > SILENT_PERIODS * period:
+                process = "the worker (beat runs inside it)" if beat_embedded else "beat"
                 findings.append(
                     Finding(
                         "broken",
                         "jobs",
                         f"beat silent for {in_words(age)} (it sends a heartbeat every {in_words(period)}): "
-                        "is beat running? No job is sent until it is",
+                        f"is {process} running? No job is sent until it is",
                     )
                 )
             continue
@@ -217,6 +222,7 @@ def judge(
     flags: list[str],
     waiting: list[WaitingJob] = (),
     beat_started_age: float | None = None,
+    beat_embedded: bool = False,
 ) -> Health:
     """The verdict from every signal the overview shows, and the findings behind it.
 
@@ -229,6 +235,7 @@ def judge(
         job_ages: seconds since each job's last success (None: never heard from).
         job_periods: each job's schedule, in seconds.
         beat_started_age: seconds since beat last started (None: unknown); see job_findings.
+        beat_embedded: beat last started inside the worker (`worker --beat`); see job_findings.
     """
     findings: list[Finding] = []
     if false_hits_verdict == "over":
@@ -244,7 +251,7 @@ def judge(
             Finding("watch", "latency", f"recall p95 {latency_p95_ms:.0f} ms, near its {budget_ms:.0f} ms budget")
         )
     findings += refusal_findings(refusals)
-    findings += job_findings(job_ages, job_periods, beat_started_age)
+    findings += job_findings(job_ages, job_periods, beat_started_age, beat_embedded)
     findings += waiting_findings(list(waiting))
     if rollup_behind:
         findings.append(

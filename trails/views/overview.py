@@ -227,6 +227,7 @@ def overview(request: HttpRequest, scope_slug: str) -> HttpResponse:
         rollup_behind=health["rollup_behind"],
         flags=health["flags"],
         beat_started_age=beat_started_age,
+        beat_embedded=metrics.beat_embedded(),
     )
     health["verdict"], health["because"] = judged_health.verdict, judged_health.because
     health["job_ages"] = {name: in_words(age) for name, age in health["jobs"].items()}
