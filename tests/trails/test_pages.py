@@ -584,6 +584,19 @@ def test_pages_read_while_the_database_refuses_writes_once_the_scope_is_remember
         assert staff.get(page).status_code == 200, page
 
 
+def test_without_javascript_approving_a_trail_that_would_not_prefetch_asks_first(staff, api, scope, trails):
+    from scopes.models import Section
+
+    pending = Trail.objects.get(query="Where do visitors park?", status="pending")
+    Section.upsert(scope, {"parking": "Parking moved to car park C."})
+    vote = f"/ops/hospital/trails/{pending.public_id}/vote/"
+    asked = staff.post(vote, {"vote": "up"}).content.decode()
+    assert "Approve anyway?" in asked and "recall would give a miss" in asked and 'value="yes"' in asked
+    assert Trail.objects.get(pk=pending.pk).status == "pending"
+    done = staff.post(vote, {"vote": "up", "confirm": "yes"}, follow=True).content.decode()
+    assert "Done (approve): the trail is active now." in done and Trail.objects.get(pk=pending.pk).status == "active"
+
+
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 

@@ -286,6 +286,18 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
         )
     ):
         return asked
+    if action == "up" and not request.htmx and request.POST.get("confirm") != "yes":
+        # htmx's dialog asks on the row; without JavaScript this page asks the same.
+        _, would = what_recall_gives(trail.scope, {trail.id: trail})
+        would = would.get(trail.id, "miss")
+        if would != "prefetch" and trail.status != TrailStatus.ACTIVE:
+            return confirmed_or_ask(
+                request,
+                trail.scope,
+                "Approve anyway?",
+                f"Its cited sections have changed: once approved, recall would give a {would}, not the sections.",
+                reverse("ops:trail", args=[scope_slug, trail.public_id]),
+            )
     error = ""
     try:
         if action == "undo":
