@@ -32,9 +32,19 @@
     }
   });
 
-  // A row answered by htmx is a new element: keep the focus mark on it.
+  // A row answered by htmx is a new element: the focus goes to it (or, where the row went, the
+  // next one), so a keyboard user goes on from there instead of from the top of the page.
+  var swapped = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    var next = target && target.nextElementSibling;
+    swapped = target && target.tagName === "TR" ? { id: target.id, next: next && next.id } : null;
+  });
   document.addEventListener("htmx:afterSwap", function () {
-    var row = rows()[current];
+    var row = swapped && (document.getElementById(swapped.id) || (swapped.next && document.getElementById(swapped.next)));
+    swapped = null;
+    if (row) { show(rows().indexOf(row)); return; }
+    row = rows()[current];
     if (row) { row.classList.add("focused"); }
   });
 })();

@@ -84,6 +84,8 @@ def test_operator_approves_a_pending_trail_with_one_click_and_the_row_changes_in
     expect(row.locator("[data-status]")).to_have_text("active")
     expect(row.get_by_role("button", name="Approve")).to_have_count(0)
     assert page.evaluate("window.notReloaded") is True
+    # The keyboard goes on from the row it acted on, not from the top of the page.
+    expect(row).to_be_focused()
     trail.refresh_from_db()
     assert trail.status == "active"
 
