@@ -20,6 +20,7 @@ from trails.models import (
     ThresholdChange,
     ToolPolicy,
     Trail,
+    TrailStatus,
     writes,
 )
 from trails.serving.matching import matching_settings
@@ -265,13 +266,16 @@ class TrailAdmin(GrantedScopesAdmin):
         # lifecycle, with no history: deleting is the table's action (stale or expired only).
         return False
 
-    def _act(self, request, queryset, action: str) -> None:
-        outside = 0
+    def _act(self, request, queryset, action: str, only: str | None = None) -> None:
+        outside = not_named = 0
+        if only is not None:  # the status the action's name says ("pending"): no other is touched
+            not_named, queryset = queryset.exclude(status=only).count(), queryset.filter(status=only)
         if not request.user.is_superuser:
             # Acting needs act access to the trail's scope; the others selected are left alone, and said so.
             allowed = queryset.filter(scope__in=granted_scopes(request.user, Access.ACT))
             outside, queryset = queryset.count() - allowed.count(), allowed
         changed, skipped = writes.act_on_many(queryset, action, Actor.OPERATOR, by=request.user.get_username())
+        skipped += not_named
         messages.info(
             request,
             f"{changed} trail(s) changed"
@@ -282,7 +286,7 @@ class TrailAdmin(GrantedScopesAdmin):
 
     @admin.action(description="Approve the selected pending trails")
     def approve(self, request, queryset) -> None:
-        self._act(request, queryset, "up")
+        self._act(request, queryset, "up", only=TrailStatus.PENDING)
 
     @admin.action(description="Reject the selected trails")
     def reject(self, request, queryset) -> None:

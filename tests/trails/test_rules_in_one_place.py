@@ -138,3 +138,21 @@ def test_a_large_scopes_matching_change_is_queued_for_the_re_signing_task(
         celery_app.conf.task_always_eager = eager
     assert {key for keys in BandKeys.objects.values_list("keys", flat=True) for key in keys}.isdisjoint(before)
     assert api.recall("hospital", query=QUERY).json()["outcome"] == "prefetch"
+
+
+def test_a_rejected_trail_is_rejected_once_whoever_votes_down_and_admin_approval_renews_no_active_trail(
+    api, sections, operator
+):
+    trail_id = api.record("hospital", query=QUERY, cited=["visiting/icu"]).json()["trail_id"]
+    trail = Trail.objects.get(public_id=trail_id)
+    writes.act(trail, "down", Actor.OPERATOR, by="olga")
+    # An agent's down vote on it is refused: a second rejection would make the operator's undo restore the first.
+    again = api.call("post", f"/scopes/hospital/trails/{trail_id}/feedback", {"vote": "down"})
+    assert again.status_code == 409 and again.json()["error"]["field"] == "vote"
+    trail.refresh_from_db()
+    assert "undo" in trail.available_actions(Actor.OPERATOR)
+    assert writes.undo(trail, Actor.OPERATOR, by="olga") and Trail.objects.get(pk=trail.pk).status == "active"
+    # Django admin's "Approve the selected pending trails" leaves an active trail's expiry alone.
+    expires = Trail.objects.get(pk=trail.pk).expires_at
+    operator.post("/admin/trails/trail/", {"action": "approve", "_selected_action": [trail.pk]}, follow=True)
+    assert Trail.objects.get(pk=trail.pk).expires_at == expires

@@ -169,11 +169,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         VOTE_DOWN,
         A,
-        (PENDING, HELD, STALE, REJECTED),
+        (PENDING, HELD, STALE),
         REJECTED,
         reason="rejected by {who}",
         labels=Labels.REJECTION,
-        note="final for votes",
+        note="final for votes; a rejected trail is not rejected again (an operator's undo would restore it)",
     ),
     Rule(
         VOTE_DOWN,
