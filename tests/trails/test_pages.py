@@ -597,6 +597,39 @@ def test_without_javascript_approving_a_trail_that_would_not_prefetch_asks_first
     assert "Done (approve): the trail is active now." in done and Trail.objects.get(pk=pending.pk).status == "active"
 
 
+def test_a_confirmed_bulk_delete_deletes_the_trails_it_counted_not_one_gone_stale_since(staff, api, scope, trails):
+    import re
+
+    from scopes.models import Section
+
+    Section.upsert(scope, {"visiting/icu": "ICU visiting is suspended."})
+    api.recall("hospital", query="When are ICU visiting hours?")
+    stale = Trail.objects.get(query="When are ICU visiting hours?", status="stale")
+    other = Trail.objects.get(query="Where do visitors park?")
+    asked = staff.post(
+        "/ops/hospital/trails/vote/", {"vote": "delete", "trail": [str(stale.public_id), str(other.public_id)]}
+    ).content.decode()
+    assert "Delete the 1 selected stale trail?" in asked
+    fields = re.findall(r'<input type="hidden" name="(vote|trail)" value="([^"]+)"', asked)
+    assert ("trail", str(other.public_id)) not in fields
+    # Gone stale while the operator read the question: approved, then its one section changed under a recall.
+    writes.act(other, "up", Actor.OPERATOR, by="olga")
+    Section.upsert(scope, {"parking": "Parking moved to car park C."})
+    api.recall("hospital", query="Where do visitors park?")
+    assert Trail.objects.get(pk=other.pk).status == "stale"
+    body: dict[str, list[str]] = {"confirm": ["yes"]}
+    for name, value in fields:
+        body.setdefault(name, []).append(value)
+    staff.post("/ops/hospital/trails/vote/", body)
+    assert not Trail.objects.filter(pk=stale.pk).exists() and Trail.objects.filter(pk=other.pk).exists()
+    pending = Trail.objects.filter(status="pending").first()
+    nothing = staff.post(
+        "/ops/hospital/trails/vote/", {"vote": "delete", "trail": [str(pending.public_id)]}, follow=True
+    )
+    assert "None of the selected trails is stale: nothing was deleted." in nothing.content.decode()
+    assert Trail.objects.filter(pk=pending.pk).exists()
+
+
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 

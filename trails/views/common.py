@@ -183,13 +183,22 @@ def key_names(scope, standing: bool = True) -> dict[str, str]:
     }
 
 
-def confirmed_or_ask(request: HttpRequest, scope: Scope, question: str, detail: str, back: str) -> HttpResponse | None:
+def confirmed_or_ask(
+    request: HttpRequest,
+    scope: Scope,
+    question: str,
+    detail: str,
+    back: str,
+    fields: list[tuple[str, str]] | None = None,
+) -> HttpResponse | None:
     """None where the POST says confirm=yes; otherwise the page that asks, changing nothing: it
-    posts the same fields again with confirm=yes (confirm.js adds that after a JavaScript yes)."""
+    posts the same fields again (or `fields`: what the question counted) with confirm=yes
+    (confirm.js adds that after a JavaScript yes)."""
     if request.POST.get("confirm") == "yes":
         return None
-    fields = [
-        (k, v) for k, values in request.POST.lists() if k not in ("csrfmiddlewaretoken", "confirm") for v in values
-    ]
+    if fields is None:
+        fields = [
+            (k, v) for k, values in request.POST.lists() if k not in ("csrfmiddlewaretoken", "confirm") for v in values
+        ]
     context = {"question": question, "detail": detail, "fields": fields, "action": request.get_full_path()}
     return scope_page(request, "trails/confirm.html", scope, {**context, "back": back})

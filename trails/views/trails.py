@@ -371,15 +371,20 @@ def trail_bulk_vote(request: HttpRequest, scope_slug: str) -> HttpResponse:
         notice = "Choose approve, reject, reinstate, send back or delete."
     elif not ids:
         notice = "Select the trails to act on first."
+    elif action == "delete" and not (
+        stale := [str(i) for i in _applicable(scope, ids, action).values_list("public_id", flat=True)]
+    ):
+        notice = "None of the selected trails is stale: nothing was deleted."
     elif action == "delete" and (
         asked := confirmed_or_ask(
             request,
             scope,
-            f"Delete the {(stale := _applicable(scope, ids, action).count())} selected stale "
-            f"trail{'s' if stale != 1 else ''}?",
+            f"Delete the {len(stale)} selected stale trail{'s' if len(stale) != 1 else ''}?",
             "They are deleted with their history and reports; this cannot be undone. The other selected trails "
             "are left as they are.",
             reverse("ops:trails", args=[scope_slug]) + ("?" + request.GET.urlencode() if request.GET else ""),
+            # The confirmed post names the trails counted here: none that went stale meanwhile.
+            fields=[("vote", action), *(("trail", trail_id) for trail_id in stale)],
         )
     ):
         return asked
