@@ -33,18 +33,23 @@
   });
 
   // A row answered by htmx is a new element: the focus goes to it (or, where the row went, the
-  // next one), so a keyboard user goes on from there instead of from the top of the page.
+  // next one, else the one before), so a keyboard user goes on from there, not from the top.
   var swapped = null;
-  document.addEventListener("htmx:beforeSwap", function (event) {
-    var target = event.detail.target;
-    var next = target && target.nextElementSibling;
-    swapped = target && target.tagName === "TR" ? { id: target.id, next: next && next.id } : null;
-  });
-  document.addEventListener("htmx:afterSwap", function () {
-    var row = swapped && (document.getElementById(swapped.id) || (swapped.next && document.getElementById(swapped.next)));
+  function afterRowSwap() {
+    var row = swapped && [swapped.id, swapped.next, swapped.prev].map(function (id) {
+      return id && document.getElementById(id);
+    }).filter(Boolean)[0];
     swapped = null;
     if (row) { show(rows().indexOf(row)); return; }
     row = rows()[current];
     if (row) { row.classList.add("focused"); }
+  }
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    var next = target && target.nextElementSibling, prev = target && target.previousElementSibling;
+    swapped = target && target.tagName === "TR" ? { id: target.id, next: next && next.id, prev: prev && prev.id } : null;
+    // An empty answer (a deleted row) fires no afterSwap: look once the swap is done.
+    if (swapped) setTimeout(afterRowSwap, 0);
   });
+  document.addEventListener("htmx:afterSwap", afterRowSwap);
 })();

@@ -94,16 +94,36 @@ def test_an_approval_the_database_refuses_says_so_and_the_next_one_clears_it(pag
     log_in(page, live_server, "/ops/hospital/trails/?status=pending")
     trail = Trail.objects.get(query="Is the car park free for visitors?")
     row = page.locator(f"#trail-{trail.public_id}")
-    away = "<!doctype html><html><body><main><h1>The database is not answering</h1></main></body></html>"
+    from django.template.loader import render_to_string
+
+    away = render_to_string("503.html", {"code": "unavailable", "message": "the database is not answering"})
     page.route("**/vote/", lambda route: route.fulfill(status=503, body=away, content_type="text/html"))
     row.get_by_role("button", name="Approve").click()
     notice = page.get_by_role("alert")
-    expect(notice).to_have_text("Nothing was done: The database is not answering (503). Try again in a moment.")
+    expect(notice).to_have_text("Not done: try again in a moment. The database is not answering. (503)")
     expect(row.locator("[data-status]")).to_have_text("pending")
     page.unroute("**/vote/")
     row.get_by_role("button", name="Approve").click()
     expect(row.locator("[data-status]")).to_have_text("active")
     expect(page.locator("#action-error")).to_have_count(0)
+
+
+def test_deleting_a_stale_row_leaves_the_keyboard_on_the_row_beside_it(page, live_server, hospital):
+    from trails.serving.recall import recall
+
+    Section.upsert(hospital, {"visiting/icu": "Closed.", "parking": "Moved."})
+    recall(hospital, "When can I visit the ICU and where do I park?")
+    stale = Trail.objects.get(status="stale")
+    log_in(page, live_server, "/ops/hospital/trails/?sort=age")
+    rows = page.locator("#trail-table tbody tr")
+    ids = [rows.nth(i).get_attribute("id") for i in range(rows.count())]
+    at = ids.index(f"trail-{stale.public_id}")
+    beside = ids[at + 1] if at + 1 < len(ids) else ids[at - 1]  # the next row, else the one before
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator(f"#trail-{stale.public_id}").get_by_role("button", name="Delete").click()
+    expect(page.locator(f"#trail-{stale.public_id}")).to_have_count(0)
+    expect(page.locator(f"#{beside}")).to_be_focused()
+    assert not Trail.objects.filter(pk=stale.pk).exists()
 
 
 def test_operator_filters_the_table_without_a_reload(page, live_server, hospital):
