@@ -180,7 +180,7 @@ class JsonApiErrorsMiddleware:
         response = self.get_response(request)
         if (
             response.status_code not in (404, 405)
-            or not request.path.startswith("/api/")
+            or not (request.path == "/api" or request.path.startswith("/api/"))
             or response.get("Content-Type", "").startswith("application/json")
         ):
             return response

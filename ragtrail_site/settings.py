@@ -71,8 +71,6 @@ MIDDLEWARE = [
     # A chunked body without its length is refused, never read as empty.
     "infra.body_length.LengthRequiredMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Under /api/, every 404 and 405 in the JSON error shape (DEBUG's pages and the router's included).
-    "infra.errors.JsonApiErrorsMiddleware",
     # Operator pages compressed (BREACH-safe); listed early so it sees the final page.
     "infra.compression.HtmlGZipMiddleware",
     # Static files (the plotly bundle, htmx, Swagger UI, admin) from the app server itself.
@@ -83,6 +81,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Under /api/, every 404 and 405 in the JSON error shape (DEBUG's pages and the router's included);
+    # inside the header middlewares above, so the answer it swaps in gets their headers.
+    "infra.errors.JsonApiErrorsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # An API body is read only for a key that may send it: the key and scope first.
     "scopes.auth.KeyBeforeBodyMiddleware",

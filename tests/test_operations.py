@@ -234,9 +234,11 @@ def test_a_wrong_method_or_path_under_the_api_answers_the_json_error_shape_with_
         wrong_method = api.call("get", "/scopes/hospital/recall")
         assert wrong_method.status_code == 405 and wrong_method["Allow"] == "POST"
         assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+        assert wrong_method["X-Frame-Options"] == "DENY"
         for path in ("/scopes/hospital/recall/", "/no-such-endpoint"):
             missing = api.call("post", path, {"query": "Where do visitors park?"})
             assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found", path
+        assert api.client.get("/api")["Content-Type"] == "application/json"
     # Off the API, Django's own pages as before.
     assert "application/json" not in api.client.get("/ops/no-such-page/")["Content-Type"]
 
