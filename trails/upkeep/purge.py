@@ -427,9 +427,20 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     if trails is None:
         trails = sum(1 for trail in trail_texts(scope_id) if findings(trail, rules)[0])
     counts = {"trails": trails}
-    for store in stores(Scope.objects.get(pk=scope_id), documents):
+    scope = Scope.objects.get(pk=scope_id)
+    for store in stores(scope, documents):
         counts[store.kind] = sum(
             1 for text in store.rows.values_list(store.field, flat=True).iterator() if _holds(text, rules)
+        )
+    if documents and scope.keeps_text:
+        # Rewriting a section keeps its old text as a revision, which the purge redacts next: counted there too.
+        kept = set(SectionRevision.objects.filter(scope_id=scope_id).values_list("section_id", "hash"))
+        counts["kept section revisions"] += sum(
+            1
+            for section_id, digest, text in Section.objects.filter(scope_id=scope_id)
+            .values_list("section_id", "hash", "text")
+            .iterator()
+            if (section_id, digest) not in kept and _holds(text, rules)
         )
     return counts
 
