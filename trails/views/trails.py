@@ -316,7 +316,12 @@ def trail_vote(request: HttpRequest, scope_slug: str, trail_id) -> HttpResponse:
         if request.htmx:  # the row swapped for nothing: it is gone
             return HttpResponse("")
         messages.info(request, "The trail was deleted.")
-        return redirect(reverse("ops:trails", args=[scope_slug]))
+        back = request.POST.get("next", "")  # the table's filters, where the row's form came from
+        if not back.startswith(reverse("ops:trails", args=[scope_slug])) or not url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            back = reverse("ops:trails", args=[scope_slug])
+        return redirect(back)
     if request.htmx:
         _triage(trail.scope, [trail])
         return render(
