@@ -636,6 +636,13 @@ def test_a_confirmed_bulk_delete_deletes_the_trails_it_counted_not_one_gone_stal
     assert Trail.objects.filter(pk=pending.pk).exists()
 
 
+def test_operator_and_admin_pages_declare_an_icon_so_browsers_ask_for_no_favicon(staff, trails):
+    from django.test import Client
+
+    for page in (staff.get("/ops/hospital/trails/"), Client().get("/admin/login/")):
+        assert page.status_code == 200 and '<link rel="icon" href="data:,">' in page.content.decode()
+
+
 def test_ops_opens_the_scope_last_used_and_hides_scratch_scopes(staff, trails, scope, other_scope):
     from scopes.models import Scope
 
