@@ -150,11 +150,17 @@ def server_error(request, *args, **kwargs):
     return page(request, *args, **kwargs)
 
 
+def api_not_found() -> JsonResponse:
+    """The API's 404 for a path no route matches, wherever it is answered (handler404, or the
+    middleware below for the router's and DEBUG's own pages)."""
+    return RequestRefused(404, "not_found", "no such endpoint or object").response()
+
+
 def page_not_found(request, exception=None, *args, **kwargs):
     """A path no route matches (a trail id with a slash, a misspelt endpoint): under /api/
     the one JSON error shape, as the OpenAPI document declares for 404; Django's page elsewhere."""
     if request.path.startswith("/api/"):
-        return RequestRefused(404, "not_found", "no such endpoint or object").response()
+        return api_not_found()
     from django.views.defaults import page_not_found as page  # noqa: PLC0415 -- only off the API
 
     return page(request, exception, *args, **kwargs)
@@ -185,7 +191,7 @@ class JsonApiErrorsMiddleware:
         ):
             return response
         if response.status_code == 404:
-            return RequestRefused(404, "not_found", "no such endpoint or object").response()
+            return api_not_found()
         allowed = response.get("Allow", "")
         refused = RequestRefused(
             405, "method_not_allowed", f"{request.method} is not allowed here (allowed: {allowed})"

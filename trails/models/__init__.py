@@ -38,7 +38,7 @@ from trails.models.lifecycle import (
 from trails.models.purge import PiiPattern, PurgeRun
 from trails.models.recall_writes import (
     LoggedMiss,
-    forgotten_unless_settled,
+    forgotten_if_failed,
     logged_miss,
     logging_miss,
     write_recall_effects,
@@ -87,7 +87,7 @@ __all__ = [
     "validations_now",
     "SIMILARITY_BINS",
     "LoggedMiss",
-    "forgotten_unless_settled",
+    "forgotten_if_failed",
     "logged_miss",
     "logging_miss",
     "RecallEvent",

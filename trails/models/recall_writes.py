@@ -43,7 +43,6 @@ class LoggedMiss:
     insert: str  # the INSERT ... SELECT, reading `found` first; `cte` adds the condition
     params: list
     written: bool = False  # the read says it wrote the event
-    settled: bool = False  # recall answered with it, as it is or rewritten
 
     def cte(self, unless: str) -> str:
         """The WITH item writing the event unless `unless` (SQL over `found`) holds."""
@@ -90,19 +89,20 @@ def logged_miss(
 
 
 @contextmanager
-def forgotten_unless_settled(scope: Scope, event: LoggedMiss | None) -> Iterator[None]:
-    """Deletes the event the candidate read wrote as a miss where recall then fails before settling
-    it: a recall that raised leaves no event, as on SQLite (where recall writes its event last)."""
+def forgotten_if_failed(scope: Scope, event: LoggedMiss | None) -> Iterator[None]:
+    """Deletes the event the candidate read wrote as a miss where recall raises within (from the read
+    to the write that settles the event): a recall that failed leaves no event, as on SQLite (where
+    recall writes its event last)."""
     try:
         yield
     except Exception:
         # Whatever `written` says: the read may have committed the event before its rows were read.
-        if event is not None and not event.settled:
-            _forget_failed_recall(scope, event.public_id)
+        if event is not None:
+            _forget_failed_recall(scope, event)
         raise
 
 
-def _forget_failed_recall(scope: Scope, public_id: uuid.UUID) -> None:
+def _forget_failed_recall(scope: Scope, event: LoggedMiss) -> None:
     """Deletes a failed recall's event, in a database window of its own (the request's deadline may
     be what failed it) and on a new connection where the failure broke the request's. A database
     that is away keeps the event; the log says so, with the error's class and SQLSTATE only."""
@@ -114,9 +114,9 @@ def _forget_failed_recall(scope: Scope, public_id: uuid.UUID) -> None:
         connection.close()  # the watchdog shut its socket: the next statement connects anew
     try:
         with cleanup_window(), writing("recall"):
-            RecallEvent.objects.filter(public_id=public_id, scope=scope).delete()
+            RecallEvent.objects.filter(public_id=event.public_id, scope=scope).delete()
     except DatabaseError as problem:  # the first error is the one raised
-        logger.warning("the miss event %s of a failed recall is kept: %s", public_id, described(problem))
+        logger.warning("the miss event %s of a failed recall is kept: %s", event.public_id, described(problem))
 
 
 @contextmanager

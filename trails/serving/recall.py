@@ -20,7 +20,7 @@ from trails.models import (
     LoggedMiss,
     RecallEvent,
     Trail,
-    forgotten_unless_settled,
+    forgotten_if_failed,
     logged_miss,
     logging_miss,
     pauses,
@@ -126,8 +126,8 @@ def recall(
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
         )
     )
-    # A recall that fails after its read wrote the event as a miss leaves no event.
-    with forgotten_unless_settled(scope, logged):
+    # A recall that fails after its read wrote the event as a miss, before its write settles it, leaves no event.
+    with forgotten_if_failed(scope, logged):
         try:
             with logging_miss(logged):
                 candidates, found = rank_candidates(scope, question, partition, now, verdicts, logged)
@@ -176,7 +176,6 @@ def recall(
             logged_id = logged.public_id if logged is not None and logged.written else None
             if logged_id is not None and result.outcome is Outcome.MISS and not stale and not nearest and not near:
                 recall_id = logged_id  # the read wrote this miss as it is
-                logged.settled = True
             else:
                 try:
                     recall_id, served = write_recall_effects(
@@ -205,8 +204,6 @@ def recall(
                     if not scope_deleted(scope):
                         raise
                     raise NotFound("not_found", "no such scope", field="scope") from None
-                if logged is not None:
-                    logged.settled = True
                 if not served:
                     # The trail was deleted (a purge, the sweep) before the event could name it: a miss.
                     result = RecallResult(Outcome.MISS, candidates=read, explanation=result.explanation)
