@@ -132,6 +132,11 @@ def described(problem: Exception) -> str:
 CLEANUP_SHARE = 0.25
 
 
+def cleanup_seconds() -> float:
+    """How long a cleanup's window lasts."""
+    return settings.RAGTRAIL_DB_DEADLINE_S * CLEANUP_SHARE
+
+
 @contextmanager
 def cleanup_window() -> Iterator[None]:
     """The database calls within get a deadline of their own, whatever is left of the request's:
@@ -139,7 +144,7 @@ def cleanup_window() -> Iterator[None]:
     if _request_deadline.get() is None:
         yield
         return
-    token = _request_deadline.set(time.monotonic() + settings.RAGTRAIL_DB_DEADLINE_S * CLEANUP_SHARE)
+    token = _request_deadline.set(time.monotonic() + cleanup_seconds())
     try:
         yield
     finally:

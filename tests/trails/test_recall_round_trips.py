@@ -3,6 +3,7 @@ an event the read wrote as a miss is rewritten with whatever recall answered ins
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -203,3 +204,45 @@ def test_a_recall_cut_by_its_database_deadline_after_its_read_leaves_no_event(
     response = api.recall("hospital", query=QUESTION)
     assert response.status_code == 503 and response.json()["error"]["code"] == "deadline"
     assert not RecallEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recall_whose_read_waits_past_the_deadline_leaves_no_event_once_the_wait_ends(
+    postgres, api, scope, sections, settings
+):
+    """The watchdog shuts the socket, but the server goes on with the read: waiting on the scope's row
+    (a sync or a deletion holds it), it would commit the event after the cleanup had looked for it."""
+    import threading
+
+    from django.db import connections, transaction
+
+    settings.RAGTRAIL_DB_DEADLINE_S = 0.5
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_scope() -> None:
+        try:
+            with transaction.atomic():
+                Scope.objects.select_for_update().get(pk=scope.pk)
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_scope)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        response = api.recall("hospital", query="Where do visitors park?")
+        assert response.status_code == 503 and response.json()["error"]["code"] == "deadline"
+    finally:
+        release.set()
+        holder.join()
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'WITH found%%' AND pid <> pg_backend_pid()"
+    for _ in range(250):  # until no read of the recall is left on the server
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(waiting + " AND state = 'active'")
+            if cursor.fetchone()[0] == 0:
+                break
+        time.sleep(0.02)
+    assert not RecallEvent.objects.filter(scope=scope).exists()

@@ -15,7 +15,7 @@ from typing import Sequence
 from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Q
 
-from infra.db_deadline import cleanup_window, described
+from infra.db_deadline import cleanup_seconds, cleanup_window, described
 from infra.guards import guard_on
 from infra.prepared import prepared_cursor
 from scopes.models import Scope
@@ -43,6 +43,7 @@ class LoggedMiss:
     insert: str  # the INSERT ... SELECT, reading `found` first; `cte` adds the condition
     params: list
     written: bool = False  # the read says it wrote the event
+    backend_pid: int = 0  # the server process running the read (libpq forgets it once the connection breaks)
 
     def cte(self, unless: str) -> str:
         """The WITH item writing the event unless `unless` (SQL over `found`) holds."""
@@ -85,7 +86,8 @@ def logged_miss(
         research_key,
         caller[:16],
     ]
-    return LoggedMiss(public_id, insert, params)
+    connection.ensure_connection()
+    return LoggedMiss(public_id, insert, params, backend_pid=connection.connection.info.backend_pid)
 
 
 @contextmanager
@@ -105,15 +107,27 @@ def forgotten_if_failed(scope: Scope, event: LoggedMiss | None) -> Iterator[None
 def _forget_failed_recall(scope: Scope, event: LoggedMiss) -> None:
     """Deletes a failed recall's event, in a database window of its own (the request's deadline may
     be what failed it) and on a new connection where the failure broke the request's. A database
-    that is away keeps the event; the log says so, with the error's class and SQLSTATE only."""
+    that is away keeps the event; the log says so, with the error's class and SQLSTATE only.
+
+    A shut socket does not stop the statement on the server: the read may still be waiting (on a
+    lock, say) and commit its event after this delete. Its backend is ended first, and waited for.
+    """
+    broken_backend = None
     if connection.in_atomic_block:
         info = getattr(connection.connection, "info", None)
         if connection.needs_rollback or (info is not None and info.transaction_status.name == "INERROR"):
             return  # the transaction is rolled back, the event with it
     elif connection.connection is not None and connection.connection.closed:
+        broken_backend = event.backend_pid
         connection.close()  # the watchdog shut its socket: the next statement connects anew
     try:
         with cleanup_window(), writing("recall"):
+            if broken_backend:
+                with connection.cursor() as cursor:
+                    # Its own connection's backend (same role); waits, within half the window, until it exited.
+                    cursor.execute(
+                        "SELECT pg_terminate_backend(%s, %s)", [broken_backend, int(cleanup_seconds() * 500)]
+                    )
             RecallEvent.objects.filter(public_id=event.public_id, scope=scope).delete()
     except DatabaseError as problem:  # the first error is the one raised
         logger.warning("the miss event %s of a failed recall is kept: %s", event.public_id, described(problem))
