@@ -153,7 +153,8 @@ export interface PutSectionsResult {
   created: number;
   updated: number;
   unchanged: number;
-  changed: string[];
+  /** The ids created or whose text changed. */
+  changed_ids: string[];
   /** Each section's SHA-256 of its UTF-8 text, by id: what `record` takes as `hashes`. */
   hashes: Record<string, string>;
   [more: string]: unknown;
@@ -164,6 +165,8 @@ export interface SectionRecord {
   text: string;
   hash: string;
   updated_at: string;
+  /** Where a link to the section goes on the built site (`page.html#<anchor>`). */
+  anchor: string;
 }
 
 export interface SectionsPage {

@@ -41,7 +41,11 @@ describe("against a live ragtrail", live, () => {
 
   test("an agent recalls a miss, records the path and is served the sections after", async () => {
     const ragtrail = client();
-    const { hashes } = await ragtrail.putSections(VISITING);
+    const put = await ragtrail.putSections(VISITING);
+    const hashes = put.hashes;
+    assert.deepEqual([...put.changed_ids].sort(), Object.keys(VISITING).sort());
+    const stored = await ragtrail.getSection("visiting/icu");
+    assert.deepEqual([stored.text, stored.hash, stored.anchor], [VISITING["visiting/icu"], hashes["visiting/icu"], ""]);
     assert.equal((await ragtrail.recall(QUESTION)).outcome, "miss");
     const recorded = await ragtrail.record(QUESTION, ["visiting/icu"], {
       signal: "accepted",
