@@ -4,6 +4,7 @@ from django.http import HttpRequest
 from scopes import audit
 from scopes.access import Access, OperatorGrant, granted_scopes, may
 from scopes.audit import AuditEvent
+from scopes.keys import operable, restore, revoke, set_aside
 from scopes.models import ApiKey, Section, SectionSync
 
 # Scope's own admin is registered by the trails app (trails/admin.py): its matching
@@ -173,33 +174,49 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
         super().save_model(request, obj, form, change)
         messages.warning(request, f"New API key (shown only now, copy it): {full_key}")
 
+    @staticmethod
+    def _operable(request: HttpRequest, queryset) -> list[ApiKey]:
+        """The selected keys this operator may act on: every scope a key's standing reaches
+        (granted, or judged: its trails decided again) among theirs, as on the keys page. The
+        others are named and left as they were."""
+        keys = list(queryset)
+        if request.user.is_superuser:
+            return keys
+        acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
+        allowed = [key for key in keys if operable(key, acting)]
+        refused = [key.name or key.lookup for key in keys if key not in allowed]
+        if refused:
+            messages.error(
+                request,
+                f"Left as they were: {', '.join(refused)}. They reach or judged scopes you may not act on: "
+                "a superuser may act on them.",
+            )
+        return allowed
+
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request: HttpRequest, queryset) -> None:
-        from scopes.keys import revoke
-
-        messages.info(request, f"Revoked {revoke(queryset, by=request.user.get_username())} key(s).")
+        if keys := self._operable(request, queryset):
+            messages.info(request, f"Revoked {revoke(keys, by=request.user.get_username())} key(s).")
 
     @admin.action(description="Revoke and set aside their reports and labels (a flood)")
     def revoke_and_set_aside(self, request: HttpRequest, queryset) -> None:
-        from scopes.keys import set_aside
-
-        for key in queryset:
+        if not (keys := self._operable(request, queryset)):
+            return
+        for key in keys:
             set_aside(key, by=request.user.get_username())
         messages.info(
             request,
-            f"Revoked {queryset.count()} key(s) and set their reports and labels aside: the scopes' "
+            f"Revoked {len(keys)} key(s) and set their reports and labels aside: the scopes' "
             "verdicts and the trails' report counts no longer count them (reversible).",
         )
 
     @admin.action(description="Count their reports and labels again")
     def restore_reports(self, request: HttpRequest, queryset) -> None:
-        from scopes.keys import restore
-
-        for key in queryset:
+        if not (keys := self._operable(request, queryset)):
+            return
+        for key in keys:
             restore(key, by=request.user.get_username())
-        messages.info(
-            request, f"The reports and labels of {queryset.count()} key(s) count again (the keys stay revoked)."
-        )
+        messages.info(request, f"The reports and labels of {len(keys)} key(s) count again (the keys stay revoked).")
 
 
 @admin.register(Section)

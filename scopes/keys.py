@@ -22,6 +22,24 @@ from scopes.models import ApiKey
 # Sent once a key's standing changed and committed: `key`, `by`, `set_aside` (True: set aside; False: restored).
 key_set_aside = Signal()
 
+# The hook giving the scopes whose trails a reporter judged (registered by the trails app in its ready()).
+JUDGED_SCOPES: list = []
+
+
+def reached_scopes(key: ApiKey) -> set[int]:
+    """The ids of the scopes a key's standing reaches: those it is granted and those whose trails
+    it judged (a key moved to another scope since still moved these, so setting it aside or
+    restoring it decides their trails again)."""
+    if not JUDGED_SCOPES:
+        raise RuntimeError("no judged-scopes hook registered (the trails app registers it)")
+    return {*key.scopes.values_list("pk", flat=True), *JUDGED_SCOPES[0](key.reporter)}
+
+
+def operable(key: ApiKey, acting: set[int]) -> bool:
+    """Whether an operator acting on these scopes may revoke, set aside or restore this key:
+    every scope its standing reaches is among them (else it is a superuser's)."""
+    return reached_scopes(key) <= acting
+
 
 def revoke(keys, by: str) -> int:
     """Revokes these keys (those not revoked yet), each in its scopes' audit logs. Returns how many."""

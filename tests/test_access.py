@@ -208,6 +208,10 @@ def test_a_key_that_judged_another_tenants_trail_is_not_set_aside_by_this_tenant
     before = Trail.objects.get(public_id=tenants["acme-support"]["trail"])
     refused = acting.post(f"/ops/{scope.slug}/keys/{key.pk}/suspend/", {"confirm": "yes", "set_aside": "on"})
     assert refused.status_code == 403
+    # Django admin's key actions refuse it too (they checked only the scopes it is granted now), and say so.
+    for action in ("revoke_and_set_aside", "restore_reports", "revoke"):
+        said = acting.post("/admin/scopes/apikey/", {"action": action, "_selected_action": [key.pk]}, follow=True)
+        assert "Left as they were: moved" in said.content.decode(), action
     key.refresh_from_db()
     assert key.revoked_at is None and key.set_aside_at is None
     after = Trail.objects.get(pk=before.pk)

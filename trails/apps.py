@@ -39,6 +39,11 @@ class TrailsConfig(AppConfig):
             post_migrate.connect(gate.migrated, dispatch_uid="ragtrail-one-writer-migrated")
         if writes.delete_scope not in SCOPE_DELETERS:
             SCOPE_DELETERS.append(writes.delete_scope)
+        from scopes.keys import JUDGED_SCOPES
+        from trails.learning.feedback import judged_scopes
+
+        if judged_scopes not in JUDGED_SCOPES:
+            JUDGED_SCOPES.append(judged_scopes)
         # Their receivers act on every path: scope saves (thresholds, re-signing) and trail
         # status changes (rejection labels, signing a reinstated trail).
         from trails.learning import feedback, thresholds  # noqa: F401

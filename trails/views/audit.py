@@ -19,9 +19,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from scopes.access import Access, granted_scopes
 from scopes.audit import AuditEvent
-from scopes.keys import acknowledge_moved, revoke, set_aside, unrevoke
+from scopes.keys import acknowledge_moved, operable, reached_scopes, revoke, set_aside, unrevoke
 from scopes.models import ApiKey
-from trails.learning.feedback import judged_scopes, moved_by
+from trails.learning.feedback import moved_by
 from trails.models import Trail
 from trails.views.common import (
     confirmed_or_ask,
@@ -118,7 +118,7 @@ def scope_keys(request: HttpRequest, scope) -> list[dict]:
     acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
     found = []
     for key in ApiKey.objects.filter(scopes=scope).prefetch_related("scopes").order_by("-created_at")[:200]:
-        reaches = {s.pk for s in key.scopes.all()} | judged_scopes(key.reporter)
+        reaches = reached_scopes(key)
         moved = (
             list(Trail.objects.filter(scope=scope, id__in=moved_by(key.reporter, scope.pk)).order_by("-id")[:50])
             if key.set_aside_at or key.moved_unacknowledged_at
@@ -134,9 +134,7 @@ def _operated_key(request: HttpRequest, scope_slug: str, key_id: int):
     """The scope and its key, where this operator may act on every scope the key reaches."""
     scope = scope_or_404(request, scope_slug, Access.ACT)
     key = get_object_or_404(ApiKey, pk=key_id, scopes=scope)
-    acting = set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))
-    # Scopes whose trails it judged count too: setting it aside decides those trails again.
-    if not {*key.scopes.values_list("pk", flat=True), *judged_scopes(key.reporter)} <= acting:
+    if not operable(key, set(granted_scopes(request.user, Access.ACT).values_list("pk", flat=True))):
         raise PermissionDenied("this key reaches or judged scopes you may not act on: a superuser may revoke it")
     return scope, key
 
