@@ -51,6 +51,10 @@ SILENT_DIRECTIVES = {
     "moduleauthor",
     "codeauthor",
 }
+# Content-less directives that show nothing where they stand: right above a heading or an object
+# they are its lead-in (with targets and labels); any other (`.. versionadded:: 3.1`, a project's
+# own) shows text there, so it stays in the section it closes.
+LEAD_IN_DIRECTIVES = SILENT_DIRECTIVES | {"index", "rst-class", "cssclass"}
 # autodoc's directives -> the Python object type they describe.
 AUTO_DIRECTIVES = {
     "autofunction": "function",
@@ -93,6 +97,7 @@ class _Directive:
     target: bool = False  # a cross-reference target: above a heading, it anchors the heading
     generated: bool = False  # autodoc: shows what the code holds, so a section even with no content of its own
     built: str | None = None  # the id Sphinx builds where the anchor is already taken (`id0`)
+    lead_in: bool = False  # shows nothing where it stands: right above a heading or object, that one's
 
 
 @dataclass
@@ -217,9 +222,18 @@ def _directive_class():
             if described and anchor:
                 prefix = "" if kind in PYTHON_OBJECTS else kind
                 built = _built_id(self.state.document, anchor, prefix, reading.serials)
+            lead_in = not has_content and not described and (target or kind in LEAD_IN_DIRECTIVES)
             reading.directives.append(
                 _Directive(
-                    start, end, has_content, anchor, described, target, generated, built if built != anchor else None
+                    start,
+                    end,
+                    has_content,
+                    anchor,
+                    described,
+                    target,
+                    generated,
+                    built if built != anchor else None,
+                    lead_in,
                 )
             )
             if has_content and kind not in CODE_DIRECTIVES:
@@ -352,10 +366,10 @@ def read(
     finally:
         _LOCAL.reading = None
     lines = text.split("\n")
-    # Where a content-less directive block (a target, `.. module::`, `.. index::`) ends -> it.
+    # Where a lead-in directive block (a target, `.. module::`, `.. index::`) ends -> it.
     quiet = {}
     for directive in reading.directives:
-        if not directive.has_content and not directive.generated:
+        if directive.lead_in and not directive.generated:
             last = directive.end - 1
             while last > directive.start and not lines[last].strip():
                 last -= 1

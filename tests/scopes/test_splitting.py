@@ -184,6 +184,47 @@ def test_a_heading_moved_under_a_new_parent_keeps_its_id_and_text(tmp_path):
     assert new["p.rst#quality"] == "Several checks."
 
 
+def test_a_directive_that_shows_something_stays_in_the_section_above_the_next_heading(tmp_path):
+    # A note closing a section (flask's config.rst), a project's own directives (pip's command pages):
+    # shown where they stand, so their section's, never a lead-in of the heading below as a label is.
+    page = (
+        "Config\n======\n\nValues\n------\n\nThe values.\n\n.. versionadded:: 3.10\n\n"
+        ".. _python-files:\n\nPython files\n------------\n\nFrom a file.\n\n"
+        'Usage\n-----\n\n.. tab:: Windows\n\n   .. pip-command-usage:: freeze "py -m pip"\n\n'
+        "Description\n-----------\n\n.. pip-command-description:: freeze\n\n"
+        "Options\n-------\n\n.. pip-command-options:: freeze\n\n"
+        ".. index:: examples\n\nExamples\n--------\n\nRun it.\n"
+    )
+    sections = {s.id: s.text for s in split_tree(write(tmp_path, {"p.rst": page}))}
+    assert sections == {
+        "p.rst#values": "The values.\n\n.. versionadded:: 3.10",
+        "p.rst#python-files": ".. _python-files:\n\nFrom a file.",
+        "p.rst#usage": '.. tab:: Windows\n\n   .. pip-command-usage:: freeze "py -m pip"',
+        "p.rst#description": ".. pip-command-description:: freeze",
+        "p.rst#options": ".. pip-command-options:: freeze",
+        "p.rst#examples": ".. index:: examples\n\nRun it.",
+    }
+
+
+def test_a_section_of_only_labels_rules_or_comments_is_no_section(tmp_path):
+    # Cited, it would be served empty: pip's label-only command pages, httpx's `---` and comment-only sections.
+    rst = write(
+        tmp_path / "rst",
+        {"cache.rst": ".. _`pip cache`:\n\n=========\npip cache\n=========\n\nUsage\n=====\n\nRun it.\n"},
+    )
+    folder = write(
+        tmp_path / "md",
+        {
+            "proxies.md": "# Troubleshooting\n\nRead on.\n\n## Proxies\n\n---\n\n## Plugins\n\n<!-- none yet -->\n\n## Last\n\nText.\n",
+        },
+    )
+    assert {s.id for s in split_tree(folder, fmt="markdown") if s.id.startswith("proxies")} == {
+        "proxies.md",
+        "proxies.md#last",
+    }
+    assert {s.id for s in split_tree(rst)} == {"cache.rst#usage"}
+
+
 def test_a_page_keeps_its_opening_id_whatever_the_levels_of_the_headings_after_it(tmp_path):
     page = "Field reference\n===============\n\nAll fields.\n\nField options\n-------------\n\nOptions.\n\n"
     folder = write(tmp_path, {"fields.rst": page + "Field API reference\n===================\n\nThe API.\n"})
