@@ -313,6 +313,19 @@ def test_an_mkdocs_project_is_read_as_mkdocs_reads_it(tmp_path, point_at):
     }
 
 
+@pytest.mark.parametrize("enabling", ["extra", "markdown.extensions.extra", "pymdownx.extra"])
+def test_attr_list_enabled_through_an_extra_bundle_gives_the_heading_its_id(tmp_path, enabling):
+    # pydantic's docs enable attr_list through pymdownx.extra: `{#type-hints}` is the built anchor.
+    root = write(
+        tmp_path,
+        {
+            "mkdocs.yml": f"site_name: S\nmarkdown_extensions:\n  - {enabling}\n",
+            "docs/why.md": "# Why\n\nBecause.\n\n## Type hints powering validation {#type-hints}\n\nHints.\n",
+        },
+    )
+    assert {s.id for s in split_project(root)[1]} == {"why.md", "why.md#type-hints"}
+
+
 def test_a_section_longer_than_a_prefetch_is_cut_at_paragraphs(tmp_path):
     paragraphs = [f"Paragraph {n}: " + "visiting rules apply " * 60 for n in range(12)]
     folder = write(tmp_path, {"long.md": "# Long\n\n## Rules\n\n" + "\n\n".join(paragraphs) + "\n"})
