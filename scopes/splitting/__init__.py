@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from scopes.splitting import includes, markdown_includes, markup, rst
+from scopes.splitting import generated, includes, markdown_includes, markup, rst
 from scopes.splitting.anchors import mkdocs_unique, numbered_unique
 from scopes.splitting.files import NotRegularFile, read_regular
 from scopes.splitting.pages import assemble
@@ -290,7 +290,10 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
     try:
         if fmt in ("rst", "myst"):
             includes.name_unread(text, relative, project.warn)
+            generated.name_project_directives(text, relative, project.domain.directives, project.warn)
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
+        if fmt == "markdown":
+            generated.name_autodoc_blocks(text, relative, project.warn)
         if fmt == "markdown" and project.markdown_includes is not None:
             text = markdown_includes.expand_markdown_includes(
                 text, project.markdown_includes, boundary, project.warn, spent

@@ -32,6 +32,7 @@ from typing import Callable
 
 from scopes.splitting.anchors import markdown_slugify, mkdocs_slug
 from scopes.splitting.files import FILE_KINDS, VCS_FOLDERS, read_regular, repository_boundary
+from scopes.splitting.generated import extensions_changed_in_code, hooks_warning, registered_directive
 from scopes.splitting.markdown_includes import (
     MarkdownIncludes,
     Snippets,
@@ -152,7 +153,7 @@ def _literal_assignments(source: str, path: str) -> dict[str, object]:
 
 def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
     """Cross-reference targets and object types the project's extensions add to Sphinx."""
-    crossref, objects, roles = set(), {}, set()
+    crossref, objects, roles, directives = set(), {}, set(), set()
     for path in sorted(folder.rglob("*.py"))[:500]:
         relative = path.relative_to(folder).as_posix()
         if matches(exclude, relative) or path.is_symlink():
@@ -162,6 +163,9 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (registered := registered_directive(node)):
+                directives.add(registered)
+                continue
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -181,7 +185,7 @@ def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
                 objects[first.value.lower()] = parse_node is not None and not (
                     isinstance(parse_node, ast.Constant) and parse_node.value is None
                 )
-    return SphinxDomain(frozenset(crossref), objects, frozenset(roles))
+    return SphinxDomain(frozenset(crossref), objects, frozenset(roles), frozenset(directives))
 
 
 def sphinx_project(folder: Path) -> Project:
@@ -227,6 +231,11 @@ def sphinx_project(folder: Path) -> Project:
         notes.append(
             "targets and objects the project adds: "
             + ", ".join(sorted(domain.crossref_types | set(domain.object_types)))
+        )
+    if changed_at := extensions_changed_in_code(source):
+        notes.append(
+            f"warning: conf.py:{changed_at} changes `extensions` in code: only its literal list is read, so "
+            "pages of a suffix an extension added there registers (MyST's .md) are not read"
         )
     if not any((folder / f"{root_doc}{ending}").exists() for ending in [*formats, *suffix]):
         notes.append(f"warning: the root document {root_doc!r} is not in the folder")
@@ -367,8 +376,8 @@ def mkdocs_project(config_path: Path) -> Project:
     ]
     project = Project("mkdocs", docs, dict.fromkeys(MKDOCS_SUFFIXES, "markdown"), exclude, SphinxDomain(), notes)
     extensions = _extensions(config)
-    # attr_list on its own or in Python-Markdown's `extra`, which enables it.
-    project.attr_list = any(
+    # attr_list on its own, or in Python-Markdown's `extra` or pymdownx's `extra`, which register it.
+    project.attr_list = "pymdownx.extra" in extensions or any(
         f"{p}{n}" in extensions for p in ("", "markdown.extensions.") for n in ("attr_list", "extra")
     )
     _configured_slugify(project, extensions.get("toc", {}))
@@ -390,6 +399,8 @@ def mkdocs_project(config_path: Path) -> Project:
             raise ProjectError(config_path.name, f"base_path {where} is version control's own files: refused")
     for name in unread_includers(config, extensions):
         project.warn(f"{name} adds text at build time that the sync does not read: sections hold its markers")
+    if hooks := hooks_warning(config):
+        project.warn(hooks)
     _bound_includes(project)
     return project
 

@@ -85,6 +85,7 @@ class SphinxDomain:
     crossref_types: frozenset[str] = frozenset()
     object_types: dict[str, bool] = field(default_factory=dict)
     roles: frozenset[str] = frozenset()  # app.add_role(...) names
+    directives: frozenset[str] = frozenset()  # app.add_directive(...) names: made at build time, not read
 
 
 @dataclass

@@ -107,3 +107,30 @@ def test_directives_that_render_nothing_stay_out_of_a_changelogs_sections():
     after = {s.id: s.text for s in sections_of_page("changes.rst", new, "rst")}
     assert before == {"changes.rst#version-1-0": "- Fixed ``x``."}
     assert after == {"changes.rst#version-1-1": "- New.", "changes.rst#version-1-0": "- Fixed ``x``."}
+
+
+def test_text_a_build_makes_is_named_as_a_warning_never_silently_left_out(tmp_path):
+    # pip's `.. pip-news-include::`, MyST added under an `if` in conf.py; httpx's `::: httpx.request`, hooks.
+    sphinx = tmp_path / "sphinx"
+    (sphinx / "ext").mkdir(parents=True)
+    (sphinx / "pyproject.toml").write_text("")
+    (sphinx / "conf.py").write_text(
+        'extensions = ["ext.news"]\nif "man" not in tags:\n    extensions.extend(("myst_parser",))\n'
+    )
+    (sphinx / "ext" / "news.py").write_text('def setup(app):\n    app.add_directive("pip-news-include", object)\n')
+    (sphinx / "index.rst").write_text("News\n====\n\nWhat changed.\n\n.. pip-news-include:: ../NEWS.rst\n")
+    (sphinx / "guide.md").write_text("# Guide\n\nRead me.\n")
+    project, sections = split_project(sphinx)
+    warnings = [note for note in project.notes if note.startswith("warning:")]
+    assert any("index.rst:6: `pip-news-include` is the project's own directive" in w for w in warnings), project.notes
+    assert any("conf.py:3 changes `extensions` in code" in w for w in warnings), project.notes
+    assert {s.id for s in sections} == {"index.rst"}  # the .md page, as the sync reads conf.py: said above
+
+    site = mkdocs_site(
+        tmp_path / "site",
+        "site_name: x\nhooks:\n  - docs/hooks.py\n",
+        "# API\n\n## Helpers\n\n::: httpx.request\n\n::: httpx.get\n",
+    )
+    warnings = [note for note in split_project(site)[0].notes if note.startswith("warning:")]
+    assert any("index.md:5 (and 1 more): `::: httpx.request` is filled in from docstrings" in w for w in warnings)
+    assert any("hooks (docs/hooks.py) run code at build time" in w for w in warnings)

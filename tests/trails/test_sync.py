@@ -538,3 +538,18 @@ def test_the_wipe_guard_counts_against_the_scope_before_recent_syncs_not_the_las
         {"sections": keep_one, "delete_missing": True, "allow_removing_most": True},
     )
     assert meant.status_code == 200
+
+
+def test_a_quiet_sync_still_says_what_it_does_not_read_and_its_json_lists_it(db, tmp_path):
+    Scope.objects.create(slug="faq", matcher="lexical")
+    site = tmp_path / "site"
+    (site / "docs").mkdir(parents=True)
+    (site / "mkdocs.yml").write_text("site_name: x\nplugins:\n  - macros\n")
+    (site / "docs" / "index.md").write_text("# API\n\n## Helpers\n\n::: httpx.request\n")
+    out, err = __import__("io").StringIO(), __import__("io").StringIO()
+    call_command("sync_sections", str(site), "--scope", "faq", "--json", "--quiet", stdout=out, stderr=err)
+    warnings = json.loads(out.getvalue())["warnings"]
+    assert any(w.startswith("macros adds text at build time") for w in warnings), warnings
+    assert any("`::: httpx.request` is filled in from docstrings" in w for w in warnings), warnings
+    assert all(f"warning: {w}" in err.getvalue() for w in warnings)
+    assert "sections from" not in err.getvalue()  # quiet: no notes, no counts

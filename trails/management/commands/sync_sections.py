@@ -71,11 +71,20 @@ def split_with_progress(
         )
     except SplitError as problem:
         raise CommandError(str(problem)) from None
-    if not quiet:
-        for note in project.notes:
+    for note in project.notes:
+        if not quiet or note.startswith(WARNING):  # a warning says what is not read: never left out
             command.stderr.write(note)
+    if not quiet:
         command.stderr.write(f"{len(sections):,} sections from {len({s.path for s in sections}):,} pages")
     return project, sections
+
+
+WARNING = "warning: "
+
+
+def warnings_of(project) -> list[str]:
+    """The project's warnings (what the sync does not read), without their prefix."""
+    return [note.removeprefix(WARNING) for note in project.notes if note.startswith(WARNING)]
 
 
 class Command(BaseCommand):
@@ -117,7 +126,9 @@ class Command(BaseCommand):
             help="write every section id and every moved trail id (JSON) to FILE; the printed "
             "summary lists at most 50 per kind",
         )
-        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        parser.add_argument(
+            "--quiet", action="store_true", help="no progress lines or notes on stderr (warnings are still printed)"
+        )
 
     def handle(
         self,
@@ -142,7 +153,7 @@ class Command(BaseCommand):
         found = Scope.objects.filter(slug=scope).first()
         if found is None:
             raise CommandError(f"no such scope: {scope}")
-        _, sections = split_with_progress(self, path, format, list(include), list(exclude), max_tokens, quiet)
+        project, sections = split_with_progress(self, path, format, list(include), list(exclude), max_tokens, quiet)
         dry_run = dry_run or check
         try:
             summary = sync_sections(
@@ -159,7 +170,7 @@ class Command(BaseCommand):
         if ids_to:
             Path(ids_to).write_text(_json_dumps(summary.as_json(complete=True)) + "\n", encoding="utf-8")
         if json:
-            self.stdout.write(_json_dumps(summary.as_json()))
+            self.stdout.write(_json_dumps({**summary.as_json(), "warnings": warnings_of(project)}))
         else:
             for line in summary.lines():
                 self.stdout.write(line)

@@ -1,0 +1,92 @@
+"""Text a docs build makes and the sync cannot read, named in the summary as warnings.
+
+A section whose page shows such text is served as its source reads: a change only the build
+sees (a docstring, a changelog a project's directive reads) is no change of the section. The
+sync cannot run the project's code, so it says where this happens rather than staying silent:
+
+- a directive the project's own Sphinx extensions register (`app.add_directive`), used on a page;
+- `extensions` changed in code in conf.py (`extensions.extend(...)` under an `if`): only the
+  literal list is read, so a suffix such an extension registers (MyST's `.md`) is not a page;
+- MkDocs' `::: package.name` blocks (mkdocstrings, mkautodoc) and `hooks:`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Callable
+
+# `.. name::` (reStructuredText) or a MyST fence's `{name}`.
+_DIRECTIVE = re.compile(r"^[ \t]*(?:\.\.[ \t]+(?P<rst>[\w:.+-]+)::|(?:`{3,}|:{3,})\{(?P<myst>[\w:.+-]+)\})")
+_AUTODOC_BLOCK = re.compile(r"^:::[ \t]+(?P<name>[\w.]+)", re.M)
+
+
+def name_project_directives(text: str, page: str, directives: frozenset[str], warn: Callable[[str], None]) -> None:
+    """Warns once a page of each directive the project registers that it uses (first line, count)."""
+    if not directives:
+        return
+    used: dict[str, list[int]] = {}
+    for number, line in enumerate(text.split("\n"), 1):
+        found = _DIRECTIVE.match(line)
+        name = found and (found.group("rst") or found.group("myst")).lower()
+        if name in directives:
+            used.setdefault(name, []).append(number)
+    for name, lines in used.items():
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        warn(
+            f"{page}:{lines[0]}{more}: `{name}` is the project's own directive: what it shows is made at build "
+            "time and not read, so a change there is no change of the section"
+        )
+
+
+def name_autodoc_blocks(text: str, page: str, warn: Callable[[str], None]) -> None:
+    """Warns of a page's `::: package.name` blocks, filled in from docstrings at build time."""
+    blocks = list(_AUTODOC_BLOCK.finditer(text))
+    if not blocks:
+        return
+    line = text.count("\n", 0, blocks[0].start()) + 1
+    more = f" (and {len(blocks) - 1} more)" if len(blocks) > 1 else ""
+    warn(
+        f"{page}:{line}{more}: `::: {blocks[0].group('name')}` is filled in from docstrings at build time "
+        "(mkdocstrings, mkautodoc) and not read: a docstring's change is no change of the section"
+    )
+
+
+def registered_directive(node: ast.Call) -> str | None:
+    """The name an `app.add_directive("name", ...)` call registers, where written as a literal."""
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr == "add_directive"):
+        return None
+    keywords = {k.arg: k.value for k in node.keywords if k.arg}
+    first = node.args[0] if node.args else keywords.get("name")
+    return first.value.lower() if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def extensions_changed_in_code(source: str) -> int | None:
+    """The line where conf.py changes `extensions` other than by a literal assignment, if it does."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == "extensions":
+            return node.lineno
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend", "insert")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "extensions"
+        ):
+            return node.lineno
+    return None
+
+
+def hooks_warning(config: dict) -> str | None:
+    """What mkdocs.yml's `hooks:` mean for the sync, where it lists any."""
+    hooks = config.get("hooks") or []
+    if not isinstance(hooks, list) or not hooks:
+        return None
+    return (
+        f"hooks ({', '.join(str(h) for h in hooks)}) run code at build time that the sync does not run: "
+        "text or anchors they make are not read"
+    )
