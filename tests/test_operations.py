@@ -338,3 +338,19 @@ def test_a_lock_held_past_its_wait_limit_is_a_named_503_for_agents_and_a_styled_
         and "ops.css" in page.content.decode()
     )
     assert Trail.objects.get(public_id=trail_id).status == "active"
+
+
+def test_manage_py_run_from_inside_a_docs_checkout_uses_its_own_packages(tmp_path):
+    # A sync run from a project's checkout (pydantic's has a `pydantic/`): its packages never shadow ragtrail's.
+    (tmp_path / "ninja").mkdir()
+    (tmp_path / "ninja" / "__init__.py").write_text("raise ImportError('the docs checkout’s own ninja')\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAGTRAIL_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"],
+        cwd=tmp_path,
+        env={**clean, "RAGTRAIL_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
