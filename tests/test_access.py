@@ -255,6 +255,19 @@ def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_
     assert acting.get("/admin/scopes/apikey/add/").status_code == 403
 
 
+def test_an_operator_who_configures_a_scope_cannot_rename_it_or_learn_other_tenants_slugs(tenants):
+    scope = tenants["python-faq"]["scope"]
+    configuring = operator(scope, Access.CONFIGURE)
+    page = configuring.get(f"/admin/scopes/scope/{scope.pk}/change/").content.decode()
+    assert 'name="name"' in page and 'name="slug"' not in page
+    # A post naming another tenant's slug neither renames the scope nor says that slug exists.
+    form = {"name": "Python FAQ", "slug": "acme-support"}
+    said = configuring.post(f"/admin/scopes/scope/{scope.pk}/change/", form, follow=True).content.decode()
+    assert "already exists" not in said
+    scope.refresh_from_db()
+    assert scope.slug == "python-faq"
+
+
 def test_a_staff_user_without_grants_sees_no_tenant(tenants):
     nobody = User.objects.create_user("nobody", password="x", is_staff=True)
     client = Client()

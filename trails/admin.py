@@ -74,7 +74,10 @@ class ScopeAdmin(GrantedScopesAdmin):
     def get_readonly_fields(self, request, obj=None):
         # Whether the store keeps text is chosen at creation: turned off later, texts already
         # copied would stay; turned on, hash-only sections would have no text to serve.
-        return [*self.readonly_fields, "keeps_text"] if obj is not None and obj.pk else self.readonly_fields
+        fields = [*self.readonly_fields, "keeps_text"] if obj is not None and obj.pk else list(self.readonly_fields)
+        # The slug is every API path of the tenant, and unique across tenants: a rename is a superuser's
+        # (an operator's attempt would tell them which other tenants' slugs exist).
+        return fields if request.user.is_superuser else [*fields, "slug"]
 
     fieldsets = [
         (None, {"fields": ["slug", "name"]}),
