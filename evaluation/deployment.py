@@ -59,6 +59,7 @@ def site_config(socket_path: Path, http_port: int, https_port: int, cert: Path, 
         ("/etc/ssl/ragtrail/fullchain.pem", str(cert)),
         ("/etc/ssl/ragtrail/privkey.pem", str(key)),
         ("ragtrail.example.org", "127.0.0.1"),
+        ("/var/log/nginx/ragtrail.access.log", str(socket_path.parent / "access.log")),
     ):
         assert old in text, f"deploy/nginx/ragtrail.conf no longer holds {old!r}"
         text = text.replace(old, new)

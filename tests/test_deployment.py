@@ -225,3 +225,16 @@ def test_a_keyless_flood_from_one_address_is_answered_429_in_the_apis_error_shap
     conn.close()
     assert answer.status == 429 and answer.getheader("Retry-After") == "1"
     assert answer.getheader("Content-Type") == "application/json"
+
+
+def test_the_proxys_access_log_keeps_paths_never_query_strings(site):
+    # An operator's search words (a name looked up before an erasure) ride in query strings.
+    running, scope, key = site
+    https(running, "GET", f"/ops/{scope.slug}/find/?q=Zoe+Angstrom", headers={"Referer": "https://x/?q=Mila+Kovac"})
+    https(running, "GET", "/health/live?probe=Mila+Kovac")
+    log = running.socket_path.parent / "access.log"
+    deadline = time.monotonic() + 10
+    while "/health/live" not in (logged := log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"/ops/{scope.slug}/find/" in logged and "/health/live" in logged, logged
+    assert "Zoe" not in logged and "Mila" not in logged and "?" not in logged, logged
