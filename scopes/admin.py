@@ -138,10 +138,20 @@ class ApiKeyAdmin(SuperusersOnlyAdmin):
     scope a key is granted sees it and may revoke it, set its reports aside (a flood) or
     count them again: each audited in those scopes."""
 
-    list_display = ["__str__", "name", "owner", "created_at", "revoked_at", "set_aside_at"]
+    list_display = ["__str__", "name", "owner", "writes_sections", "created_at", "revoked_at", "set_aside_at"]
     filter_horizontal = ["scopes"]
     readonly_fields = ["lookup", "created_at", "set_aside_at", "set_aside_by"]
-    fields = ["name", "owner", "scopes", "lookup", "created_at", "revoked_at", "set_aside_at", "set_aside_by"]
+    fields = [
+        "name",
+        "owner",
+        "scopes",
+        "writes_sections",
+        "lookup",
+        "created_at",
+        "revoked_at",
+        "set_aside_at",
+        "set_aside_by",
+    ]
     actions = ["revoke", "revoke_and_set_aside", "restore_reports"]
 
     @staticmethod

@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 
 from infra.errors import RequestRefused
-from scopes.auth import granted_scope
+from scopes.auth import granted_scope, section_writer
 from scopes.models import Section
 from scopes.schemas import GrantedScopesOut, SectionListIn, SectionListOut, SectionOut, SectionsIn, SectionsOut
 
@@ -22,7 +22,7 @@ def granted_scopes(request: HttpRequest):
 
 @router.put("/{scope}/sections", response=SectionsOut)
 def upsert_sections(request: HttpRequest, scope: str, payload: SectionsIn):
-    granted = granted_scope(request, scope)
+    granted = section_writer(request, scope)
     return Section.upsert(granted, {s.id: s.text for s in payload.sections})
 
 
@@ -64,6 +64,7 @@ def get_section(request: HttpRequest, scope: str, section_id: str):
 
 @router.delete("/{scope}/sections/{path:section_id}", response={204: None})
 def delete_section(request: HttpRequest, scope: str, section_id: str):
+    section_writer(request, scope)
     section = _section(request, scope, section_id)
     section.remove()
     return Status(204, None)

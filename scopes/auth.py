@@ -60,6 +60,8 @@ class KeyBeforeBodyMiddleware:
             refused["WWW-Authenticate"] = "Bearer"
         elif "scope" in view_kwargs and key.grants(view_kwargs["scope"]) is None:
             refused = RequestRefused(404, "not_found", "no such scope", field="scope").response()
+        elif not key.writes_sections and writes_sections_route(request.path):
+            refused = RequestRefused(403, "forbidden", NOT_A_SECTION_WRITER, field="Authorization").response()
         else:
             return None
         if request.META.get("SERVER_SOFTWARE", "").startswith("gunicorn") and request.META.get(
@@ -82,6 +84,31 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
     # Let in: its requests and refusals count for this scope and key from now on.
     refusals.admitted(scope.slug, request.auth.lookup)
     return scope
+
+
+NOT_A_SECTION_WRITER = (
+    "this key may not write sections (its writes_sections is off): a docs-sync key writes them, "
+    "an agent's key asks, records and reports"
+)
+
+
+def section_writer(request: HttpRequest, slug: str) -> Scope:
+    """Returns the scope if the request's key grants it and may write its sections.
+
+    Raises:
+        RequestRefused: 404 as `granted_scope`; 403 where the key may not write sections (a
+            trail whose sections all changed goes stale for good, so writing them is a docs
+            key's, not every agent's).
+    """
+    scope = granted_scope(request, slug)
+    if not request.auth.writes_sections:
+        raise RequestRefused(403, "forbidden", NOT_A_SECTION_WRITER, field="Authorization")
+    return scope
+
+
+def writes_sections_route(path: str) -> bool:
+    """Whether a PUT or POST to this API path writes sections (its body then goes unread for a key that may not)."""
+    return path.rstrip("/").endswith(("/sections", "/section-syncs"))
 
 
 def reporter(request: HttpRequest) -> str:

@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from infra.errors import RequestRefused
-from scopes.auth import granted_scope, reporter
+from scopes.auth import granted_scope, reporter, section_writer
 from scopes.models import SectionSyncJob
 from trails import tool_results
 from trails.core.hint import RecordedStep
@@ -223,7 +223,7 @@ def sync(request: HttpRequest, scope: str, payload: SectionSyncIn):
     changed is written (one transaction); the answer says what changed and how the served
     trails move, as `manage.py sync_sections` prints it. With `background`, or past
     RAGTRAIL_SYNC_INLINE_SECTIONS sections, a job: 202 and a status URL. The body may be sent gzip-compressed (`Content-Encoding: gzip`)."""
-    granted = granted_scope(request, scope)
+    granted = section_writer(request, scope)
     for index, section in enumerate(payload.sections):
         if (section.text is None) == (section.hash is None):
             raise RequestRefused(

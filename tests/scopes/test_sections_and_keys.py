@@ -160,3 +160,32 @@ def test_an_agent_lists_its_scopes_sections_a_page_at_a_time(api, sections, othe
     assert api.call("get", "/scopes/other/sections").status_code == 404
     refused = api.call("get", "/scopes/hospital/sections?limit=5000")
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit"
+
+
+def test_an_agents_key_without_section_writes_asks_and_records_but_cannot_change_the_store(scope):
+    # One key could otherwise switch any trail off: change a cited section, recall (stale for good), put it back.
+    docs, docs_text = ApiKey.issue([scope], name="docs ci")
+    agent_key, agent_text = ApiKey.issue([scope], name="agent", writes_sections=False)
+    docs_api, agent = ApiClient(docs_text), ApiClient(agent_text)
+    assert docs_api.put_sections("hospital", {"cafe": "The cafe opens at 8."}).status_code == 200
+    before = list(Section.objects.filter(scope=scope).values_list("section_id", "hash"))
+    refusals = [
+        agent.put_sections("hospital", {"cafe": "The cafe opens at 8. "}),
+        agent.call("delete", "/scopes/hospital/sections/cafe"),
+        agent.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "cafe", "text": "x"}]}),
+        agent.call("post", "/scopes/hospital/section-syncs", {"sections": [], "background": True}),
+    ]
+    for refused in refusals:
+        assert refused.status_code == 403, refused.content
+        assert refused.json()["error"]["field"] == "Authorization"
+        assert "may not write sections" in refused.json()["error"]["message"]
+    assert list(Section.objects.filter(scope=scope).values_list("section_id", "hash")) == before
+    # It still reads the store, records paths citing it and is served them.
+    assert agent.call("get", "/scopes/hospital/sections/cafe").status_code == 200
+    assert agent.record("hospital", query="When does the cafe open?", cited=["cafe"]).status_code == 201
+    assert agent.recall("hospital", query="When does the cafe open?").json()["outcome"] == "prefetch"
+    # A key is a docs key unless made an agent's: the command's flag, as the admin's box.
+    out = StringIO()
+    call_command("create_api_key", "--scope", scope.slug, "--no-section-writes", stdout=out)
+    assert ApiKey.objects.authenticate(out.getvalue().strip()).writes_sections is False
+    assert docs.writes_sections and not ApiKey.objects.get(pk=agent_key.pk).writes_sections

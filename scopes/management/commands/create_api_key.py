@@ -11,11 +11,16 @@ class Command(BaseCommand):
             "--scope", action="append", required=True, dest="scopes", help="a scope slug; repeat for more"
         )
         parser.add_argument("--name", default="")
+        parser.add_argument(
+            "--no-section-writes",
+            action="store_true",
+            help="an agent's key: it asks, records and reports, but may not put, sync or delete sections",
+        )
 
-    def handle(self, *args, scopes: list[str], name: str, **options) -> None:
+    def handle(self, *args, scopes: list[str], name: str, no_section_writes: bool = False, **options) -> None:
         found = {s.slug: s for s in Scope.objects.filter(slug__in=scopes)}
         missing = [slug for slug in scopes if slug not in found]
         if missing:
             raise CommandError(f"no such scope: {', '.join(missing)}")
-        _, full_key = ApiKey.issue(found.values(), name=name)
+        _, full_key = ApiKey.issue(found.values(), name=name, writes_sections=not no_section_writes)
         self.stdout.write(full_key)
