@@ -46,6 +46,11 @@ def _update(model, field: str) -> Write:
     return write
 
 
+def _blank_if_holding(value: str, rules: list) -> str:
+    """A built site's anchor holding a match, blanked: redacted, it would name no anchor of the page."""
+    return "" if pii.holds(value, rules) else value
+
+
 def _rewrite_section(scope: Scope, section_id: str, clean: Callable[[Any], Any]) -> bool:
     # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
     text = Section.objects.filter(scope=scope, section_id=section_id).values_list("text", flat=True).first()
@@ -76,6 +81,14 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
         ),
         # An id is the source's path and heading: renamed at the source, never here.
         Store("section ids (rename at the source)", Section.objects.filter(scope_id=scope_id), "section_id", None),
+        # A link to a blanked anchor falls back to the id's fragment (GET .../sections/<id> says which).
+        Store(
+            "section anchors",
+            Section.objects.filter(scope_id=scope_id).exclude(anchor=""),
+            "anchor",
+            _update(Section, "anchor"),
+            clean=_blank_if_holding,
+        ),
         Store(
             "kept section revisions",
             SectionRevision.objects.filter(scope_id=scope_id).exclude(text=""),
