@@ -9,7 +9,9 @@ the data is deleted, since a citation cannot be redacted without breaking the pa
 Documentation text is redacted here too, through the section store's one write path (the
 trails citing a changed section are flagged, as after a sync), and so are the texts it keeps
 of sections as they were (revisions); a section whose id holds the data is left to be renamed
-at the source, and said to be left. Every purge also drops the scope's cached tool results,
+at the source, and said to be left. A section's built anchor holding it is blanked, a background
+sync not yet run has its stored request redacted, and one already running is said to be left
+(trails/upkeep/purge_stores.py). Every purge also drops the scope's cached tool results,
 whose contents are opaque, and tells every process to forget what it holds in memory.
 
 Resumable, and the same end state when rerun.

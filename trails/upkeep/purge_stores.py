@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from django.db import transaction
 from django.db.models import QuerySet
 
+from infra.guards import guard_on
 from scopes.models import Scope, Section, SectionSync
 from scopes.revisions import SectionRevision
 from scopes.syncs import SectionSyncJob
 from trails.core import pii
-from trails.models import RecallEvent, Trail, TrailSignal, writes
+from trails.models import RecallEvent, Trail, TrailSignal, pauses, writes
 
 # A store's writer: (scope, row key, clean) -> whether it changed the row; `clean` maps the
 # value as the writer reads it to the value to write (the same value where nothing matches).
@@ -51,6 +53,44 @@ def _blank_if_holding(value: str, rules: list) -> str:
     return "" if pii.holds(value, rules) else value
 
 
+def clean_sync_request(request: dict, rules: list) -> dict:
+    """A background sync's stored request with its texts and source redacted and an anchor
+    holding a match blanked. Section ids and hashes are kept: a sync writes the ids the source
+    holds (renamed there, and named as left by the check afterwards)."""
+
+    def row(section: dict) -> dict:
+        return {
+            key: value
+            if key in ("id", "hash")
+            else _blank_if_holding(value, rules)
+            if key == "anchor"
+            else pii.redact_json(value, rules)
+            for key, value in section.items()
+        }
+
+    return {
+        key: [row(section) for section in value] if key == "sections" else pii.redact_json(value, rules)
+        for key, value in request.items()
+    }
+
+
+def _clean_job_request(scope: Scope, key: int, clean: Callable[[Any], Any]) -> bool:
+    """A sync job's request, cleaned unless a run holds the job (a running job read its request
+    when claimed: it is left, and the check afterwards names it). The job's row is locked first:
+    a claim (run_sync_job's conditional update of that row) waits, then reads the clean request."""
+    pauses.pause_point("purge:sync-job-read")
+    with transaction.atomic():
+        jobs = SectionSyncJob.objects.filter(pk=key)
+        if guard_on("purge-leaves-running-sync-jobs"):
+            jobs = jobs.select_for_update().exclude(state=SectionSyncJob.State.RUNNING)
+        request = jobs.values_list("request", flat=True).first()
+        pauses.pause_point("purge:sync-job-locked")
+        if request is None or clean(request) == request:
+            return False
+        SectionSyncJob.objects.filter(pk=key).update(request=clean(request))
+        return True
+
+
 def _rewrite_section(scope: Scope, section_id: str, clean: Callable[[Any], Any]) -> bool:
     # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
     text = Section.objects.filter(scope=scope, section_id=section_id).values_list("text", flat=True).first()
@@ -68,8 +108,8 @@ def _delete_revision(scope: Scope, key: int, clean: Callable[[Any], Any]) -> boo
 def stores(scope: Scope, documents: bool = False) -> list[Store]:
     """Every store of a scope a purge checks besides trails, in the order it redacts them;
     with `documents` (an erasure: the built-in rules would find a docs page's own contact
-    address), the section texts too, before their kept revisions (rewriting a section keeps
-    its old text)."""
+    address), the requests of background syncs not yet run and the section texts too, before
+    their kept revisions (rewriting a section keeps its old text)."""
     scope_id = scope.pk
     in_documents = [
         Store(
@@ -103,7 +143,7 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
             _delete_revision,
         ),
     ]
-    return [
+    before_jobs = [
         Store(
             "recall queries",
             RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""),
@@ -128,14 +168,33 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
             "reason",
             _update(TrailSignal, "reason"),
         ),
-        # Free text an operator or a sync wrote: a trail's reason (written by older versions
-        # with names in it) and what a docs sync said it read ("branch jane-roe-fixes").
+        # Free text an operator wrote (older versions wrote names into a trail's reason).
         Store(
             "trail reasons",
             Trail.objects.filter(scope_id=scope_id).exclude(reason=""),
             "reason",
             _update(Trail, "reason"),
         ),
+    ]
+    # Before the syncs and sections: a job seen finished here has committed what it wrote there.
+    jobs = SectionSyncJob.objects.filter(scope_id=scope_id).exclude(request={})
+    in_sync_jobs = [
+        Store(
+            "docs sync job requests",
+            jobs.exclude(state=SectionSyncJob.State.RUNNING),
+            "request",
+            _clean_job_request,
+            clean=clean_sync_request,
+        ),
+        Store(
+            "running docs sync jobs (purge again once they end)",
+            jobs.filter(state=SectionSyncJob.State.RUNNING),
+            "request",
+            None,
+        ),
+    ]
+    after_jobs = [
+        # What a docs sync said it read ("branch jane-roe-fixes").
         Store(
             "docs sync sources",
             SectionSync.objects.filter(scope_id=scope_id).exclude(source=""),
@@ -155,7 +214,15 @@ def stores(scope: Scope, documents: bool = False) -> list[Store]:
             "summary",
             _update(SectionSyncJob, "summary"),
         ),
-    ] + (in_documents if documents else [])
+        # Why a job failed (a refusal quotes a section id).
+        Store(
+            "docs sync job errors",
+            SectionSyncJob.objects.filter(scope_id=scope_id, error__isnull=False),
+            "error",
+            _update(SectionSyncJob, "error"),
+        ),
+    ]
+    return before_jobs + (in_sync_jobs if documents else []) + after_jobs + (in_documents if documents else [])
 
 
 def redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
