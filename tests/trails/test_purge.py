@@ -122,3 +122,27 @@ def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_no
     sources = sorted(SectionSync.objects.filter(scope=stored).values_list("source", flat=True))
     # "Park" is no word of "Parking" nor of "Parkinson": that sync keeps its words.
     assert sources == ["Parking rules by Parkinson", "branch [redacted]-fixes by [redacted]"]
+
+
+@pytest.mark.parametrize(
+    "action,started",
+    [
+        ("redact", "started: 3 previewed trails to be redacted, or deleted where their section ids hold the match"),
+        ("delete", "started: 3 previewed trails to be deleted"),
+    ],
+)
+def test_the_audit_log_says_in_a_sentence_what_a_confirmed_purge_will_do(stored, action, started):
+    import re
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from scopes.audit import AuditEvent
+
+    staff = Client()
+    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True, is_superuser=True))
+    preview = staff.post("/ops/hospital/purge/", {"step": "preview", "action": action, "subject": ""}).content.decode()
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview).group(1)
+    staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})
+    said = AuditEvent.objects.filter(kind=AuditEvent.Kind.PURGE, what__contains="started:").get().what
+    assert said == f"built-in rules and scope patterns · {started}"

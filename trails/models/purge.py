@@ -102,6 +102,15 @@ class PurgeRun(models.Model):
                 f"{others or 'no other records'} changed; {self.checked} records checked, {self.changed} changed; {left}"
             )
 
+    def started(self) -> str:
+        """What the audit log says when a previewed run is confirmed, a sentence for either action."""
+        one = self.total == 1
+        trails = f"{self.total} previewed trail{'' if one else 's'}"
+        if self.action == self.Action.DELETE:
+            return f"started: {trails} to be deleted"
+        whose = "its section ids hold" if one else "their section ids hold"
+        return f"started: {trails} to be redacted, or deleted where {whose} the match"
+
     def fail(self, error: str) -> None:
         """Ends the run unfinished; it forgets its erasure subject and what it matched."""
         self.state, self.finished_at, self.subject, self.trail_ids = self.State.FAILED, timezone.now(), "", None

@@ -139,7 +139,7 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
     run.state = PurgeRun.State.QUEUED
     with transaction.atomic():
         run.save(update_fields=["state"])
-        run.audit(f"started: {run.total} previewed trail(s) to be {run.get_action_display().lower()}ed")
+        run.audit(run.started())
     if run.total <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:  # the previewed set's size
         run_purge(run.id)
     else:
