@@ -159,7 +159,16 @@ def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str],
 PREVIEW_FOLD_CAP = 100_000
 
 
-def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]], int]:
+def fate(names: set[str], in_ids: bool, action: str) -> str:
+    """What a run does to a trail, from its `findings`: "delete" where the action deletes or a
+    section id it cites or was returned holds the match (a citation cannot be redacted without
+    breaking the path), "redact" where only its texts match, "" where nothing does."""
+    if names and (in_ids or action == PurgeRun.Action.DELETE):
+        return "delete"
+    return "redact" if names else ""
+
+
+def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str], list[str], bool]], int, int]:
     """Finds the trails a run would touch and stores them on the run (which must be
     saved), so that confirming it purges exactly this set. Each text is folded once; a trail
     with more non-ASCII text than `PREVIEW_FOLD_CAP` is left unchecked here and added to the
@@ -167,23 +176,26 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
 
     Returns:
         How many trails match, some (trail id, query, names of the rules that matched, each
-        match in its context), and how many trails were too long to check in the preview.
+        match in its context, whether the run deletes it), how many trails were too long to
+        check in the preview, and how many of the matching ones the run deletes (`fate`).
     """
     rules = purge_rules(run)
-    matched, shown, unchecked = [], [], []
+    matched, shown, unchecked, doomed = [], [], [], 0
     for trail in trail_texts(run.scope_id):
         if sum(len(text) for text in trail.texts + trail.section_ids if not text.isascii()) > PREVIEW_FOLD_CAP:
             unchecked.append(trail.id)
             continue
-        names, _ = findings(trail, rules)
+        names, in_ids = findings(trail, rules)
         if names:
             matched.append(trail.id)
+            deleted = fate(names, in_ids, run.action) == "delete"
+            doomed += deleted
             if len(shown) < limit:
                 texts = trail.texts + trail.section_ids
                 contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
-                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
+                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5], deleted))
     run.trail_ids, run.total = matched + unchecked, len(matched) + len(unchecked)
-    return len(matched), shown, len(unchecked)
+    return len(matched), shown, len(unchecked), doomed
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:
@@ -227,10 +239,7 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             break
 
         def decide(trail: Trail) -> str:
-            names, in_ids = findings(trail, rules)
-            if names and (in_ids or run.action == PurgeRun.Action.DELETE):
-                return "delete"
-            return "redact" if names else ""
+            return fate(*findings(trail, rules), run.action)
 
         pauses.pause_point("purge:read")
         with transaction.atomic():
@@ -244,8 +253,8 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
                 SIGNED_FIELDS,
             )
             run.last_trail_id, run.processed = batch[-1], run.processed + len(batch)
-            run.matched += deleted + redacted
-            run.save(update_fields=["last_trail_id", "processed", "matched"])
+            run.matched, run.deleted = run.matched + deleted + redacted, run.deleted + deleted
+            run.save(update_fields=["last_trail_id", "processed", "matched", "deleted"])
     counts = {"trails": [run.processed, run.matched]}
     for store in stores(run.scope, documents=bool(run.subject)):
         counts[store.kind] = list(redact_store(run.scope, store, rules))
