@@ -85,18 +85,20 @@ def _clean_job_request(scope: Scope, key: int, clean: Callable[[Any], Any]) -> b
             jobs = jobs.select_for_update().exclude(state=SectionSyncJob.State.RUNNING)
         request = jobs.values_list("request", flat=True).first()
         pauses.pause_point("purge:sync-job-locked")
-        if request is None or clean(request) == request:
+        cleaned = request if request is None else clean(request)
+        if cleaned == request:
             return False
-        SectionSyncJob.objects.filter(pk=key).update(request=clean(request))
+        SectionSyncJob.objects.filter(pk=key).update(request=cleaned)
         return True
 
 
 def _rewrite_section(scope: Scope, section_id: str, clean: Callable[[Any], Any]) -> bool:
     # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
     text = Section.objects.filter(scope=scope, section_id=section_id).values_list("text", flat=True).first()
-    if text is None or clean(text) == text:
+    cleaned = text if text is None else clean(text)
+    if cleaned == text:
         return False
-    Section.upsert(scope, {section_id: clean(text)})
+    Section.upsert(scope, {section_id: cleaned})
     return True
 
 
