@@ -122,3 +122,73 @@ def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_no
     sources = sorted(SectionSync.objects.filter(scope=stored).values_list("source", flat=True))
     # "Park" is no word of "Parking" nor of "Parkinson": that sync keeps its words.
     assert sources == ["Parking rules by Parkinson", "branch [redacted]-fixes by [redacted]"]
+
+
+@pytest.mark.parametrize(
+    "action,started",
+    [
+        ("redact", "started: 3 previewed trails to be redacted, or deleted where their section ids hold the match"),
+        ("delete", "started: 3 previewed trails to be deleted"),
+    ],
+)
+def test_the_audit_log_says_in_a_sentence_what_a_confirmed_purge_will_do(stored, action, started):
+    import re
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from scopes.audit import AuditEvent
+
+    staff = Client()
+    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True, is_superuser=True))
+    preview = staff.post("/ops/hospital/purge/", {"step": "preview", "action": action, "subject": ""}).content.decode()
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', preview).group(1)
+    staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})
+    said = AuditEvent.objects.filter(kind=AuditEvent.Kind.PURGE, what__contains="started:").get().what
+    assert said == f"built-in rules and scope patterns · {started}"
+
+
+def test_a_trail_citing_a_section_whose_id_holds_the_name_is_previewed_and_reported_as_deleted(api, scope):
+    import re
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from scopes.audit import AuditEvent
+
+    assert api.put_sections("hospital", {"people/mila-kovac": "Ward manager."}).status_code in (200, 201)
+    trail_id = api.record("hospital", query="Who runs the ward?", cited=["people/mila-kovac"]).json()["trail_id"]
+    staff = Client()
+    staff.force_login(User.objects.create_user("olga", password="x", is_staff=True, is_superuser=True))
+    html = staff.post(
+        "/ops/hospital/purge/", {"step": "preview", "action": "redact", "subject": "Mila Kovač"}
+    ).content.decode()
+    assert "<span data-preview-deleted>1</span> trail would be deleted" in html and "would be redacted" not in html
+    assert "Deleted, not redacted: that trail's section ids (cited, or returned by a step) hold the match" in html
+    assert ">Delete 1 trail (its section ids hold the match) and redact the other records</button>" in html
+    run_id = re.search(r'name="run" value="([0-9a-f-]+)"', html).group(1)
+    page = staff.get(staff.post("/ops/hospital/purge/", {"step": "run", "run": run_id})["Location"]).content.decode()
+    assert (
+        "Done: <strong data-purge-count>0</strong> of 1 trails redacted, <strong data-purge-deleted>1</strong> "
+        "deleted (its section ids held the match: a citation cannot be redacted)" in page
+    )
+    assert not Trail.objects.filter(public_id=trail_id).exists()
+    done = AuditEvent.objects.filter(kind=AuditEvent.Kind.PURGE, what__contains="done:").get().what
+    assert "done: 0 of 1 trails' queries redacted, 1 deleted (its section ids held the match" in done
+
+
+def test_the_purge_command_counts_trails_it_deletes_for_their_section_ids_apart_from_those_it_redacts(stored, api):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    api.put_sections("hospital", {"people/jane-roe": "Ward manager."})
+    api.record("hospital", query="Who runs the ward?", cited=["people/jane-roe"])
+    out = StringIO()
+    call_command("purge_personal_data", "--scope", "hospital", "--subject", "Jane Roe", "--preview", stdout=out)
+    assert out.getvalue().startswith(
+        "2 trails would be redacted\n1 trails would be deleted: their section ids hold the match\n"
+    )
+    out = StringIO()
+    call_command("purge_personal_data", "--scope", "hospital", "--subject", "Jane Roe", stdout=out)
+    assert ": 2 of 6 trails redacted, 1 deleted: their section ids held the match\n" in out.getvalue()

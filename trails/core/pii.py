@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .fold import Folded, fold
 
@@ -179,3 +179,39 @@ def redact(text: str, rules: Sequence[Rule | SubjectRule]) -> str:
         last = b
     out.append(text[last:])
     return "".join(out)
+
+
+def strings_in(value: Any) -> Iterable[str]:
+    """Every string in a JSON value, object keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)
+
+
+def holds(value: Any, rules: Sequence[Rule | SubjectRule]) -> bool:
+    """Whether a text, or any string of a JSON value, matches."""
+    return any(find(text, rules) for text in strings_in(value))
+
+
+def redact_json(value: Any, rules: Sequence[Rule | SubjectRule]) -> Any:
+    """A text, or every string of a JSON value (object keys included), redacted."""
+    if isinstance(value, str):
+        return redact(value, rules)
+    if isinstance(value, dict):
+        redacted: dict[str, Any] = {}
+        for key, item in value.items():
+            new_key = redact(key, rules)
+            # Two keys redacted alike would overwrite each other; number them instead.
+            while new_key in redacted:
+                new_key += "'"
+            redacted[new_key] = redact_json(item, rules)
+        return redacted
+    if isinstance(value, list):
+        return [redact_json(item, rules) for item in value]
+    return value

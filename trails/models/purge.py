@@ -69,6 +69,8 @@ class PurgeRun(models.Model):
     total = models.PositiveIntegerField(default=0)
     processed = models.PositiveIntegerField(default=0)
     matched = models.PositiveIntegerField(default=0)
+    # Of the matched trails, those deleted: all for a deletion, else those whose section ids hold it.
+    deleted = models.PositiveIntegerField(default=0, db_default=0)
     last_trail_id = models.BigIntegerField(default=0)
     # The previewed set (trail ids); None purges every matching trail of the scope at run time.
     trail_ids = models.JSONField(null=True, blank=True, editable=False)
@@ -96,11 +98,34 @@ class PurgeRun(models.Model):
         )
         with transaction.atomic():
             self.save(update_fields=["state", "finished_at", "subject", "trail_ids", "left", "counts"])
-            done = "trails' queries redacted" if self.action == self.Action.REDACT else "trails deleted"
             self.audit(
-                f"done: {self.matched} of {self.processed} {done}; "
+                f"done: {self.trails_done()}; "
                 f"{others or 'no other records'} changed; {self.checked} records checked, {self.changed} changed; {left}"
             )
+
+    @property
+    def redacted(self) -> int:
+        """Of the matched trails, those redacted (the others were deleted)."""
+        return self.matched - self.deleted
+
+    def trails_done(self) -> str:
+        """What the run did to trails, in words: a trail deleted though the action redacts says why."""
+        if self.action == self.Action.DELETE:
+            return f"{self.matched} of {self.processed} trails deleted"
+        done = f"{self.redacted} of {self.processed} trails' queries redacted"
+        if self.deleted:
+            whose = "its section ids" if self.deleted == 1 else "their section ids"
+            done += f", {self.deleted} deleted ({whose} held the match: a citation cannot be redacted)"
+        return done
+
+    def started(self) -> str:
+        """What the audit log says when a previewed run is confirmed, a sentence for either action."""
+        one = self.total == 1
+        trails = f"{self.total} previewed trail{'' if one else 's'}"
+        if self.action == self.Action.DELETE:
+            return f"started: {trails} to be deleted"
+        whose = "its section ids hold" if one else "their section ids hold"
+        return f"started: {trails} to be redacted, or deleted where {whose} the match"
 
     def fail(self, error: str) -> None:
         """Ends the run unfinished; it forgets its erasure subject and what it matched."""
@@ -122,6 +147,7 @@ class PurgeRun(models.Model):
                 "run": str(self.public_id),
                 "action": self.action,
                 "matched": self.matched,
+                "deleted": self.deleted,
                 "processed": self.processed,
                 "left": self.left,
                 "counts": self.counts,

@@ -9,7 +9,9 @@ the data is deleted, since a citation cannot be redacted without breaking the pa
 Documentation text is redacted here too, through the section store's one write path (the
 trails citing a changed section are flagged, as after a sync), and so are the texts it keeps
 of sections as they were (revisions); a section whose id holds the data is left to be renamed
-at the source, and said to be left. Every purge also drops the scope's cached tool results,
+at the source, and said to be left. A section's built anchor holding it is blanked, a background
+sync not yet run has its stored request redacted, and one already running is said to be left
+(trails/upkeep/purge_stores.py). Every purge also drops the scope's cached tool results,
 whose contents are opaque, and tells every process to forget what it holds in memory.
 
 Resumable, and the same end state when rerun.
@@ -19,19 +21,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from django.db import transaction
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch
 
-from scopes.models import Scope, Section, SectionSync
+from scopes.models import Scope, Section
 from scopes.revisions import SectionRevision
-from scopes.syncs import SectionSyncJob
 from trails import memory, tool_results
 from trails.core import pii
 from trails.core.normalise import normalise_query
-from trails.models import Citation, PiiPattern, PurgeRun, RecallEvent, Step, Trail, TrailSignal, pauses, writes
+from trails.models import Citation, PiiPattern, PurgeRun, Step, Trail, pauses, writes
 from trails.serving.record import SIGNED_FIELDS
+from trails.upkeep.purge_stores import count_matching, redact_store, stores
 from trails.upkeep.reindex import sign_one
 
 # A previewed run holds its erasure subject until it is confirmed; unconfirmed, it is
@@ -49,36 +51,6 @@ def purge_rules(run: PurgeRun) -> list[pii.Rule]:
 def scope_rules(scope_id: int) -> list[pii.Rule]:
     """The built-in personal-data rules and the scope's own patterns."""
     return pii.rules_for(PiiPattern.objects.filter(scope_id=scope_id).values_list("name", "pattern"))
-
-
-def _strings(value: Any) -> Iterable[str]:
-    """Every string in a JSON value, object keys included."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield key
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
-def _redact_json(value: Any, rules: list[pii.Rule]) -> Any:
-    if isinstance(value, str):
-        return pii.redact(value, rules)
-    if isinstance(value, dict):
-        redacted: dict[str, Any] = {}
-        for key, item in value.items():
-            new_key = pii.redact(key, rules)
-            # Two keys redacted alike would overwrite each other; number them instead.
-            while new_key in redacted:
-                new_key += "'"
-            redacted[new_key] = _redact_json(item, rules)
-        return redacted
-    if isinstance(value, list):
-        return [_redact_json(item, rules) for item in value]
-    return value
 
 
 def trails_to_check(scope_id: int, ids: Iterable[int] | None = None, after_id: int = 0, limit: int | None = None):
@@ -119,7 +91,7 @@ class TrailText:
         texts = [trail.query, trail.normalised_query, trail.partition, trail.idempotency_key or ""]
         for tool, args, _ in steps:
             texts.append(tool)
-            texts.extend(_strings(args))
+            texts.extend(pii.strings_in(args))
         ids = cited + [i for _, _, returned in steps for i in returned]
         return cls(trail.id, str(trail.public_id), trail.query, tuple(t for t in texts if t), tuple(ids))
 
@@ -187,7 +159,16 @@ def findings(trail: Trail | TrailText, rules: list[pii.Rule]) -> tuple[set[str],
 PREVIEW_FOLD_CAP = 100_000
 
 
-def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str]]], int]:
+def fate(names: set[str], in_ids: bool, action: str) -> str:
+    """What a run does to a trail, from its `findings`: "delete" where the action deletes or a
+    section id it cites or was returned holds the match (a citation cannot be redacted without
+    breaking the path), "redact" where only its texts match, "" where nothing does."""
+    if names and (in_ids or action == PurgeRun.Action.DELETE):
+        return "delete"
+    return "redact" if names else ""
+
+
+def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, list[str], list[str], bool]], int, int]:
     """Finds the trails a run would touch and stores them on the run (which must be
     saved), so that confirming it purges exactly this set. Each text is folded once; a trail
     with more non-ASCII text than `PREVIEW_FOLD_CAP` is left unchecked here and added to the
@@ -195,23 +176,26 @@ def preview(run: PurgeRun, limit: int = 50) -> tuple[int, list[tuple[str, str, l
 
     Returns:
         How many trails match, some (trail id, query, names of the rules that matched, each
-        match in its context), and how many trails were too long to check in the preview.
+        match in its context, whether the run deletes it), how many trails were too long to
+        check in the preview, and how many of the matching ones the run deletes (`fate`).
     """
     rules = purge_rules(run)
-    matched, shown, unchecked = [], [], []
+    matched, shown, unchecked, doomed = [], [], [], 0
     for trail in trail_texts(run.scope_id):
         if sum(len(text) for text in trail.texts + trail.section_ids if not text.isascii()) > PREVIEW_FOLD_CAP:
             unchecked.append(trail.id)
             continue
-        names, _ = findings(trail, rules)
+        names, in_ids = findings(trail, rules)
         if names:
             matched.append(trail.id)
+            deleted = fate(names, in_ids, run.action) == "delete"
+            doomed += deleted
             if len(shown) < limit:
                 texts = trail.texts + trail.section_ids
                 contexts = [shown_text for text in texts for shown_text in pii.in_context(text, rules)]
-                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5]))
+                shown.append((trail.public_id, trail.query, sorted(names), contexts[:5], deleted))
     run.trail_ids, run.total = matched + unchecked, len(matched) + len(unchecked)
-    return len(matched), shown, len(unchecked)
+    return len(matched), shown, len(unchecked), doomed
 
 
 def preview_records(run: PurgeRun) -> dict[str, int]:
@@ -255,10 +239,7 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
             break
 
         def decide(trail: Trail) -> str:
-            names, in_ids = findings(trail, rules)
-            if names and (in_ids or run.action == PurgeRun.Action.DELETE):
-                return "delete"
-            return "redact" if names else ""
+            return fate(*findings(trail, rules), run.action)
 
         pauses.pause_point("purge:read")
         with transaction.atomic():
@@ -272,11 +253,11 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
                 SIGNED_FIELDS,
             )
             run.last_trail_id, run.processed = batch[-1], run.processed + len(batch)
-            run.matched += deleted + redacted
-            run.save(update_fields=["last_trail_id", "processed", "matched"])
+            run.matched, run.deleted = run.matched + deleted + redacted, run.deleted + deleted
+            run.save(update_fields=["last_trail_id", "processed", "matched", "deleted"])
     counts = {"trails": [run.processed, run.matched]}
     for store in stores(run.scope, documents=bool(run.subject)):
-        counts[store.kind] = list(_redact_store(run.scope, store, rules))
+        counts[store.kind] = list(redact_store(run.scope, store, rules))
     tool_results.forget_scope(run.scope)
     run.counts = counts
     # What still matches, checked while the subject is known (it is forgotten at the end).
@@ -288,139 +269,6 @@ def run_purge(run_id: int, batch_size: int = 500) -> PurgeRun:
     return run
 
 
-@dataclass(frozen=True)
-class Store:
-    """A kind of record besides trails that can hold personal data: what an operator calls it,
-    its rows, the text field, and how a redacted text is written (None: it cannot be here)."""
-
-    kind: str
-    rows: QuerySet
-    field: str
-    write: Callable[[Scope, Any, str], None] | None
-    key: str = "id"
-
-
-def stores(scope: Scope, documents: bool = False) -> list[Store]:
-    """Every store of a scope a purge checks besides trails, in the order it redacts them;
-    with `documents` (an erasure: the built-in rules would find a docs page's own contact
-    address), the section texts too, before their kept revisions (rewriting a section keeps
-    its old text)."""
-    scope_id = scope.pk
-
-    def update(model, field):
-        def write(scope: Scope, key, text: str) -> None:
-            writes.redact_text(model, key, field, lambda _: text)
-
-        write.target = (model, field)  # _redact_store redacts the row as it is when written
-        return write
-
-    def rewrite_section(scope: Scope, section_id: str, text: str) -> None:
-        # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
-        Section.upsert(scope, {section_id: text})
-
-    def delete_revision(scope: Scope, key: int, text: str) -> None:
-        SectionRevision.objects.filter(id=key).delete()
-
-    in_documents = [
-        Store(
-            "section texts",
-            Section.objects.filter(scope_id=scope_id).exclude(text=""),
-            "text",
-            rewrite_section if scope.keeps_text else None,
-            key="section_id",
-        ),
-        # An id is the source's path and heading: renamed at the source, never here.
-        Store("section ids (rename at the source)", Section.objects.filter(scope_id=scope_id), "section_id", None),
-        Store(
-            "kept section revisions",
-            SectionRevision.objects.filter(scope_id=scope_id).exclude(text=""),
-            "text",
-            update(SectionRevision, "text"),
-        ),
-        # A revision is kept for the trails citing its id; those trails were deleted above.
-        Store(
-            "kept revisions' section ids",
-            SectionRevision.objects.filter(scope_id=scope_id),
-            "section_id",
-            delete_revision,
-        ),
-    ]
-    return [
-        Store(
-            "recall queries",
-            RecallEvent.objects.filter(scope_id=scope_id).exclude(query=""),
-            "query",
-            update(RecallEvent, "query"),
-        ),
-        Store(
-            "recall partitions",
-            RecallEvent.objects.filter(scope_id=scope_id).exclude(partition=""),
-            "partition",
-            update(RecallEvent, "partition"),
-        ),
-        Store(
-            "feedback reasons",
-            RecallEvent.objects.filter(scope_id=scope_id).exclude(feedback_reason=""),
-            "feedback_reason",
-            update(RecallEvent, "feedback_reason"),
-        ),
-        Store(
-            "trail history reasons",
-            TrailSignal.objects.filter(trail__scope_id=scope_id).exclude(reason=""),
-            "reason",
-            update(TrailSignal, "reason"),
-        ),
-        # Free text an operator or a sync wrote: a trail's reason (written by older versions
-        # with names in it) and what a docs sync said it read ("branch jane-roe-fixes").
-        Store(
-            "trail reasons",
-            Trail.objects.filter(scope_id=scope_id).exclude(reason=""),
-            "reason",
-            update(Trail, "reason"),
-        ),
-        Store(
-            "docs sync sources",
-            SectionSync.objects.filter(scope_id=scope_id).exclude(source=""),
-            "source",
-            update(SectionSync, "source"),
-        ),
-        # What a sync did, by section id (a file or heading may name a person).
-        Store(
-            "docs sync summaries",
-            SectionSync.objects.filter(scope_id=scope_id).exclude(summary={}),
-            "summary",
-            update(SectionSync, "summary"),
-        ),
-        Store(
-            "docs sync job summaries",
-            SectionSyncJob.objects.filter(scope_id=scope_id, summary__isnull=False),
-            "summary",
-            update(SectionSyncJob, "summary"),
-        ),
-    ] + (in_documents if documents else [])
-
-
-def _holds(value: Any, rules: list) -> bool:
-    """Whether a text, or any string of a JSON value, matches."""
-    return any(pii.find(text, rules) for text in _strings(value))
-
-
-def _redact_store(scope: Scope, store: Store, rules: list) -> tuple[int, int]:
-    """Redacts one store's matching rows (each text folded once); returns (checked, changed)."""
-    checked = changed = 0
-    for key, text in store.rows.values_list(store.key, store.field).iterator():
-        checked += 1
-        if store.write is None or not _holds(text, rules):
-            continue
-        target = getattr(store.write, "target", None)
-        if target is not None:  # a conditional update: a text written since it was read is read again
-            writes.redact_text(target[0], key, target[1], lambda current: _redact_json(current, rules))
-        else:
-            store.write(scope, key, _redact_json(text, rules))
-        changed += 1
-    return checked, changed
-
-
 def records_matching(scope_id: int, rules: list, trails: int | None = None, documents: bool = False) -> dict[str, int]:
     """How many of each kind of record in the scope hold a match: trails (unless counted
     already, as a preview has), then every other store (`stores`)."""
@@ -429,9 +277,7 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
     counts = {"trails": trails}
     scope = Scope.objects.get(pk=scope_id)
     for store in stores(scope, documents):
-        counts[store.kind] = sum(
-            1 for text in store.rows.values_list(store.field, flat=True).iterator() if _holds(text, rules)
-        )
+        counts[store.kind] = count_matching(store, rules)
     if documents and scope.keeps_text:
         # Rewriting a section keeps its old text as a revision, which the purge redacts next: counted there too.
         kept = set(SectionRevision.objects.filter(scope_id=scope_id).values_list("section_id", "hash"))
@@ -440,7 +286,7 @@ def records_matching(scope_id: int, rules: list, trails: int | None = None, docu
             for section_id, digest, text in Section.objects.filter(scope_id=scope_id)
             .values_list("section_id", "hash", "text")
             .iterator()
-            if (section_id, digest) not in kept and _holds(text, rules)
+            if (section_id, digest) not in kept and pii.holds(text, rules)
         )
     return counts
 
@@ -454,7 +300,7 @@ def _redact_trail(trail: Trail, rules: list[pii.Rule]) -> list[Step]:
         trail.idempotency_key = None
     steps = list(trail.steps.all())
     for step in steps:
-        step.tool, step.args = pii.redact(step.tool, rules), _redact_json(step.args, rules)
+        step.tool, step.args = pii.redact(step.tool, rules), pii.redact_json(step.args, rules)
     return steps
 
 

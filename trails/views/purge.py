@@ -86,17 +86,19 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
                 scope, data["subject"], data["action"] == PurgeRun.Action.DELETE, request.user.get_username()
             )
             run.state = PurgeRun.State.PREVIEWED
-            count, shown, unchecked = preview_purge(run)
+            count, shown, unchecked, deleted = preview_purge(run)
             run.save()
             records = preview_records(run)
             preview = {
                 "count": count,
+                "redacted": count - deleted,
+                "deleted": deleted,
                 "shown": shown,
                 "unchecked": unchecked,
                 "run": run,
                 "records": records,
                 "any": any(records.values()) or unchecked,
-                "verb": "deleted" if run.action == PurgeRun.Action.DELETE else "redacted",
+                "confirm": confirm_words(run, count - deleted, deleted),
                 "elsewhere": _elsewhere(request, scope, run) if run.subject else None,
                 "subject_line": "; ".join(identifiers(run.subject)),
             }
@@ -122,6 +124,23 @@ def purge(request: HttpRequest, scope_slug: str) -> HttpResponse:
     )
 
 
+def confirm_words(run: PurgeRun, redacted: int, deleted: int) -> str:
+    """The confirm button's words: what the run does to the previewed trails, a trail deleted
+    though the action redacts named apart, with why."""
+
+    def trails(n: int) -> str:
+        return f"{n} trail{'' if n == 1 else 's'}"
+
+    if run.action == PurgeRun.Action.DELETE:
+        return f"Delete {trails(deleted)} and redact the other records"
+    if not deleted:
+        return f"Redact {trails(redacted)} and the other records"
+    why = f"{'its' if deleted == 1 else 'their'} section ids hold the match"
+    if not redacted:
+        return f"Delete {trails(deleted)} ({why}) and redact the other records"
+    return f"Redact {trails(redacted)} and the other records, delete {trails(deleted)} ({why})"
+
+
 # At most this many other scopes are offered; a preview never scans them (each costs a full preview).
 ELSEWHERE_LIMIT = 20
 
@@ -139,7 +158,7 @@ def _start_purge(request: HttpRequest, run: PurgeRun) -> HttpResponse:
     run.state = PurgeRun.State.QUEUED
     with transaction.atomic():
         run.save(update_fields=["state"])
-        run.audit(f"started: {run.total} previewed trail(s) to be {run.get_action_display().lower()}ed")
+        run.audit(run.started())
     if run.total <= settings.RAGTRAIL_PURGE_INLINE_LIMIT:  # the previewed set's size
         run_purge(run.id)
     else:

@@ -32,21 +32,31 @@ class Command(BaseCommand):
                 raise CommandError(problem)
         run = PurgeRun.request(found, subject, delete, by)
         if preview:
-            count, shown, unchecked = purge.preview(run)
-            self.stdout.write(f"{count} trails would be {run.action}ed")
+            count, shown, unchecked, deleted = purge.preview(run)
+            if run.action == PurgeRun.Action.DELETE:
+                self.stdout.write(f"{count} trails would be deleted")
+            else:
+                self.stdout.write(f"{count - deleted} trails would be redacted")
+                if deleted:
+                    self.stdout.write(f"{deleted} trails would be deleted: their section ids hold the match")
             if unchecked:
                 self.stdout.write(f"{unchecked} trails too long to check in a preview: the run checks them")
             others = {kind: n for kind, n in purge.preview_records(run).items() if n and kind != "trails"}
             if others:
                 self.stdout.write("and: " + ", ".join(f"{n} {kind}" for kind, n in others.items()))
-            for public_id, _, rules, contexts in shown:
+            for public_id, _, rules, contexts, doomed in shown:
                 self.stdout.write(
-                    f"  {public_id}: {', '.join(rules)}" + "".join(f"\n    {shown_text}" for shown_text in contexts)
+                    f"  {public_id}: {', '.join(rules)}{' (deleted)' if doomed else ''}"
+                    + "".join(f"\n    {shown_text}" for shown_text in contexts)
                 )
             return
         run.save()
         done = purge.run_purge(run.id)
-        self.stdout.write(f"purge {done.public_id}: {done.matched} of {done.processed} trails {done.action}ed")
+        if done.action == PurgeRun.Action.DELETE:
+            self.stdout.write(f"purge {done.public_id}: {done.matched} of {done.processed} trails deleted")
+        else:
+            also = f", {done.deleted} deleted: their section ids held the match" if done.deleted else ""
+            self.stdout.write(f"purge {done.public_id}: {done.redacted} of {done.processed} trails redacted{also}")
         for kind, (checked, changed) in (done.counts or {}).items():
             if kind != "trails" and changed:
                 self.stdout.write(f"  {changed} of {checked} {kind} changed")
