@@ -237,6 +237,22 @@ def test_a_deadline_past_recalls_budget_or_a_missing_model_name_is_refused_at_st
         openai_compatible.Embedder("bundled:all-MiniLM-L6-v2")
 
 
+def test_manage_py_check_fails_at_start_on_an_embedding_deadline_at_or_past_recalls_budget(asked, settings):
+    from django.core.management.base import SystemCheckError
+
+    settings.RAGTRAIL_RECALL_BUDGET_MS = 200  # the bundled model has no endpoint deadline: nothing to say
+    call_command("check")
+    for timeout in (800, 500):
+        with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=timeout, RAGTRAIL_RECALL_BUDGET_MS=500):
+            with pytest.raises(SystemCheckError) as failed:
+                call_command("check")
+        assert f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be under RAGTRAIL_RECALL_BUDGET_MS (500)" in str(
+            failed.value
+        )
+    with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=800, RAGTRAIL_RECALL_BUDGET_MS=1200):
+        call_command("check")
+
+
 def test_the_int8_model_names_its_vectors_apart_from_the_float_models():
     """Its vectors are close to the float model's but not the same: a scope's stored vectors
     must never be compared across the two, so the names differ."""
