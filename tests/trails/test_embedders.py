@@ -163,6 +163,20 @@ def test_a_changed_dimension_under_the_same_model_is_refused_clearly(asked):
         embedder.embed("Where do visitors park?")
 
 
+def test_a_provider_that_ignores_the_dimensions_asked_for_is_told_to_set_them_to_its_own(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=128)
+    asked.mode = "full"
+    with pytest.raises(EmbedderUnavailable) as refused:
+        embedder.embed("Where do visitors park?")
+    said = str(refused.value)
+    assert (
+        "answered vectors of 384 dimensions for stand-in-embedding-1, not the 128 RAGTRAIL_EMBEDDING_DIMENSIONS" in said
+    )
+    assert (
+        "ignored the requested dimensions; set RAGTRAIL_EMBEDDING_DIMENSIONS=384" in said and "leave it unset" in said
+    )
+
+
 def test_a_busy_endpoint_is_asked_again_within_the_deadline(asked):
     asked.fail[:] = [503, 429]
     vector = endpoint_embedder(asked).embed("Where do visitors park?")

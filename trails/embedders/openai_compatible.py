@@ -173,6 +173,13 @@ class Embedder(BaseEmbedder):
             raise EmbedderUnavailable(
                 f"the embedding endpoint {self.url} answered a malformed vector (not finite, or all zeros)"
             )
+        if self.dimensions and matrix.shape[1] != self.dimensions:
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions for {self.model}, "
+                f"not the {self.dimensions} RAGTRAIL_EMBEDDING_DIMENSIONS asks for: the provider ignored the requested "
+                f"dimensions; set RAGTRAIL_EMBEDDING_DIMENSIONS={matrix.shape[1]} (the provider's size) or leave it unset, "
+                "then restart the service and run manage.py calibrate_embedder"
+            )
         with self._lock:
             if self._dim is None:
                 self._dim = int(matrix.shape[1])
