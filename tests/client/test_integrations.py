@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scopes.models import ApiKey, Scope, Section
+from scopes.models import ApiKey, Scope
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
 
@@ -89,8 +89,7 @@ def test_a_wrapped_retriever_searches_on_a_miss_records_when_accepted_and_is_ser
 
 
 def test_the_mcp_client_example_recalls_records_and_is_served(own_scope):
-    scope = own_scope("mcp-example")
-    Section.upsert(scope, VISITING)  # the page: "the scope must hold visiting/icu"
+    scope = own_scope("mcp-example")  # a fresh scope: the page puts its sections first
     run_blocks(sections()["An MCP client"])
     assert Trail.objects.get(scope=scope).status == TrailStatus.ACTIVE
 
