@@ -193,3 +193,13 @@ def test_the_api_table_lists_every_operation_the_api_serves():
     }
     assert served - listed == set() and listed - served == set()
 
+
+def test_the_python_clients_readme_names_every_call():
+    import inspect
+
+    from ragtrail_client.client import Calls
+
+    listed = (ROOT / "clients" / "python" / "README.md").read_text(encoding="utf-8").split("- Every API call", 1)[1]
+    listed = listed.split("\n- ", 1)[0]
+    calls = [name for name, _ in inspect.getmembers(Calls, inspect.isfunction) if not name.startswith("_")]
+    assert [name for name in calls if f"`{name}`" not in listed] == []
