@@ -41,10 +41,6 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _no_constant(name: str) -> Any:
-    raise BodyRefused(422, "invalid", f"{name} is not a JSON number", "body")
-
-
 # How deep objects and arrays may nest in a body: the stores and every client read it
 # without trouble, and a deeper body is refused before a recursive parser sees it.
 MAX_DEPTH = 32
@@ -54,25 +50,31 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class _Unreadable:
-    """A number other clients cannot read back (it overflows, or loses precision): held in
-    place while parsing, so the check that follows can name its field."""
+    """A number other clients cannot read back (NaN or Infinity, or one that overflows or loses
+    precision): held in place while parsing, so the check that follows can name its field."""
 
-    def __init__(self, text: str, problem: str) -> None:
-        self.text, self.problem = text, problem
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 def _number(text: str) -> Any:
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        return _Unreadable(text, "overflows a 64-bit float (it would read back as Infinity)")
+        return _Unreadable(f"the number {text[:40]} overflows a 64-bit float (it would read back as Infinity)")
     return value
 
 
 def _integer(text: str) -> Any:
     value = int(text)
     if abs(value) > MAX_SAFE_INTEGER:
-        return _Unreadable(text, f"is beyond ±{MAX_SAFE_INTEGER:,}, where JSON readers built on doubles lose precision")
+        return _Unreadable(
+            f"the number {text[:40]} is beyond ±{MAX_SAFE_INTEGER:,}, where JSON readers built on doubles lose precision"
+        )
     return value
+
+
+def _no_constant(name: str) -> Any:
+    return _Unreadable(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
 
 
 # A JSON string (skipped whole, in C) or one bracket: what the depth check reads.
@@ -111,7 +113,7 @@ def check_text(value: Any, path: str = "") -> None:
     """Raises BodyRefused naming the first string (key or value) a database cannot store,
     or the first number another client could not read back."""
     if isinstance(value, _Unreadable):
-        raise BodyRefused(422, "invalid", f"the number {value.text[:40]} {value.problem}", path or "body")
+        raise BodyRefused(422, "invalid", value.message, path or "body")
     if isinstance(value, str):
         problem = _bad_text(value)
         if problem:

@@ -22,7 +22,8 @@ class EmbeddingEndpoint:
     how it misbehaves next (`fail`: statuses to answer first, one a request; `hang_s`; `mode`:
     "const" one vector for every text, "nan"/"inf"/"zero" such a vector first, "echo" a 401
     repeating the key it was sent, "trickle" the answer a few bytes at a time, "stall" half the answer then nothing for `stall_s`, "huge" a valid
-    answer padded to 8 MB, "dim" vectors one dimension shorter)."""
+    answer padded to 8 MB, "dim" vectors one dimension shorter, "full" the model's own
+    dimensions whatever `dimensions` asks)."""
 
     def __init__(self, key: str = KEY) -> None:
         self.key, self.requests, self.fail, self.hang_s, self.mode = key, [], [], 0.0, ""
@@ -47,7 +48,7 @@ class EmbeddingEndpoint:
                     return self.answer(401, {"error": {"message": "Incorrect API key provided"}})
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 vectors = endpoint._vectors.embed_many(texts) * 3.0
-                if body.get("dimensions"):
+                if body.get("dimensions") and endpoint.mode != "full":
                     vectors = vectors[:, : body["dimensions"]]
                 rows = [v.tolist() for v in vectors]
                 if endpoint.mode == "const":

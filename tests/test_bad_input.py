@@ -82,6 +82,22 @@ def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_fi
     assert EMAIL not in caplog.text
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_is_refused_naming_the_field_it_was_sent_in(api, sections, constant):
+    recall = api.call(
+        "post", "/scopes/hospital/recall", raw=f'{{"query": "parking", "token_budget": {constant}}}'.encode()
+    )
+    assert recall.status_code == 422 and recall.json()["error"]["field"] == "token_budget"
+    assert f"{constant} is not a JSON number" in recall.json()["error"]["message"]
+    raw = (
+        '{"query": "Where do visitors park?", "cited": ["parking"], "signal": "accepted", '
+        f'"steps": [{{"tool": "calc", "args": {{"a": {constant}}}, "section_ids": ["parking"]}}]}}'
+    )
+    record = api.call("post", "/scopes/hospital/trails", raw=raw.encode())
+    assert record.status_code == 422 and record.json()["error"]["field"] == "steps.0.args.a"
+    assert not Trail.objects.exists()
+
+
 def test_an_overflowing_tool_result_is_never_stored_so_no_client_reads_infinity(api, sections):
     cache.clear()
     api.call("put", "/scopes/hospital/tool-policies", {"policies": [{"tool": "calc", "cacheable": True, "ttl_s": 60}]})

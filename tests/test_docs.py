@@ -172,3 +172,34 @@ def test_a_first_manage_py_without_the_secret_key_says_so_in_one_line():
 def test_make_test_lists_each_skip_with_its_reason():
     recipe = (ROOT / "Makefile").read_text(encoding="utf-8").split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "-m pytest -rs" in recipe
+
+
+def test_the_api_table_lists_every_operation_the_api_serves():
+    from ragtrail_site.api import api
+
+    def shape(path: str) -> str:
+        return re.sub(r"\{[^}]*\}", "{}", path)
+
+    listed = set()
+    for row in (ROOT / "docs" / "api.md").read_text(encoding="utf-8").splitlines():
+        call = row.split("|")[1] if row.startswith("| `") else ""
+        path = re.search(r"/api/v1/[^`?\s]*", call)
+        if path:
+            listed |= {(method, shape(path.group())) for method in re.findall(r"\b(GET|PUT|POST|DELETE|PATCH)\b", call)}
+    served = {
+        (method.upper(), shape(path))
+        for path, operations in api.get_openapi_schema()["paths"].items()
+        for method in operations
+    }
+    assert served - listed == set() and listed - served == set()
+
+
+def test_the_python_clients_readme_names_every_call():
+    import inspect
+
+    from ragtrail_client.client import Calls
+
+    listed = (ROOT / "clients" / "python" / "README.md").read_text(encoding="utf-8").split("- Every API call", 1)[1]
+    listed = listed.split("\n- ", 1)[0]
+    calls = [name for name, _ in inspect.getmembers(Calls, inspect.isfunction) if not name.startswith("_")]
+    assert [name for name in calls if f"`{name}`" not in listed] == []

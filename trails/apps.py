@@ -1,7 +1,10 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.core.signals import request_started
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate, pre_migrate
+
+from trails.checks import embedder_settings
 
 
 def register_sqlite_functions(sender, connection, **kwargs) -> None:
@@ -20,6 +23,7 @@ class TrailsConfig(AppConfig):
 
     def ready(self) -> None:
         connection_created.connect(register_sqlite_functions, dispatch_uid="ragtrail-sqlite-functions")
+        checks.register(embedder_settings)
         from celery.signals import task_prerun
 
         from trails import memory, tool_results  # noqa: F401 -- tool_results registers what it forgets

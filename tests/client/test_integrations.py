@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scopes.models import ApiKey, Scope, Section
+from scopes.models import ApiKey, Scope
 from tests.conftest import VISITING
 from trails.models import Trail, TrailStatus
 
@@ -88,8 +89,7 @@ def test_a_wrapped_retriever_searches_on_a_miss_records_when_accepted_and_is_ser
 
 
 def test_the_mcp_client_example_recalls_records_and_is_served(own_scope):
-    scope = own_scope("mcp-example")
-    Section.upsert(scope, VISITING)  # the page: "the scope must hold visiting/icu"
+    scope = own_scope("mcp-example")  # a fresh scope: the page puts its sections first
     run_blocks(sections()["An MCP client"])
     assert Trail.objects.get(scope=scope).status == TrailStatus.ACTIVE
 
@@ -122,6 +122,45 @@ def test_a_retriever_whose_ragtrail_is_down_runs_the_wrapped_one_and_accept_reco
     )
     assert [d.id for d in retriever.invoke("ICU hours?")] == ["visiting/icu"] and wrapped.calls == ["ICU hours?"]
     assert retriever.accept("ICU hours?") is None
+
+
+class EmbedderDown:
+    """A stand-in ragtrail whose embedder is misconfigured: every call answers 503 with its reason."""
+
+    @staticmethod
+    def serve():
+        from tests.client.test_python_client import JsonAnswers, serve
+
+        class Answers(JsonAnswers):
+            def answer(self, path):
+                return 503, {"error": {"code": "embedder_unavailable", "message": "the endpoint refused the key"}}, {}
+
+        return serve(Answers)
+
+
+@pytest.mark.parametrize("framework", ["LangChain", "LlamaIndex"])
+def test_a_failing_ragtrail_runs_the_wrapped_retriever_and_says_why_in_a_warning_and_failure(framework, caplog):
+    from ragtrail_client import RagtrailClient
+
+    server, url = EmbedderDown.serve()
+    calls: list[str] = []
+    wrapped = filtered_retrievers(framework, {"visiting/icu": (VISITING["visiting/icu"], {})}, calls)
+    retriever, retrieve = wrap(framework, RagtrailClient(url, "rt_x", "s", retries=0), wrapped, shared=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ragtrail_client.recall_first"):
+            for question in ("ICU hours?", "ICU visiting hours?"):
+                assert [i for i, _ in retrieve(question)] == ["visiting/icu"]
+                assert retriever.accept(question) is None
+    finally:
+        server.shutdown()
+    assert calls == ["ICU hours?", "ICU visiting hours?"]  # fail-open: the wrapped retriever answered
+    failure = retriever.failure("ICU hours?")
+    assert (failure.status, failure.code) == (503, "embedder_unavailable")
+    assert str(failure) == "503 embedder_unavailable: the endpoint refused the key"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1  # once per reason, not once per call
+    assert "status 503, code embedder_unavailable: the endpoint refused the key" in warned[0]
+    assert retriever.failure("never asked") is None
 
 
 def test_a_hint_runs_the_wrapped_retriever_and_a_text_not_ragtrails_is_refused_on_accept(own_scope):

@@ -285,17 +285,19 @@ def test_a_base_url_that_is_not_ragtrail_gets_an_error_naming_it(client, live_se
         wrong.recall("Where do visitors park?")
     assert refused.value.status == 404 and "<" not in str(refused.value)
     assert str(refused.value).startswith(
-        f"404 error: {live_server.url}/ops answered 404 with text/html, not ragtrail's JSON"
+        f"404 not_ragtrail: {live_server.url}/ops answered 404 with text/html, not ragtrail's JSON"
     )
 
 
 class HtmlSite(JsonAnswers):
-    """A web site that answers every path with a page (a base_url pointing at the wrong server)."""
+    """A web site that answers every path with a page (a base_url pointing at the wrong server), at `status`."""
+
+    status = 200
 
     def _answer(self):
         type(self).seen.append(self.command)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
+        self.send_response(type(self).status)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.end_headers()
         self.wfile.write(b"<!DOCTYPE html><html>Welcome</html>")
@@ -303,15 +305,17 @@ class HtmlSite(JsonAnswers):
     do_POST = do_GET = _answer
 
 
-def test_a_page_that_is_not_ragtrails_json_is_an_error_naming_base_url():
+@pytest.mark.parametrize("status", [200, 404, 500])
+def test_a_page_that_is_not_ragtrails_json_is_code_not_ragtrail_naming_base_url(status, monkeypatch):
+    monkeypatch.setattr(HtmlSite, "status", status)
     server, url = serve(HtmlSite)
     try:
         with pytest.raises(RagtrailError) as wrong:
             RagtrailClient(url, api_key="rt_x", scope="s").recall("anything")
     finally:
         server.shutdown()
-    assert wrong.value.status == 200 and "<" not in str(wrong.value)
-    assert f"{url} answered 200 with text/html, not ragtrail's JSON" in str(wrong.value)
+    assert wrong.value.status == status and wrong.value.code == "not_ragtrail" and "<" not in str(wrong.value)
+    assert f"{url} answered {status} with text/html, not ragtrail's JSON" in str(wrong.value)
 
 
 def test_the_constructors_show_their_keywords_and_refuse_a_misspelt_one():

@@ -129,6 +129,15 @@ def test_a_dry_run_stores_and_changes_nothing(on_endpoint, pairs):
     assert scope.embedding_fitted_for == "" and scope.embedding_threshold == 0.9425
 
 
+def test_without_a_pairs_file_the_command_says_what_to_pass(on_endpoint, tmp_path):
+    with pytest.raises(CommandError) as missing:
+        calibrate(pairs=str(tmp_path / "qqp-pairs-dev.jsonl"))
+    said = str(missing.value)
+    assert said.startswith(f"no pairs file at {tmp_path / 'qqp-pairs-dev.jsonl'}: pass --pairs FILE, a JSON lines file")
+    assert '{"a": question, "b": question, "duplicate": true|false}' in said
+    assert "Quora Question Pairs" in said and "--scope SLUG" in said
+
+
 def test_a_scope_without_kept_labels_has_nothing_to_fit_on(on_endpoint):
     with pytest.raises(CommandError, match="no labelled pairs in labels of scope help"):
         calibrate(scope="help")

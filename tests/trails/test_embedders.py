@@ -163,6 +163,20 @@ def test_a_changed_dimension_under_the_same_model_is_refused_clearly(asked):
         embedder.embed("Where do visitors park?")
 
 
+def test_a_provider_that_ignores_the_dimensions_asked_for_is_told_to_set_them_to_its_own(asked):
+    embedder = endpoint_embedder(asked, RAGTRAIL_EMBEDDING_DIMENSIONS=128)
+    asked.mode = "full"
+    with pytest.raises(EmbedderUnavailable) as refused:
+        embedder.embed("Where do visitors park?")
+    said = str(refused.value)
+    assert (
+        "answered vectors of 384 dimensions for stand-in-embedding-1, not the 128 RAGTRAIL_EMBEDDING_DIMENSIONS" in said
+    )
+    assert (
+        "ignored the requested dimensions; set RAGTRAIL_EMBEDDING_DIMENSIONS=384" in said and "leave it unset" in said
+    )
+
+
 def test_a_busy_endpoint_is_asked_again_within_the_deadline(asked):
     asked.fail[:] = [503, 429]
     vector = endpoint_embedder(asked).embed("Where do visitors park?")
@@ -235,6 +249,22 @@ def test_a_deadline_past_recalls_budget_or_a_missing_model_name_is_refused_at_st
         endpoint_embedder(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=500, RAGTRAIL_RECALL_BUDGET_MS=500)
     with endpoint_settings(asked), pytest.raises(ImproperlyConfigured, match="RAGTRAIL_EMBEDDING_MODEL"):
         openai_compatible.Embedder("bundled:all-MiniLM-L6-v2")
+
+
+def test_manage_py_check_fails_at_start_on_an_embedding_deadline_at_or_past_recalls_budget(asked, settings):
+    from django.core.management.base import SystemCheckError
+
+    settings.RAGTRAIL_RECALL_BUDGET_MS = 200  # the bundled model has no endpoint deadline: nothing to say
+    call_command("check")
+    for timeout in (800, 500):
+        with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=timeout, RAGTRAIL_RECALL_BUDGET_MS=500):
+            with pytest.raises(SystemCheckError) as failed:
+                call_command("check")
+        assert f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be under RAGTRAIL_RECALL_BUDGET_MS (500)" in str(
+            failed.value
+        )
+    with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=800, RAGTRAIL_RECALL_BUDGET_MS=1200):
+        call_command("check")
 
 
 def test_the_int8_model_names_its_vectors_apart_from_the_float_models():

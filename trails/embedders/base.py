@@ -4,6 +4,8 @@ A backend is a module named by RAGTRAIL_EMBEDDER that exposes a class `Embedder`
 per process with the RAGTRAIL_EMBEDDING_MODEL setting as its only argument, subclassing
 `BaseEmbedder`. tests/trails/test_embedders.py runs one contract test class against every
 backend shipped here; a backend of your own passes it by subclassing `EmbedderContract`.
+A backend module may also expose `configuration_errors(model) -> list[str]`, what the settings
+get wrong for it: `manage.py check` (and so `migrate` and `runserver`) says them at start.
 """
 
 from __future__ import annotations

@@ -47,28 +47,36 @@ class Unreadable(Exception):
     """The answer could not be read whole within the deadline or the size cap."""
 
 
+def configuration_errors(model: str) -> list[str]:
+    """What the settings get wrong for this backend, a sentence each (empty where nothing):
+    `manage.py check` says them at start (trails/checks.py), and `Embedder` refuses them."""
+    errors = []
+    if not model or model.startswith("bundled:"):
+        errors.append("RAGTRAIL_EMBEDDING_MODEL must name the model the endpoint serves (e.g. text-embedding-3-small)")
+    if not settings.RAGTRAIL_EMBEDDING_URL.startswith(("http://", "https://")):
+        errors.append("RAGTRAIL_EMBEDDING_URL must be the endpoint's http(s) base, e.g. https://api.openai.com/v1")
+    timeout, budget = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS, settings.RAGTRAIL_RECALL_BUDGET_MS
+    if timeout >= budget:
+        errors.append(
+            f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be under RAGTRAIL_RECALL_BUDGET_MS ({budget}): a recall "
+            "embeds its question within its budget, so every recall would fail; lower the first, or raise the second "
+            "above it with room for the rest of a recall (the defaults, 300 and 500, leave 200 ms)"
+        )
+    return errors
+
+
 class Embedder(BaseEmbedder):
     def __init__(self, model: str) -> None:
         super().__init__(model)
-        if not model or model.startswith("bundled:"):
-            raise ImproperlyConfigured(
-                "RAGTRAIL_EMBEDDING_MODEL must name the model the endpoint serves (e.g. text-embedding-3-small)"
-            )
+        errors = configuration_errors(model)
+        if errors:
+            raise ImproperlyConfigured(errors[0])
         url = settings.RAGTRAIL_EMBEDDING_URL.rstrip("/")
-        if not url.startswith(("http://", "https://")):
-            raise ImproperlyConfigured(
-                "RAGTRAIL_EMBEDDING_URL must be the endpoint's http(s) base, e.g. https://api.openai.com/v1"
-            )
         self.url = url if url.endswith("/embeddings") else f"{url}/embeddings"
         self.batch = max(1, settings.RAGTRAIL_EMBEDDING_BATCH)
         self.timeout_s = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS / 1000
         self.batch_timeout_s = max(self.timeout_s, settings.RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS / 1000)
         self.retries = max(0, settings.RAGTRAIL_EMBEDDING_RETRIES)
-        if settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS >= settings.RAGTRAIL_RECALL_BUDGET_MS:
-            raise ImproperlyConfigured(
-                f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS}) must be under "
-                f"RAGTRAIL_RECALL_BUDGET_MS ({settings.RAGTRAIL_RECALL_BUDGET_MS}): a recall embeds its question within its budget"
-            )
         self.dimensions = settings.RAGTRAIL_EMBEDDING_DIMENSIONS or None
         headers = {"Content-Type": "application/json"}
         self._key = settings.RAGTRAIL_EMBEDDING_API_KEY
@@ -164,6 +172,13 @@ class Embedder(BaseEmbedder):
         if not (np.isfinite(matrix).all() and (norms > 0).all()):
             raise EmbedderUnavailable(
                 f"the embedding endpoint {self.url} answered a malformed vector (not finite, or all zeros)"
+            )
+        if self.dimensions and matrix.shape[1] != self.dimensions:
+            raise EmbedderUnavailable(
+                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions for {self.model}, "
+                f"not the {self.dimensions} RAGTRAIL_EMBEDDING_DIMENSIONS asks for: the provider ignored the requested "
+                f"dimensions; set RAGTRAIL_EMBEDDING_DIMENSIONS={matrix.shape[1]} (the provider's size) or leave it unset, "
+                "then restart the service and run manage.py calibrate_embedder"
             )
         with self._lock:
             if self._dim is None:

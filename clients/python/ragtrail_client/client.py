@@ -10,8 +10,8 @@ after a timeout. Every error
 the API answers is raised as `RagtrailError` carrying its JSON body; no answer within the
 deadline is status 0, code "deadline"; a TLS failure is code "tls"; a redirect is never
 followed (it would carry the key elsewhere, and a POST would lose its body): code "redirect";
-a success whose body lacks ragtrail's fields (empty, or another service's JSON) is code
-"not_ragtrail".
+an answer that is not ragtrail's JSON, at any status (an HTML page, an empty body, another
+service's JSON), is code "not_ragtrail".
 
 The calls are written once (`Calls`): each builds a `Call`, which the synchronous client
 here and the asynchronous one (`aio.py`) send the same way, deciding retries alike.
@@ -587,7 +587,8 @@ class Calls(ABC):
         return RagtrailError(response.status_code, {"error": {"code": "not_ragtrail", "message": message}})
 
     def _error_body(self, response: httpx.Response, raw: bytes) -> dict[str, Any]:
-        """The API's JSON error; an answer that is not ragtrail's (an HTML page) names base_url."""
+        """The API's JSON error; an answer that is not ragtrail's (an HTML page) is code
+        "not_ragtrail", naming base_url."""
         try:
             body = json.loads(raw)
         except ValueError:
@@ -599,7 +600,7 @@ class Calls(ABC):
             f"{self.base_url} answered {response.status_code} with {kind}, not ragtrail's JSON: is base_url the "
             "address ragtrail serves at (its root, e.g. http://127.0.0.1:8000, without /api/v1)?"
         )
-        return {"error": {"code": "error", "message": message}}
+        return {"error": {"code": "not_ragtrail", "message": message}}
 
     def _failed(self, call: Call, problem: Exception, attempt: int, deadline: float, budget: float) -> Attempt:
         late = self._deadline_error(budget)

@@ -6,8 +6,9 @@ retriever. A hint or a miss runs the wrapped retriever, and what it found is kep
 question, until the application says the answer was good (`accept`), which records the
 path; an answer never accepted is never recorded. Failure policy, as `cached_tool`'s:
 ragtrail unreachable, late or failing (status 0 or 5xx) never fails the application (the
-wrapped retriever runs; `accept` and `reject` send nothing and return None); a refusal
-(4xx) is raised, since it is the caller's bug.
+wrapped retriever runs; `accept` and `reject` record nothing and return None), but it is
+said: a WARNING names the status, code and message (once per reason and retriever), and
+`failure(question)` gives the error; a refusal (4xx) is raised, since it is the caller's bug.
 
 After a miss whose answer says a second chance is possible (`second_chance_possible`), the
 section ids the wrapped retriever returned are handed back for one (`second_chance`): where
@@ -99,22 +100,35 @@ class RecallFirst:
         self._searched: OrderedDict[str, tuple[tuple[Found, ...], int]] = OrderedDict()
         self._served: OrderedDict[str, str] = OrderedDict()
         self._missed: OrderedDict[str, str] = OrderedDict()
+        self._failed: OrderedDict[str, RagtrailError] = OrderedDict()
+        self._warned: OrderedDict[tuple[int, str, str], None] = OrderedDict()
 
     def recall(self, query: str) -> Recall | None:
         """The prefetch for this question with every section's text, else None (search)."""
+        client = self._sync()
+        self._forget_failure(query)
         try:
-            answer = self._sync().recall(query, partition=self.partition)
+            answer = client.recall(query, partition=self.partition)
         except RagtrailError as error:
-            answer = _unless_down(error)
+            answer = self._unless_down(query, "recall", error)
         return self._prefetch(query, answer)
 
     async def arecall(self, query: str) -> Recall | None:
         """`recall`, awaited on the asynchronous client."""
+        client = self._async()
+        self._forget_failure(query)
         try:
-            answer = await self._async().recall(query, partition=self.partition)
+            answer = await client.recall(query, partition=self.partition)
         except RagtrailError as error:
-            answer = _unless_down(error)
+            answer = self._unless_down(query, "recall", error)
         return self._prefetch(query, answer)
+
+    def failure(self, query: str) -> RagtrailError | None:
+        """Why ragtrail failed this question's latest call (its recall, `accept` or `reject`):
+        the error, with the status, code and message ragtrail answered (status 0: no answer);
+        None where that call did not fail."""
+        with self._lock:
+            return self._failed.get(query)
 
     def searched(self, query: str, found: Sequence[Found], returned: int | None = None) -> None:
         """What the wrapped retriever returned for this question (`returned` results, `found`
@@ -162,44 +176,48 @@ class RecallFirst:
         """Records the path to this question's accepted answer: the wrapped retriever's call
         and the sections it returned (or those of them in `cited`), with the hashes of the
         text read. None where nothing is to be recorded (the answer was served by ragtrail,
-        the question was never retrieved here) or ragtrail could not be reached."""
+        the question was never retrieved here) or ragtrail failed (`failure` says why)."""
         client = self._sync()
+        self._forget_failure(query)
         path = self._path(query, cited, signal)
         try:
             return client.record(**path) if path else None
         except RagtrailError as error:
-            return _unless_down(error)
+            return self._unless_down(query, "record", error)
 
     async def aaccept(
         self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted"
     ) -> Recorded | None:
         """`accept`, awaited on the asynchronous client."""
         client = self._async()
+        self._forget_failure(query)
         path = self._path(query, cited, signal)
         try:
             return await client.record(**path) if path else None
         except RagtrailError as error:
-            return _unless_down(error)
+            return self._unless_down(query, "record", error)
 
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """Reports that what ragtrail served for this question did not help (a false hit);
-        None where this question was not served by ragtrail or ragtrail could not be reached
-        (as `accept`: a refusal is raised)."""
+        None where this question was not served by ragtrail or ragtrail failed (as `accept`:
+        `failure` says why, and a refusal is raised)."""
         client = self._sync()
+        self._forget_failure(query)
         recall_id = self._served_id(query)
         try:
             return client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
         except RagtrailError as error:
-            return _unless_down(error)
+            return self._unless_down(query, "feedback", error)
 
     async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """`reject`, awaited on the asynchronous client."""
         client = self._async()
+        self._forget_failure(query)
         recall_id = self._served_id(query)
         try:
             return await client.feedback(recall_id, helpful=False, reason=reason) if recall_id else None
         except RagtrailError as error:
-            return _unless_down(error)
+            return self._unless_down(query, "feedback", error)
 
     def _prefetch(self, query: str, answer: Recall | None) -> Recall | None:
         with self._lock:
@@ -268,6 +286,29 @@ class RecallFirst:
         logger.warning("ragtrail refused a second chance: %s", error)
         return None
 
+    def _unless_down(self, query: str, call: str, error: RagtrailError) -> None:
+        """None where ragtrail is down, late or failing (the application goes on without it),
+        kept as this question's failure and logged once per reason; a refusal is raised."""
+        if 0 < error.status < 500:
+            raise error
+        reason = (error.status, error.code, error.message)
+        with self._lock:
+            _keep(self._failed, query, error)
+            said = reason in self._warned
+            _keep(self._warned, reason, None)
+        if not said:
+            logger.warning(
+                "ragtrail's %s failed, so this retriever goes on without ragtrail (said once per reason): "
+                "status %s, code %s: %s",
+                call,
+                *reason,
+            )
+        return None
+
+    def _forget_failure(self, query: str) -> None:
+        with self._lock:
+            self._failed.pop(query, None)
+
     def _served_id(self, query: str) -> str | None:
         with self._lock:
             return self._served.pop(query, None) or None
@@ -292,8 +333,9 @@ class AnswerSignals:
     def accept(self, query: str, *, cited: Sequence[str] | None = None, signal: str = "accepted") -> Recorded | None:
         """Records the path to this question's answer, which the application accepted (`signal`
         as `RagtrailClient.record`); `cited` narrows it to the sections the answer used. None
-        where there is nothing to record (ragtrail served it) or ragtrail is unreachable; a
-        ValueError where the wrapped retriever's results had no section ids."""
+        where there is nothing to record (ragtrail served it, or the question was never
+        retrieved here) or ragtrail failed (`failure(question)` says why); a ValueError where
+        the wrapped retriever's results had no section ids."""
         return self._memory.accept(query, cited=cited, signal=signal)
 
     async def aaccept(
@@ -304,8 +346,13 @@ class AnswerSignals:
 
     def reject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """Reports that ragtrail's answer to this question did not help; None if ragtrail did not
-        serve it or is unreachable (as `accept`)."""
+        serve it or failed (as `accept`)."""
         return self._memory.reject(query, reason)
+
+    def failure(self, query: str) -> RagtrailError | None:
+        """Why ragtrail failed this question's latest call (its recall, `accept` or `reject`),
+        with the status, code and message it answered; None where that call did not fail."""
+        return self._memory.failure(query)
 
     async def areject(self, query: str, reason: str = "") -> RecallFeedback | None:
         """`reject`, with an `AsyncRagtrailClient`."""
@@ -359,13 +406,6 @@ def second_chance_about(served: Recall) -> dict[str, Any]:
         "matcher": served.matcher,
         "second_chance": True,
     }
-
-
-def _unless_down(error: RagtrailError) -> None:
-    """None where ragtrail is down or late (the application goes on without it); a refusal is raised."""
-    if error.status == 0 or error.status >= 500:
-        return None
-    raise error
 
 
 def _keep(memory: OrderedDict, key: str, value: object) -> None:

@@ -10,9 +10,9 @@
  * that waits on its memory longer than a search would take is better off searching), the
  * others' 1.5 s. Every error is a `RagtrailError`:
  * the API's own (status >= 400, its JSON body), or no answer (status 0, code "deadline",
- * "unreachable", "tls" or "bad_url"); a redirect is never followed (code "redirect"); a
- * success whose body lacks ragtrail's fields (empty, or another service's JSON) is code
- * "not_ragtrail". The deadline is the client's own timer: it holds whatever `fetch` does
+ * "unreachable", "tls" or "bad_url"); a redirect is never followed (code "redirect"); an
+ * answer that is not ragtrail's JSON, at any status (an HTML page, an empty body, another
+ * service's JSON), is code "not_ragtrail". The deadline is the client's own timer: it holds whatever `fetch` does
  * with the abort signal.
  */
 
@@ -657,7 +657,7 @@ export class RagtrailClient {
     return new RagtrailError(response.status, { error: { code: "not_ragtrail", message } });
   }
 
-  /** The API's JSON error; an answer that is not ragtrail's (an HTML page) names baseUrl. */
+  /** The API's JSON error; an answer that is not ragtrail's (an HTML page) is code "not_ragtrail", naming baseUrl. */
   private errorBody(response: Response, raw: string): ErrorBody {
     try {
       const body = JSON.parse(raw);
@@ -668,7 +668,7 @@ export class RagtrailClient {
     const kind = (response.headers.get("content-type") ?? "no content type").split(";")[0];
     return {
       error: {
-        code: "error",
+        code: "not_ragtrail",
         message:
           `${this.baseUrl} answered ${response.status} with ${kind}, not ragtrail's JSON: is baseUrl the address ` +
           "ragtrail serves at (its root, e.g. http://127.0.0.1:8000, without /api/v1)?",

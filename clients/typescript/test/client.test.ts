@@ -106,7 +106,7 @@ describe("against a live ragtrail", live, () => {
     const refused = await rejection(wrong.recall(QUESTION));
     assert.equal(refused.status, 404);
     assert.ok(
-      refused.message.startsWith(`404 error: ${wrong.baseUrl} answered 404 with text/html, not ragtrail's JSON`),
+      refused.message.startsWith(`404 not_ragtrail: ${wrong.baseUrl} answered 404 with text/html, not ragtrail's JSON`),
       refused.message,
     );
   });
@@ -306,14 +306,16 @@ describe("deadlines and errors", () => {
     assert.deepEqual(seen, ["POST /api/v1/scopes/s/recall"]);
   });
 
-  test("a page that is not ragtrail's JSON is an error naming the base URL", async () => {
-    const { url } = await standIn((_, response) => {
-      response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
-      response.end("<!DOCTYPE html><html>Welcome</html>");
-    });
-    const wrong = await rejection(new RagtrailClient(url, { apiKey: "rt_x", scope: "s" }).recall("anything"));
-    assert.equal(wrong.status, 200);
-    assert.ok(wrong.message.includes(`${url} answered 200 with text/html, not ragtrail's JSON`), wrong.message);
+  test("a page that is not ragtrail's JSON is code not_ragtrail at any status, naming the base URL", async () => {
+    for (const status of [200, 404, 500]) {
+      const { url } = await standIn((_, response) => {
+        response.writeHead(status, { "Content-Type": "text/html; charset=utf-8" });
+        response.end("<!DOCTYPE html><html>Welcome</html>");
+      });
+      const wrong = await rejection(new RagtrailClient(url, { apiKey: "rt_x", scope: "s" }).recall("anything"));
+      assert.deepEqual([wrong.status, wrong.code], [status, "not_ragtrail"]);
+      assert.ok(wrong.message.includes(`${url} answered ${status} with text/html, not ragtrail's JSON`), wrong.message);
+    }
     const scheme = await rejection(
       new RagtrailClient("127.0.0.1:8000", { apiKey: "rt_x", scope: "s" }).recall("anything"),
     );

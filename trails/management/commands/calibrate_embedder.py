@@ -20,8 +20,14 @@ from trails.learning import embedder_calibration
 from trails.learning.shipped import threshold_for
 from trails.models import MatchLabel
 
-# The labelled question pairs the shipped calibration was fitted on, beside the checkout.
+# The labelled question pairs the shipped calibration was fitted on, where a checkout has them beside it.
 DEFAULT_PAIRS = Path(settings.BASE_DIR).parent / "shared" / "data" / "qqp-pairs-dev.jsonl"
+# What --pairs takes, as the help and the errors say it.
+PAIRS_FILE = (
+    'a JSON lines file of labelled question pairs, one {"a": question, "b": question, "duplicate": true|false} '
+    "a line (pairs from the Quora Question Pairs dataset, or your users' questions labelled as asking the same "
+    "thing or not; thousands, with both kinds)"
+)
 # Every FOLDS-th pair is held out: the rates printed for it were never fitted on.
 FOLDS = 5
 # Bounds the printed table shows the threshold for (besides --bound).
@@ -39,7 +45,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--pairs",
             default=str(DEFAULT_PAIRS),
-            help='JSON lines {"a": ..., "b": ..., "duplicate": true|false} (default: the pairs the shipped calibration was fitted on)',
+            help=f"{PAIRS_FILE}; default: {DEFAULT_PAIRS}, where the shipped calibration's pairs are kept beside a checkout",
         )
         parser.add_argument(
             "--scope",
@@ -77,7 +83,8 @@ class Command(BaseCommand):
             path = Path(pairs)
             if not path.is_file():
                 raise CommandError(
-                    f"no pairs file at {path}: give one with --pairs, or fit on a scope's labels with --scope"
+                    f"no pairs file at {path}: pass --pairs FILE, {PAIRS_FILE}; or fit on a scope's own labels "
+                    "with --scope SLUG"
                 )
             labelled, lexicon, source = read_pairs(path), EMPTY_LEXICON, path.name
         labelled = labelled[: limit or None]
