@@ -124,6 +124,23 @@ def test_an_erasure_finds_a_name_in_what_operators_and_syncs_wrote_and_leaves_no
     assert sources == ["Parking rules by Parkinson", "branch [redacted]-fixes by [redacted]"]
 
 
+def test_an_erasure_finishes_where_redacting_makes_a_full_length_text_longer_than_its_column(stored):
+    # Any agent key could write a 500-character reason ending in the name and stop the erasure there.
+    from scopes.models import SectionSync
+
+    event = RecallEvent.objects.filter(scope=stored).first()
+    with around_the_writer():  # as the feedback endpoint writes it: a reason of 500 characters, its most
+        RecallEvent.objects.filter(pk=event.pk).update(feedback_reason="y" * 491 + " Jane Roe")
+    SectionSync.objects.create(scope=stored, by="command", source="x" * 491 + " jane-roe", summary={})
+    run = PurgeRun.request(stored, "Jane Roe", delete=False, requested_by="op")
+    run.save()
+    done = purge.run_purge(run.id)
+    assert done.state == PurgeRun.State.DONE and done.left == {}
+    reason = RecallEvent.objects.get(pk=event.pk).feedback_reason
+    source = SectionSync.objects.get(scope=stored, source__startswith="x").source
+    assert len(reason) == len(source) == 500 and "Roe" not in reason and "roe" not in source
+
+
 @pytest.mark.parametrize(
     "action,started",
     [

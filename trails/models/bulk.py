@@ -182,6 +182,7 @@ def redact_text(model: type[models.Model], row_id: int, field: str, redact: Call
     """Redacts one text field of a row (a reason, a recall's query, a history row's words) by a
     conditional update on the text it read: one changed meanwhile is read again, never
     overwritten blind. Returns whether it changed the row."""
+    limit = getattr(model._meta.get_field(field), "max_length", None)
     with writing("purge"):
         for _ in range(5):
             text = model.objects.filter(pk=row_id).values_list(field, flat=True).first()
@@ -190,6 +191,8 @@ def redact_text(model: type[models.Model], row_id: int, field: str, redact: Call
             cleaned = redact(text)
             if cleaned == text:
                 return False
+            # "[redacted]" may be longer than what it replaced: cut to the column, or the erasure stops there.
+            cleaned = cleaned[:limit] if limit and isinstance(cleaned, str) else cleaned
             pauses.pause_point("redact:read")
             rows = model.objects.filter(pk=row_id)
             if guard_on("redaction-is-a-conditional-update"):
