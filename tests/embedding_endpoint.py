@@ -41,9 +41,12 @@ class EmbeddingEndpoint:
                     return self.answer(endpoint.fail.pop(0), {"error": {"message": "the stand-in is busy"}})
                 if self.path != "/v1/embeddings":
                     return self.answer(404, {"error": {"message": f"no route {self.path}"}})
-                if endpoint.mode == "echo":
+                if endpoint.mode in ("echo", "echo-far"):
                     sent = self.headers.get("Authorization", "")
-                    return self.answer(401, {"error": {"message": f"Incorrect API key provided: {sent}"}})
+                    said = (
+                        ("." * 190 + " key: " + sent.removeprefix("Bearer ")) if endpoint.mode == "echo-far" else sent
+                    )
+                    return self.answer(401, {"error": {"message": f"Incorrect API key provided: {said}"}})
                 if self.headers.get("Authorization") != f"Bearer {endpoint.key}":
                     return self.answer(401, {"error": {"message": "Incorrect API key provided"}})
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]

@@ -228,6 +228,20 @@ def test_an_echoed_key_is_redacted_from_the_error_and_the_log(asked, caplog):
     assert KEY not in str(refused.value) and KEY not in caplog.text and "[redacted]" in caplog.text
 
 
+def test_a_key_echoed_past_the_messages_cut_and_a_urls_credentials_are_never_shown(asked, caplog):
+    # Redacted whole before the message is cut: a cut key (all but its last character) was shown.
+    asked.mode = "echo-far"
+    with pytest.raises(EmbedderUnavailable) as refused:
+        endpoint_embedder(asked).embed("Where do visitors park?")
+    assert KEY[:-1] not in str(refused.value) and KEY[:-1] not in caplog.text and "[redacted]" in str(refused.value)
+    asked.mode = ""
+    with_credentials = asked.url.replace("http://", "http://proxyuser:proxy-pass-SECRET@") + "?key=query-SECRET"
+    with pytest.raises(EmbedderUnavailable) as refused:
+        endpoint_embedder(asked, RAGTRAIL_EMBEDDING_URL=with_credentials).embed("Where do visitors park?")
+    assert "SECRET" not in str(refused.value) and "SECRET" not in caplog.text
+    assert asked.url.removeprefix("http://").split("/")[0] in str(refused.value)  # the host is still named
+
+
 @pytest.mark.parametrize("mode", ["nan", "inf", "zero"])
 def test_a_vector_not_finite_or_all_zeros_is_a_malformed_answer(asked, mode):
     asked.mode = mode

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from typing import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -39,6 +40,7 @@ DIM_BEFORE_FIRST_ANSWER = 8192
 ENVELOPE_BYTES = 64 * 1024
 # An error answer is read this far only: its message is all that is kept.
 ERROR_BYTES = 4096
+ERROR_CHARS = 300  # of an error message, once redacted
 # A bearer token in anything the endpoint sends back.
 BEARER = re.compile(r"Bearer\s+\S+", re.IGNORECASE)
 
@@ -73,6 +75,11 @@ class Embedder(BaseEmbedder):
             raise ImproperlyConfigured(errors[0])
         url = settings.RAGTRAIL_EMBEDDING_URL.rstrip("/")
         self.url = url if url.endswith("/embeddings") else f"{url}/embeddings"
+        # What errors and logs name: the endpoint without credentials or query (a proxy's password, a `?key=`).
+        parts = urlsplit(self.url)
+        host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or "")
+        self.shown_url = urlunsplit((parts.scheme, host, parts.path, "", ""))
+        self._secrets = [secret for secret in (parts.password, parts.query) if secret]
         self.batch = max(1, settings.RAGTRAIL_EMBEDDING_BATCH)
         self.timeout_s = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS / 1000
         self.batch_timeout_s = max(self.timeout_s, settings.RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS / 1000)
@@ -80,6 +87,7 @@ class Embedder(BaseEmbedder):
         self.dimensions = settings.RAGTRAIL_EMBEDDING_DIMENSIONS or None
         headers = {"Content-Type": "application/json"}
         self._key = settings.RAGTRAIL_EMBEDDING_API_KEY
+        self._secrets += [self._key] if self._key else []
         if self._key:
             headers["Authorization"] = f"Bearer {settings.RAGTRAIL_EMBEDDING_API_KEY}"
         self._client = httpx.Client(headers=headers, follow_redirects=False, trust_env=False)
@@ -142,18 +150,19 @@ class Embedder(BaseEmbedder):
                     break  # a wrong key, model or request: asking again gives the same answer
             time.sleep(max(0.0, min(BACKOFF_S * 2**attempt, deadline - time.monotonic())))
         problem = self._redact(problem)
-        logger.warning("embedding endpoint %s failed: %s", self.url, problem)
-        raise EmbedderUnavailable(f"the embedding endpoint {self.url} failed: {problem}")
+        logger.warning("embedding endpoint %s failed: %s", self.shown_url, problem)
+        raise EmbedderUnavailable(f"the embedding endpoint {self.shown_url} failed: {problem}")
 
     def _cap(self, count: int) -> int:
         """The most bytes an answer of `count` vectors may take."""
         return count * (self._dim or self.dimensions or DIM_BEFORE_FIRST_ANSWER) * BYTES_PER_FLOAT + ENVELOPE_BYTES
 
     def _redact(self, text: str) -> str:
-        """The text without the API key or any bearer token the endpoint echoed."""
-        if self._key:
-            text = text.replace(self._key, "[redacted]")
-        return BEARER.sub("Bearer [redacted]", text)
+        """The text without the API key, the URL's password or query, or any bearer token the endpoint
+        echoed; whole before it is cut to length, so no cut leaves most of a secret."""
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, "[redacted]")
+        return BEARER.sub("Bearer [redacted]", text)[:ERROR_CHARS]
 
     def _vectors(self, content: bytes, count: int) -> np.ndarray:
         try:
@@ -161,21 +170,21 @@ class Embedder(BaseEmbedder):
             matrix = np.asarray([item["embedding"] for item in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as error:
             raise EmbedderUnavailable(
-                self._redact(f"the embedding endpoint {self.url} answered no embeddings list: {error}")
+                self._redact(f"the embedding endpoint {self.shown_url} answered no embeddings list: {error}")
             ) from None
         if matrix.ndim != 2 or matrix.shape[0] != count:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered {matrix.shape[0] if matrix.ndim else 0} vectors for {count} texts"
+                f"the embedding endpoint {self.shown_url} answered {matrix.shape[0] if matrix.ndim else 0} vectors for {count} texts"
             )
         with np.errstate(all="ignore"):
             norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
         if not (np.isfinite(matrix).all() and (norms > 0).all()):
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered a malformed vector (not finite, or all zeros)"
+                f"the embedding endpoint {self.shown_url} answered a malformed vector (not finite, or all zeros)"
             )
         if self.dimensions and matrix.shape[1] != self.dimensions:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} answered vectors of {matrix.shape[1]} dimensions for {self.model}, "
+                f"the embedding endpoint {self.shown_url} answered vectors of {matrix.shape[1]} dimensions for {self.model}, "
                 f"not the {self.dimensions} RAGTRAIL_EMBEDDING_DIMENSIONS asks for: the provider ignored the requested "
                 f"dimensions; set RAGTRAIL_EMBEDDING_DIMENSIONS={matrix.shape[1]} (the provider's size) or leave it unset, "
                 "then restart the service and run manage.py calibrate_embedder"
@@ -185,7 +194,7 @@ class Embedder(BaseEmbedder):
                 self._dim = int(matrix.shape[1])
         if matrix.shape[1] != self._dim:
             raise EmbedderUnavailable(
-                f"the embedding endpoint {self.url} now answers vectors of {matrix.shape[1]} dimensions for "
+                f"the embedding endpoint {self.shown_url} now answers vectors of {matrix.shape[1]} dimensions for "
                 f"{self.model}, not the {self._dim} its vectors are named for ({self.name}): vectors of the two are "
                 "never compared; restart the service to name the new ones, then run manage.py calibrate_embedder"
             )
@@ -239,8 +248,8 @@ def _error_message(content: bytes) -> str:
     try:
         body = json.loads(text)
     except ValueError:
-        return text[:200]
+        return text
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
-        return str(error.get("message", error))[:200]
-    return str(error or text)[:200]
+        return str(error.get("message", error))
+    return str(error or text)
