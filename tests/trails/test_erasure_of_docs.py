@@ -155,3 +155,24 @@ def test_a_sync_job_claimed_after_the_purge_read_it_as_queued_is_left_as_it_read
     assert running.outcome().state == "done"
     _, again = erase(scope)
     assert again.left == {} and night_contact_as_synced(api) == ("Night contact: [redacted]", "", ["bg [redacted]"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_writing_a_section_while_a_purge_rewrites_it_is_kept_never_overwritten(api, scope, monkeypatch):
+    # The purge reads a section's text and writes it back cleaned: a sync in between was overwritten by the old text.
+    from scopes.models import Section
+
+    _postgresql_only()
+    assert api.put_sections(scope.slug, {"staff": "Night contact: Zoë Ångström"}).status_code == 200
+    held = Hold(monkeypatch, "purge:section-read")
+    purging = Run(erase, scope)
+    held.wait()  # the purge read the section under its lock
+    syncing = Run(Section.upsert, scope, {"staff": "New release: the night contact is the duty desk"})
+    wait_for_lock_waiters()
+    held.release()
+    _, done = purging.outcome()
+    syncing.outcome()
+    assert done.left == {}
+    assert (
+        Section.objects.get(scope=scope, section_id="staff").text == "New release: the night contact is the duty desk"
+    )

@@ -94,12 +94,20 @@ def _clean_job_request(scope: Scope, key: int, clean: Callable[[Any], Any]) -> b
 
 def _rewrite_section(scope: Scope, section_id: str, clean: Callable[[Any], Any]) -> bool:
     # The store's one write path: hashed, the old text kept (redacted next), citing trails flagged.
-    text = Section.objects.filter(scope=scope, section_id=section_id).values_list("text", flat=True).first()
-    cleaned = text if text is None else clean(text)
-    if cleaned == text:
-        return False
-    Section.upsert(scope, {section_id: cleaned})
-    return True
+    with transaction.atomic():
+        # Read under the row's lock: a sync committing meanwhile is read and cleaned, never overwritten.
+        text = (
+            Section.objects.select_for_update()
+            .filter(scope=scope, section_id=section_id)
+            .values_list("text", flat=True)
+            .first()
+        )
+        pauses.pause_point("purge:section-read")
+        cleaned = text if text is None else clean(text)
+        if cleaned == text:
+            return False
+        Section.upsert(scope, {section_id: cleaned})
+        return True
 
 
 def _delete_revision(scope: Scope, key: int, clean: Callable[[Any], Any]) -> bool:
