@@ -8,9 +8,17 @@ status, headers and JSON and renders through `response()`, so the shape is writt
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.http import JsonResponse
+
+
+def quoted(value: str) -> str:
+    """A value for an error message, in double quotes, its characters as written: Python's repr
+    turns a no-break space or a zero-width joiner in a name into `\\xa0`, which a purge's
+    matcher then cannot find."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 class Refused(Exception):

@@ -5,6 +5,8 @@ from typing import Annotated, Optional
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
+from infra.errors import quoted
+
 # No control characters: an id holding a newline is stored but can never be named again
 # in a URL, a command line or a log line.
 SectionId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
@@ -43,7 +45,7 @@ class SectionsIn(StrictSchema):
         seen: set[str] = set()
         for section in sections:
             if section.id in seen:
-                raise ValueError(f"section id {section.id!r} appears more than once")
+                raise ValueError(f"section id {quoted(section.id)} appears more than once")
             seen.add(section.id)
         return sections
 

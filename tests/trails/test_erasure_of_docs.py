@@ -176,3 +176,14 @@ def test_a_sync_writing_a_section_while_a_purge_rewrites_it_is_kept_never_overwr
     assert (
         Section.objects.get(scope=scope, section_id="staff").text == "New release: the night contact is the duty desk"
     )
+
+
+def test_a_failed_jobs_error_quotes_a_name_as_written_so_the_purge_finds_it(api, scope, monkeypatch):
+    # Python's repr wrote a no-break space as \xa0: the matcher could not see the name, and "nothing left" was said.
+    twice = [{"id": "staff/Zoë\u00a0Ångström", "text": "a"}, {"id": "staff/Zoë\u00a0Ångström", "text": "b"}]
+    job_id = queued_job(api, monkeypatch, twice)
+    assert run_sync_job(job_id, "task-1").state == "failed"
+    assert "Zoë\u00a0Ångström" in SectionSyncJob.objects.get(pk=job_id).error["message"]
+    counted, done = erase(scope)
+    assert done.left == {}
+    assert "Ångström" not in str(SectionSyncJob.objects.get(pk=job_id).error)

@@ -22,7 +22,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from infra.errors import Conflict, Invalid, Refused
+from infra.errors import Conflict, Invalid, Refused, quoted
 from infra.guards import guard_on
 from infra.hashing import section_hash
 from infra.statistics import analyse_after_large_write
@@ -228,7 +228,7 @@ def sync_sections(
     texts: dict[str, str] = {}
     for section in sections:
         if section.id in incoming:
-            raise Invalid("invalid", f"section id {section.id!r} appears more than once", field="sections")
+            raise Invalid("invalid", f"section id {quoted(section.id)} appears more than once", field="sections")
         if section.hash is not None:
             incoming[section.id] = section.hash
         else:
@@ -263,7 +263,7 @@ def sync_sections(
             raise Invalid(
                 "invalid",
                 f"{len(unwritable)} sections came as hashes only, and this scope keeps the sections' "
-                f"text: send their text (first: {unwritable[0]!r})",
+                f"text: send their text (first: {quoted(unwritable[0])})",
                 field="sections",
             )
         after = {**current, **{k: incoming[k] for k in to_write}}
