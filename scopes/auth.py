@@ -87,8 +87,8 @@ def granted_scope(request: HttpRequest, slug: str) -> Scope:
 
 
 NOT_A_SECTION_WRITER = (
-    "this key may not write sections (its writes_sections is off): a docs-sync key writes them, "
-    "an agent's key asks, records and reports"
+    "this key may not write sections or tool policies (its writes_sections is off): a docs-sync key "
+    "writes them, an agent's key asks, records and reports"
 )
 
 
@@ -107,8 +107,9 @@ def section_writer(request: HttpRequest, slug: str) -> Scope:
 
 
 def writes_sections_route(path: str) -> bool:
-    """Whether a PUT or POST to this API path writes sections (its body then goes unread for a key that may not)."""
-    return path.rstrip("/").endswith(("/sections", "/section-syncs"))
+    """Whether a PUT or POST to this API path writes sections or tool policies (its body then goes unread
+    for a key that may not)."""
+    return path.rstrip("/").endswith(("/sections", "/section-syncs", "/tool-policies"))
 
 
 def reporter(request: HttpRequest) -> str:

@@ -187,7 +187,8 @@ def get_tool_policies(request: HttpRequest, scope: str):
 
 @router.put("/{scope}/tool-policies", response=ToolPoliciesOut, tags=["tool results"])
 def put_tool_policies(request: HttpRequest, scope: str, payload: ToolPoliciesIn):
-    tool_results.replace_policies(granted_scope(request, scope), [p.model_dump() for p in payload.policies])
+    # A policy decides which results every caller is served from the cache: a docs key's act, as sections are.
+    tool_results.replace_policies(section_writer(request, scope), [p.model_dump() for p in payload.policies])
     return get_tool_policies(request, scope)
 
 

@@ -174,11 +174,13 @@ def test_an_agents_key_without_section_writes_asks_and_records_but_cannot_change
         agent.call("delete", "/scopes/hospital/sections/cafe"),
         agent.call("post", "/scopes/hospital/section-syncs", {"sections": [{"id": "cafe", "text": "x"}]}),
         agent.call("post", "/scopes/hospital/section-syncs", {"sections": [], "background": True}),
+        # Tool policies decide what every caller is served from the cache: a docs key's too.
+        agent.call("put", "/scopes/hospital/tool-policies", {"policies": []}),
     ]
     for refused in refusals:
         assert refused.status_code == 403, refused.content
         assert refused.json()["error"]["field"] == "Authorization"
-        assert "may not write sections" in refused.json()["error"]["message"]
+        assert "may not write sections or tool policies" in refused.json()["error"]["message"]
     assert list(Section.objects.filter(scope=scope).values_list("section_id", "hash")) == before
     # It still reads the store, records paths citing it and is served them.
     assert agent.call("get", "/scopes/hospital/sections/cafe").status_code == 200
