@@ -222,6 +222,26 @@ def test_a_key_that_judged_another_tenants_trail_is_not_set_aside_by_this_tenant
     )
 
 
+def test_a_key_whose_only_judgement_elsewhere_is_a_label_is_not_set_aside_by_this_tenants_operator(tenants):
+    # A "helpful" verdict is a label of the other scope's threshold, no report or vote: setting the key aside moves it.
+    scope, other = tenants["python-faq"]["scope"], tenants["acme-support"]["scope"]
+    key, secret = ApiKey.issue([other], name="labeller")
+    api = ApiClient(secret)
+    recall = api.recall(other.slug, query=f"How do I reset {SECRET}?").json()
+    feedback = f"/scopes/{other.slug}/recalls/{recall['recall_id']}/feedback"
+    assert api.call("post", feedback, {"helpful": True}).status_code < 300
+    key.scopes.set([scope])
+    acting = operator(scope, Access.ACT)
+    refused = acting.post(f"/ops/{scope.slug}/keys/{key.pk}/suspend/", {"confirm": "yes", "set_aside": "on"})
+    assert refused.status_code == 403
+    said = acting.post(
+        "/admin/scopes/apikey/", {"action": "revoke_and_set_aside", "_selected_action": [key.pk]}, follow=True
+    )
+    assert "Left as they were: labeller" in said.content.decode()
+    key.refresh_from_db()
+    assert key.revoked_at is None and key.set_aside_at is None
+
+
 def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):
     from scopes.audit import AuditEvent
 

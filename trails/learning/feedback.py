@@ -187,13 +187,15 @@ def moved_by(reporter: str, scope_id: int | None = None) -> list[int]:
 
 
 def judged_scopes(reporter: str) -> set[int]:
-    """The ids of the scopes whose trails a reporter reported or voted on: a key moved to
-    another scope since still moved these, so setting it aside reaches them too."""
+    """The ids of the scopes whose trails a reporter reported or voted on, or whose threshold
+    its labels teach: a key moved to another scope since still moved these, so setting it
+    aside reaches them too."""
     reported = TrailReport.objects.filter(reporter=reporter).values_list("trail__scope_id", flat=True)
     voted = TrailSignal.objects.filter(
         by=reporter[:150], source=TrailSignal.Source.FEEDBACK, signal__in=[Signal.UP, Signal.DOWN]
     ).values_list("scope_id", flat=True)
-    return {*reported.distinct(), *voted.distinct()}
+    labelled = MatchLabel.objects.filter(reporter=reporter[:100]).values_list("scope_id", flat=True)
+    return {*reported.distinct(), *voted.distinct(), *labelled.distinct()}
 
 
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")

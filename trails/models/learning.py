@@ -43,6 +43,8 @@ class MatchLabel(models.Model):
         indexes = [
             models.Index(fields=["scope", "matcher", "created_at"], name="matchlabel_scope_time"),
             models.Index(fields=["trail", "source"], name="matchlabel_trail", condition=Q(trail__isnull=False)),
+            # The scopes a key labelled: setting it aside reaches them (trails.learning.feedback.judged_scopes).
+            models.Index(fields=["reporter", "scope"], name="matchlabel_reporter"),
         ]
         constraints = [
             # One label per recall: feedback, a re-search and a rejection do not count one recall twice.
