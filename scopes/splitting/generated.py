@@ -5,8 +5,9 @@ sees (a docstring, a changelog a project's directive reads) is no change of the 
 sync cannot run the project's code, so it says where this happens rather than staying silent:
 
 - a directive the project's own Sphinx extensions register (`app.add_directive`), used on a page;
-- `extensions` changed in code in conf.py (`extensions.extend(...)` under an `if`): only the
-  literal list is read, so a suffix such an extension registers (MyST's `.md`) is not a page;
+- `extensions` set or changed in code in conf.py (`extensions.extend(...)` under an `if`,
+  `base + [...]`): only one plain literal list is read, so a suffix such an extension registers
+  (MyST's `.md`) is not a page;
 - MkDocs' `::: package.name` blocks (mkdocstrings, mkautodoc) and `hooks:`.
 """
 
@@ -53,8 +54,10 @@ def name_autodoc_blocks(text: str, page: str, warn: Callable[[str], None]) -> No
 
 
 def registered_directive(node: ast.Call) -> str | None:
-    """The name an `app.add_directive("name", ...)` call registers, where written as a literal."""
-    if not (isinstance(node.func, ast.Attribute) and node.func.attr == "add_directive"):
+    """The name an `app.add_directive("name", ...)` or docutils' `register_directive("name", ...)`
+    call registers, where written as a literal."""
+    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    if called not in ("add_directive", "register_directive"):
         return None
     keywords = {k.arg: k.value for k in node.keywords if k.arg}
     first = node.args[0] if node.args else keywords.get("name")
@@ -62,23 +65,41 @@ def registered_directive(node: ast.Call) -> str | None:
 
 
 def extensions_changed_in_code(source: str) -> int | None:
-    """The line where conf.py changes `extensions` other than by a literal assignment, if it does."""
+    """The line where conf.py sets or changes `extensions` other than by one plain literal list at
+    its top level (the only form the sync reads), if it does."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
+    literal = {
+        id(node)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and _names_extensions(node.targets[0])
+        and isinstance(node.value, (ast.List, ast.Tuple))
+        and all(isinstance(element, ast.Constant) for element in node.value.elts)
+    }
     for node in ast.walk(tree):
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == "extensions":
-            return node.lineno
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("append", "extend", "insert")
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "extensions"
-        ):
-            return node.lineno
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and id(node) not in literal:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_names_extensions(target) for target in targets):
+                return node.lineno
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            mutated = node.func.attr in ("append", "extend", "insert") and _names_extensions(node.func.value)
+            if mutated or node.func.attr == "setup_extension":
+                return node.lineno
     return None
+
+
+def _names_extensions(target: ast.AST) -> bool:
+    if isinstance(target, ast.Name):
+        return target.id == "extensions"
+    if isinstance(target, ast.Subscript):
+        return _names_extensions(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_names_extensions(element) for element in target.elts)
+    return False
 
 
 def hooks_warning(config: dict) -> str | None:

@@ -154,8 +154,11 @@ def _literal_assignments(source: str, path: str) -> dict[str, object]:
 def _declared_types(folder: Path, exclude: list[re.Pattern]) -> SphinxDomain:
     """Cross-reference targets and object types the project's extensions add to Sphinx."""
     crossref, objects, roles, directives = set(), {}, set(), set()
-    for path in sorted(folder.rglob("*.py"))[:500]:
-        relative = path.relative_to(folder).as_posix()
+    boundary = repository_boundary(folder)[0]
+    # The folder above too, inside the repository: pip's conf.py loads docs/pip_sphinxext.py from there.
+    above = sorted(folder.parent.glob("*.py")) if boundary != folder and boundary in folder.parents else []
+    for path in sorted(folder.rglob("*.py"))[:500] + above[:50]:
+        relative = path.relative_to(folder).as_posix() if folder in path.parents else ""
         if matches(exclude, relative) or path.is_symlink():
             continue
         try:

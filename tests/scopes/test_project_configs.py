@@ -111,13 +111,15 @@ def test_directives_that_render_nothing_stay_out_of_a_changelogs_sections():
 
 def test_text_a_build_makes_is_named_as_a_warning_never_silently_left_out(tmp_path):
     # pip's `.. pip-news-include::`, MyST added under an `if` in conf.py; httpx's `::: httpx.request`, hooks.
-    sphinx = tmp_path / "sphinx"
-    (sphinx / "ext").mkdir(parents=True)
-    (sphinx / "pyproject.toml").write_text("")
+    (tmp_path / "pyproject.toml").write_text("")
+    sphinx = tmp_path / "docs" / "html"  # as pip lays it out: its extension one folder up, in docs/
+    sphinx.mkdir(parents=True)
     (sphinx / "conf.py").write_text(
-        'extensions = ["ext.news"]\nif "man" not in tags:\n    extensions.extend(("myst_parser",))\n'
+        'extensions = ["pip_sphinxext"]\nif "man" not in tags:\n    extensions.extend(("myst_parser",))\n'
     )
-    (sphinx / "ext" / "news.py").write_text('def setup(app):\n    app.add_directive("pip-news-include", object)\n')
+    (tmp_path / "docs" / "pip_sphinxext.py").write_text(
+        'def setup(app):\n    app.add_directive("pip-news-include", object)\n'
+    )
     (sphinx / "index.rst").write_text("News\n====\n\nWhat changed.\n\n.. pip-news-include:: ../NEWS.rst\n")
     (sphinx / "guide.md").write_text("# Guide\n\nRead me.\n")
     project, sections = split_project(sphinx)
@@ -125,6 +127,16 @@ def test_text_a_build_makes_is_named_as_a_warning_never_silently_left_out(tmp_pa
     assert any("index.rst:6: `pip-news-include` is the project's own directive" in w for w in warnings), project.notes
     assert any("conf.py:3 changes `extensions` in code" in w for w in warnings), project.notes
     assert {s.id for s in sections} == {"index.rst"}  # the .md page, as the sync reads conf.py: said above
+    for conf in (
+        'base = ["a"]\nextensions = base + ["myst_parser"]\n',
+        'extensions: list[str] = ["myst_parser"]\n',
+        'try:\n    extensions = ["myst_parser"]\nexcept ImportError:\n    pass\n',
+        'def setup(app):\n    app.setup_extension("myst_parser")\n',
+    ):
+        (sphinx / "conf.py").write_text(conf)
+        assert any("changes `extensions` in code" in note for note in split_project(sphinx)[0].notes), conf
+    (sphinx / "conf.py").write_text('extensions = ["sphinx.ext.autodoc"]\n')
+    assert not any("in code" in note for note in split_project(sphinx)[0].notes)
 
     site = mkdocs_site(
         tmp_path / "site",
