@@ -283,17 +283,15 @@ def notebook_text(text: str, relative: str) -> str:
     return "\n\n".join(pieces) + "\n"
 
 
-def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str) -> str:
+def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str, made: generated.BuildTimeText) -> str:
     """The page with what it includes (see includes.py)."""
     boundary = project.boundary or project.root
     spent = includes.Expansion()  # one budget for everything the page pulls in
+    made.read(text, relative, fmt, project.domain.directives)  # the page's own lines first, where they stand
     try:
         if fmt in ("rst", "myst"):
             includes.name_unread(text, relative, project.warn)
-            generated.name_project_directives(text, relative, project.domain.directives, project.warn)
             text = includes.expand_includes(text, file, project.root, boundary, project.warn, fmt, spent)
-        if fmt == "markdown":
-            generated.name_autodoc_blocks(text, relative, project.warn)
         if fmt == "markdown" and project.markdown_includes is not None:
             text = markdown_includes.expand_markdown_includes(
                 text, project.markdown_includes, boundary, project.warn, spent
@@ -304,6 +302,7 @@ def _pulled_in(project: Project, file: Path, relative: str, text: str, fmt: str)
             text = markdown_includes.expand_snippets(text, project.snippets, boundary, project.warn, spent=spent)
     except includes.IncludeError as problem:
         raise SplitError(relative, problem.line, problem.message) from None
+    made.read(text, relative, fmt, project.domain.directives)  # then what it includes
     return text
 
 
@@ -329,10 +328,11 @@ def split_project(
         raise SplitError(problem.path, None, problem.message) from None
     sections: list[SourceSection] = []
     seen: dict[str, SourceSection] = {}
+    made = generated.BuildTimeText()
     for number, file in enumerate(files, 1):
         relative = file.relative_to(project.root).as_posix()
         page_format = project.format_of(file)
-        text = _pulled_in(project, file, relative, _read(file, relative), page_format)
+        text = _pulled_in(project, file, relative, _read(file, relative), page_format, made)
         for section in sections_of_page(
             relative,
             text,
@@ -352,6 +352,8 @@ def split_project(
             sections.append(section)
         if progress:
             progress(number, len(files))
+    for warning in made.warnings():
+        project.warn(warning)
     return project, sections
 
 

@@ -15,42 +15,48 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable
 
 # `.. name::` (reStructuredText) or a MyST fence's `{name}`.
-_DIRECTIVE = re.compile(r"^[ \t]*(?:\.\.[ \t]+(?P<rst>[\w:.+-]+)::|(?:`{3,}|:{3,})\{(?P<myst>[\w:.+-]+)\})")
-_AUTODOC_BLOCK = re.compile(r"^:::[ \t]+(?P<name>[\w.]+)", re.M)
+_DIRECTIVE = re.compile(r"^[ \t]*(?:\.\.[ \t]+(?P<rst>[\w:.+-]+)::|(?:`{3,}|~{3,}|:{3,})\{(?P<myst>[\w:.+-]+)\})")
+_AUTODOC_BLOCK = re.compile(r"^[ \t]*(?:#+[ \t]+)?:::[ \t]*(?P<name>[\w.]+)", re.M)
 
 
-def name_project_directives(text: str, page: str, directives: frozenset[str], warn: Callable[[str], None]) -> None:
-    """Warns once a page of each directive the project registers that it uses (first line, count)."""
-    if not directives:
-        return
-    used: dict[str, list[int]] = {}
-    for number, line in enumerate(text.split("\n"), 1):
-        found = _DIRECTIVE.match(line)
-        name = found and (found.group("rst") or found.group("myst")).lower()
-        if name in directives:
-            used.setdefault(name, []).append(number)
-    for name, lines in used.items():
-        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-        warn(
-            f"{page}:{lines[0]}{more}: `{name}` is the project's own directive: what it shows is made at build "
-            "time and not read, so a change there is no change of the section"
-        )
+class BuildTimeText:
+    """Where a project's pages show text the build makes, gathered over the pages and said once
+    each (what, on how many pages, where first): pip uses its own directives on every command page."""
 
+    def __init__(self) -> None:
+        self.places: dict[str, list[str]] = {}  # what -> "page:line" of each page using it
 
-def name_autodoc_blocks(text: str, page: str, warn: Callable[[str], None]) -> None:
-    """Warns of a page's `::: package.name` blocks, filled in from docstrings at build time."""
-    blocks = list(_AUTODOC_BLOCK.finditer(text))
-    if not blocks:
-        return
-    line = text.count("\n", 0, blocks[0].start()) + 1
-    more = f" (and {len(blocks) - 1} more)" if len(blocks) > 1 else ""
-    warn(
-        f"{page}:{line}{more}: `::: {blocks[0].group('name')}` is filled in from docstrings at build time "
-        "(mkdocstrings, mkautodoc) and not read: a docstring's change is no change of the section"
-    )
+    def read(self, text: str, page: str, fmt: str, directives: frozenset[str]) -> None:
+        if fmt in ("rst", "myst") and directives:
+            for number, line in enumerate(text.split("\n"), 1):
+                found = _DIRECTIVE.match(line)
+                name = found and (found.group("rst") or found.group("myst")).lower()
+                if name in directives:
+                    self._seen(
+                        f"`{name}` is the project's own directive: what it shows is made at build time", page, number
+                    )
+        if fmt == "markdown":
+            for block in _AUTODOC_BLOCK.finditer(text):
+                number = text.count("\n", 0, block.start()) + 1
+                self._seen(
+                    "`::: name` blocks are filled in from docstrings at build time (mkdocstrings, mkautodoc)",
+                    page,
+                    number,
+                )
+
+    def _seen(self, what: str, page: str, number: int) -> None:
+        pages = self.places.setdefault(what, [])
+        if not any(place.startswith(f"{page}:") for place in pages):
+            pages.append(f"{page}:{number}")
+
+    def warnings(self) -> list[str]:
+        return [
+            f"{what} and not read, so a change there is no change of a section "
+            f"({len(pages)} page{'s' if len(pages) > 1 else ''}, first {pages[0]})"
+            for what, pages in self.places.items()
+        ]
 
 
 def registered_directive(node: ast.Call) -> str | None:

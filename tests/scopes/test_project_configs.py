@@ -124,7 +124,10 @@ def test_text_a_build_makes_is_named_as_a_warning_never_silently_left_out(tmp_pa
     (sphinx / "guide.md").write_text("# Guide\n\nRead me.\n")
     project, sections = split_project(sphinx)
     warnings = [note for note in project.notes if note.startswith("warning:")]
-    assert any("index.rst:6: `pip-news-include` is the project's own directive" in w for w in warnings), project.notes
+    assert any(
+        "`pip-news-include` is the project's own directive" in w and "(1 page, first index.rst:6)" in w
+        for w in warnings
+    ), project.notes
     assert any("conf.py:3 changes `extensions` in code" in w for w in warnings), project.notes
     assert {s.id for s in sections} == {"index.rst"}  # the .md page, as the sync reads conf.py: said above
     for conf in (
@@ -144,5 +147,7 @@ def test_text_a_build_makes_is_named_as_a_warning_never_silently_left_out(tmp_pa
         "# API\n\n## Helpers\n\n::: httpx.request\n\n::: httpx.get\n",
     )
     warnings = [note for note in split_project(site)[0].notes if note.startswith("warning:")]
-    assert any("index.md:5 (and 1 more): `::: httpx.request` is filled in from docstrings" in w for w in warnings)
+    assert any(
+        "`::: name` blocks are filled in from docstrings" in w and "(1 page, first index.md:5)" in w for w in warnings
+    )
     assert any("hooks (docs/hooks.py) run code at build time" in w for w in warnings)

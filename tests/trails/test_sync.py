@@ -550,6 +550,6 @@ def test_a_quiet_sync_still_says_what_it_does_not_read_and_its_json_lists_it(db,
     call_command("sync_sections", str(site), "--scope", "faq", "--json", "--quiet", stdout=out, stderr=err)
     warnings = json.loads(out.getvalue())["warnings"]
     assert any(w.startswith("macros adds text at build time") for w in warnings), warnings
-    assert any("`::: httpx.request` is filled in from docstrings" in w for w in warnings), warnings
+    assert any("`::: name` blocks are filled in from docstrings" in w for w in warnings), warnings
     assert all(f"warning: {w}" in err.getvalue() for w in warnings)
     assert "sections from" not in err.getvalue()  # quiet: no notes, no counts
