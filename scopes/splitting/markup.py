@@ -61,7 +61,7 @@ def markdown_headings(text: str, slugify: Callable[[str], str] | None = None, at
         if attributes:
             given = ATTR_ID.search(attributes.group(1))
             if given:
-                explicit = next(value for value in given.groups() if value)
+                explicit = next((value for value in given.groups() if value), None)  # `{id=""}`: none given
             shown = shown[: len(shown) - len(attributes.group(0))] if shown.endswith(attributes.group(0)) else shown
         anchor = explicit or (slugify(shown.strip()) if slugify else mkdocs_slug(" ".join(shown.split())))
         found.append(

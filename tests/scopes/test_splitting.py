@@ -324,6 +324,8 @@ def test_attr_list_enabled_through_an_extra_bundle_gives_the_heading_its_id(tmp_
         },
     )
     assert {s.id for s in split_project(root)[1]} == {"why.md", "why.md#type-hints"}
+    (root / "docs" / "why.md").write_text("# Why\n\nBecause.\n\n## Hints {id=\"\"}\n\nHints.\n")
+    assert {s.id for s in split_project(root)[1]} == {"why.md", "why.md#hints"}  # an empty id is none
 
 
 def test_a_section_longer_than_a_prefetch_is_cut_at_paragraphs(tmp_path):
