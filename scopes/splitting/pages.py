@@ -61,24 +61,25 @@ class _VisibleText(HTMLParser):
         self.seen = self.seen or bool(data.strip())
 
 
-# Lines a built page shows nothing for: a label (`.. _x:`, MyST's `(x)=`), a Markdown rule, a comment.
+# Lines a built page shows nothing for: a label (`.. _x:`, MyST's `(x)=`), a one-line comment
+# (`.. TODO`, MyST's `% note`), a Markdown rule.
 _SHOWS_NOTHING = {
-    "rst": re.compile(r"\.\. _([^:`]+|`[^`]+`):"),
-    "myst": re.compile(r"\(\S+\)=|-{3,}|\*{3,}|_{3,}"),
-    "markdown": re.compile(r"-{3,}|\*{3,}|_{3,}"),
+    "rst": re.compile(r"\.\. _([^:`]+|`[^`]+`):|\.\.(?:\s+(?![\[|_])(?![\w:.+-]+::).*)?"),
+    "myst": re.compile(r"\(\S+\)=|%.*|-{3,}|\*{3,}|_{3,}|<!--.*-->"),
+    "markdown": re.compile(r"-{3,}|\*{3,}|_{3,}|<!--.*-->"),
 }
-_HTML_COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 
 def has_content(text: str, fmt: str) -> bool:
-    """Whether a stretch of source says anything a reader sees: not only labels, rules or comments
-    (a section of those would be cited and served empty); for HTML, text (not bare tags)."""
+    """Whether a stretch of source says anything a reader sees: not only labels, rules or one-line
+    comments (a section of those would be cited and served empty); an indented line (code) always
+    counts; for HTML, text (not bare tags)."""
     if fmt != "html":
-        if fmt != "rst":
-            text = _HTML_COMMENT.sub("", text)
         shows_nothing = _SHOWS_NOTHING.get(fmt)
         return any(
-            line.strip() and not (shows_nothing and shows_nothing.fullmatch(line.strip())) for line in text.split("\n")
+            line.strip()
+            and (line.startswith(("    ", "\t")) or not (shows_nothing and shows_nothing.fullmatch(line.strip())))
+            for line in text.split("\n")
         )
     reader = _VisibleText()
     reader.feed(text)

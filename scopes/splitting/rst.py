@@ -177,7 +177,7 @@ def _directive_class():
             start = self.lineno - 1
             end = start + len(self.block_text.split("\n"))
             has_content = any(line.strip() for line in self.content)
-            if kind in SILENT_DIRECTIVES and not generated:
+            if kind in SILENT_DIRECTIVES and not generated and not has_content:  # `.. module::`'s content shows
                 reading.silent.append((start, end))
             anchor, described, pushed = None, False, None
             nested_module = _UNCHANGED

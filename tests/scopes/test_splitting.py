@@ -223,6 +223,15 @@ def test_a_section_of_only_labels_rules_or_comments_is_no_section(tmp_path):
         "proxies.md#last",
     }
     assert {s.id for s in split_tree(rst)} == {"cache.rst#usage"}
+    # One-line comments show nothing; an indented code line showing a comment does, as a module's content.
+    (rst / "cache.rst").write_text(
+        "Cache\n=====\n\nTodo\n----\n\n.. TODO: write this\n\nModule\n------\n\n"
+        ".. module:: mypkg\n\n   Never call mypkg.explode().\n"
+    )
+    sections = {s.id: s.text for s in split_tree(rst)}
+    assert "cache.rst#todo" not in sections and "Never call mypkg.explode()." in sections["cache.rst#module"]
+    (folder / "proxies.md").write_text("# P\n\nRead on.\n\n## Code\n\n    <!-- shown as code -->\n")
+    assert split_tree(folder, fmt="markdown")[-1].text == "    <!-- shown as code -->"
 
 
 def test_a_page_keeps_its_opening_id_whatever_the_levels_of_the_headings_after_it(tmp_path):
@@ -324,7 +333,7 @@ def test_attr_list_enabled_through_an_extra_bundle_gives_the_heading_its_id(tmp_
         },
     )
     assert {s.id for s in split_project(root)[1]} == {"why.md", "why.md#type-hints"}
-    (root / "docs" / "why.md").write_text("# Why\n\nBecause.\n\n## Hints {id=\"\"}\n\nHints.\n")
+    (root / "docs" / "why.md").write_text('# Why\n\nBecause.\n\n## Hints {id=""}\n\nHints.\n')
     assert {s.id for s in split_project(root)[1]} == {"why.md", "why.md#hints"}  # an empty id is none
 
 
