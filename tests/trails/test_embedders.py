@@ -277,6 +277,10 @@ def test_manage_py_check_fails_at_start_on_an_embedding_deadline_at_or_past_reca
         assert f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be under RAGTRAIL_RECALL_BUDGET_MS (500)" in str(
             failed.value
         )
+    for timeout in (0, -5):  # no embedding could ever answer in time
+        with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=timeout), pytest.raises(SystemCheckError) as failed:
+            call_command("check")
+        assert f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be a positive" in str(failed.value)
     with endpoint_settings(asked, RAGTRAIL_EMBEDDING_TIMEOUT_MS=800, RAGTRAIL_RECALL_BUDGET_MS=1200):
         call_command("check")
 

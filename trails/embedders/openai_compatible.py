@@ -58,7 +58,9 @@ def configuration_errors(model: str) -> list[str]:
     if not settings.RAGTRAIL_EMBEDDING_URL.startswith(("http://", "https://")):
         errors.append("RAGTRAIL_EMBEDDING_URL must be the endpoint's http(s) base, e.g. https://api.openai.com/v1")
     timeout, budget = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS, settings.RAGTRAIL_RECALL_BUDGET_MS
-    if timeout >= budget:
+    if timeout <= 0:
+        errors.append(f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be a positive number of milliseconds")
+    elif timeout >= budget:
         errors.append(
             f"RAGTRAIL_EMBEDDING_TIMEOUT_MS ({timeout}) must be under RAGTRAIL_RECALL_BUDGET_MS ({budget}): a recall "
             "embeds its question within its budget, so every recall would fail; lower the first, or raise the second "
