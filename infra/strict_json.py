@@ -65,7 +65,8 @@ def _number(text: str) -> Any:
 
 
 def _integer(text: str) -> Any:
-    value = int(text)
+    # Over 16 digits is past 2**53 whatever they are; Python refuses to convert over 4,300 at all.
+    value = int(text) if len(text.lstrip("-")) <= 16 else MAX_SAFE_INTEGER + 1
     if abs(value) > MAX_SAFE_INTEGER:
         return _Unreadable(
             f"the number {text[:40]} is beyond ±{MAX_SAFE_INTEGER:,}, where JSON readers built on doubles lose precision"

@@ -62,7 +62,8 @@ def test_nesting_within_the_limit_and_brackets_inside_strings_are_read(api, sect
     assert api.record("hospital", **body).status_code == 201
 
 
-@pytest.mark.parametrize("number", ["1e999", "-1e999", "9007199254740993"])
+# The last has more digits than Python converts to an int (4,300): it was a 400 naming the body.
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "9007199254740993", "-" + "9" * 5000])
 def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_field_and_logs_nothing_of_the_body(
     api, sections, caplog, number
 ):
@@ -77,7 +78,7 @@ def test_a_number_other_clients_cannot_read_in_a_record_is_refused_naming_its_fi
     with caplog.at_level(logging.DEBUG):
         response = api.call("post", "/scopes/hospital/trails", raw=raw.encode())
     assert response.status_code == 422, response.content
-    assert response.json()["error"]["field"] == "steps.0.args.n" and number in response.json()["error"]["message"]
+    assert response.json()["error"]["field"] == "steps.0.args.n" and number[:40] in response.json()["error"]["message"]
     assert not Trail.objects.exists() and not Step.objects.exists()
     assert EMAIL not in caplog.text
 
