@@ -34,12 +34,15 @@ class EmbeddingEndpoint:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 -- the standard library's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                endpoint.requests.append({"body": body, "headers": dict(self.headers)})
+                endpoint.requests.append({"body": body, "headers": dict(self.headers), "path": self.path})
                 if endpoint.hang_s:
                     time.sleep(endpoint.hang_s)
                 if endpoint.fail:
                     return self.answer(endpoint.fail.pop(0), {"error": {"message": "the stand-in is busy"}})
-                if self.path != "/v1/embeddings":
+                if endpoint.mode == "echo-all":  # what a chatty proxy says back: the path and every header
+                    said = f"{self.path} with {self.headers.get('Authorization')}"
+                    return self.answer(401, {"error": {"message": f"not allowed: {said}"}})
+                if self.path.split("?")[0] != "/v1/embeddings":
                     return self.answer(404, {"error": {"message": f"no route {self.path}"}})
                 if endpoint.mode in ("echo", "echo-far"):
                     sent = self.headers.get("Authorization", "")

@@ -234,12 +234,15 @@ def test_a_key_echoed_past_the_messages_cut_and_a_urls_credentials_are_never_sho
     with pytest.raises(EmbedderUnavailable) as refused:
         endpoint_embedder(asked).embed("Where do visitors park?")
     assert KEY[:-1] not in str(refused.value) and KEY[:-1] not in caplog.text and "[redacted]" in str(refused.value)
-    asked.mode = ""
-    with_credentials = asked.url.replace("http://", "http://proxyuser:proxy-pass-SECRET@") + "?key=query-SECRET"
-    with pytest.raises(EmbedderUnavailable) as refused:
-        endpoint_embedder(asked, RAGTRAIL_EMBEDDING_URL=with_credentials).embed("Where do visitors park?")
-    assert "SECRET" not in str(refused.value) and "SECRET" not in caplog.text
-    assert asked.url.removeprefix("http://").split("/")[0] in str(refused.value)  # the host is still named
+    with_credentials = asked.url.replace("http://", "http://proxyuser:proxy%40pass-SECRET@") + "?v=1&key=query-SECRET"
+    for mode in ("echo", "echo-all"):  # the bearer header, then every header and the path as received
+        asked.mode = mode
+        with pytest.raises(EmbedderUnavailable) as refused:
+            endpoint_embedder(asked, RAGTRAIL_EMBEDDING_URL=with_credentials).embed("Where do visitors park?")
+        assert "SECRET" not in str(refused.value) and "SECRET" not in caplog.text, mode
+        assert "cHJveHl1c2VyOnByb3h5QHBhc3MtU0VDUkVU" not in str(refused.value)  # base64 of the Basic header
+        assert asked.url.removeprefix("http://").split("/")[0] in str(refused.value)  # the host is still named
+    assert asked.requests[-1]["path"].startswith("/v1/embeddings?")  # the path, then the query
 
 
 @pytest.mark.parametrize("mode", ["nan", "inf", "zero"])

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from typing import Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -43,6 +43,7 @@ ERROR_BYTES = 4096
 ERROR_CHARS = 300  # of an error message, once redacted
 # A bearer token in anything the endpoint sends back.
 BEARER = re.compile(r"Bearer\s+\S+", re.IGNORECASE)
+BASIC = re.compile(r"Basic\s+\S+", re.IGNORECASE)
 
 
 class Unreadable(Exception):
@@ -75,13 +76,21 @@ class Embedder(BaseEmbedder):
         errors = configuration_errors(model)
         if errors:
             raise ImproperlyConfigured(errors[0])
-        url = settings.RAGTRAIL_EMBEDDING_URL.rstrip("/")
-        self.url = url if url.endswith("/embeddings") else f"{url}/embeddings"
+        parts = urlsplit(settings.RAGTRAIL_EMBEDDING_URL)
+        path = parts.path.rstrip("/")
+        path = path if path.endswith("/embeddings") else f"{path}/embeddings"  # before the query, not after it
+        self.url = urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
         # What errors and logs name: the endpoint without credentials or query (a proxy's password, a `?key=`).
-        parts = urlsplit(self.url)
         host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or "")
-        self.shown_url = urlunsplit((parts.scheme, host, parts.path, "", ""))
-        self._secrets = [secret for secret in (parts.password, parts.query) if secret]
+        self.shown_url = urlunsplit((parts.scheme, host, path, "", ""))
+        # Each as sent and as an endpoint may echo it: raw, percent-decoded, and in a Basic header.
+        userinfo = [part for part in (parts.username, parts.password) if part]
+        self._secrets = [
+            *userinfo,
+            *(unquote(part) for part in userinfo),
+            *(value for _, value in parse_qsl(parts.query) if len(value) >= 6),  # not `api-version=1`'s 1
+            parts.query,
+        ]
         self.batch = max(1, settings.RAGTRAIL_EMBEDDING_BATCH)
         self.timeout_s = settings.RAGTRAIL_EMBEDDING_TIMEOUT_MS / 1000
         self.batch_timeout_s = max(self.timeout_s, settings.RAGTRAIL_EMBEDDING_BATCH_TIMEOUT_MS / 1000)
@@ -162,9 +171,9 @@ class Embedder(BaseEmbedder):
     def _redact(self, text: str) -> str:
         """The text without the API key, the URL's password or query, or any bearer token the endpoint
         echoed; whole before it is cut to length, so no cut leaves most of a secret."""
-        for secret in sorted(self._secrets, key=len, reverse=True):
+        for secret in sorted({s for s in self._secrets if s}, key=len, reverse=True):
             text = text.replace(secret, "[redacted]")
-        return BEARER.sub("Bearer [redacted]", text)[:ERROR_CHARS]
+        return BASIC.sub("Basic [redacted]", BEARER.sub("Bearer [redacted]", text))[:ERROR_CHARS]
 
     def _vectors(self, content: bytes, count: int) -> np.ndarray:
         try:
