@@ -240,6 +240,13 @@ def test_a_key_whose_only_judgement_elsewhere_is_a_label_is_not_set_aside_by_thi
     assert "Left as they were: labeller" in said.content.decode()
     key.refresh_from_db()
     assert key.revoked_at is None and key.set_aside_at is None
+    # A verdict that left no label (the recall had one already) still counts in that scope's false-hit figures.
+    from tests.bypass import around_the_writer
+    from trails.models import MatchLabel
+
+    with around_the_writer():
+        MatchLabel.objects.filter(reporter=key.reporter).delete()
+    assert acting.post(f"/ops/{scope.slug}/keys/{key.pk}/suspend/", {"confirm": "yes"}).status_code == 403
 
 
 def test_django_admin_needs_no_model_permission_and_offers_only_what_the_access_runs(tenants):

@@ -195,7 +195,14 @@ def judged_scopes(reporter: str) -> set[int]:
         by=reporter[:150], source=TrailSignal.Source.FEEDBACK, signal__in=[Signal.UP, Signal.DOWN]
     ).values_list("scope_id", flat=True)
     labelled = MatchLabel.objects.filter(reporter=reporter[:100]).values_list("scope_id", flat=True)
-    return {*reported.distinct(), *voted.distinct(), *labelled.distinct()}
+    # A verdict counts in the scope's false-hit figures even where it left no label (the recall had one).
+    verdicts = RecallEvent.objects.filter(feedback_by=reporter[:100], feedback_at__isnull=False)
+    return {
+        *reported.distinct(),
+        *voted.distinct(),
+        *labelled.distinct(),
+        *verdicts.values_list("scope_id", flat=True).distinct(),
+    }
 
 
 @receiver(key_set_aside, dispatch_uid="trails.learning.feedback.recount_after_set_aside")

@@ -83,6 +83,12 @@ class RecallEvent(models.Model):
                 condition=Q(feedback_at__isnull=False),
                 include=["helpful"],
             ),
+            # The scopes a key's verdicts count in: setting the key aside changes them (judged_scopes).
+            models.Index(
+                fields=["feedback_by", "scope"],
+                name="recallevent_feedback_by",
+                condition=Q(feedback_at__isnull=False),
+            ),
             # The recall log's second-chance filter: few recalls ask for one, so the scope's others are never read.
             models.Index(
                 fields=["scope", "created_at"],
