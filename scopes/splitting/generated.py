@@ -18,7 +18,7 @@ import re
 
 # `.. name::` (reStructuredText) or a MyST fence's `{name}`.
 _DIRECTIVE = re.compile(r"^[ \t]*(?:\.\.[ \t]+(?P<rst>[\w:.+-]+)::|(?:`{3,}|~{3,}|:{3,})\{(?P<myst>[\w:.+-]+)\})")
-_AUTODOC_BLOCK = re.compile(r"^[ \t]*(?:#+[ \t]+)?:::[ \t]*(?P<name>[\w.]+)", re.M)
+_DOCSTRING_BLOCK = re.compile(r"^[ \t]*(?:#+[ \t]+)?:::[ \t]*(?P<name>[\w.]+)", re.M)
 
 
 class BuildTimeText:
@@ -38,7 +38,7 @@ class BuildTimeText:
                         f"`{name}` is the project's own directive: what it shows is made at build time", page, number
                     )
         if fmt == "markdown":
-            for block in _AUTODOC_BLOCK.finditer(text):
+            for block in _DOCSTRING_BLOCK.finditer(text):
                 number = text.count("\n", 0, block.start()) + 1
                 self._seen(
                     "`::: name` blocks are filled in from docstrings at build time (mkdocstrings, mkautodoc)",

@@ -62,7 +62,7 @@ class _VisibleText(HTMLParser):
 
 
 # Lines a built page shows nothing for: a label (`.. _x:`, MyST's `(x)=`), a one-line comment
-# (`.. TODO`, MyST's `% note`), a Markdown rule.
+# (rst's `.. a remark`, MyST's `% a remark`), a Markdown rule.
 _SHOWS_NOTHING = {
     "rst": re.compile(r"\.\. _([^:`]+|`[^`]+`):|\.\.(?:\s+(?![\[|_])(?![\w:.+-]+::).*)?"),
     "myst": re.compile(r"\(\S+\)=|%.*|-{3,}|\*{3,}|_{3,}|<!--.*-->"),
